@@ -1,0 +1,138 @@
+#include "accounting/accounting.hpp"
+
+namespace wattscope {
+
+namespace {
+nlohmann::json opt_json(const OptF& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+nlohmann::json opt_json(const OptI& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+}  // namespace
+
+OptF RunSummary::total_energy_j() const {
+  OptF total;
+  for (const auto& g : gpus)
+    if (g.samples > 0) total = total.value_or(0) + g.energy_j;
+  return total;
+}
+
+nlohmann::json RunSummary::to_json() const {
+  nlohmann::json gj = nlohmann::json::array();
+  for (const auto& g : gpus) {
+    gj.push_back({{"index", g.device.gpu_index},
+                  {"uuid", g.device.uuid},
+                  {"name", g.device.name},
+                  {"vendor", g.device.vendor},
+                  {"energy_j", g.samples ? nlohmann::json(g.energy_j) : nlohmann::json()},
+                  {"energy_method", g.device.energy_method},
+                  {"avg_power_w", opt_json(g.power_w.avg())},
+                  {"peak_power_w", opt_json(g.power_w.peak)},
+                  {"avg_util_pct", opt_json(g.util_gpu_pct.avg())},
+                  {"peak_mem_used_bytes", opt_json(g.peak_mem_used_bytes)},
+                  {"mem_total_bytes", opt_json(g.device.mem_total_bytes)},
+                  {"samples", g.samples},
+                  {"lost", g.lost}});
+  }
+  return {{"samples", samples},
+          {"skipped_ticks", skipped_ticks},
+          {"cpu",
+           {{"avg_util_pct", opt_json(cpu_util_pct.avg())},
+            {"peak_util_pct", opt_json(cpu_util_pct.peak)},
+            {"peak_mem_used_bytes", opt_json(cpu_mem_peak_bytes)},
+            {"mem_total_bytes", opt_json(cpu_mem_total_bytes)}}},
+          {"gpus", gj},
+          {"events", events},
+          {"total_energy_j", opt_json(total_energy_j())}};
+}
+
+Accounting::Accounting(std::vector<GpuDevice> devices) {
+  for (auto& d : devices) {
+    GpuSummary g;
+    g.device = std::move(d);
+    summary_.gpus.push_back(std::move(g));
+  }
+}
+
+void Accounting::add_event(Event ev) {
+  std::lock_guard lock(mu_);
+  pending_events_.push_back(std::move(ev));
+}
+
+void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
+  if (!st.method_known) {
+    // Settled on the device's first answered tick: a counter that answers then is used for the whole run.
+    st.method_known = true;
+    st.counter = s.energy_counter_mj.has_value();
+    if (st.counter) st.base_mj = st.last_mj = *s.energy_counter_mj;
+  }
+  if (st.counter) {
+    if (s.energy_counter_mj) {
+      const int64_t c = *s.energy_counter_mj;
+      if (c < st.last_mj) {  // driver reload or counter reset: keep what was counted, restart from here
+        st.carried_mj += st.last_mj - st.base_mj;
+        st.base_mj = c;
+      }
+      st.last_mj = c;
+    }
+    s.energy_j = static_cast<double>(st.carried_mj + st.last_mj - st.base_mj) / 1000.0;
+    return;
+  }
+  // Trapezoid rule between consecutive answered ticks, on the monotonic clock.
+  if (s.power_w && st.last_power_w) {
+    const double dt = std::chrono::duration<double>(f.mono - st.last_mono).count();
+    st.integral_j += 0.5 * (*s.power_w + *st.last_power_w) * dt;
+  }
+  if (s.power_w) {
+    st.last_power_w = s.power_w;
+    st.last_mono = f.mono;
+  }
+  if (s.power_w || st.integral_j > 0) s.energy_j = st.integral_j;
+}
+
+void Accounting::process(Frame& f) {
+  std::lock_guard lock(mu_);
+  for (auto& ev : pending_events_) {
+    if (ev.ts_ms == 0) ev.ts_ms = f.ts_ms;
+    f.events.push_back(std::move(ev));
+  }
+  pending_events_.clear();
+  for (auto& ev : f.events) ev.seq = next_event_seq_++;
+  summary_.events = next_event_seq_;
+
+  summary_.samples++;
+  summary_.skipped_ticks = f.tick + 1 - summary_.samples;
+  summary_.cpu_util_pct.add(f.cpu.util_pct);
+  if (f.cpu.mem_used_bytes && (!summary_.cpu_mem_peak_bytes || *f.cpu.mem_used_bytes > *summary_.cpu_mem_peak_bytes))
+    summary_.cpu_mem_peak_bytes = f.cpu.mem_used_bytes;
+  if (f.cpu.mem_total_bytes) summary_.cpu_mem_total_bytes = f.cpu.mem_total_bytes;
+
+  for (auto& s : f.gpus) {
+    energy(s, f, energy_[s.gpu_index]);
+    for (auto& g : summary_.gpus) {
+      if (g.device.gpu_index != s.gpu_index) continue;
+      g.samples++;
+      if (s.energy_j) g.energy_j = *s.energy_j;
+      g.power_w.add(s.power_w);
+      g.util_gpu_pct.add(s.util_gpu_pct);
+      if (s.mem_used_bytes && (!g.peak_mem_used_bytes || *s.mem_used_bytes > *g.peak_mem_used_bytes))
+        g.peak_mem_used_bytes = s.mem_used_bytes;
+    }
+  }
+  for (const auto& ev : f.events)
+    if (ev.kind == "device-lost")
+      for (auto& g : summary_.gpus)
+        if (ev.source == "gpu" + std::to_string(g.device.gpu_index)) g.lost = true;
+
+  if (f.tick == 0 || summary_.samples == 1) {
+    for (auto& g : summary_.gpus) {
+      auto it = energy_.find(g.device.gpu_index);
+      g.device.energy_method = it != energy_.end() && it->second.counter ? "counter" : "integrated";
+      f.device_rows.push_back(g.device);
+    }
+  }
+}
+
+RunSummary Accounting::summary() const {
+  std::lock_guard lock(mu_);
+  return summary_;
+}
+
+}  // namespace wattscope

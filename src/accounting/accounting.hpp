@@ -1,0 +1,79 @@
+// Turns raw frames into figures: energy per GPU (hardware counter delta, or trapezoid integral of power only where no
+// counter exists, labelled as such), event numbering, and the running totals that become the run summary.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/frame.hpp"
+
+namespace wattscope {
+
+struct Stat {
+  double sum = 0;
+  int64_t n = 0;
+  OptF peak;
+  void add(const OptF& v) {
+    if (!v) return;
+    sum += *v;
+    ++n;
+    if (!peak || *v > *peak) peak = *v;
+  }
+  OptF avg() const { return n ? OptF(sum / static_cast<double>(n)) : std::nullopt; }
+};
+
+struct GpuSummary {
+  GpuDevice device;
+  double energy_j = 0;
+  Stat power_w;
+  Stat util_gpu_pct;
+  OptI peak_mem_used_bytes;
+  int64_t samples = 0;
+  bool lost = false;
+};
+
+struct RunSummary {
+  int64_t samples = 0;
+  int64_t skipped_ticks = 0;
+  Stat cpu_util_pct;
+  OptI cpu_mem_peak_bytes;
+  OptI cpu_mem_total_bytes;
+  std::vector<GpuSummary> gpus;
+  int64_t events = 0;
+  OptF total_energy_j() const;  // sum over measured devices; missing when nothing measured energy
+  nlohmann::json to_json() const;
+};
+
+class Accounting {
+ public:
+  explicit Accounting(std::vector<GpuDevice> devices);
+  // Called on the sampler thread for every frame, before the bus.
+  void process(Frame& frame);
+  // Thread-safe: queue an event for the next frame (start-up notices, sink outages).
+  void add_event(Event ev);
+  RunSummary summary() const;
+
+ private:
+  struct EnergyState {
+    bool method_known = false;
+    bool counter = false;
+    int64_t base_mj = 0;
+    int64_t last_mj = 0;
+    int64_t carried_mj = 0;  // energy before a counter reset
+    OptF last_power_w;
+    SteadyClock::time_point last_mono{};
+    double integral_j = 0;
+  };
+  void energy(GpuSample& s, const Frame& f, EnergyState& st);
+
+  mutable std::mutex mu_;
+  std::vector<Event> pending_events_;
+  int64_t next_event_seq_ = 0;
+  std::map<int, EnergyState> energy_;
+  RunSummary summary_;
+};
+
+}  // namespace wattscope

@@ -1,0 +1,324 @@
+#include "cli/app.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/child.hpp"
+#include "cli/session.hpp"
+#include "cli/summary.hpp"
+#include "core/duration.hpp"
+#include "core/log.hpp"
+#include "core/text.hpp"
+#include "sinks/store.hpp"
+#include "wattscope/version.hpp"
+
+namespace wattscope {
+
+namespace {
+
+// `run` passes the child's status through, so its own failures use 125 as env(1) and timeout(1) do.
+constexpr int kRunOwnError = 125;
+constexpr int kUsageError = 2;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct RecordFlags {
+  std::string task;
+  std::string interval = "1s";
+  std::string db = kDefaultDb;
+  bool no_db = false;
+  std::string csv;
+  std::string commit_every = "1s";
+  std::string procfs_root = "/proc";
+  std::string sysfs_root = "/sys";
+  std::string gpus;
+  std::vector<std::string> tags;
+  std::string duration;
+  std::vector<std::string> command;
+};
+
+struct ReadFlags {
+  std::string db = kDefaultDb;
+  std::string csv;
+  bool json = false;
+  std::string run;
+};
+
+void add_record_options(CLI::App* sub, RecordFlags& f) {
+  sub->add_option("--task,-t", f.task, "Task name stored with the run (default: the command's base name)");
+  sub->add_option("--interval,-i", f.interval, "Sampling interval: 1s, 250ms, 10ms, 500us")->capture_default_str();
+  sub->add_option("--db", f.db, "SQLite database file to store into")->capture_default_str();
+  sub->add_flag("--no-db", f.no_db, "Do not write the SQLite database (use with --csv)");
+  sub->add_option("--csv", f.csv, "Also write CSV files ({task}_{start}_{table}.csv) into this directory");
+  sub->add_option("--commit-every", f.commit_every,
+                  "Commit to the stores every N rows (e.g. 1000) or every duration (e.g. 5s)")
+      ->capture_default_str();
+  sub->add_option("--gpus", f.gpus,
+                  "GPUs to record: all, 0,2 or GPU-UUIDs (default: those in CUDA_VISIBLE_DEVICES, else all)");
+  sub->add_option("--tag", f.tags, "Extra KEY=VALUE stored with the run (repeatable)");
+  sub->add_option("--procfs-root", f.procfs_root, "Where procfs is mounted (for containers and tests)")
+      ->capture_default_str();
+  sub->add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
+      ->capture_default_str();
+}
+
+void add_read_options(CLI::App* sub, ReadFlags& f) {
+  sub->add_option("--db", f.db, "SQLite database file to read")->capture_default_str();
+  sub->add_option("--csv", f.csv, "Read a directory of wattscope CSV files instead");
+  sub->add_flag("--json", f.json, "Print JSON instead of text");
+}
+
+SessionOptions session_options(const RecordFlags& f, const std::vector<std::string>& command) {
+  SessionOptions o;
+  o.command = command;
+  if (!f.task.empty()) {
+    o.task = f.task;
+  } else if (!command.empty()) {
+    const std::string& c = command.front();
+    o.task = c.substr(c.find_last_of('/') == std::string::npos ? 0 : c.find_last_of('/') + 1);
+  } else {
+    o.task = "record";
+  }
+  try {
+    validate_task_name(o.task);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--task: {}", e.what()));
+  }
+  try {
+    o.interval = parse_duration(f.interval);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--interval: {}", e.what()));
+  }
+  if (o.interval < std::chrono::microseconds(100))
+    throw UsageError(fmt::format("--interval {} is below the 100us minimum", f.interval));
+  try {
+    o.commit = parse_commit_every(f.commit_every);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  try {
+    if (!f.no_db) o.stores.push_back(parse_store(f.db));
+    if (!f.csv.empty()) o.stores.push_back({StoreSpec::Kind::Csv, f.csv});
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--db: {}", e.what()));
+  }
+  if (o.stores.empty()) throw UsageError("--no-db without --csv would store nothing; add --csv DIR");
+  for (const auto& t : f.tags) {
+    auto eq = t.find('=');
+    if (eq == std::string::npos || eq == 0) throw UsageError(fmt::format("--tag '{}': expected KEY=VALUE", t));
+    o.tags[t.substr(0, eq)] = t.substr(eq + 1);
+  }
+  o.procfs_root = f.procfs_root;
+  o.sysfs_root = f.sysfs_root;
+  o.gpus = f.gpus;
+  return o;
+}
+
+bool g_quiet = false;  // set once from -q before any command runs
+
+void print_summary(const Session& s, const RunInfo& run) {
+  if (!g_quiet) std::fputs(("wattscope: " + run_text(run, s.store_names())).c_str(), stderr);
+  if (!s.all_stored()) spdlog::error("some samples could not be stored; see the errors above");
+}
+
+int cmd_run(const RecordFlags& f, const std::vector<std::string>& command) {
+  if (command.empty()) throw UsageError("no command to run; usage: wattscope run [OPTIONS] -- CMD [ARGS...]");
+  SessionOptions opts = session_options(f, command);
+  std::string path;
+  try {
+    path = resolve_command(command.front());
+  } catch (const CommandError& e) {
+    spdlog::error("{}", e.what());
+    return e.exit_code;
+  }
+  block_control_signals();
+  Session session(opts);
+  try {
+    session.open();
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kRunOwnError;
+  }
+  session.start();
+  ChildResult child;
+  try {
+    child = wait_child(spawn_child(path, command));
+  } catch (const CommandError& e) {
+    spdlog::error("{}", e.what());
+    child.exit_code = e.exit_code;
+  }
+  RunInfo run = session.finish(child.exit_code);
+  print_summary(session, run);
+  if (!session.all_stored()) return child.exit_code ? child.exit_code : kRunOwnError;
+  return child.exit_code;
+}
+
+int cmd_record(const RecordFlags& f) {
+  SessionOptions opts = session_options(f, {});
+  std::optional<std::chrono::nanoseconds> duration;
+  if (!f.duration.empty()) {
+    try {
+      duration = parse_duration(f.duration);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(fmt::format("--duration: {}", e.what()));
+    }
+  }
+  block_control_signals();
+  Session session(opts);
+  session.open();
+  if (!duration) spdlog::info("recording run {} until Ctrl-C or SIGTERM", session.run().run_id);
+  session.start();
+  std::optional<int> sig = wait_for_stop(duration);
+  RunInfo run = session.finish(sig ? 128 + *sig : 0);
+  print_summary(session, run);
+  return session.all_stored() ? 0 : 1;
+}
+
+std::unique_ptr<StoreReader> reader_for(const ReadFlags& f) {
+  try {
+    return open_reader(f.csv.empty() ? parse_store(f.db) : StoreSpec{StoreSpec::Kind::Csv, f.csv});
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
+int cmd_list(const ReadFlags& f) {
+  auto store = reader_for(f);
+  auto runs = store->runs();
+  if (f.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& r : runs) arr.push_back(run_json(r));
+    std::cout << arr.dump(2) << "\n";
+  } else if (runs.empty()) {
+    std::cout << store->describe() << " holds no runs yet\n";
+  } else {
+    std::cout << runs_table(runs);
+  }
+  return 0;
+}
+
+int cmd_show(const ReadFlags& f) {
+  auto store = reader_for(f);
+  RunInfo run = resolve_run(*store, f.run);
+  if (f.json) std::cout << run_json(run).dump(2) << "\n";
+  else std::cout << run_text(run);
+  return 0;
+}
+
+}  // namespace
+
+int run_app(int argc, char** argv) {
+  CLI::App app{"wattscope: energy and performance monitor for AI workloads.\n"
+               "Records GPU and CPU power, energy, utilisation, memory, temperature and clocks, tied to a task."};
+  app.name("wattscope");
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("wattscope ") + kVersion);
+  int verbose = 0;
+  bool quiet = false;
+  app.add_flag("-v,--verbose", verbose, "More detail on stderr");
+  app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
+  app.footer(
+      "Examples:\n"
+      "  wattscope run --task bert-lr3e-4 -- python train.py   # record a training run into wattscope.db\n"
+      "  wattscope list                                        # runs in wattscope.db\n"
+      "  wattscope show --json                                 # the latest run as JSON\n"
+      "Run 'wattscope COMMAND --help' for a command's options.");
+
+  RecordFlags run_flags;
+  std::vector<std::string> command;
+  auto* run = app.add_subcommand("run", "Run a command and record the machine while it runs");
+  add_record_options(run, run_flags);
+  // prefix_command: everything from the first word that is not one of run's options (or after --) is the command,
+  // so the command's own flags (python train.py --lr 3e-4) are never taken for wattscope's.
+  run->prefix_command();
+  run->footer(
+      "Examples:\n"
+      "  wattscope run --task bert-lr3e-4 -- python train.py --lr 3e-4\n"
+      "  wattscope run --interval 100ms --csv results/ -- ./benchmark.sh\n"
+      "The exit status is the command's (128+N if a signal N ended it, 127 if it was not found);\n"
+      "125 means wattscope itself failed. SIGINT, SIGTERM and SIGHUP are passed on to the command.");
+
+  RecordFlags rec_flags;
+  auto* record = app.add_subcommand("record", "Record the machine until stopped (Ctrl-C / SIGTERM) or for --duration");
+  add_record_options(record, rec_flags);
+  record->add_option("--duration,-d", rec_flags.duration, "Stop after this long, e.g. 30s, 10m");
+  record->footer("Example:\n  wattscope record --task idle-baseline --duration 5m --interval 250ms");
+
+  ReadFlags list_flags;
+  auto* list = app.add_subcommand("list", "List the runs in a store");
+  add_read_options(list, list_flags);
+  list->footer("Examples:\n  wattscope list\n  wattscope list --db lab.db --json");
+
+  ReadFlags show_flags;
+  auto* show = app.add_subcommand("show", "Show one run's summary (the latest when RUN is omitted)");
+  add_read_options(show, show_flags);
+  show->add_option("run", show_flags.run, "Run id, or a unique prefix or suffix of it");
+  show->footer("Examples:\n  wattscope show\n  wattscope show 20261121-1203 --json");
+
+  // `run ... -- CMD ARGS`: everything after the first "--" is the command, whatever it looks like. CLI11 2.1's
+  // prefix_command mishandles "--", so the split is made here and only the part before it is parsed.
+  std::vector<char*> own_args(argv, argv + argc);
+  bool had_separator = false;
+  for (size_t i = 1; i < own_args.size(); ++i) {
+    if (std::string_view(own_args[i]) == "--") {
+      for (size_t k = i + 1; k < own_args.size(); ++k) command.emplace_back(own_args[k]);
+      own_args.resize(i);
+      had_separator = true;
+      break;
+    }
+  }
+  auto* active = static_cast<CLI::App*>(nullptr);
+  try {
+    app.parse(static_cast<int>(own_args.size()), own_args.data());
+    for (auto* s : {run, record, list, show})
+      if (s->parsed()) active = s;
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::string where;
+    for (auto* s : {run, record, list, show})
+      if (s->parsed()) where = std::string(s->get_name()) + " ";
+    std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s--help' for usage.\n", e.what(), where.c_str());
+    return run->parsed() ? kRunOwnError : kUsageError;
+  }
+  init_logging(quiet ? -1 : verbose);
+  g_quiet = quiet;
+  if (run->parsed()) {
+    // prefix_command leaves everything after the first positional word (or after --) unparsed: that is the command.
+    auto rest = run->remaining();
+    if (!rest.empty()) {
+      if (had_separator || rest.front().starts_with("-")) {
+        std::string joined;
+        for (const auto& r : rest) joined += (joined.empty() ? "" : " ") + r;
+        std::fprintf(stderr, "wattscope: error: unknown option or argument before '--': %s\n"
+                             "Run 'wattscope run --help' for usage.\n", joined.c_str());
+        return kRunOwnError;
+      }
+      command = rest;
+    }
+  }
+  try {
+    if (active == run) return cmd_run(run_flags, command);
+    if (active == record) return cmd_record(rec_flags);
+    if (active == list) return cmd_list(list_flags);
+    if (active == show) return cmd_show(show_flags);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s --help' for usage.\n", e.what(),
+                 active ? active->get_name().c_str() : "");
+    return active == run ? kRunOwnError : kUsageError;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return active == run ? kRunOwnError : 1;
+  }
+  return kUsageError;
+}
+
+}  // namespace wattscope

@@ -1,0 +1,63 @@
+// One recording: sources → sampler → accounting → bus → sinks, from start to a finalised run row.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "accounting/accounting.hpp"
+#include "core/duration.hpp"
+#include "core/schema.hpp"
+#include "sampler/sampler.hpp"
+#include "sinks/sink_writer.hpp"
+#include "sinks/store.hpp"
+#include "sources/source.hpp"
+
+namespace wattscope {
+
+struct SessionOptions {
+  std::string task;
+  std::vector<std::string> command;  // empty for `record`
+  std::chrono::nanoseconds interval = std::chrono::seconds(1);
+  std::vector<StoreSpec> stores;
+  CommitPolicy commit;
+  std::string procfs_root = "/proc";
+  std::string sysfs_root = "/sys";
+  std::string gpus;  // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
+  std::map<std::string, std::string> tags;
+};
+
+// Every source this build knows, in sampling order. Adding a backend is one line here.
+std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts);
+
+class Session {
+ public:
+  explicit Session(SessionOptions opts);
+  ~Session();
+  // Opens sources and stores, writes the run row. Throws std::runtime_error with a fix-it message.
+  void open();
+  void start();
+  // Stops sampling, drains every store, finalises the run row. Safe to call once.
+  RunInfo finish(std::optional<int64_t> exit_status);
+  const RunInfo& run() const { return run_; }
+  const SamplerStats* sampler_stats() const { return sampler_ ? &sampler_->stats() : nullptr; }
+  std::vector<std::string> store_names() const;
+  bool all_stored() const { return all_stored_; }
+  RunSummary summary() const { return acc_->summary(); }
+
+ private:
+  SessionOptions opts_;
+  RunInfo run_;
+  std::vector<std::unique_ptr<Source>> sources_;
+  std::shared_ptr<std::vector<GpuDevice>> devices_;
+  std::unique_ptr<Accounting> acc_;
+  std::vector<std::unique_ptr<SinkWriter>> writers_;
+  std::unique_ptr<Sampler> sampler_;
+  bool all_stored_ = true;
+  bool finished_ = false;
+};
+
+}  // namespace wattscope

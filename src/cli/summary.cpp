@@ -1,0 +1,112 @@
+#include "cli/summary.hpp"
+
+#include <fmt/format.h>
+
+#include "core/duration.hpp"
+#include "core/text.hpp"
+#include "core/time_util.hpp"
+
+namespace wattscope {
+
+namespace {
+nlohmann::json parse_or_empty(const std::string& text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  return j.is_discarded() || !j.is_object() ? nlohmann::json::object() : j;
+}
+double num(const nlohmann::json& j, const char* key, double fallback = 0) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+}
+bool has_num(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number();
+}
+}  // namespace
+
+nlohmann::json run_json(const RunInfo& r) {
+  const nlohmann::json s = parse_or_empty(r.summary);
+  nlohmann::json j;
+  j["run_id"] = r.run_id;
+  j["task"] = r.task;
+  j["command"] = r.command;
+  j["host"] = r.host;
+  j["cpu_model"] = r.cpu_model;
+  j["start"] = iso_utc_ms(r.start_ms);
+  j["end"] = r.end_ms ? nlohmann::json(iso_utc_ms(*r.end_ms)) : nlohmann::json();
+  j["duration_s"] = r.duration_s() ? nlohmann::json(*r.duration_s()) : nlohmann::json();
+  j["exit_status"] = r.exit_status ? nlohmann::json(*r.exit_status) : nlohmann::json();
+  j["samples"] = r.samples;
+  j["interval_s"] = r.interval_ms / 1000.0;
+  j["skipped_ticks"] = s.value("skipped_ticks", 0);
+  j["finished"] = r.end_ms.has_value();
+  j["cpu"] = s.value("cpu", nlohmann::json::object());
+  j["gpus"] = s.value("gpus", nlohmann::json::array());
+  j["total_energy_j"] = r.total_energy_j ? nlohmann::json(*r.total_energy_j) : nlohmann::json();
+  j["events"] = s.value("events", 0);
+  j["tags"] = parse_or_empty(r.tags);
+  j["wattscope_version"] = r.version;
+  return j;
+}
+
+std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
+  const nlohmann::json s = parse_or_empty(r.summary);
+  std::string out = fmt::format("run {}  task {}", r.run_id, r.task);
+  if (r.exit_status) out += fmt::format("  exit {}", *r.exit_status);
+  else if (!r.end_ms) out += "  (not finished: still running, or wattscope was killed)";
+  out += "\n";
+  if (!r.command.empty()) out += fmt::format("  command   {}\n", r.command);
+  out += fmt::format("  host      {}{}\n", r.host, r.cpu_model.empty() ? "" : " · " + r.cpu_model);
+  out += fmt::format("  started   {}\n", iso_utc_ms(r.start_ms));
+  const int64_t skipped = s.value("skipped_ticks", int64_t{0});
+  out += fmt::format("  duration  {} · {} samples every {}{}\n",
+                     r.duration_s() ? fmt::format("{:.2f} s", *r.duration_s()) : "?", r.samples,
+                     format_duration(std::chrono::nanoseconds(static_cast<int64_t>(r.interval_ms * 1e6))),
+                     skipped ? fmt::format(" ({} late ticks skipped)", skipped) : "");
+  const auto cpu = s.value("cpu", nlohmann::json::object());
+  std::string cpu_line = "  CPU      ";
+  cpu_line += has_num(cpu, "avg_util_pct")
+                  ? fmt::format(" util avg {:.1f} % · peak {:.1f} %", num(cpu, "avg_util_pct"), num(cpu, "peak_util_pct"))
+                  : " util not measured";
+  if (has_num(cpu, "peak_mem_used_bytes"))
+    cpu_line += fmt::format(" · memory peak {} of {}", format_bytes(num(cpu, "peak_mem_used_bytes")),
+                            format_bytes(num(cpu, "mem_total_bytes")));
+  out += cpu_line + "\n";
+  for (const auto& g : s.value("gpus", nlohmann::json::array())) {
+    std::string line = fmt::format("  GPU {:<5} {}", g.value("index", 0), g.value("name", std::string("?")));
+    if (has_num(g, "energy_j"))
+      line += fmt::format(" · {} [{}]", format_energy(num(g, "energy_j")), g.value("energy_method", std::string()));
+    else line += " · energy not measured";
+    if (has_num(g, "avg_power_w"))
+      line += fmt::format(" · power avg {:.1f} W peak {:.1f} W", num(g, "avg_power_w"), num(g, "peak_power_w"));
+    if (has_num(g, "avg_util_pct")) line += fmt::format(" · util {:.1f} %", num(g, "avg_util_pct"));
+    if (has_num(g, "peak_mem_used_bytes"))
+      line += fmt::format(" · mem peak {}", format_bytes(num(g, "peak_mem_used_bytes")));
+    if (g.value("lost", false)) line += " · LOST during the run";
+    out += line + "\n";
+  }
+  if (r.total_energy_j) out += fmt::format("  energy    {} total\n", format_energy(*r.total_energy_j));
+  else out += "  energy    not measured (no GPU or power counter found; 'wattscope doctor' says why)\n";
+  if (!stores.empty()) {
+    std::string joined;
+    for (const auto& st : stores) joined += (joined.empty() ? "" : " · ") + st;
+    out += fmt::format("  stored    {}\n", joined);
+  }
+  return out;
+}
+
+std::string runs_table(const std::vector<RunInfo>& runs) {
+  std::string out = fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}\n", "RUN", "TASK", "START (UTC)",
+                                "DURATION", "SAMPLES", "EXIT", "ENERGY (J)");
+  for (const auto& r : runs) {
+    std::string task = r.task.size() > 24 ? r.task.substr(0, 23) + "…" : r.task;
+    std::string start = iso_utc_ms(r.start_ms).substr(0, 19);
+    start[10] = ' ';
+    out += fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}\n", r.run_id, task, start,
+                       r.duration_s() ? fmt::format("{:.1f} s", *r.duration_s()) : "running?", r.samples,
+                       r.exit_status ? std::to_string(*r.exit_status) : "-",
+                       r.total_energy_j ? fmt::format("{:.1f}", *r.total_energy_j) : "-");
+  }
+  return out;
+}
+
+}  // namespace wattscope

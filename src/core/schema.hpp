@@ -1,0 +1,96 @@
+// The one schema every store shares. SQLite, CSV and MySQL derive their tables, column names and column order from
+// these definitions, so the stores cannot drift apart (the original design's rule: CSV and SQL aligned).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/frame.hpp"
+
+namespace wattscope {
+
+inline constexpr int kSchemaVersion = 1;
+
+enum class ColType { Int, Real, Text };
+
+struct Column {
+  std::string_view name;
+  ColType type;
+};
+
+struct Table {
+  std::string_view name;
+  std::span<const Column> columns;
+  std::span<const std::string_view> primary_key;
+  std::span<const std::string_view> index;  // extra "samples of a run in time order" index; may be empty
+};
+
+enum class TableId : size_t { Runs, GpuDevices, CpuSamples, CpuCoreSamples, GpuSamples, Events, Count };
+inline constexpr size_t kTableCount = static_cast<size_t>(TableId::Count);
+
+const Table& table(TableId id);
+std::span<const Table> all_tables();
+std::optional<TableId> table_by_name(std::string_view name);
+
+// A cell. string_view cells point at strings that outlive the batch (run id, device names); owned text uses string.
+using Value = std::variant<std::monostate, int64_t, double, std::string_view, std::string>;
+
+inline bool is_null(const Value& v) { return std::holds_alternative<std::monostate>(v); }
+std::string_view value_text(const Value& v);  // for Text cells; "" otherwise
+std::optional<double> value_real(const Value& v);
+std::optional<int64_t> value_int(const Value& v);
+
+// Rows of one table, stored flat: cells.size() == rows * columns.
+struct TableRows {
+  TableId table = TableId::Runs;
+  std::vector<Value> cells;
+  size_t columns() const;
+  size_t rows() const { return columns() ? cells.size() / columns() : 0; }
+};
+
+// Sample rows of every table for one commit.
+struct RowBatch {
+  std::array<TableRows, kTableCount> tables;
+  RowBatch();
+  size_t sample_rows() const;  // rows of the *_samples tables and events
+  void clear();
+  bool empty() const { return sample_rows() == 0; }
+};
+
+struct RunInfo {
+  std::string run_id;
+  std::string task;
+  std::string command;
+  std::string host;
+  std::string cpu_model;
+  int64_t start_ms = 0;
+  std::optional<int64_t> end_ms;
+  std::optional<int64_t> exit_status;
+  double interval_ms = 0;
+  int64_t samples = 0;
+  std::optional<double> total_energy_j;
+  std::string tags = "{}";     // JSON object
+  std::string version;
+  std::string summary = "{}";  // JSON object, see accounting::RunSummary::to_json
+  std::optional<double> duration_s() const;
+};
+
+void append_run_row(const RunInfo& run, TableRows& out);
+RunInfo run_from_row(std::span<const Value> row);
+void append_device_row(std::string_view run_id, const GpuDevice& dev, TableRows& out);
+GpuDevice device_from_row(std::span<const Value> row);
+
+// Appends every sample row a frame produces. `devices` gives uuid/name per gpu_index; they must outlive `out`.
+void append_frame_rows(std::string_view run_id, const Frame& frame, const std::vector<GpuDevice>& devices,
+                       RowBatch& out);
+
+// A fresh run id: start time plus 32 random bits, e.g. 20261121-120301-3f9a1c2b. Unique across hosts in practice.
+std::string new_run_id(int64_t start_ms);
+
+}  // namespace wattscope

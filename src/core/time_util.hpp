@@ -1,0 +1,16 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace wattscope {
+
+int64_t wall_now_ms();
+// 2026-11-21T12:03:01.250Z
+std::string iso_utc_ms(int64_t ts_ms);
+// 20261121T120301Z: for file names.
+std::string compact_utc(int64_t ts_ms);
+// Parses what iso_utc_ms writes (milliseconds optional). Returns false on anything else.
+bool parse_iso_utc_ms(const std::string& text, int64_t& ts_ms);
+
+}  // namespace wattscope

@@ -1,0 +1,125 @@
+#include "sinks/csv/csv_reader.hpp"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace wattscope {
+
+CsvReader::CsvReader(const std::string& path) : path_(path) {
+  f_ = std::fopen(path.c_str(), "rb");
+  if (!f_) throw std::runtime_error(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+}
+CsvReader::~CsvReader() {
+  if (f_) std::fclose(f_);
+}
+int CsvReader::get() {
+  int c = std::getc(f_);
+  if (c == '\n') ++line_;
+  return c;
+}
+
+bool CsvReader::next(std::vector<std::string>& fields, std::vector<bool>& quoted) {
+  fields.clear();
+  quoted.clear();
+  record_line_ = line_;
+  int c = get();
+  if (c == EOF) return false;
+  std::string cur;
+  bool in_quotes = false, was_quoted = false;
+  for (;; c = get()) {
+    if (in_quotes) {
+      if (c == EOF) throw std::runtime_error(fmt::format("{}:{}: unterminated quoted field", path_, record_line_));
+      if (c == '"') {
+        int n = std::getc(f_);
+        if (n == '"') {
+          cur.push_back('"');
+        } else {
+          in_quotes = false;
+          if (n != EOF) std::ungetc(n, f_);
+        }
+      } else {
+        cur.push_back(static_cast<char>(c));
+      }
+      continue;
+    }
+    if (c == '"' && cur.empty() && !was_quoted) {
+      in_quotes = was_quoted = true;
+    } else if (c == ',') {
+      fields.push_back(std::move(cur));
+      quoted.push_back(was_quoted);
+      cur.clear();
+      was_quoted = false;
+    } else if (c == '\n' || c == EOF) {
+      if (!cur.empty() && cur.back() == '\r') cur.pop_back();
+      fields.push_back(std::move(cur));
+      quoted.push_back(was_quoted);
+      return true;
+    } else {
+      if (was_quoted)
+        throw std::runtime_error(fmt::format("{}:{}: text after a closing quote", path_, record_line_));
+      cur.push_back(static_cast<char>(c));
+    }
+  }
+}
+
+void read_table_csv(const std::string& path, TableId id, const std::function<void(std::span<const Value>)>& fn) {
+  const Table& t = table(id);
+  CsvReader in(path);
+  std::vector<std::string> fields;
+  std::vector<bool> quoted;
+  if (!in.next(fields, quoted)) throw std::runtime_error(fmt::format("{}: empty file, expected a header line", path));
+  // Map schema columns to file positions; a missing column is an error, an extra one is ignored.
+  std::vector<int> pos(t.columns.size(), -1);
+  for (size_t i = 0; i < fields.size(); ++i)
+    for (size_t c = 0; c < t.columns.size(); ++c)
+      if (fields[i] == t.columns[c].name) pos[c] = static_cast<int>(i);
+  for (size_t c = 0; c < t.columns.size(); ++c)
+    if (pos[c] < 0)
+      throw std::runtime_error(fmt::format("{}:1: column '{}' is missing from the header of this {} file", path,
+                                           t.columns[c].name, t.name));
+  const size_t width = fields.size();
+  std::vector<Value> row(t.columns.size());
+  while (in.next(fields, quoted)) {
+    if (fields.size() == 1 && fields[0].empty() && !quoted[0]) continue;  // blank line
+    if (fields.size() != width)
+      throw std::runtime_error(
+          fmt::format("{}:{}: {} fields, the header has {}", path, in.line(), fields.size(), width));
+    for (size_t c = 0; c < t.columns.size(); ++c) {
+      const std::string& s = fields[static_cast<size_t>(pos[c])];
+      const bool q = quoted[static_cast<size_t>(pos[c])];
+      if (s.empty() && !q) {
+        row[c] = Value();
+        continue;
+      }
+      switch (t.columns[c].type) {
+        case ColType::Text: row[c] = Value(s); break;
+        case ColType::Int: {
+          int64_t v = 0;
+          auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+          if (ec != std::errc() || end != s.data() + s.size())
+            throw std::runtime_error(fmt::format("{}:{}: column '{}': '{}' is not an integer", path, in.line(),
+                                                 t.columns[c].name, s));
+          row[c] = Value(v);
+          break;
+        }
+        case ColType::Real: {
+          double v = 0;
+          auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+          if (ec != std::errc() || end != s.data() + s.size())
+            throw std::runtime_error(
+                fmt::format("{}:{}: column '{}': '{}' is not a number", path, in.line(), t.columns[c].name, s));
+          row[c] = Value(v);
+          break;
+        }
+      }
+    }
+    fn(row);
+  }
+}
+
+}  // namespace wattscope

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <cstdio>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/schema.hpp"
+
+namespace wattscope {
+
+// Streams an RFC 4180 file. Errors name the file and line.
+class CsvReader {
+ public:
+  explicit CsvReader(const std::string& path);
+  ~CsvReader();
+  CsvReader(const CsvReader&) = delete;
+  CsvReader& operator=(const CsvReader&) = delete;
+  bool next(std::vector<std::string>& fields, std::vector<bool>& quoted);
+  size_t line() const { return record_line_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  int get();
+  std::FILE* f_ = nullptr;
+  std::string path_;
+  size_t line_ = 1;
+  size_t record_line_ = 0;
+};
+
+// Reads a wattscope table file: checks the header against the schema and converts cells to typed values.
+// fn gets each row; throws std::runtime_error "FILE:LINE: problem" on a missing column or a broken row.
+void read_table_csv(const std::string& path, TableId table, const std::function<void(std::span<const Value>)>& fn);
+
+}  // namespace wattscope

@@ -1,0 +1,176 @@
+#include "sinks/csv/csv_store.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/text.hpp"
+#include "core/time_util.hpp"
+#include "sinks/csv/csv_reader.hpp"
+
+namespace wattscope {
+
+namespace fs = std::filesystem;
+
+void append_csv_cell(std::string& out, const Value& v) {
+  if (auto* i = std::get_if<int64_t>(&v)) {
+    fmt::format_to(std::back_inserter(out), "{}", *i);
+  } else if (auto* d = std::get_if<double>(&v)) {
+    fmt::format_to(std::back_inserter(out), "{}", *d);  // fmt: locale-independent, shortest round-trip
+  } else if (!is_null(v)) {
+    std::string_view s = value_text(v);
+    // A quoted empty string is text; an unquoted empty cell is a missing value.
+    if (s.empty() || s.find_first_of(",\"\r\n") != std::string_view::npos || s.front() == ' ' || s.back() == ' ') {
+      out.push_back('"');
+      for (char c : s) {
+        if (c == '"') out.push_back('"');
+        out.push_back(c);
+      }
+      out.push_back('"');
+    } else {
+      out += s;
+    }
+  }
+}
+
+std::string csv_file_name(const RunInfo& run, TableId t) {
+  // {task}_{start}_{id suffix}: the run id's random part keeps two runs of one task in the same second apart.
+  const std::string_view id = run.run_id;
+  const std::string_view suffix = id.size() > 8 ? id.substr(id.size() - 8) : id;
+  return fmt::format("{}_{}_{}_{}.csv", file_safe(run.task), compact_utc(run.start_ms), file_safe(suffix),
+                     table(t).name);
+}
+
+namespace {
+
+std::string header(const Table& t) {
+  std::string h;
+  for (size_t i = 0; i < t.columns.size(); ++i) h += fmt::format("{}{}", i ? "," : "", t.columns[i].name);
+  h.push_back('\n');
+  return h;
+}
+
+class CsvSink final : public Sink {
+ public:
+  explicit CsvSink(std::string dir) : dir_(std::move(dir)) {}
+  ~CsvSink() override {
+    for (auto* f : files_)
+      if (f) std::fclose(f);
+  }
+  std::string describe() const override { return fmt::format("CSV {}/", dir_); }
+
+  void begin_run(const RunInfo& run) override {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    if (ec || ::access(dir_.c_str(), W_OK) != 0)
+      throw std::runtime_error(fmt::format("cannot write CSV files in '{}': {}; pass --csv with a writable directory",
+                                           dir_, ec ? ec.message() : std::strerror(errno)));
+    run_ = run;
+    write_runs_file(run);
+  }
+
+  void write(const RowBatch& batch) override {
+    for (const auto& rows : batch.tables) {
+      if (rows.cells.empty()) continue;
+      const size_t idx = static_cast<size_t>(rows.table);
+      std::FILE*& f = files_[idx];
+      if (!f) f = open_table(rows.table);
+      buf_.clear();
+      const size_t ncol = rows.columns();
+      for (size_t i = 0; i < rows.cells.size(); ++i) {
+        append_csv_cell(buf_, rows.cells[i]);
+        buf_.push_back((i + 1) % ncol == 0 ? '\n' : ',');
+      }
+      if (std::fwrite(buf_.data(), 1, buf_.size(), f) != buf_.size() || std::fflush(f) != 0)
+        throw std::runtime_error(fmt::format("writing {}: {}", path(rows.table), std::strerror(errno)));
+    }
+  }
+
+  void end_run(const RunInfo& run) override { write_runs_file(run); }
+
+ private:
+  std::string path(TableId t) const { return dir_ + "/" + csv_file_name(run_, t); }
+
+  std::FILE* open_table(TableId t) {
+    const std::string p = path(t);
+    struct stat sb {};
+    const bool exists = ::stat(p.c_str(), &sb) == 0 && sb.st_size > 0;
+    std::FILE* f = std::fopen(p.c_str(), "ab");
+    if (!f) throw std::runtime_error(fmt::format("cannot open '{}': {}", p, std::strerror(errno)));
+    if (!exists) std::fputs(header(table(t)).c_str(), f);
+    return f;
+  }
+
+  void write_runs_file(const RunInfo& run) {
+    TableRows rows;
+    rows.table = TableId::Runs;
+    append_run_row(run, rows);
+    std::string text = header(table(TableId::Runs));
+    for (size_t i = 0; i < rows.cells.size(); ++i) {
+      append_csv_cell(text, rows.cells[i]);
+      text.push_back(i + 1 == rows.cells.size() ? '\n' : ',');
+    }
+    const std::string final_path = path(TableId::Runs);
+    const std::string tmp = final_path + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw std::runtime_error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+    if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), final_path.c_str()) != 0)
+      throw std::runtime_error(fmt::format("cannot write '{}': {}", final_path, std::strerror(errno)));
+  }
+
+  std::string dir_;
+  RunInfo run_;
+  std::array<std::FILE*, kTableCount> files_{};
+  std::string buf_;
+};
+
+class CsvDirReader final : public StoreReader {
+ public:
+  explicit CsvDirReader(std::string dir) : dir_(std::move(dir)) {
+    if (!fs::is_directory(dir_))
+      throw std::runtime_error(fmt::format("'{}' is not a directory of wattscope CSV files", dir_));
+  }
+  std::string describe() const override { return fmt::format("CSV {}/", dir_); }
+
+  std::vector<RunInfo> runs() override {
+    std::vector<RunInfo> out;
+    for (const auto& entry : fs::directory_iterator(dir_)) {
+      const std::string name = entry.path().filename().string();
+      if (name.size() < 9 || name.substr(name.size() - 9) != "_runs.csv") continue;
+      read_table_csv(entry.path().string(), TableId::Runs,
+                     [&](std::span<const Value> row) { out.push_back(run_from_row(row)); });
+    }
+    std::sort(out.begin(), out.end(), [](const RunInfo& a, const RunInfo& b) {
+      return a.start_ms != b.start_ms ? a.start_ms < b.start_ms : a.run_id < b.run_id;
+    });
+    return out;
+  }
+
+  void scan(TableId t, const RunInfo& run, const RowFn& fn) override {
+    const std::string p = dir_ + "/" + csv_file_name(run, t);
+    if (!fs::exists(p)) return;  // a table with no rows for this run has no file
+    read_table_csv(p, t, [&](std::span<const Value> row) {
+      if (value_text(row[0]) == run.run_id) fn(row);
+    });
+  }
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> make_csv_sink(const std::string& dir) { return std::make_unique<CsvSink>(dir); }
+std::unique_ptr<StoreReader> make_csv_reader(const std::string& dir) { return std::make_unique<CsvDirReader>(dir); }
+
+}  // namespace wattscope

@@ -1,0 +1,18 @@
+// CSV: one file per table kind and run, named {task}_{start}_{table}.csv, columns named and ordered like the SQL
+// tables. Missing values are empty cells. The runs file is rewritten atomically at start and end.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "sinks/sink.hpp"
+
+namespace wattscope {
+
+std::unique_ptr<Sink> make_csv_sink(const std::string& dir);
+std::unique_ptr<StoreReader> make_csv_reader(const std::string& dir);
+std::string csv_file_name(const RunInfo& run, TableId table);
+// Appends one CSV cell (RFC 4180 quoting, classic-locale numbers, shortest round-trip doubles).
+void append_csv_cell(std::string& out, const Value& v);
+
+}  // namespace wattscope

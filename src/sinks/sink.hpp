@@ -1,0 +1,37 @@
+// Stores: a Sink writes one run (on its writer thread), a StoreReader reads runs back. Both speak in schema rows.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/schema.hpp"
+
+namespace wattscope {
+
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  virtual std::string describe() const = 0;  // "sqlite wattscope.db", for messages and the summary
+  // Called once on the starting thread; throws std::runtime_error with a fix-it message when the store is unusable.
+  virtual void begin_run(const RunInfo& run) = 0;
+  // One batch, one transaction. Throws on failure; the caller keeps the batch and retries, so nothing is lost.
+  virtual void write(const RowBatch& batch) = 0;
+  // Writes the final runs row (end time, exit status, totals).
+  virtual void end_run(const RunInfo& run) = 0;
+};
+
+using RowFn = std::function<void(std::span<const Value>)>;
+
+class StoreReader {
+ public:
+  virtual ~StoreReader() = default;
+  virtual std::string describe() const = 0;
+  virtual std::vector<RunInfo> runs() = 0;  // oldest first
+  // Every row of `table` for the run, in key order (time order for samples).
+  virtual void scan(TableId table, const RunInfo& run, const RowFn& fn) = 0;
+};
+
+}  // namespace wattscope

@@ -1,0 +1,49 @@
+#include "sinks/store.hpp"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "sinks/csv/csv_store.hpp"
+#include "sinks/sqlite/sqlite_store.hpp"
+
+namespace wattscope {
+
+StoreSpec parse_store(std::string_view text) {
+  if (text.empty()) throw std::invalid_argument("empty store name; pass a SQLite file path or csv:DIR");
+  if (text.starts_with("mysql://") || text.starts_with("mariadb://"))
+    throw std::invalid_argument(fmt::format(
+        "'{}': this build has no MySQL/MariaDB store yet; use a SQLite file (--db PATH) or --csv DIR", text));
+  if (text.starts_with("csv:")) return {StoreSpec::Kind::Csv, std::string(text.substr(4))};
+  if (text.starts_with("sqlite:")) return {StoreSpec::Kind::Sqlite, std::string(text.substr(7))};
+  if (auto p = text.find("://"); p != std::string_view::npos)
+    throw std::invalid_argument(fmt::format("'{}': unknown store scheme '{}'", text, text.substr(0, p)));
+  return {StoreSpec::Kind::Sqlite, std::string(text)};
+}
+
+std::unique_ptr<Sink> open_sink(const StoreSpec& spec) {
+  return spec.kind == StoreSpec::Kind::Csv ? make_csv_sink(spec.location) : make_sqlite_sink(spec.location);
+}
+
+std::unique_ptr<StoreReader> open_reader(const StoreSpec& spec) {
+  return spec.kind == StoreSpec::Kind::Csv ? make_csv_reader(spec.location) : make_sqlite_reader(spec.location);
+}
+
+RunInfo resolve_run(StoreReader& store, std::string_view id) {
+  auto runs = store.runs();
+  if (runs.empty()) throw std::runtime_error(fmt::format("{} holds no runs yet", store.describe()));
+  if (id.empty() || id == "latest") return runs.back();
+  std::vector<const RunInfo*> matches;
+  for (const auto& r : runs) {
+    if (r.run_id == id) return r;
+    if (r.run_id.starts_with(id) || r.run_id.ends_with(id)) matches.push_back(&r);
+  }
+  if (matches.size() == 1) return *matches[0];
+  if (matches.empty())
+    throw std::runtime_error(fmt::format("no run '{}' in {}; 'wattscope list' shows the runs", id, store.describe()));
+  std::string names;
+  for (size_t i = 0; i < matches.size() && i < 5; ++i) names += fmt::format("{}{}", i ? ", " : "", matches[i]->run_id);
+  throw std::runtime_error(fmt::format("'{}' matches {} runs ({}); give more of the id", id, matches.size(), names));
+}
+
+}  // namespace wattscope

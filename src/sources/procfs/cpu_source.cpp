@@ -1,0 +1,207 @@
+#include "sources/procfs/cpu_source.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/schema.hpp"
+
+namespace wattscope {
+
+namespace {
+
+// Reads an unsigned decimal and advances; /proc/stat fields are plain non-negative integers.
+uint64_t next_u64(std::string_view line, size_t& pos, bool& ok) {
+  while (pos < line.size() && line[pos] == ' ') ++pos;
+  if (pos >= line.size() || line[pos] < '0' || line[pos] > '9') {
+    ok = false;
+    return 0;
+  }
+  uint64_t v = 0;
+  while (pos < line.size() && line[pos] >= '0' && line[pos] <= '9') v = v * 10 + static_cast<uint64_t>(line[pos++] - '0');
+  return v;
+}
+
+bool parse_cpu_line(std::string_view line, size_t pos, CpuTimes& t) {
+  // user nice system idle iowait irq softirq steal [guest guest_nice]; kernels before 2.6.11 stop after irq/softirq.
+  uint64_t f[8] = {};
+  int n = 0;
+  for (; n < 8; ++n) {
+    bool ok = true;
+    f[n] = next_u64(line, pos, ok);
+    if (!ok) break;
+  }
+  if (n < 4) return false;
+  const uint64_t idle = f[3] + f[4];
+  t.busy = f[0] + f[1] + f[2] + f[5] + f[6] + f[7];
+  t.total = t.busy + idle;
+  return true;
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return {};
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+bool parse_proc_stat(std::string_view text, ProcStat& out) {
+  out.cores.clear();
+  bool have_total = false;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    if (line.size() < 4 || line.substr(0, 3) != "cpu") {
+      if (have_total) break;  // the cpu lines come first and together
+      continue;
+    }
+    if (line[3] == ' ') {
+      have_total = parse_cpu_line(line, 3, out.total);
+    } else {
+      size_t pos = 3;
+      bool ok = true;
+      uint64_t idx = next_u64(line, pos, ok);
+      CpuTimes t;
+      if (!ok || !parse_cpu_line(line, pos, t)) continue;
+      // Offline CPUs are absent from /proc/stat; keep positions stable by index.
+      if (idx >= out.cores.size()) out.cores.resize(idx + 1);
+      out.cores[idx] = t;
+    }
+  }
+  return have_total;
+}
+
+bool parse_meminfo(std::string_view text, int64_t& total_bytes, int64_t& available_bytes) {
+  total_bytes = available_bytes = -1;
+  int64_t free_kb = -1, buffers_kb = 0, cached_kb = 0;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(start, end - start);
+    start = end + 1;
+    size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string_view key = line.substr(0, colon);
+    size_t pos = colon + 1;
+    bool ok = true;
+    auto kb = static_cast<int64_t>(next_u64(line, pos, ok));
+    if (!ok) continue;
+    if (key == "MemTotal") total_bytes = kb * 1024;
+    else if (key == "MemAvailable") available_bytes = kb * 1024;
+    else if (key == "MemFree") free_kb = kb;
+    else if (key == "Buffers") buffers_kb = kb;
+    else if (key == "Cached") cached_kb = kb;
+  }
+  // Kernels before 3.14 have no MemAvailable; free + buffers + cache is the classic approximation.
+  if (available_bytes < 0 && free_kb >= 0) available_bytes = (free_kb + buffers_kb + cached_kb) * 1024;
+  return total_bytes > 0 && available_bytes >= 0;
+}
+
+std::string parse_cpu_model(std::string_view cpuinfo) {
+  for (std::string_view key : {"model name", "Processor", "cpu model", "Model"}) {
+    size_t start = 0;
+    while (start < cpuinfo.size()) {
+      size_t end = cpuinfo.find('\n', start);
+      if (end == std::string_view::npos) end = cpuinfo.size();
+      std::string_view line = cpuinfo.substr(start, end - start);
+      start = end + 1;
+      if (line.substr(0, key.size()) != key) continue;
+      size_t colon = line.find(':');
+      if (colon == std::string_view::npos) continue;
+      std::string_view v = line.substr(colon + 1);
+      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
+      if (!v.empty()) return std::string(v);
+    }
+  }
+  return {};
+}
+
+OptF util_between(const CpuTimes& a, const CpuTimes& b) {
+  if (b.total <= a.total || b.busy < a.busy) return std::nullopt;
+  double pct = 100.0 * static_cast<double>(b.busy - a.busy) / static_cast<double>(b.total - a.total);
+  return pct > 100.0 ? 100.0 : pct;
+}
+
+ProcfsCpuSource::ProcfsCpuSource(std::string procfs_root) : root_(std::move(procfs_root)) {}
+
+ProcfsCpuSource::~ProcfsCpuSource() {
+  if (stat_fd_ >= 0) ::close(stat_fd_);
+  if (meminfo_fd_ >= 0) ::close(meminfo_fd_);
+}
+
+bool ProcfsCpuSource::read_fd(int fd, std::string& buf) noexcept {
+  // procfs files are regenerated on each read from offset 0; pread keeps the fd open across ticks.
+  buf.resize(buf.capacity() < 4096 ? 4096 : buf.capacity());
+  size_t len = 0;
+  for (;;) {
+    ssize_t n = ::pread(fd, buf.data() + len, buf.size() - len, static_cast<off_t>(len));
+    if (n < 0) return false;
+    if (n == 0) break;
+    len += static_cast<size_t>(n);
+    if (len == buf.size()) buf.resize(buf.size() * 2);
+  }
+  buf.resize(len);
+  return true;
+}
+
+bool ProcfsCpuSource::open() {
+  stat_fd_ = ::open((root_ + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  meminfo_fd_ = ::open((root_ + "/meminfo").c_str(), O_RDONLY | O_CLOEXEC);
+  if (stat_fd_ < 0) {
+    status_ = fmt::format("missing: cannot open {}/stat; CPU utilisation will not be recorded (is --procfs-root right?)",
+                          root_);
+  } else if (read_fd(stat_fd_, buf_) && parse_proc_stat(buf_, prev_)) {
+    have_prev_ = true;
+  }
+  if (meminfo_fd_ < 0) status_ += fmt::format("{}missing: cannot open {}/meminfo", status_.empty() ? "" : "; ", root_);
+  if (status_.empty()) status_ = fmt::format("ok: {} logical CPUs", prev_.cores.size());
+  return stat_fd_ >= 0 || meminfo_fd_ >= 0;
+}
+
+void ProcfsCpuSource::sample(Frame& frame) noexcept {
+  try {
+    if (stat_fd_ >= 0 && read_fd(stat_fd_, buf_) && parse_proc_stat(buf_, cur_)) {
+      if (have_prev_) {
+        frame.cpu.util_pct = util_between(prev_.total, cur_.total);
+        frame.cpu.core_util_pct.resize(cur_.cores.size());
+        for (size_t i = 0; i < cur_.cores.size(); ++i)
+          frame.cpu.core_util_pct[i] =
+              i < prev_.cores.size() ? util_between(prev_.cores[i], cur_.cores[i]) : OptF{};
+      }
+      std::swap(prev_, cur_);
+      have_prev_ = true;
+    }
+    int64_t total = 0, avail = 0;
+    if (meminfo_fd_ >= 0 && read_fd(meminfo_fd_, buf_) && parse_meminfo(buf_, total, avail)) {
+      frame.cpu.mem_total_bytes = total;
+      frame.cpu.mem_used_bytes = total - avail;
+    }
+  } catch (...) {
+    // Allocation failure is the only thing that can throw here; the tick keeps what it has.
+  }
+}
+
+void ProcfsCpuSource::describe(RunInfo& run) const {
+  run.cpu_model = parse_cpu_model(read_small_file(root_ + "/cpuinfo"));
+  std::string host = read_small_file(root_ + "/sys/kernel/hostname");
+  while (!host.empty() && (host.back() == '\n' || host.back() == ' ')) host.pop_back();
+  if (host.empty()) {
+    char buf[256] = {};
+    if (::gethostname(buf, sizeof buf - 1) == 0) host = buf;
+  }
+  run.host = host;
+}
+
+}  // namespace wattscope

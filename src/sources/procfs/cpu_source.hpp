@@ -1,0 +1,52 @@
+// CPU utilisation (total and per core) from /proc/stat deltas and memory from /proc/meminfo, under a configurable root.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sources/source.hpp"
+
+namespace wattscope {
+
+struct CpuTimes {
+  uint64_t busy = 0;   // user+nice+system+irq+softirq+steal (guest time is already inside user/nice)
+  uint64_t total = 0;  // busy + idle + iowait
+};
+
+struct ProcStat {
+  CpuTimes total;
+  std::vector<CpuTimes> cores;
+};
+
+// Pure parsers, exposed for fixture tests. Return false when the text has no usable "cpu" / MemTotal line.
+bool parse_proc_stat(std::string_view text, ProcStat& out);
+bool parse_meminfo(std::string_view text, int64_t& total_bytes, int64_t& available_bytes);
+std::string parse_cpu_model(std::string_view cpuinfo);
+// busy share of the interval in percent; missing when no time passed.
+OptF util_between(const CpuTimes& before, const CpuTimes& after);
+
+class ProcfsCpuSource final : public Source {
+ public:
+  explicit ProcfsCpuSource(std::string procfs_root);
+  ~ProcfsCpuSource() override;
+  std::string_view name() const override { return "procfs"; }
+  bool open() override;
+  void sample(Frame& frame) noexcept override;
+  std::string status() const override { return status_; }
+  void describe(RunInfo& run) const override;
+
+ private:
+  bool read_fd(int fd, std::string& buf) noexcept;
+  std::string root_;
+  std::string status_;
+  int stat_fd_ = -1;
+  int meminfo_fd_ = -1;
+  std::string buf_;
+  ProcStat prev_;
+  ProcStat cur_;
+  bool have_prev_ = false;
+};
+
+}  // namespace wattscope
