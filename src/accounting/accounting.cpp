@@ -108,6 +108,11 @@ void Accounting::process(Frame& f) {
     energy(s, f, energy_[s.gpu_index]);
     for (auto& g : summary_.gpus) {
       if (g.device.gpu_index != s.gpu_index) continue;
+      if (g.samples == 0) {  // static facts the first answered tick settles
+        if (!g.device.mem_total_bytes) g.device.mem_total_bytes = s.mem_total_bytes;
+        if (!g.device.power_limit_w) g.device.power_limit_w = s.power_limit_w;
+        if (s.power_source) g.device.power_source = s.power_source;
+      }
       g.samples++;
       if (s.energy_j) g.energy_j = *s.energy_j;
       g.power_w.add(s.power_w);

@@ -45,6 +45,7 @@ struct GpuSample {
   OptI pstate;
   OptF power_limit_w;
   OptI throttle_reasons;  // NVML clock-event reason bit mask
+  const char* power_source = nullptr;  // static string naming where power_w came from
 };
 
 struct Event {

@@ -1,0 +1,91 @@
+// NVIDIA GPUs through NVML (dlopen'ed at run time). Devices are enumerated once; each tick makes one call per
+// supported metric per device. A metric that answers NOT_SUPPORTED is switched off for that device on the spot
+// (probed once, never retried); a device that answers GPU_IS_LOST or UNKNOWN is marked lost with an event and the
+// others go on. Slow calls (PCIe throughput blocks ~20 ms) run on their own thread, never on the tick.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sources/nvml/gpu_selection.hpp"
+#include "sources/nvml/nvml_loader.hpp"
+#include "sources/source.hpp"
+
+namespace wattscope {
+
+class NvmlSource final : public Source {
+ public:
+  struct Options {
+    std::string library_path;  // WATTSCOPE_NVML_LIBRARY, or empty for the system library
+    GpuSelection selection;
+    std::chrono::nanoseconds slow_period = std::chrono::seconds(1);
+    // Reads WATTSCOPE_NVML_LIBRARY and CUDA_VISIBLE_DEVICES. Throws std::invalid_argument on a bad --gpus.
+    static Options from_env(const std::string& gpus_flag);
+  };
+
+  // Per-tick metrics, each switched off per device once it answers NOT_SUPPORTED.
+  enum Metric : size_t {
+    mFieldValues, mPowerUsage, mEnergy, mUtil, mMemory, mTempGpu, mClockSm, mClockGfx, mClockMem, mPcieWidth,
+    mPcieWidthMax, mFan, mPstate, mPowerLimit, mClockEvents, mPcieThroughput, kMetricCount
+  };
+  static const char* metric_name(Metric m);
+
+  explicit NvmlSource(Options opts);
+  ~NvmlSource() override;
+  std::string_view name() const override { return "nvml"; }
+  bool open() override;
+  void sample(Frame& frame) noexcept override;
+  std::string status() const override { return status_; }
+  std::vector<GpuDevice> devices() const override;
+  void describe(RunInfo& run) const override;
+  // What doctor prints: library, versions, devices and which metrics each supports.
+  nlohmann::json report() const;
+
+ private:
+  struct Slow {  // written by the slow thread, read by the tick
+    std::mutex mu;
+    OptI tx, rx;
+    SteadyClock::time_point at{};
+    bool lost = false;  // mirror of Dev::lost for the slow thread
+  };
+  struct Dev {
+    nvml::Device handle = nullptr;
+    GpuDevice info;
+    std::array<bool, kMetricCount> on{};
+    bool mem_v2 = true;
+    std::vector<unsigned int> fields;  // field ids still requested
+    OptI pcie_width_max;               // static: read on the first tick only
+    bool lost = false;
+    std::unique_ptr<Slow> slow = std::make_unique<Slow>();
+  };
+  // Classifies a return code: true when the value may be used. Switches the metric off on NOT_SUPPORTED and
+  // friends, marks the device lost on GPU_IS_LOST / UNKNOWN.
+  bool ok(Dev& d, Metric m, nvml::Return rc, Frame& frame);
+  void sample_device(Dev& d, Frame& frame);
+  void slow_loop();
+
+  Options opts_;
+  std::unique_ptr<nvml::Library> lib_;
+  bool initialised_ = false;
+  std::string status_;
+  std::string driver_version_;
+  std::string nvml_version_;
+  int devices_found_ = 0;
+  std::vector<Dev> devs_;
+  std::thread slow_thread_;
+  std::mutex slow_mu_;
+  std::condition_variable slow_cv_;
+  bool slow_stop_ = false;
+  std::atomic<bool> slow_wanted_{false};
+};
+
+}  // namespace wattscope

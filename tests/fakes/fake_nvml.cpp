@@ -1,0 +1,272 @@
+// A stand-in libnvidia-ml.so for tests and the --simulate demo. It exports the NVML entry points from the same
+// X-macro list the loader uses, and answers from a scenario file (WATTSCOPE_FAKE_NVML_SCENARIO, JSON):
+//
+//   {"driver_version": "550.54.15", "nvml_version": "12.550.54.15", "init_error": 0,
+//    "devices": [{"name": "...", "uuid": "GPU-...", "pci_bus_id": "...", "max_clock_sm_mhz": 1980,
+//                 "max_clock_mem_mhz": 2619, "lost_at_tick": 5, "unsupported": ["fan_pct"],
+//                 "metrics": {"power_mw": 250000, "util_gpu": [10, 20, 30], ...}}]}
+//
+// A metric's value is chosen by how many times that metric was asked for on that device (k, from 0) or by the
+// seconds since nvmlInit (t):  number (constant) | [list] (k-th, last repeats) | {"linear": [a, b]} (a + b*k) |
+// {"sine": {"base", "amp", "period_s"}} (of t) | {"sine_integral": {...}} (the exact integral of that sine over
+// [0, t], for an energy counter in mJ that matches a power trace in mW). A metric that is absent or listed in
+// "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k = lost_at_tick on, every per-tick call on that device
+// answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count of every entry point is written as JSON to
+// WATTSCOPE_FAKE_NVML_CALLS, if set.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sources/nvml/nvml_api.hpp"
+
+using namespace wattscope::nvml;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr Return kArgumentVersionMismatch = 25;
+
+struct FakeDevice {
+  json spec;
+  std::map<std::string, long long> calls;  // per metric
+};
+
+struct State {
+  std::mutex mu;
+  bool initialised = false;
+  json scenario;
+  std::vector<FakeDevice> devices;
+  std::map<std::string, long long> symbol_calls;
+  double t0 = 0;
+} g;
+
+double now_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+void count_call(const char* symbol) {
+  std::lock_guard lock(g.mu);
+  g.symbol_calls[symbol]++;
+}
+
+FakeDevice* dev(Device d) {
+  auto* p = reinterpret_cast<FakeDevice*>(d);
+  for (auto& fd : g.devices)
+    if (&fd == p) return p;
+  return nullptr;
+}
+
+double eval(const json& v, long long k, double t) {
+  if (v.is_number()) return v.get<double>();
+  if (v.is_array()) return v.empty() ? 0 : v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))].get<double>();
+  if (v.contains("linear")) return v["linear"][0].get<double>() + v["linear"][1].get<double>() * static_cast<double>(k);
+  const double two_pi = 2 * M_PI;
+  if (v.contains("sine")) {
+    const auto& s = v["sine"];
+    return s["base"].get<double>() + s["amp"].get<double>() * std::sin(two_pi * t / s["period_s"].get<double>());
+  }
+  if (v.contains("sine_integral")) {
+    const auto& s = v["sine_integral"];
+    const double p = s["period_s"].get<double>();
+    return s["base"].get<double>() * t + s["amp"].get<double>() * p / two_pi * (1 - std::cos(two_pi * t / p));
+  }
+  return 0;
+}
+
+// The value of a per-tick metric, advancing its call count; NOT_SUPPORTED / GPU_IS_LOST as the scenario says.
+Return metric(Device d, const std::string& name, double& out) {
+  std::lock_guard lock(g.mu);
+  if (!g.initialised) return kErrorUninitialized;
+  FakeDevice* fd = dev(d);
+  if (!fd) return kErrorInvalidArgument;
+  const long long k = fd->calls[name]++;
+  if (fd->spec.contains("lost_at_tick") && k >= fd->spec["lost_at_tick"].get<long long>()) return kErrorGpuIsLost;
+  if (fd->spec.contains("unsupported"))
+    for (const auto& u : fd->spec["unsupported"])
+      if (u.get<std::string>() == name) return kErrorNotSupported;
+  const json& m = fd->spec.value("metrics", json::object());
+  if (!m.contains(name)) return kErrorNotSupported;
+  out = eval(m[name], k, now_s() - g.t0);
+  return kSuccess;
+}
+
+template <typename T>
+Return metric_to(Device d, const std::string& name, T* out) {
+  if (!out) return kErrorInvalidArgument;
+  double v = 0;
+  Return rc = metric(d, name, v);
+  if (rc == kSuccess) *out = static_cast<T>(std::llround(v));
+  return rc;
+}
+
+Return copy_string(const std::string& s, char* buf, unsigned int len) {
+  if (!buf) return kErrorInvalidArgument;
+  if (s.size() + 1 > len) return kErrorInsufficientSize;
+  std::memcpy(buf, s.c_str(), s.size() + 1);
+  return kSuccess;
+}
+
+Return static_string(Device d, const char* key, char* buf, unsigned int len) {
+  std::lock_guard lock(g.mu);
+  FakeDevice* fd = dev(d);
+  if (!fd) return kErrorInvalidArgument;
+  if (!fd->spec.contains(key)) return kErrorNotSupported;
+  return copy_string(fd->spec[key].get<std::string>(), buf, len);
+}
+
+// ---- implementations, one per entry-point member ----
+namespace impl {
+Return init() {
+  std::lock_guard lock(g.mu);
+  const char* path = std::getenv("WATTSCOPE_FAKE_NVML_SCENARIO");
+  if (!path) return kErrorDriverNotLoaded;
+  std::ifstream in(path);
+  if (!in) return kErrorDriverNotLoaded;
+  g.scenario = json::parse(in, nullptr, false);
+  if (g.scenario.is_discarded()) return kErrorUnknown;
+  if (int e = g.scenario.value("init_error", 0)) return e;
+  g.devices.clear();
+  for (const auto& d : g.scenario.value("devices", json::array())) g.devices.push_back({d, {}});
+  g.initialised = true;
+  g.t0 = now_s();
+  return kSuccess;
+}
+Return shutdown() {
+  std::lock_guard lock(g.mu);
+  if (const char* out = std::getenv("WATTSCOPE_FAKE_NVML_CALLS")) {
+    json j = g.symbol_calls;
+    std::ofstream(out) << j.dump(2);
+  }
+  g.initialised = false;
+  return kSuccess;
+}
+Return system_driver_version(char* buf, unsigned int len) {
+  std::lock_guard lock(g.mu);
+  return copy_string(g.scenario.value("driver_version", std::string("0.0")), buf, len);
+}
+Return system_nvml_version(char* buf, unsigned int len) {
+  std::lock_guard lock(g.mu);
+  return copy_string(g.scenario.value("nvml_version", std::string("0.0")), buf, len);
+}
+Return device_count(unsigned int* n) {
+  std::lock_guard lock(g.mu);
+  if (!g.initialised) return kErrorUninitialized;
+  if (!n) return kErrorInvalidArgument;
+  *n = static_cast<unsigned int>(g.devices.size());
+  return kSuccess;
+}
+Return device_by_index(unsigned int i, Device* d) {
+  std::lock_guard lock(g.mu);
+  if (!g.initialised) return kErrorUninitialized;
+  if (!d || i >= g.devices.size()) return kErrorInvalidArgument;
+  *d = reinterpret_cast<Device>(&g.devices[i]);
+  return kSuccess;
+}
+Return device_name(Device d, char* buf, unsigned int len) { return static_string(d, "name", buf, len); }
+Return device_uuid(Device d, char* buf, unsigned int len) { return static_string(d, "uuid", buf, len); }
+Return device_pci_info(Device d, PciInfo* p) {
+  if (!p) return kErrorInvalidArgument;
+  std::memset(p, 0, sizeof *p);
+  Return rc = static_string(d, "pci_bus_id", p->busId, sizeof p->busId);
+  if (rc == kSuccess) std::snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%.15s", p->busId + 4);
+  return rc;
+}
+Return device_max_clock(Device d, int type, unsigned int* mhz) {
+  std::lock_guard lock(g.mu);
+  FakeDevice* fd = dev(d);
+  if (!fd || !mhz) return kErrorInvalidArgument;
+  const char* key = type == kClockSm ? "max_clock_sm_mhz" : type == kClockMem ? "max_clock_mem_mhz" : "max_clock_gfx_mhz";
+  if (!fd->spec.contains(key)) return kErrorNotSupported;
+  *mhz = fd->spec[key].get<unsigned int>();
+  return kSuccess;
+}
+Return device_memory_v2(Device d, MemoryV2* m) {
+  if (!m) return kErrorInvalidArgument;
+  if (m->version != kMemoryV2Version) return kArgumentVersionMismatch;
+  unsigned long long used = 0, total = 0;
+  Return rc = metric_to(d, "mem_used_bytes", &used);
+  if (rc != kSuccess) return rc;
+  if ((rc = metric_to(d, "mem_total_bytes", &total)) != kSuccess) return rc;
+  m->used = used;
+  m->total = total;
+  m->reserved = 0;
+  m->free = total - used;
+  return kSuccess;
+}
+Return device_memory(Device d, Memory* m) {
+  if (!m) return kErrorInvalidArgument;
+  Return rc = metric_to(d, "mem_used_bytes", &m->used);
+  if (rc != kSuccess) return rc;
+  if ((rc = metric_to(d, "mem_total_bytes", &m->total)) != kSuccess) return rc;
+  m->free = m->total - m->used;
+  return kSuccess;
+}
+Return device_power_usage(Device d, unsigned int* mw) { return metric_to(d, "power_mw", mw); }
+Return device_total_energy(Device d, unsigned long long* mj) { return metric_to(d, "energy_mj", mj); }
+Return device_utilization(Device d, Utilization* u) {
+  if (!u) return kErrorInvalidArgument;
+  Return rc = metric_to(d, "util_gpu", &u->gpu);
+  return rc == kSuccess ? metric_to(d, "util_mem", &u->memory) : rc;
+}
+Return device_temperature(Device d, int sensor, unsigned int* c) {
+  return sensor == kTemperatureGpu ? metric_to(d, "temp_gpu", c) : kErrorInvalidArgument;
+}
+Return device_clock(Device d, int type, unsigned int* mhz) {
+  const char* name = type == kClockSm ? "clock_sm" : type == kClockMem ? "clock_mem" : "clock_gfx";
+  return metric_to(d, name, mhz);
+}
+Return device_pcie_width(Device d, unsigned int* w) { return metric_to(d, "pcie_width", w); }
+Return device_pcie_width_max(Device d, unsigned int* w) { return metric_to(d, "pcie_width_max", w); }
+Return device_pcie_throughput(Device d, int counter, unsigned int* kbs) {
+  return metric_to(d, counter == kPcieUtilTx ? "pcie_tx_kbs" : "pcie_rx_kbs", kbs);
+}
+Return device_fan(Device d, unsigned int* pct) { return metric_to(d, "fan_pct", pct); }
+Return device_pstate(Device d, int* p) { return metric_to(d, "pstate", p); }
+Return device_enforced_power_limit(Device d, unsigned int* mw) { return metric_to(d, "power_limit_mw", mw); }
+Return device_clock_events(Device d, unsigned long long* mask) { return metric_to(d, "clock_events", mask); }
+Return device_field_values(Device d, int count, FieldValue* values) {
+  if (!values || count <= 0) return kErrorInvalidArgument;
+  {
+    std::lock_guard lock(g.mu);
+    if (!dev(d)) return kErrorInvalidArgument;
+  }
+  for (int i = 0; i < count; ++i) {
+    FieldValue& f = values[i];
+    const char* name = f.fieldId == kFieldPowerInstant   ? "power_instant_mw"
+                       : f.fieldId == kFieldPowerAverage ? "power_avg_mw"
+                       : f.fieldId == kFieldMemoryTemp   ? "temp_mem"
+                                                         : nullptr;
+    double v = 0;
+    f.nvmlReturn = name ? metric(d, name, v) : kErrorNotSupported;
+    if (f.nvmlReturn == kErrorGpuIsLost) return kErrorGpuIsLost;
+    f.valueType = kValueUInt;
+    f.value.uiVal = static_cast<unsigned int>(std::llround(v));
+    f.timestamp = static_cast<long long>(now_s() * 1e6);
+    f.latencyUsec = 0;
+  }
+  return kSuccess;
+}
+}  // namespace impl
+
+}  // namespace
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+#define FAKE_X1(member, need, params, args, sym) \
+  FAKE_EXPORT Return sym params {                \
+    count_call(#sym);                               \
+    return impl::member args;                    \
+  }
+#define FAKE_X2(member, need, params, args, newest, older) \
+  FAKE_X1(member, need, params, args, newest)              \
+  FAKE_X1(member, need, params, args, older)
+WATTSCOPE_NVML_ENTRY_POINTS(FAKE_X1, FAKE_X2)
