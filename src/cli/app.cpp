@@ -283,6 +283,19 @@ int run_app(int argc, char** argv) {
       if (s->parsed()) active = s;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    // The first word that is not a global flag names the command; CLI11 only says "a subcommand is required".
+    for (size_t i = 1; i < own_args.size(); ++i) {
+      std::string_view word = own_args[i];
+      if (word.starts_with("-")) continue;
+      bool known = false;
+      for (auto* s : {run, record, list, show}) known = known || s->get_name() == word;
+      if (!known) {
+        std::fprintf(stderr, "wattscope: error: unknown command '%s'; the commands are run, record, list, show\n"
+                             "Run 'wattscope --help' for usage.\n", own_args[i]);
+        return kUsageError;
+      }
+      break;
+    }
     std::string where;
     for (auto* s : {run, record, list, show})
       if (s->parsed()) where = std::string(s->get_name()) + " ";

@@ -1,0 +1,248 @@
+// The real wattscope binary, real child processes, real SQLite and CSV files.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/support.hpp"
+
+using namespace wstest;
+using json = nlohmann::json;
+
+namespace {
+// No NVML in these tests: the CPU path alone, whatever the machine has.
+const std::map<std::string, std::string> kNoGpu = {{"WATTSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1"}};
+
+std::vector<std::string> ws(std::vector<std::string> args) {
+  args.insert(args.begin(), wattscope());
+  return args;
+}
+}  // namespace
+
+TEST(Run, SleepTwoSecondsAt100msStoresAboutTwentyRows) {
+  TempDir dir;
+  auto r = run(ws({"run", "--task", "t", "--interval", "100ms", "--", "sleep", "2"}), kNoGpu, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string db = dir / "wattscope.db";
+  auto n = std::stoi(scalar(db, "SELECT count(*) FROM cpu_samples c JOIN runs r USING (run_id) WHERE r.task='t'"));
+  EXPECT_GE(n, 19);
+  EXPECT_LE(n, 21);
+  EXPECT_EQ(scalar(db, "SELECT samples FROM runs"), std::to_string(n));
+  EXPECT_EQ(scalar(db, "SELECT exit_status FROM runs"), "0");
+  EXPECT_EQ(scalar(db, "SELECT command FROM runs"), "sleep 2");
+  // Timestamps 100 ms apart on the grid (ms rounding and scheduling jitter allowed).
+  auto rows = query(db, "SELECT ts_ms FROM cpu_samples ORDER BY tick");
+  const int64_t first = std::stoll(*rows.front()[0]), last = std::stoll(*rows.back()[0]);
+  EXPECT_NEAR(static_cast<double>(last - first), 100.0 * (static_cast<double>(rows.size()) - 1), 60.0);
+  EXPECT_NE(r.err.find("samples every 100ms"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no NVIDIA GPU"), std::string::npos) << r.err;
+}
+
+TEST(Run, ExitStatusIsTheChilds) {
+  TempDir dir;
+  EXPECT_EQ(run(ws({"run", "--", "sh", "-c", "exit 3"}), kNoGpu, dir.path()).exit_code, 3);
+  EXPECT_EQ(run(ws({"run", "--", "sh", "-c", "kill -TERM $$"}), kNoGpu, dir.path()).exit_code, 128 + SIGTERM);
+  EXPECT_EQ(run(ws({"run", "--", "sh", "-c", "kill -KILL $$"}), kNoGpu, dir.path()).exit_code, 128 + SIGKILL);
+  auto nf = run(ws({"run", "--", "no-such-command-xyz"}), kNoGpu, dir.path());
+  EXPECT_EQ(nf.exit_code, 127);
+  EXPECT_NE(nf.err.find("command not found: 'no-such-command-xyz'"), std::string::npos) << nf.err;
+  write_file(dir / "noexec.sh", "#!/bin/sh\n");
+  EXPECT_EQ(run(ws({"run", "--", dir / "noexec.sh"}), kNoGpu, dir.path()).exit_code, 126);
+  // The statuses are stored with the runs.
+  auto st = query(dir / "wattscope.db", "SELECT exit_status FROM runs ORDER BY start_ms");
+  ASSERT_EQ(st.size(), 3u);  // not-found and not-executable commands make no run
+  EXPECT_EQ(*st[0][0], "3");
+  EXPECT_EQ(*st[1][0], "143");
+  EXPECT_EQ(*st[2][0], "137");
+}
+
+TEST(Run, CommandArgumentsAreNotTakenForOptions) {
+  TempDir dir;
+  auto r = run(ws({"run", "--task", "x", "--", "sh", "-c", "test \"$1\" = --interval", "sh", "--interval"}), kNoGpu,
+               dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // Without --, the first non-option word starts the command.
+  auto r2 = run(ws({"run", "sh", "-c", "exit 4", "--help"}), kNoGpu, dir.path());
+  EXPECT_EQ(r2.exit_code, 4) << r2.err;
+  EXPECT_EQ(scalar(dir / "wattscope.db", "SELECT task FROM runs ORDER BY start_ms DESC LIMIT 1"), "sh");
+}
+
+TEST(Run, ForwardsSigtermAndFinalisesTheRun) {
+  TempDir dir;
+  // The child records that it got SIGTERM, then exits 42 itself: we see both the forwarding and the status.
+  const std::string script = "trap 'echo got-term > " + (dir / "term") + "; exit 42' TERM; sleep 30 & wait";
+  int pid = start(ws({"run", "--interval", "50ms", "--commit-every", "1000", "--", "sh", "-c", script}), kNoGpu,
+                  dir.path(), dir / "out", dir / "err");
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit(pid), 42) << read_file(dir / "err");
+  EXPECT_EQ(read_file(dir / "term"), "got-term\n");
+  const std::string db = dir / "wattscope.db";
+  EXPECT_EQ(scalar(db, "SELECT exit_status FROM runs"), "42");
+  EXPECT_NE(scalar(db, "SELECT end_ms FROM runs"), "");
+  // Every sample taken was flushed, although the commit threshold (1000 rows) was never reached.
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM cpu_samples"), scalar(db, "SELECT samples FROM runs"));
+  EXPECT_GE(std::stoi(scalar(db, "SELECT samples FROM runs")), 8);
+}
+
+TEST(Run, ChildKilledBySignalForwarded) {
+  TempDir dir;
+  int pid = start(ws({"run", "--interval", "100ms", "--", "sleep", "30"}), kNoGpu, dir.path(), dir / "out",
+                  dir / "err");
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  kill(pid, SIGINT);
+  EXPECT_EQ(wait_exit(pid), 128 + SIGINT);
+  EXPECT_EQ(scalar(dir / "wattscope.db", "SELECT exit_status FROM runs"), "130");
+}
+
+TEST(Run, CsvAndSqliteCopiesHoldTheSameRows) {
+  TempDir dir;
+  auto r = run(ws({"run", "--task", "both", "--interval", "50ms", "--csv", "out", "--", "sleep", "0.5"}), kNoGpu,
+               dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string db = dir / "wattscope.db";
+  std::string csv_file;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "out"))
+    if (e.path().filename().string().ends_with("_cpu_samples.csv")) csv_file = e.path().string();
+  ASSERT_FALSE(csv_file.empty());
+  EXPECT_EQ(std::filesystem::path(csv_file).filename().string().rfind("both_2", 0), 0u);
+  // Same rows: import the CSV into a scratch table and compare with EXCEPT both ways.
+  run({"/usr/bin/sqlite3", db, ".mode csv", ".import " + csv_file + " csv_cpu"});
+  const std::string cols = "run_id, tick, ts_ms, util_pct, mem_used_bytes, mem_total_bytes";
+  const std::string a = "SELECT " + cols + " FROM cpu_samples";
+  const std::string b = "SELECT run_id, CAST(tick AS INTEGER), CAST(ts_ms AS INTEGER), "
+                        "CASE util_pct WHEN '' THEN NULL ELSE CAST(util_pct AS REAL) END, "
+                        "CAST(mem_used_bytes AS INTEGER), CAST(mem_total_bytes AS INTEGER) FROM csv_cpu";
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM (" + a + " EXCEPT " + b + ")"), "0");
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM (" + b + " EXCEPT " + a + ")"), "0");
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM csv_cpu"), scalar(db, "SELECT count(*) FROM cpu_samples"));
+  // list/show read the CSV directory as a store too.
+  auto shown = run(ws({"show", "--csv", "out", "--json"}), {}, dir.path());
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_EQ(json::parse(shown.out)["samples"], std::stoi(scalar(db, "SELECT count(*) FROM cpu_samples")));
+}
+
+TEST(Run, NoDbWithCsvOnly) {
+  TempDir dir;
+  auto r = run(ws({"run", "--no-db", "--csv", "c", "--", "true"}), kNoGpu, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "wattscope.db"));
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "c"));
+}
+
+TEST(Show, JsonReportsWhatTheRunDid) {
+  TempDir dir;
+  ASSERT_EQ(run(ws({"run", "--task", "first", "--", "true"}), kNoGpu, dir.path()).exit_code, 0);
+  ASSERT_EQ(run(ws({"run", "--task", "second", "--interval", "100ms", "--tag", "lr=3e-4", "--", "sh", "-c",
+                    "sleep 0.35; exit 5"}),
+                kNoGpu, dir.path())
+                .exit_code,
+            5);
+  auto r = run(ws({"show", "--json"}), {}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = json::parse(r.out);
+  for (const char* key : {"run_id", "task", "command", "host", "start", "end", "duration_s", "exit_status", "samples",
+                          "interval_s", "gpus", "total_energy_j", "cpu"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  EXPECT_EQ(j["task"], "second");
+  EXPECT_EQ(j["exit_status"], 5);
+  EXPECT_EQ(j["interval_s"], 0.1);
+  EXPECT_EQ(j["command"], "sh -c 'sleep 0.35; exit 5'");
+  EXPECT_GE(j["samples"].get<int>(), 3);
+  EXPECT_LE(j["samples"].get<int>(), 6);
+  EXPECT_GT(j["duration_s"].get<double>(), 0.3);
+  EXPECT_TRUE(j["total_energy_j"].is_null());  // nothing measured energy here: null, not 0
+  EXPECT_EQ(j["tags"]["lr"], "3e-4");
+  EXPECT_TRUE(j["end"].get<std::string>().ends_with("Z"));
+  // By id prefix, and the list.
+  auto first_id = json::parse(run(ws({"list", "--json"}), {}, dir.path()).out)[0]["run_id"].get<std::string>();
+  auto by_id = json::parse(run(ws({"show", first_id.substr(0, 20), "--json"}), {}, dir.path()).out);
+  EXPECT_EQ(by_id["task"], "first");
+  auto text = run(ws({"list"}), {}, dir.path());
+  EXPECT_NE(text.out.find("second"), std::string::npos);
+  auto missing = run(ws({"show", "nope"}), {}, dir.path());
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("no run 'nope'"), std::string::npos) << missing.err;
+}
+
+TEST(Record, ForADuration) {
+  TempDir dir;
+  auto r = run(ws({"record", "--task", "idle", "--duration", "500ms", "--interval", "100ms"}), kNoGpu, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto n = std::stoi(scalar(dir / "wattscope.db", "SELECT count(*) FROM cpu_samples"));
+  EXPECT_GE(n, 4);
+  EXPECT_LE(n, 7);
+  EXPECT_EQ(scalar(dir / "wattscope.db", "SELECT task FROM runs"), "idle");
+}
+
+TEST(Record, UntilSigterm) {
+  TempDir dir;
+  int pid = start(ws({"record", "--interval", "100ms"}), kNoGpu, dir.path(), dir / "out", dir / "err");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit(pid), 0);
+  const std::string db = dir / "wattscope.db";
+  EXPECT_EQ(scalar(db, "SELECT exit_status FROM runs"), "143");
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM cpu_samples"), scalar(db, "SELECT samples FROM runs"));
+}
+
+struct BadInput {
+  std::vector<std::string> args;
+  std::string needle;
+};
+void PrintTo(const BadInput& b, std::ostream* os) {
+  for (const auto& a : b.args) *os << (a.size() > 20 ? a.substr(0, 20) + "..." : a) << ' ';
+}
+
+class Errors : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(Errors, OneClearLineAndNonZeroExit) {
+  TempDir dir;
+  auto r = run(ws(GetParam().args), kNoGpu, dir.path());
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find(GetParam().needle), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Aborted"), std::string::npos);
+  // No run was left half-written.
+  if (std::filesystem::exists(dir / "wattscope.db")) {
+    EXPECT_EQ(scalar(dir / "wattscope.db", "SELECT count(*) FROM runs WHERE end_ms IS NULL"), "0");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cli, Errors,
+    ::testing::Values(BadInput{{"run", "--bogus", "--", "true"}, "--bogus"},
+                      BadInput{{"run", "--interval", "abc", "--", "true"}, "--interval: 'abc'"},
+                      BadInput{{"run", "--interval", "0", "--", "true"}, "--interval: '0'"},
+                      BadInput{{"run", "--interval", "-5ms", "--", "true"}, "--interval: '-5ms'"},
+                      BadInput{{"run", "--interval", "1ns", "--", "true"}, "minimum"},
+                      BadInput{{"run", "--db", "/nonexistent/dir/w.db", "--", "true"}, "cannot open SQLite"},
+                      BadInput{{"run", "--task", std::string(200, 'x'), "--", "true"}, "limit is 128 bytes"},
+                      BadInput{{"run", "--task", "a\x1b[31mred", "--", "true"}, "control character"},
+                      BadInput{{"run"}, "no command to run"},
+                      BadInput{{"run", "--"}, "no command to run"},
+                      BadInput{{"run", "--commit-every", "sometimes", "--", "true"}, "--commit-every"},
+                      BadInput{{"run", "--tag", "novalue", "--", "true"}, "KEY=VALUE"},
+                      BadInput{{"run", "--db", "mysql://u@h/db", "--", "true"}, "MySQL"},
+                      BadInput{{"run", "--gpus", "first", "--", "true"}, "--gpus"},
+                      BadInput{{"record", "--duration", "forever"}, "--duration"},
+                      BadInput{{"show", "--db", "/nonexistent.db"}, "no database"},
+                      BadInput{{"frobnicate"}, "unknown command 'frobnicate'"}),
+    [](const ::testing::TestParamInfo<BadInput>& info) { return "case" + std::to_string(info.index); });
+
+TEST(Help, EveryCommandTeachesWithAnExample) {
+  for (const char* cmd : {"run", "record", "list", "show"}) {
+    auto r = run(ws({cmd, "--help"}));
+    EXPECT_EQ(r.exit_code, 0) << cmd;
+    EXPECT_NE(r.out.find("Example"), std::string::npos) << cmd << ": " << r.out;
+  }
+  auto top = run(ws({"--help"}));
+  EXPECT_EQ(top.exit_code, 0);
+  EXPECT_NE(top.out.find("wattscope run --task"), std::string::npos);
+  EXPECT_EQ(run(ws({"--version"})).exit_code, 0);
+}

@@ -1,0 +1,350 @@
+// The NVIDIA backend end to end: the real binary loads a fake libnvidia-ml.so through the production dlopen path.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/support.hpp"
+
+using namespace wstest;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int kTicks = 40;  // length of every scripted series; a run never takes more samples than this
+
+// Distinct values per device, metric and tick, so a value in the wrong row, column or device shows.
+json series(int dev, int metric, double scale = 1, double offset = 0) {
+  json a = json::array();
+  for (int k = 0; k < kTicks; ++k) a.push_back(offset + scale * ((dev * 37 + metric * 11 + k * 3) % 97));
+  return a;
+}
+
+json device(int i, std::vector<std::string> unsupported = {}) {
+  json m;
+  m["power_instant_mw"] = series(i, 1, 1000, 100000);
+  m["power_avg_mw"] = series(i, 2, 1000, 90000);
+  m["power_mw"] = series(i, 3, 1000, 80000);
+  json energy = json::array();
+  long long e = 1'000'000'000LL * (i + 1);
+  for (int k = 0; k < kTicks; ++k) energy.push_back(e += 1000 + k * 17 + i);
+  m["energy_mj"] = energy;
+  m["util_gpu"] = series(i, 4);
+  m["util_mem"] = series(i, 5);
+  m["mem_used_bytes"] = series(i, 6, 1 << 20);
+  m["mem_total_bytes"] = 85899345920LL;
+  m["temp_gpu"] = series(i, 7, 1, 20);
+  m["temp_mem"] = series(i, 8, 1, 30);
+  m["clock_sm"] = series(i, 9, 10, 500);
+  m["clock_gfx"] = series(i, 10, 10, 400);
+  m["clock_mem"] = series(i, 11, 10, 1000);
+  m["pcie_width"] = series(i, 12);
+  m["pcie_width_max"] = 16;
+  m["pcie_tx_kbs"] = 1000 + i;
+  m["pcie_rx_kbs"] = 2000 + i;
+  m["fan_pct"] = series(i, 13);
+  m["pstate"] = series(i, 14, 0, 2);
+  m["power_limit_mw"] = series(i, 15, 1000, 300000);
+  m["clock_events"] = series(i, 16, 1);
+  json d = {{"name", "NVIDIA H100 80GB HBM3"},
+            {"uuid", "GPU-" + std::to_string(1000 + i) + "-aaaa-bbbb"},
+            {"pci_bus_id", "00000000:" + std::to_string(10 + i) + ":00.0"},
+            {"max_clock_sm_mhz", 1980},
+            {"max_clock_mem_mhz", 2619},
+            {"metrics", m}};
+  if (!unsupported.empty()) d["unsupported"] = unsupported;
+  return d;
+}
+
+json scenario(int n) {
+  json s = {{"driver_version", "550.54.15"}, {"nvml_version", "12.550.54.15"}, {"devices", json::array()}};
+  for (int i = 0; i < n; ++i) s["devices"].push_back(device(i));
+  return s;
+}
+
+struct FakeRun {
+  TempDir dir;
+  Result result;
+  json calls;
+  std::string db() const { return dir / "wattscope.db"; }
+};
+
+std::unique_ptr<FakeRun> run_fake(const json& scen, std::vector<std::string> args,
+                                  std::map<std::string, std::string> env = {}, const std::string& variant = "") {
+  auto fr = std::make_unique<FakeRun>();
+  write_file(fr->dir / "scenario.json", scen.dump());
+  env.emplace("WATTSCOPE_NVML_LIBRARY", fake_nvml(variant));
+  env["WATTSCOPE_FAKE_NVML_SCENARIO"] = fr->dir / "scenario.json";
+  env["WATTSCOPE_FAKE_NVML_CALLS"] = fr->dir / "calls.json";
+  env.emplace("CUDA_VISIBLE_DEVICES", "\x01");
+  args.insert(args.begin(), wattscope());
+  fr->result = run(args, env, fr->dir.path());
+  std::string calls = read_file(fr->dir / "calls.json");
+  fr->calls = calls.empty() ? json::object() : json::parse(calls);
+  return fr;
+}
+
+std::optional<double> num(const std::optional<std::string>& s) {
+  if (!s) return std::nullopt;
+  return std::stod(*s);
+}
+
+const char* kColumns =
+    "power_w, power_avg_w, energy_j, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_total_bytes, temp_gpu_c, "
+    "temp_mem_c, clock_sm_mhz, clock_gfx_mhz, clock_mem_mhz, pcie_link_width, pcie_link_width_max, fan_pct, pstate, "
+    "power_limit_w, throttle_reasons, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, uuid, name";
+
+// Every stored field of every row equals the scenario's value for that device at that call index.
+void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<std::string> unsupported = {}) {
+  const json& m = scen["devices"][dev]["metrics"];
+  auto rows = query(fr.db(), std::string("SELECT ") + kColumns + " FROM gpu_samples WHERE gpu_index = " +
+                                 std::to_string(dev) + " ORDER BY tick");
+  ASSERT_GE(rows.size(), 3u) << fr.result.err;
+  ASSERT_LE(rows.size(), static_cast<size_t>(kTicks));
+  const double e0 = m["energy_mj"][0].get<double>();
+  int pcie_seen = 0;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const auto& r = rows[k];
+    auto at = [&](const char* name) { return m[name].is_array() ? m[name][k].get<double>() : m[name].get<double>(); };
+    auto check = [&](size_t col, const char* metric, double expected) {
+      SCOPED_TRACE(std::string("gpu ") + std::to_string(dev) + " row " + std::to_string(k) + " " + metric);
+      if (unsupported.count(metric)) {
+        EXPECT_FALSE(r[col].has_value());
+      } else {
+        ASSERT_TRUE(r[col].has_value());
+        EXPECT_NEAR(*num(r[col]), expected, 1e-9 * std::max(1.0, std::fabs(expected)));
+      }
+    };
+    check(0, "power_instant_mw", at("power_instant_mw") / 1000);
+    check(1, "power_avg_mw", at("power_avg_mw") / 1000);
+    check(2, "energy_mj", (at("energy_mj") - e0) / 1000);
+    check(3, "util_gpu", at("util_gpu"));
+    check(4, "util_mem", at("util_mem"));
+    check(5, "mem_used_bytes", at("mem_used_bytes"));
+    check(6, "mem_total_bytes", at("mem_total_bytes"));
+    check(7, "temp_gpu", at("temp_gpu"));
+    check(8, "temp_mem", at("temp_mem"));
+    check(9, "clock_sm", at("clock_sm"));
+    check(10, "clock_gfx", at("clock_gfx"));
+    check(11, "clock_mem", at("clock_mem"));
+    check(12, "pcie_width", at("pcie_width"));
+    check(13, "pcie_width_max", at("pcie_width_max"));
+    check(14, "fan_pct", at("fan_pct"));
+    check(15, "pstate", at("pstate"));
+    check(16, "power_limit_mw", at("power_limit_mw") / 1000);
+    check(17, "clock_events", at("clock_events"));
+    // PCIe throughput comes from the slow thread: missing until its first reading, then the scripted KB/s in B/s.
+    if (r[18]) {
+      ++pcie_seen;
+      EXPECT_EQ(*num(r[18]), at("pcie_tx_kbs") * 1024);
+      EXPECT_EQ(*num(r[19]), at("pcie_rx_kbs") * 1024);
+    }
+    EXPECT_EQ(r[20], scen["devices"][dev]["uuid"].get<std::string>());
+    EXPECT_EQ(r[21], scen["devices"][dev]["name"].get<std::string>());
+  }
+  if (!unsupported.count("pcie_tx_kbs")) {
+    EXPECT_GT(pcie_seen, 0);
+  }
+}
+
+}  // namespace
+
+class GpuCounts : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuCounts, EveryStoredFieldEqualsTheScenario) {
+  const int n = GetParam();
+  json scen = scenario(n);
+  auto fr = run_fake(scen, {"run", "--task", "gpus", "--interval", "50ms", "--", "sleep", "0.6"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  for (int d = 0; d < n; ++d) expect_rows_match(*fr, scen, d);
+  // One row per device per tick.
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples"),
+            std::to_string(n * std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"))));
+  // Devices enumerated once, with the run.
+  auto devs = query(fr->db(), "SELECT gpu_index, uuid, pci_bus_id, clock_sm_max_mhz, clock_mem_max_mhz, energy_method, "
+                              "mem_total_bytes, power_limit_w FROM gpu_devices ORDER BY gpu_index");
+  ASSERT_EQ(devs.size(), static_cast<size_t>(n));
+  EXPECT_EQ(devs[0][2], "00000000:10:00.0");
+  EXPECT_EQ(devs[0][3], "1980");
+  EXPECT_EQ(devs[0][4], "2619");
+  EXPECT_EQ(devs[0][5], "counter");
+  EXPECT_EQ(devs[0][6], "85899345920");
+  // show --json: per-GPU figures and the total.
+  auto shown = run({wattscope(), "show", "--json"}, {}, fr->dir.path());
+  auto j = json::parse(shown.out);
+  ASSERT_EQ(j["gpus"].size(), static_cast<size_t>(n));
+  double total = 0;
+  for (int d = 0; d < n; ++d) {
+    const auto& g = j["gpus"][d];
+    for (const char* key : {"index", "uuid", "name", "energy_j", "energy_method", "avg_power_w", "peak_power_w",
+                            "avg_util_pct", "peak_mem_used_bytes"})
+      EXPECT_TRUE(g.contains(key) && !g[key].is_null()) << key;
+    EXPECT_EQ(g["energy_method"], "counter");
+    const std::string last = scalar(fr->db(), "SELECT energy_j FROM gpu_samples WHERE gpu_index=" + std::to_string(d) +
+                                                  " ORDER BY tick DESC LIMIT 1");
+    EXPECT_DOUBLE_EQ(g["energy_j"].get<double>(), std::stod(last));
+    EXPECT_DOUBLE_EQ(g["peak_power_w"].get<double>(),
+                     std::stod(scalar(fr->db(), "SELECT max(power_w) FROM gpu_samples WHERE gpu_index=" +
+                                                    std::to_string(d))));
+    total += g["energy_j"].get<double>();
+  }
+  EXPECT_NEAR(j["total_energy_j"].get<double>(), total, 1e-6);
+  EXPECT_NE(fr->result.err.find("[counter]"), std::string::npos) << fr->result.err;
+  EXPECT_NE(fr->result.err.find(" Wh)"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Nvml, GpuCounts, ::testing::Values(1, 2, 8));
+
+TEST(Nvml, UnsupportedFieldsAreNullAndProbedOnce) {
+  json scen = scenario(2);
+  scen["devices"][1] = device(1, {"fan_pct", "temp_mem", "power_avg_mw", "pcie_tx_kbs", "pcie_rx_kbs"});
+  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.4"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  expect_rows_match(*fr, scen, 0);
+  expect_rows_match(*fr, scen, 1, {"fan_pct", "temp_mem", "power_avg_mw", "pcie_tx_kbs", "pcie_rx_kbs"});
+  const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"));
+  // Device 0 answers the fan every tick, device 1 was asked once.
+  EXPECT_EQ(fr->calls["nvmlDeviceGetFanSpeed"].get<int>(), ticks + 1);
+  // Field values: one call per device per tick, whatever fields each one still asks for.
+  EXPECT_EQ(fr->calls["nvmlDeviceGetFieldValues"].get<int>(), 2 * ticks);
+  // The max link width is a property of the slot: read once per device, not every tick.
+  EXPECT_EQ(fr->calls["nvmlDeviceGetMaxPcieLinkWidth"].get<int>(), 2);
+}
+
+TEST(Nvml, SlowCallsAreNotMadeEveryTick) {
+  auto fr = run_fake(scenario(1), {"run", "--interval", "20ms", "--", "sleep", "0.5"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"));
+  EXPECT_GE(ticks, 15);
+  // PCIe throughput (blocks ~20 ms on real drivers) runs on its own 1 s cadence: TX and RX, once or twice here.
+  EXPECT_LE(fr->calls["nvmlDeviceGetPcieThroughput"].get<int>(), 4);
+  EXPECT_EQ(fr->calls["nvmlDeviceGetUtilizationRates"].get<int>(), ticks);
+}
+
+TEST(Nvml, IntegratedFallbackWithinOnePercentOnASmoothTrace) {
+  // Two GPUs see the same smooth power trace of time; GPU 0 also has the exact energy counter, GPU 1 has none.
+  json sine = {{"base", 300000}, {"amp", 100000}, {"period_s", 1.5}};
+  json s = {{"devices", json::array()}};
+  for (int i = 0; i < 2; ++i) {
+    json m = {{"power_instant_mw", {{"sine", sine}}}, {"util_gpu", 50}};
+    if (i == 0) m["energy_mj"] = {{"sine_integral", sine}};
+    s["devices"].push_back({{"name", "sine"}, {"uuid", "GPU-sine-" + std::to_string(i)}, {"metrics", m}});
+  }
+  auto fr = run_fake(s, {"run", "--interval", "50ms", "--", "sleep", "2"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  auto methods = query(fr->db(), "SELECT energy_method FROM gpu_devices ORDER BY gpu_index");
+  EXPECT_EQ(methods[0][0], "counter");
+  EXPECT_EQ(methods[1][0], "integrated");
+  const double counter = std::stod(scalar(fr->db(), "SELECT max(energy_j) FROM gpu_samples WHERE gpu_index=0"));
+  const double integrated = std::stod(scalar(fr->db(), "SELECT max(energy_j) FROM gpu_samples WHERE gpu_index=1"));
+  EXPECT_GT(counter, 400);  // ~2 s at ~300 W
+  EXPECT_NEAR(integrated, counter, 0.01 * counter);
+  auto j = json::parse(run({wattscope(), "show", "--json"}, {}, fr->dir.path()).out);
+  EXPECT_EQ(j["gpus"][1]["energy_method"], "integrated");
+  EXPECT_NE(fr->result.err.find("[integrated]"), std::string::npos);
+}
+
+TEST(Nvml, GpuLostMidRunIsMarkedAndTheOthersGoOn) {
+  json scen = scenario(3);
+  scen["devices"][1]["lost_at_tick"] = 4;
+  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.6"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"));
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE gpu_index=1"), "4");
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE gpu_index=0"), std::to_string(ticks));
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE gpu_index=2"), std::to_string(ticks));
+  expect_rows_match(*fr, scen, 2);
+  auto ev = query(fr->db(), "SELECT kind, source, detail FROM events WHERE kind='device-lost'");
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0][1], "gpu1");
+  EXPECT_NE(ev[0][2]->find("GPU_IS_LOST"), std::string::npos);
+  EXPECT_EQ(scalar(fr->db(), "SELECT end_ms IS NOT NULL FROM runs"), "1");
+  auto j = json::parse(run({wattscope(), "show", "--json"}, {}, fr->dir.path()).out);
+  EXPECT_EQ(j["gpus"][1]["lost"], true);
+  EXPECT_EQ(j["gpus"][0]["lost"], false);
+  EXPECT_NE(fr->result.err.find("LOST"), std::string::npos);
+}
+
+TEST(Nvml, NoLibraryRecordsTheCpuAndSaysSoOnce) {
+  TempDir dir;
+  auto r = run({wattscope(), "run", "--interval", "100ms", "--", "sleep", "0.3"},
+               {{"WATTSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1"}}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("no NVIDIA GPU recorded"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("no NVIDIA GPU recorded"), r.err.rfind("no NVIDIA GPU recorded"));  // once
+  const std::string db = dir / "wattscope.db";
+  EXPECT_GE(std::stoi(scalar(db, "SELECT count(*) FROM cpu_samples")), 3);
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_samples"), "0");
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM events WHERE kind='source-missing' AND source='nvml'"), "1");
+}
+
+TEST(Nvml, DriverNotLoaded) {
+  json scen = scenario(1);
+  scen["init_error"] = 9;
+  auto fr = run_fake(scen, {"run", "--", "true"});
+  EXPECT_EQ(fr->result.exit_code, 0);
+  EXPECT_NE(fr->result.err.find("NVML_ERROR_DRIVER_NOT_LOADED"), std::string::npos) << fr->result.err;
+}
+
+TEST(Nvml, MissingEnergySymbolFallsBackToIntegration) {
+  auto fr = run_fake(scenario(1), {"run", "--interval", "50ms", "--", "sleep", "0.3"}, {}, "noenergy");
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_EQ(scalar(fr->db(), "SELECT energy_method FROM gpu_devices"), "integrated");
+  EXPECT_FALSE(fr->calls.contains("nvmlDeviceGetTotalEnergyConsumption"));
+  EXPECT_NE(scalar(fr->db(), "SELECT max(energy_j) FROM gpu_samples"), "");
+}
+
+TEST(Nvml, OlderDriverWithoutVersionedSymbolsStillRecords) {
+  // No _v2/_v3 names, no field values, no clock-event reasons: the base names and the power reading are used.
+  json scen = scenario(1);
+  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.3"}, {}, "legacy");
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_TRUE(fr->calls.contains("nvmlInit"));
+  EXPECT_TRUE(fr->calls.contains("nvmlDeviceGetCurrentClocksThrottleReasons"));
+  EXPECT_TRUE(fr->calls.contains("nvmlDeviceGetMemoryInfo"));
+  const json& m = scen["devices"][0]["metrics"];
+  auto rows = query(fr->db(), "SELECT power_w, power_avg_w, temp_mem_c, mem_used_bytes, throttle_reasons FROM "
+                              "gpu_samples ORDER BY tick");
+  ASSERT_GE(rows.size(), 3u);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    EXPECT_DOUBLE_EQ(*num(rows[k][0]), m["power_mw"][k].get<double>() / 1000);  // nvmlDeviceGetPowerUsage
+    EXPECT_FALSE(rows[k][1]);
+    EXPECT_FALSE(rows[k][2]);
+    EXPECT_DOUBLE_EQ(*num(rows[k][3]), m["mem_used_bytes"][k].get<double>());
+    EXPECT_DOUBLE_EQ(*num(rows[k][4]), m["clock_events"][k].get<double>());
+  }
+  EXPECT_EQ(scalar(fr->db(), "SELECT power_source FROM gpu_devices"), "nvmlDeviceGetPowerUsage");
+}
+
+TEST(Nvml, MissingRequiredSymbolTurnsTheBackendOffWithOneLine) {
+  auto fr = run_fake(scenario(1), {"run", "--interval", "100ms", "--", "sleep", "0.2"}, {}, "broken");
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_NE(fr->result.err.find("nvmlDeviceGetCount_v2"), std::string::npos) << fr->result.err;
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples"), "0");
+  EXPECT_GE(std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples")), 2);
+}
+
+TEST(Nvml, CudaVisibleDevicesSelectsTheTasksGpus) {
+  auto fr = run_fake(scenario(4), {"run", "--interval", "100ms", "--", "sleep", "0.2"},
+                     {{"CUDA_VISIBLE_DEVICES", "2,0"}});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_EQ(scalar(fr->db(), "SELECT group_concat(gpu_index) FROM (SELECT DISTINCT gpu_index FROM gpu_samples "
+                             "ORDER BY gpu_index)"),
+            "0,2");
+  auto by_uuid = run_fake(scenario(4), {"run", "--", "true"}, {{"CUDA_VISIBLE_DEVICES", "GPU-1003"}});
+  EXPECT_EQ(scalar(by_uuid->db(), "SELECT group_concat(DISTINCT gpu_index) FROM gpu_samples"), "3");
+  auto none = run_fake(scenario(4), {"run", "--", "true"}, {{"CUDA_VISIBLE_DEVICES", ""}});
+  EXPECT_EQ(scalar(none->db(), "SELECT count(*) FROM gpu_samples"), "0");
+  EXPECT_NE(none->result.err.find("CUDA_VISIBLE_DEVICES"), std::string::npos) << none->result.err;
+}
+
+TEST(Nvml, GpusFlagOverridesCudaVisibleDevices) {
+  auto fr = run_fake(scenario(4), {"run", "--gpus", "1,3", "--", "true"}, {{"CUDA_VISIBLE_DEVICES", "0"}});
+  EXPECT_EQ(scalar(fr->db(), "SELECT group_concat(gpu_index) FROM (SELECT DISTINCT gpu_index FROM gpu_samples "
+                             "ORDER BY gpu_index)"),
+            "1,3");
+  auto all = run_fake(scenario(4), {"run", "--gpus", "all", "--", "true"}, {{"CUDA_VISIBLE_DEVICES", "0"}});
+  EXPECT_EQ(scalar(all->db(), "SELECT count(DISTINCT gpu_index) FROM gpu_samples"), "4");
+}

@@ -1,0 +1,87 @@
+#include <gtest/gtest.h>
+
+#include "accounting/accounting.hpp"
+
+using namespace wattscope;
+using namespace std::chrono_literals;
+
+namespace {
+std::vector<GpuDevice> one_gpu() {
+  GpuDevice d;
+  d.gpu_index = 0;
+  d.uuid = "GPU-a";
+  return {d};
+}
+Frame frame(int64_t tick, SteadyClock::time_point t0, std::chrono::milliseconds step) {
+  Frame f;
+  f.tick = tick;
+  f.mono = t0 + tick * step;
+  f.ts_ms = 1000 * tick;
+  return f;
+}
+}  // namespace
+
+TEST(Accounting, CounterEnergyIsTheExactDeltaAcrossAReset) {
+  Accounting acc(one_gpu());
+  const auto t0 = SteadyClock::now();
+  const int64_t counter[] = {5'000'000, 5'012'345, 5'024'690, 100, 12'445};  // driver reload after tick 2
+  for (int64_t k = 0; k < 5; ++k) {
+    Frame f = frame(k, t0, 100ms);
+    GpuSample s;
+    s.energy_counter_mj = counter[k];
+    s.power_w = 500;  // ignored when a counter exists
+    f.gpus.push_back(s);
+    acc.process(f);
+    if (k == 0) {
+      ASSERT_EQ(f.device_rows.size(), 1u);
+      EXPECT_EQ(f.device_rows[0].energy_method, "counter");
+    }
+    if (k == 2) {
+      EXPECT_DOUBLE_EQ(*f.gpus[0].energy_j, 24.690);
+    }
+  }
+  auto s = acc.summary();
+  EXPECT_DOUBLE_EQ(s.gpus[0].energy_j, (24'690 + 12'345) / 1000.0);
+  EXPECT_EQ(s.gpus[0].device.energy_method, "counter");
+}
+
+TEST(Accounting, IntegratesPowerWithTheTrapezoidRuleWhenNoCounter) {
+  Accounting acc(one_gpu());
+  const auto t0 = SteadyClock::now();
+  for (int64_t k = 0; k <= 10; ++k) {
+    Frame f = frame(k, t0, 100ms);
+    GpuSample s;
+    s.power_w = 100.0 + 10.0 * static_cast<double>(k);  // linear: the trapezoid rule is exact
+    f.gpus.push_back(s);
+    acc.process(f);
+  }
+  auto s = acc.summary();
+  EXPECT_NEAR(s.gpus[0].energy_j, (100.0 + 200.0) / 2 * 1.0, 1e-9);
+  EXPECT_EQ(s.gpus[0].device.energy_method, "integrated");
+  EXPECT_DOUBLE_EQ(*s.gpus[0].power_w.peak, 200.0);
+}
+
+TEST(Accounting, EventsAreNumberedInOrder) {
+  Accounting acc({});
+  acc.add_event({0, 0, "source-missing", "nvml", "no library"});
+  Frame f0;
+  f0.ts_ms = 42;
+  f0.events.push_back({0, 42, "marker", "", ""});
+  acc.process(f0);
+  ASSERT_EQ(f0.events.size(), 2u);
+  EXPECT_EQ(f0.events[0].seq, 0);
+  EXPECT_EQ(f0.events[0].ts_ms, 42);
+  EXPECT_EQ(f0.events[1].seq, 1);
+  Frame f1;
+  f1.tick = 1;
+  f1.events.push_back({0, 0, "marker", "", ""});
+  acc.process(f1);
+  EXPECT_EQ(f1.events[0].seq, 2);
+}
+
+TEST(Accounting, NothingMeasuredMeansNoEnergyFigure) {
+  Accounting acc({});
+  Frame f;
+  acc.process(f);
+  EXPECT_FALSE(acc.summary().total_energy_j());
+}

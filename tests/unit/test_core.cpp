@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include "core/duration.hpp"
+#include "core/text.hpp"
+#include "core/time_util.hpp"
+#include "sources/nvml/gpu_selection.hpp"
+
+using namespace wattscope;
+using namespace std::chrono_literals;
+
+TEST(Duration, AcceptsUnits) {
+  EXPECT_EQ(parse_duration("1s"), 1s);
+  EXPECT_EQ(parse_duration("250ms"), 250ms);
+  EXPECT_EQ(parse_duration("10ms"), 10ms);
+  EXPECT_EQ(parse_duration("500us"), 500us);
+  EXPECT_EQ(parse_duration("1.5s"), 1500ms);
+  EXPECT_EQ(parse_duration("2m"), 120s);
+  EXPECT_EQ(parse_duration("1h"), 3600s);
+}
+
+TEST(Duration, RejectsBadInputWithTheTextInTheMessage) {
+  for (const char* bad : {"0", "0s", "-5ms", "abc", "", "5", "10 ms", "1x", "ms", "nan", "1e400s", "--1s"}) {
+    try {
+      parse_duration(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(Duration, FormatsRoundTrip) {
+  for (std::chrono::nanoseconds d : {std::chrono::nanoseconds(1s), std::chrono::nanoseconds(250ms), std::chrono::nanoseconds(10ms), std::chrono::nanoseconds(500us), std::chrono::nanoseconds(120s)})
+    EXPECT_EQ(parse_duration(format_duration(d)), d);
+}
+
+TEST(CommitEvery, RowsOrDuration) {
+  EXPECT_EQ(parse_commit_every("1000").rows, 1000);
+  EXPECT_EQ(parse_commit_every("5s").interval, 5s);
+  EXPECT_THROW(parse_commit_every("0"), std::invalid_argument);
+  EXPECT_THROW(parse_commit_every("often"), std::invalid_argument);
+}
+
+TEST(TaskName, Validation) {
+  EXPECT_NO_THROW(validate_task_name("bert-lr3e-4"));
+  EXPECT_NO_THROW(validate_task_name("résumé ü 'quoted' \"x\"; DROP TABLE runs; --"));
+  EXPECT_THROW(validate_task_name(""), std::invalid_argument);
+  EXPECT_THROW(validate_task_name(std::string(129, 'a')), std::invalid_argument);
+  EXPECT_NO_THROW(validate_task_name(std::string(128, 'a')));
+  EXPECT_THROW(validate_task_name("a\nb"), std::invalid_argument);
+  EXPECT_THROW(validate_task_name("a\x7f"), std::invalid_argument);
+  EXPECT_THROW(validate_task_name("\xff\xfe"), std::invalid_argument);
+}
+
+TEST(TaskName, FileSafe) {
+  EXPECT_EQ(file_safe("bert-lr3e-4"), "bert-lr3e-4");
+  EXPECT_EQ(file_safe("../etc/passwd"), "_.._etc_passwd");
+  EXPECT_EQ(file_safe("a b/c"), "a_b_c");
+  EXPECT_EQ(file_safe(""), "_");
+}
+
+TEST(ShellJoin, QuotesWhatAShellWouldSplit) {
+  EXPECT_EQ(shell_join({"python", "train.py", "--lr", "3e-4"}), "python train.py --lr 3e-4");
+  EXPECT_EQ(shell_join({"sh", "-c", "exit 3"}), "sh -c 'exit 3'");
+  EXPECT_EQ(shell_join({"echo", "it's"}), "echo 'it'\\''s'");
+}
+
+TEST(Time, IsoRoundTrip) {
+  const int64_t ms = 1795262609833;
+  EXPECT_EQ(iso_utc_ms(ms), "2026-11-21T12:03:29.833Z");
+  int64_t back = 0;
+  ASSERT_TRUE(parse_iso_utc_ms(iso_utc_ms(ms), back));
+  EXPECT_EQ(back, ms);
+  EXPECT_EQ(compact_utc(ms), "20261121T120329Z");
+}
+
+TEST(GpuSelection, CudaVisibleDevicesByDefault) {
+  auto all = parse_gpu_selection("", std::nullopt);
+  EXPECT_TRUE(all.selects(5, "GPU-x"));
+  auto cvd = parse_gpu_selection("", std::string("2,0"));
+  EXPECT_TRUE(cvd.selects(0, "GPU-a"));
+  EXPECT_TRUE(cvd.selects(2, "GPU-c"));
+  EXPECT_FALSE(cvd.selects(1, "GPU-b"));
+  auto uuid = parse_gpu_selection("", std::string("GPU-8f2c"));
+  EXPECT_TRUE(uuid.selects(3, "GPU-8f2c1234-aaaa"));
+  EXPECT_FALSE(uuid.selects(0, "GPU-1111"));
+  // CUDA hides everything from the first invalid entry on, and "" or -1 hides every device.
+  EXPECT_FALSE(parse_gpu_selection("", std::string("")).selects(0, "GPU-a"));
+  EXPECT_FALSE(parse_gpu_selection("", std::string("-1")).selects(0, "GPU-a"));
+  auto partial = parse_gpu_selection("", std::string("1,-1,0"));
+  EXPECT_TRUE(partial.selects(1, ""));
+  EXPECT_FALSE(partial.selects(0, ""));
+}
+
+TEST(GpuSelection, FlagOverrides) {
+  EXPECT_TRUE(parse_gpu_selection("all", std::string("0")).selects(3, ""));
+  auto two = parse_gpu_selection("0,2", std::string("1"));
+  EXPECT_TRUE(two.selects(2, ""));
+  EXPECT_FALSE(two.selects(1, ""));
+  EXPECT_THROW(parse_gpu_selection("zero", std::nullopt), std::invalid_argument);
+  EXPECT_THROW(parse_gpu_selection("0,,1", std::nullopt), std::invalid_argument);
+}
