@@ -3,9 +3,13 @@
 namespace wattscope {
 
 namespace {
-nlohmann::json opt_json(const OptF& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
-nlohmann::json opt_json(const OptI& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
-}  // namespace
+nlohmann::json opt_json(const OptF& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json();
+}
+nlohmann::json opt_json(const OptI& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json();
+}
+} // namespace
 
 OptF RunSummary::total_energy_j() const {
   OptF total;
@@ -66,7 +70,7 @@ void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
   if (st.counter) {
     if (s.energy_counter_mj) {
       const int64_t c = *s.energy_counter_mj;
-      if (c < st.last_mj) {  // driver reload or counter reset: keep what was counted, restart from here
+      if (c < st.last_mj) { // driver reload or counter reset: keep what was counted, restart from here
         st.carried_mj += st.last_mj - st.base_mj;
         st.base_mj = c;
       }
@@ -94,7 +98,8 @@ void Accounting::process(Frame& f) {
     f.events.push_back(std::move(ev));
   }
   pending_events_.clear();
-  for (auto& ev : f.events) ev.seq = next_event_seq_++;
+  for (auto& ev : f.events)
+    ev.seq = next_event_seq_++;
   summary_.events = next_event_seq_;
 
   summary_.samples++;
@@ -108,7 +113,7 @@ void Accounting::process(Frame& f) {
     energy(s, f, energy_[s.gpu_index]);
     for (auto& g : summary_.gpus) {
       if (g.device.gpu_index != s.gpu_index) continue;
-      if (g.samples == 0) {  // static facts the first answered tick settles
+      if (g.samples == 0) { // static facts the first answered tick settles
         if (!g.device.mem_total_bytes) g.device.mem_total_bytes = s.mem_total_bytes;
         if (!g.device.power_limit_w) g.device.power_limit_w = s.power_limit_w;
         if (s.power_source) g.device.power_source = s.power_source;
@@ -140,4 +145,4 @@ RunSummary Accounting::summary() const {
   return summary_;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

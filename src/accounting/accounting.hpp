@@ -43,12 +43,12 @@ struct RunSummary {
   OptI cpu_mem_total_bytes;
   std::vector<GpuSummary> gpus;
   int64_t events = 0;
-  OptF total_energy_j() const;  // sum over measured devices; missing when nothing measured energy
+  OptF total_energy_j() const; // sum over measured devices; missing when nothing measured energy
   nlohmann::json to_json() const;
 };
 
 class Accounting {
- public:
+public:
   explicit Accounting(std::vector<GpuDevice> devices);
   // Called on the sampler thread for every frame, before the bus.
   void process(Frame& frame);
@@ -56,13 +56,13 @@ class Accounting {
   void add_event(Event ev);
   RunSummary summary() const;
 
- private:
+private:
   struct EnergyState {
     bool method_known = false;
     bool counter = false;
     int64_t base_mj = 0;
     int64_t last_mj = 0;
-    int64_t carried_mj = 0;  // energy before a counter reset
+    int64_t carried_mj = 0; // energy before a counter reset
     OptF last_power_w;
     SteadyClock::time_point last_mono{};
     double integral_j = 0;
@@ -76,4 +76,4 @@ class Accounting {
   RunSummary summary_;
 };
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -123,7 +123,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   return o;
 }
 
-bool g_quiet = false;  // set once from -q before any command runs
+bool g_quiet = false; // set once from -q before any command runs
 
 void print_summary(const Session& s, const RunInfo& run) {
   if (!g_quiet) std::fputs(("wattscope: " + run_text(run, s.store_names())).c_str(), stderr);
@@ -196,7 +196,8 @@ int cmd_list(const ReadFlags& f) {
   auto runs = store->runs();
   if (f.json) {
     nlohmann::json arr = nlohmann::json::array();
-    for (const auto& r : runs) arr.push_back(run_json(r));
+    for (const auto& r : runs)
+      arr.push_back(run_json(r));
     std::cout << arr.dump(2) << "\n";
   } else if (runs.empty()) {
     std::cout << store->describe() << " holds no runs yet\n";
@@ -209,12 +210,14 @@ int cmd_list(const ReadFlags& f) {
 int cmd_show(const ReadFlags& f) {
   auto store = reader_for(f);
   RunInfo run = resolve_run(*store, f.run);
-  if (f.json) std::cout << run_json(run).dump(2) << "\n";
-  else std::cout << run_text(run);
+  if (f.json)
+    std::cout << run_json(run).dump(2) << "\n";
+  else
+    std::cout << run_text(run);
   return 0;
 }
 
-}  // namespace
+} // namespace
 
 int run_app(int argc, char** argv) {
   CLI::App app{"wattscope: energy and performance monitor for AI workloads.\n"
@@ -226,12 +229,11 @@ int run_app(int argc, char** argv) {
   bool quiet = false;
   app.add_flag("-v,--verbose", verbose, "More detail on stderr");
   app.add_flag("-q,--quiet", quiet, "Only errors on stderr");
-  app.footer(
-      "Examples:\n"
-      "  wattscope run --task bert-lr3e-4 -- python train.py   # record a training run into wattscope.db\n"
-      "  wattscope list                                        # runs in wattscope.db\n"
-      "  wattscope show --json                                 # the latest run as JSON\n"
-      "Run 'wattscope COMMAND --help' for a command's options.");
+  app.footer("Examples:\n"
+             "  wattscope run --task bert-lr3e-4 -- python train.py   # record a training run into wattscope.db\n"
+             "  wattscope list                                        # runs in wattscope.db\n"
+             "  wattscope show --json                                 # the latest run as JSON\n"
+             "Run 'wattscope COMMAND --help' for a command's options.");
 
   RecordFlags run_flags;
   std::vector<std::string> command;
@@ -240,12 +242,11 @@ int run_app(int argc, char** argv) {
   // prefix_command: everything from the first word that is not one of run's options (or after --) is the command,
   // so the command's own flags (python train.py --lr 3e-4) are never taken for wattscope's.
   run->prefix_command();
-  run->footer(
-      "Examples:\n"
-      "  wattscope run --task bert-lr3e-4 -- python train.py --lr 3e-4\n"
-      "  wattscope run --interval 100ms --csv results/ -- ./benchmark.sh\n"
-      "The exit status is the command's (128+N if a signal N ended it, 127 if it was not found);\n"
-      "125 means wattscope itself failed. SIGINT, SIGTERM and SIGHUP are passed on to the command.");
+  run->footer("Examples:\n"
+              "  wattscope run --task bert-lr3e-4 -- python train.py --lr 3e-4\n"
+              "  wattscope run --interval 100ms --csv results/ -- ./benchmark.sh\n"
+              "The exit status is the command's (128+N if a signal N ended it, 127 if it was not found);\n"
+              "125 means wattscope itself failed. SIGINT, SIGTERM and SIGHUP are passed on to the command.");
 
   RecordFlags rec_flags;
   auto* record = app.add_subcommand("record", "Record the machine until stopped (Ctrl-C / SIGTERM) or for --duration");
@@ -270,7 +271,8 @@ int run_app(int argc, char** argv) {
   bool had_separator = false;
   for (size_t i = 1; i < own_args.size(); ++i) {
     if (std::string_view(own_args[i]) == "--") {
-      for (size_t k = i + 1; k < own_args.size(); ++k) command.emplace_back(own_args[k]);
+      for (size_t k = i + 1; k < own_args.size(); ++k)
+        command.emplace_back(own_args[k]);
       own_args.resize(i);
       had_separator = true;
       break;
@@ -282,16 +284,19 @@ int run_app(int argc, char** argv) {
     for (auto* s : {run, record, list, show})
       if (s->parsed()) active = s;
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == 0) return app.exit(e); // --help, --version
     // The first word that is not a global flag names the command; CLI11 only says "a subcommand is required".
     for (size_t i = 1; i < own_args.size(); ++i) {
       std::string_view word = own_args[i];
       if (word.starts_with("-")) continue;
       bool known = false;
-      for (auto* s : {run, record, list, show}) known = known || s->get_name() == word;
+      for (auto* s : {run, record, list, show})
+        known = known || s->get_name() == word;
       if (!known) {
-        std::fprintf(stderr, "wattscope: error: unknown command '%s'; the commands are run, record, list, show\n"
-                             "Run 'wattscope --help' for usage.\n", own_args[i]);
+        std::fprintf(stderr,
+                     "wattscope: error: unknown command '%s'; the commands are run, record, list, show\n"
+                     "Run 'wattscope --help' for usage.\n",
+                     own_args[i]);
         return kUsageError;
       }
       break;
@@ -310,9 +315,12 @@ int run_app(int argc, char** argv) {
     if (!rest.empty()) {
       if (had_separator || rest.front().starts_with("-")) {
         std::string joined;
-        for (const auto& r : rest) joined += (joined.empty() ? "" : " ") + r;
-        std::fprintf(stderr, "wattscope: error: unknown option or argument before '--': %s\n"
-                             "Run 'wattscope run --help' for usage.\n", joined.c_str());
+        for (const auto& r : rest)
+          joined += (joined.empty() ? "" : " ") + r;
+        std::fprintf(stderr,
+                     "wattscope: error: unknown option or argument before '--': %s\n"
+                     "Run 'wattscope run --help' for usage.\n",
+                     joined.c_str());
         return kRunOwnError;
       }
       command = rest;
@@ -334,4 +342,4 @@ int run_app(int argc, char** argv) {
   return kUsageError;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -18,7 +18,8 @@ namespace {
 sigset_t control_set() {
   sigset_t set;
   sigemptyset(&set);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD}) sigaddset(&set, s);
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGCHLD})
+    sigaddset(&set, s);
   return set;
 }
 void on_sigchld(int) {}
@@ -39,7 +40,7 @@ bool executable_file(const std::string& path, int& err) {
   }
   return true;
 }
-}  // namespace
+} // namespace
 
 void block_control_signals() {
   // SIGCHLD must not be SIG_IGN (that would auto-reap the child and lose its status); a no-op handler makes sure.
@@ -80,7 +81,8 @@ pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv)
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw CommandError(126, fmt::format("pipe: {}", std::strerror(errno)));
   std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = ::fork();
   if (pid < 0) throw CommandError(126, fmt::format("fork: {}", std::strerror(errno)));
@@ -98,7 +100,8 @@ pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv)
   ::close(fds[1]);
   int child_errno = 0;
   ssize_t n;
-  do n = ::read(fds[0], &child_errno, sizeof child_errno);
+  do
+    n = ::read(fds[0], &child_errno, sizeof child_errno);
   while (n < 0 && errno == EINTR);
   ::close(fds[0]);
   if (n == static_cast<ssize_t>(sizeof child_errno)) {
@@ -126,7 +129,9 @@ ChildResult wait_child(pid_t pid) {
       return r;
     }
     siginfo_t info{};
-    struct timespec ts {0, 200'000'000};  // re-check the child even if a SIGCHLD was coalesced
+    struct timespec ts {
+      0, 200'000'000
+    }; // re-check the child even if a SIGCHLD was coalesced
     int sig = sigtimedwait(&set, &info, &ts);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       // si_code <= 0 means a process sent it (kill, sigqueue); a terminal's signal comes from the kernel and
@@ -142,14 +147,17 @@ std::optional<int> wait_for_stop(std::optional<std::chrono::nanoseconds> duratio
   for (;;) {
     auto left = std::chrono::nanoseconds(200'000'000);
     if (duration) {
-      left = std::min(left, std::chrono::duration_cast<std::chrono::nanoseconds>(end - std::chrono::steady_clock::now()));
+      left =
+          std::min(left, std::chrono::duration_cast<std::chrono::nanoseconds>(end - std::chrono::steady_clock::now()));
       if (left.count() <= 0) return std::nullopt;
     }
-    struct timespec ts {static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)};
+    struct timespec ts {
+      static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)
+    };
     siginfo_t info{};
     int sig = sigtimedwait(&set, &info, &ts);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return sig;
   }
 }
 
-}  // namespace wattscope
+} // namespace wattscope

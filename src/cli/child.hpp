@@ -23,7 +23,7 @@ struct CommandError : std::runtime_error {
 std::string resolve_command(const std::string& cmd);
 
 struct ChildResult {
-  int exit_code = 0;    // status, or 128+N when killed by signal N, 127/126 when exec failed
+  int exit_code = 0; // status, or 128+N when killed by signal N, 127/126 when exec failed
   std::optional<int> signal;
   struct rusage usage {};
 };
@@ -37,4 +37,4 @@ ChildResult wait_child(pid_t pid);
 // For `record`: waits until the duration passes (if any) or SIGINT/SIGTERM/SIGHUP arrives. Returns the signal, if any.
 std::optional<int> wait_for_stop(std::optional<std::chrono::nanoseconds> duration);
 
-}  // namespace wattscope
+} // namespace wattscope

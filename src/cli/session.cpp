@@ -41,7 +41,8 @@ void Session::open() {
   // Scheduler and device context, so a run can be matched to its job later.
   for (const char* var : {"SLURM_JOB_ID", "SLURM_ARRAY_TASK_ID", "PBS_JOBID", "CUDA_VISIBLE_DEVICES", "HOSTNAME"})
     if (const char* v = std::getenv(var)) tags[var] = v;
-  for (const auto& [k, v] : opts_.tags) tags[k] = v;
+  for (const auto& [k, v] : opts_.tags)
+    tags[k] = v;
   run_.tags = tags.dump();
 
   devices_ = std::make_shared<std::vector<GpuDevice>>();
@@ -54,27 +55,32 @@ void Session::open() {
     }
     spdlog::debug("{}: {}", s->name(), s->status());
     s->describe(run_);
-    for (auto& d : s->devices()) devices_->push_back(std::move(d));
+    for (auto& d : s->devices())
+      devices_->push_back(std::move(d));
     sources_.push_back(std::move(s));
   }
   acc_ = std::make_unique<Accounting>(*devices_);
-  for (auto& n : notices) acc_->add_event(std::move(n));
+  for (auto& n : notices)
+    acc_->add_event(std::move(n));
 
   for (const auto& spec : opts_.stores) {
     auto sink = open_sink(spec);
-    sink->begin_run(run_);  // throws with the store's own fix-it message
+    sink->begin_run(run_); // throws with the store's own fix-it message
     writers_.push_back(std::make_unique<SinkWriter>(std::move(sink), opts_.commit, run_.run_id, devices_));
   }
 }
 
 void Session::start() {
-  for (auto& w : writers_) w->start();
+  for (auto& w : writers_)
+    w->start();
   std::vector<Source*> raw;
-  for (auto& s : sources_) raw.push_back(s.get());
+  for (auto& s : sources_)
+    raw.push_back(s.get());
   sampler_ = std::make_unique<Sampler>(std::move(raw), opts_.interval, [this](Frame& f) {
     acc_->process(f);
     auto shared = std::make_shared<const Frame>(std::move(f));
-    for (auto& w : writers_) w->push(shared);
+    for (auto& w : writers_)
+      w->push(shared);
   });
   sampler_->start();
 }
@@ -89,14 +95,16 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   run_.samples = s.samples;
   run_.total_energy_j = s.total_energy_j();
   run_.summary = s.to_json().dump();
-  for (auto& w : writers_) all_stored_ = w->finish(run_) && all_stored_;
+  for (auto& w : writers_)
+    all_stored_ = w->finish(run_) && all_stored_;
   return run_;
 }
 
 std::vector<std::string> Session::store_names() const {
   std::vector<std::string> out;
-  for (const auto& w : writers_) out.push_back(w->describe());
+  for (const auto& w : writers_)
+    out.push_back(w->describe());
   return out;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -20,13 +20,13 @@ namespace wattscope {
 
 struct SessionOptions {
   std::string task;
-  std::vector<std::string> command;  // empty for `record`
+  std::vector<std::string> command; // empty for `record`
   std::chrono::nanoseconds interval = std::chrono::seconds(1);
   std::vector<StoreSpec> stores;
   CommitPolicy commit;
   std::string procfs_root = "/proc";
   std::string sysfs_root = "/sys";
-  std::string gpus;  // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
+  std::string gpus; // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
   std::map<std::string, std::string> tags;
 };
 
@@ -34,7 +34,7 @@ struct SessionOptions {
 std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts);
 
 class Session {
- public:
+public:
   explicit Session(SessionOptions opts);
   ~Session();
   // Opens sources and stores, writes the run row. Throws std::runtime_error with a fix-it message.
@@ -48,7 +48,7 @@ class Session {
   bool all_stored() const { return all_stored_; }
   RunSummary summary() const { return acc_->summary(); }
 
- private:
+private:
   SessionOptions opts_;
   RunInfo run_;
   std::vector<std::unique_ptr<Source>> sources_;
@@ -60,4 +60,4 @@ class Session {
   bool finished_ = false;
 };
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -21,7 +21,7 @@ bool has_num(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number();
 }
-}  // namespace
+} // namespace
 
 nlohmann::json run_json(const RunInfo& r) {
   const nlohmann::json s = parse_or_empty(r.summary);
@@ -51,8 +51,10 @@ nlohmann::json run_json(const RunInfo& r) {
 std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   const nlohmann::json s = parse_or_empty(r.summary);
   std::string out = fmt::format("run {}  task {}", r.run_id, r.task);
-  if (r.exit_status) out += fmt::format("  exit {}", *r.exit_status);
-  else if (!r.end_ms) out += "  (not finished: still running, or wattscope was killed)";
+  if (r.exit_status)
+    out += fmt::format("  exit {}", *r.exit_status);
+  else if (!r.end_ms)
+    out += "  (not finished: still running, or wattscope was killed)";
   out += "\n";
   if (!r.command.empty()) out += fmt::format("  command   {}\n", r.command);
   out += fmt::format("  host      {}{}\n", r.host, r.cpu_model.empty() ? "" : " · " + r.cpu_model);
@@ -64,9 +66,9 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
                      skipped ? fmt::format(" ({} late ticks skipped)", skipped) : "");
   const auto cpu = s.value("cpu", nlohmann::json::object());
   std::string cpu_line = "  CPU      ";
-  cpu_line += has_num(cpu, "avg_util_pct")
-                  ? fmt::format(" util avg {:.1f} % · peak {:.1f} %", num(cpu, "avg_util_pct"), num(cpu, "peak_util_pct"))
-                  : " util not measured";
+  cpu_line += has_num(cpu, "avg_util_pct") ? fmt::format(" util avg {:.1f} % · peak {:.1f} %", num(cpu, "avg_util_pct"),
+                                                         num(cpu, "peak_util_pct"))
+                                           : " util not measured";
   if (has_num(cpu, "peak_mem_used_bytes"))
     cpu_line += fmt::format(" · memory peak {} of {}", format_bytes(num(cpu, "peak_mem_used_bytes")),
                             format_bytes(num(cpu, "mem_total_bytes")));
@@ -75,7 +77,8 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     std::string line = fmt::format("  GPU {:<5} {}", g.value("index", 0), g.value("name", std::string("?")));
     if (has_num(g, "energy_j"))
       line += fmt::format(" · {} [{}]", format_energy(num(g, "energy_j")), g.value("energy_method", std::string()));
-    else line += " · energy not measured";
+    else
+      line += " · energy not measured";
     if (has_num(g, "avg_power_w"))
       line += fmt::format(" · power avg {:.1f} W peak {:.1f} W", num(g, "avg_power_w"), num(g, "peak_power_w"));
     if (has_num(g, "avg_util_pct")) line += fmt::format(" · util {:.1f} %", num(g, "avg_util_pct"));
@@ -84,11 +87,14 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     if (g.value("lost", false)) line += " · LOST during the run";
     out += line + "\n";
   }
-  if (r.total_energy_j) out += fmt::format("  energy    {} total\n", format_energy(*r.total_energy_j));
-  else out += "  energy    not measured (no GPU or power counter found; 'wattscope doctor' says why)\n";
+  if (r.total_energy_j)
+    out += fmt::format("  energy    {} total\n", format_energy(*r.total_energy_j));
+  else
+    out += "  energy    not measured (no GPU or power counter found; 'wattscope doctor' says why)\n";
   if (!stores.empty()) {
     std::string joined;
-    for (const auto& st : stores) joined += (joined.empty() ? "" : " · ") + st;
+    for (const auto& st : stores)
+      joined += (joined.empty() ? "" : " · ") + st;
     out += fmt::format("  stored    {}\n", joined);
   }
   return out;
@@ -109,4 +115,4 @@ std::string runs_table(const std::vector<RunInfo>& runs) {
   return out;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

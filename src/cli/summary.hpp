@@ -14,4 +14,4 @@ nlohmann::json run_json(const RunInfo& run);
 std::string run_text(const RunInfo& run, const std::vector<std::string>& stores = {});
 std::string runs_table(const std::vector<RunInfo>& runs);
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -10,11 +10,10 @@ namespace wattscope {
 
 namespace {
 std::invalid_argument bad(std::string_view text, std::string_view why) {
-  return std::invalid_argument(
-      fmt::format("'{}' is not a valid duration ({}); use a number and a unit, e.g. 1s, 250ms, 10ms, 500us, 2m", text,
-                  why));
+  return std::invalid_argument(fmt::format(
+      "'{}' is not a valid duration ({}); use a number and a unit, e.g. 1s, 250ms, 10ms, 500us, 2m", text, why));
 }
-}  // namespace
+} // namespace
 
 std::chrono::nanoseconds parse_duration(std::string_view text) {
   if (text.empty()) throw bad(text, "empty");
@@ -29,13 +28,20 @@ std::chrono::nanoseconds parse_duration(std::string_view text) {
   auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
   if (ec != std::errc() || end != number.data() + number.size() || !std::isfinite(value)) throw bad(text, "bad number");
   double scale = 0;
-  if (unit == "ns") scale = 1;
-  else if (unit == "us") scale = 1e3;
-  else if (unit == "ms") scale = 1e6;
-  else if (unit == "s" || unit.empty()) scale = 1e9;
-  else if (unit == "m" || unit == "min") scale = 60e9;
-  else if (unit == "h") scale = 3600e9;
-  else throw bad(text, fmt::format("unknown unit '{}'", unit));
+  if (unit == "ns")
+    scale = 1;
+  else if (unit == "us")
+    scale = 1e3;
+  else if (unit == "ms")
+    scale = 1e6;
+  else if (unit == "s" || unit.empty())
+    scale = 1e9;
+  else if (unit == "m" || unit == "min")
+    scale = 60e9;
+  else if (unit == "h")
+    scale = 3600e9;
+  else
+    throw bad(text, fmt::format("unknown unit '{}'", unit));
   if (unit.empty() && value != 0) throw bad(text, "missing unit");
   double ns = value * scale;
   if (ns <= 0) throw bad(text, "must be greater than zero");
@@ -56,7 +62,8 @@ std::string format_duration(std::chrono::nanoseconds d) {
 CommitPolicy parse_commit_every(std::string_view text) {
   CommitPolicy p;
   bool all_digits = !text.empty();
-  for (char c : text) all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
+  for (char c : text)
+    all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
   if (all_digits) {
     int64_t rows = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rows);
@@ -74,4 +81,4 @@ CommitPolicy parse_commit_every(std::string_view text) {
   return p;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

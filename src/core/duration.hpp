@@ -15,9 +15,9 @@ std::string format_duration(std::chrono::nanoseconds d);
 
 // --commit-every: a row count ("1000") or a duration ("5s").
 struct CommitPolicy {
-  int64_t rows = 0;                       // 0: not by rows
-  std::chrono::nanoseconds interval{0};  // 0: not by time
+  int64_t rows = 0;                     // 0: not by rows
+  std::chrono::nanoseconds interval{0}; // 0: not by time
 };
 CommitPolicy parse_commit_every(std::string_view text);
 
-}  // namespace wattscope
+} // namespace wattscope

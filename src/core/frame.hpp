@@ -16,7 +16,7 @@ using OptI = std::optional<int64_t>;
 
 struct CpuSample {
   OptF util_pct;
-  std::vector<OptF> core_util_pct;  // one per logical CPU, in /proc/stat order
+  std::vector<OptF> core_util_pct; // one per logical CPU, in /proc/stat order
   OptI mem_used_bytes;
   OptI mem_total_bytes;
 };
@@ -24,10 +24,10 @@ struct CpuSample {
 // One GPU at one tick. `gpu_index` is the device's index as its vendor library numbers it.
 struct GpuSample {
   int gpu_index = 0;
-  OptF power_w;      // instantaneous where the driver has it, else the driver's reading
-  OptF power_avg_w;  // the driver's own averaged reading (1 s window on Ampere and newer)
-  OptF energy_j;     // since run start: counter delta or trapezoid integral (see GpuDevice::energy_method)
-  OptI energy_counter_mj;  // raw hardware counter, for accounting; not stored
+  OptF power_w;           // instantaneous where the driver has it, else the driver's reading
+  OptF power_avg_w;       // the driver's own averaged reading (1 s window on Ampere and newer)
+  OptF energy_j;          // since run start: counter delta or trapezoid integral (see GpuDevice::energy_method)
+  OptI energy_counter_mj; // raw hardware counter, for accounting; not stored
   OptF util_gpu_pct;
   OptF util_mem_pct;
   OptI mem_used_bytes;
@@ -44,22 +44,22 @@ struct GpuSample {
   OptF fan_pct;
   OptI pstate;
   OptF power_limit_w;
-  OptI throttle_reasons;  // NVML clock-event reason bit mask
-  const char* power_source = nullptr;  // static string naming where power_w came from
+  OptI throttle_reasons;              // NVML clock-event reason bit mask
+  const char* power_source = nullptr; // static string naming where power_w came from
 };
 
 struct Event {
-  int64_t seq = 0;  // per run, assigned by accounting in order
+  int64_t seq = 0; // per run, assigned by accounting in order
   int64_t ts_ms = 0;
-  std::string kind;    // alert, marker, device-lost, sink-outage, source-missing
-  std::string source;  // which device or component
+  std::string kind;   // alert, marker, device-lost, sink-outage, source-missing
+  std::string source; // which device or component
   std::string detail;
 };
 
 // A GPU as enumerated once at start.
 struct GpuDevice {
   int gpu_index = 0;
-  std::string vendor;  // nvidia, amd, intel
+  std::string vendor; // nvidia, amd, intel
   std::string uuid;
   std::string name;
   std::string pci_bus_id;
@@ -67,19 +67,19 @@ struct GpuDevice {
   OptF power_limit_w;
   OptI clock_sm_max_mhz;
   OptI clock_mem_max_mhz;
-  std::string energy_method;  // counter | integrated
-  std::string power_source;   // which reading power_w holds
+  std::string energy_method; // counter | integrated
+  std::string power_source;  // which reading power_w holds
 };
 
 struct Frame {
-  int64_t tick = 0;   // grid slot number since run start; gaps mean the sampler skipped late slots
-  int64_t ts_ms = 0;  // UTC wall clock, milliseconds since the epoch, taken once per tick
+  int64_t tick = 0;  // grid slot number since run start; gaps mean the sampler skipped late slots
+  int64_t ts_ms = 0; // UTC wall clock, milliseconds since the epoch, taken once per tick
   SteadyClock::time_point mono{};
   CpuSample cpu;
-  std::vector<GpuSample> gpus;  // only devices that answered this tick
+  std::vector<GpuSample> gpus; // only devices that answered this tick
   std::vector<Event> events;
   // Devices as finally known (energy method settled on the first tick); set on tick 0 only, stored in gpu_devices.
   std::vector<GpuDevice> device_rows;
 };
 
-}  // namespace wattscope
+} // namespace wattscope

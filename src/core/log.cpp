@@ -13,4 +13,4 @@ void init_logging(int verbosity) {
   spdlog::set_default_logger(logger);
 }
 
-}  // namespace wattscope
+} // namespace wattscope

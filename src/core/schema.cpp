@@ -13,17 +13,29 @@ namespace {
 using C = Column;
 constexpr ColType I = ColType::Int, R = ColType::Real, T = ColType::Text;
 
-constexpr C kRunCols[] = {{"run_id", T},      {"task", T},        {"command", T},    {"host", T},
-                          {"cpu_model", T},   {"start_ms", I},    {"end_ms", I},     {"duration_s", R},
-                          {"exit_status", I}, {"interval_ms", R}, {"samples", I},    {"total_energy_j", R},
-                          {"tags", T},        {"wattscope_version", T},              {"summary", T}};
+constexpr C kRunCols[] = {{"run_id", T},      {"task", T},
+                          {"command", T},     {"host", T},
+                          {"cpu_model", T},   {"start_ms", I},
+                          {"end_ms", I},      {"duration_s", R},
+                          {"exit_status", I}, {"interval_ms", R},
+                          {"samples", I},     {"total_energy_j", R},
+                          {"tags", T},        {"wattscope_version", T},
+                          {"summary", T}};
 constexpr std::string_view kRunKey[] = {"run_id"};
 constexpr std::string_view kRunIndex[] = {"start_ms"};
 
-constexpr C kDeviceCols[] = {{"run_id", T},          {"gpu_index", I},         {"vendor", T},
-                             {"uuid", T},            {"name", T},              {"pci_bus_id", T},
-                             {"mem_total_bytes", I}, {"power_limit_w", R},     {"clock_sm_max_mhz", I},
-                             {"clock_mem_max_mhz", I}, {"energy_method", T},   {"power_source", T}};
+constexpr C kDeviceCols[] = {{"run_id", T},
+                             {"gpu_index", I},
+                             {"vendor", T},
+                             {"uuid", T},
+                             {"name", T},
+                             {"pci_bus_id", T},
+                             {"mem_total_bytes", I},
+                             {"power_limit_w", R},
+                             {"clock_sm_max_mhz", I},
+                             {"clock_mem_max_mhz", I},
+                             {"energy_method", T},
+                             {"power_source", T}};
 constexpr std::string_view kDeviceKey[] = {"run_id", "gpu_index"};
 
 constexpr C kCpuCols[] = {{"run_id", T},   {"tick", I},           {"ts_ms", I},
@@ -65,23 +77,32 @@ constexpr C kEventCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"kind", T}
 constexpr std::string_view kEventKey[] = {"run_id", "seq"};
 
 const Table kTables[] = {
-    {"runs", kRunCols, kRunKey, kRunIndex},
-    {"gpu_devices", kDeviceCols, kDeviceKey, {}},
-    {"cpu_samples", kCpuCols, kTickKey, {}},
-    {"cpu_core_samples", kCoreCols, kCoreKey, {}},
-    {"gpu_samples", kGpuCols, kGpuKey, {}},
-    {"events", kEventCols, kEventKey, {}},
+    {"runs", kRunCols, kRunKey, kRunIndex},  {"gpu_devices", kDeviceCols, kDeviceKey, {}},
+    {"cpu_samples", kCpuCols, kTickKey, {}}, {"cpu_core_samples", kCoreCols, kCoreKey, {}},
+    {"gpu_samples", kGpuCols, kGpuKey, {}},  {"events", kEventCols, kEventKey, {}},
 };
 static_assert(std::size(kTables) == kTableCount, "one Table per TableId");
 
-Value opt(const OptF& v) { return v ? Value(*v) : Value(); }
-Value opt(const OptI& v) { return v ? Value(*v) : Value(); }
-Value opt(const std::optional<int64_t>& v, int) { return v ? Value(*v) : Value(); }
-Value text_or_null(std::string_view s) { return s.empty() ? Value() : Value(std::string(s)); }
-}  // namespace
+Value opt(const OptF& v) {
+  return v ? Value(*v) : Value();
+}
+Value opt(const OptI& v) {
+  return v ? Value(*v) : Value();
+}
+Value opt(const std::optional<int64_t>& v, int) {
+  return v ? Value(*v) : Value();
+}
+Value text_or_null(std::string_view s) {
+  return s.empty() ? Value() : Value(std::string(s));
+}
+} // namespace
 
-const Table& table(TableId id) { return kTables[static_cast<size_t>(id)]; }
-std::span<const Table> all_tables() { return kTables; }
+const Table& table(TableId id) {
+  return kTables[static_cast<size_t>(id)];
+}
+std::span<const Table> all_tables() {
+  return kTables;
+}
 std::optional<TableId> table_by_name(std::string_view name) {
   for (size_t i = 0; i < kTableCount; ++i)
     if (kTables[i].name == name) return static_cast<TableId>(i);
@@ -104,10 +125,13 @@ std::optional<int64_t> value_int(const Value& v) {
   return std::nullopt;
 }
 
-size_t TableRows::columns() const { return kTables[static_cast<size_t>(table)].columns.size(); }
+size_t TableRows::columns() const {
+  return kTables[static_cast<size_t>(table)].columns.size();
+}
 
 RowBatch::RowBatch() {
-  for (size_t i = 0; i < kTableCount; ++i) tables[i].table = static_cast<TableId>(i);
+  for (size_t i = 0; i < kTableCount; ++i)
+    tables[i].table = static_cast<TableId>(i);
 }
 size_t RowBatch::sample_rows() const {
   size_t n = 0;
@@ -116,7 +140,8 @@ size_t RowBatch::sample_rows() const {
   return n;
 }
 void RowBatch::clear() {
-  for (auto& t : tables) t.cells.clear();
+  for (auto& t : tables)
+    t.cells.clear();
 }
 
 std::optional<double> RunInfo::duration_s() const {
@@ -248,7 +273,8 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
     g.push_back(opt(s.power_limit_w));
     g.push_back(opt(s.throttle_reasons));
   }
-  for (const auto& d : f.device_rows) append_device_row(run_id, d, out.tables[static_cast<size_t>(TableId::GpuDevices)]);
+  for (const auto& d : f.device_rows)
+    append_device_row(run_id, d, out.tables[static_cast<size_t>(TableId::GpuDevices)]);
   auto& e = out.tables[static_cast<size_t>(TableId::Events)].cells;
   for (const auto& ev : f.events) {
     e.push_back(rid);
@@ -263,8 +289,8 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
 std::string new_run_id(int64_t start_ms) {
   std::random_device rd;
   uint32_t r = rd();
-  std::string t = compact_utc(start_ms);  // 20261121T120301Z
+  std::string t = compact_utc(start_ms); // 20261121T120301Z
   return fmt::format("{}-{}-{:08x}", t.substr(0, 8), t.substr(9, 6), r);
 }
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -28,7 +28,7 @@ struct Table {
   std::string_view name;
   std::span<const Column> columns;
   std::span<const std::string_view> primary_key;
-  std::span<const std::string_view> index;  // extra "samples of a run in time order" index; may be empty
+  std::span<const std::string_view> index; // extra "samples of a run in time order" index; may be empty
 };
 
 enum class TableId : size_t { Runs, GpuDevices, CpuSamples, CpuCoreSamples, GpuSamples, Events, Count };
@@ -41,8 +41,10 @@ std::optional<TableId> table_by_name(std::string_view name);
 // A cell. string_view cells point at strings that outlive the batch (run id, device names); owned text uses string.
 using Value = std::variant<std::monostate, int64_t, double, std::string_view, std::string>;
 
-inline bool is_null(const Value& v) { return std::holds_alternative<std::monostate>(v); }
-std::string_view value_text(const Value& v);  // for Text cells; "" otherwise
+inline bool is_null(const Value& v) {
+  return std::holds_alternative<std::monostate>(v);
+}
+std::string_view value_text(const Value& v); // for Text cells; "" otherwise
 std::optional<double> value_real(const Value& v);
 std::optional<int64_t> value_int(const Value& v);
 
@@ -58,7 +60,7 @@ struct TableRows {
 struct RowBatch {
   std::array<TableRows, kTableCount> tables;
   RowBatch();
-  size_t sample_rows() const;  // rows of the *_samples tables and events
+  size_t sample_rows() const; // rows of the *_samples tables and events
   void clear();
   bool empty() const { return sample_rows() == 0; }
 };
@@ -75,9 +77,9 @@ struct RunInfo {
   double interval_ms = 0;
   int64_t samples = 0;
   std::optional<double> total_energy_j;
-  std::string tags = "{}";     // JSON object
+  std::string tags = "{}"; // JSON object
   std::string version;
-  std::string summary = "{}";  // JSON object, see accounting::RunSummary::to_json
+  std::string summary = "{}"; // JSON object, see accounting::RunSummary::to_json
   std::optional<double> duration_s() const;
 };
 
@@ -93,4 +95,4 @@ void append_frame_rows(std::string_view run_id, const Frame& frame, const std::v
 // A fresh run id: start time plus 32 random bits, e.g. 20261121-120301-3f9a1c2b. Unique across hosts in practice.
 std::string new_run_id(int64_t start_ms);
 
-}  // namespace wattscope
+} // namespace wattscope

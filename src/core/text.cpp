@@ -19,7 +19,7 @@ bool valid_utf8(std::string_view s) {
   }
   return true;
 }
-}  // namespace
+} // namespace
 
 void validate_task_name(std::string_view task) {
   if (task.empty()) throw std::invalid_argument("task name is empty; pass --task NAME");
@@ -39,8 +39,8 @@ std::string file_safe(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-              c == '-';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
     out.push_back(ok ? c : '_');
   }
   if (out.empty() || out[0] == '.') out.insert(out.begin(), '_');
@@ -53,15 +53,17 @@ std::string shell_join(const std::vector<std::string>& argv) {
     if (!out.empty()) out.push_back(' ');
     bool plain = !arg.empty();
     for (char c : arg)
-      plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || std::string_view("-_./=:,+@%").find(c) !=
-                                                                          std::string_view::npos);
+      plain = plain && (std::isalnum(static_cast<unsigned char>(c)) ||
+                        std::string_view("-_./=:,+@%").find(c) != std::string_view::npos);
     if (plain) {
       out += arg;
     } else {
       out.push_back('\'');
       for (char c : arg) {
-        if (c == '\'') out += "'\\''";
-        else out.push_back(c);
+        if (c == '\'')
+          out += "'\\''";
+        else
+          out.push_back(c);
       }
       out.push_back('\'');
     }
@@ -83,4 +85,4 @@ std::string format_energy(double joules) {
   return fmt::format("{:.1f} J ({:.4g} Wh)", joules, joules / 3600.0);
 }
 
-}  // namespace wattscope
+} // namespace wattscope

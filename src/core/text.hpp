@@ -16,6 +16,6 @@ std::string file_safe(std::string_view text);
 // The command as a user could paste it back into a shell.
 std::string shell_join(const std::vector<std::string>& argv);
 std::string format_bytes(double bytes);
-std::string format_energy(double joules);  // "1234.5 J (0.343 Wh)"
+std::string format_energy(double joules); // "1234.5 J (0.343 Wh)"
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -20,7 +20,7 @@ std::tm utc_tm(int64_t ts_ms) {
   gmtime_r(&secs, &tm);
   return tm;
 }
-}  // namespace
+} // namespace
 
 std::string iso_utc_ms(int64_t ts_ms) {
   std::tm tm = utc_tm(ts_ms);
@@ -48,4 +48,4 @@ bool parse_iso_utc_ms(const std::string& text, int64_t& ts_ms) {
   return true;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -13,4 +13,4 @@ std::string compact_utc(int64_t ts_ms);
 // Parses what iso_utc_ms writes (milliseconds optional). Returns false on anything else.
 bool parse_iso_utc_ms(const std::string& text, int64_t& ts_ms);
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -15,9 +15,13 @@ int64_t GridSchedule::next_slot(int64_t done, SteadyClock::time_point now) const
 Sampler::Sampler(std::vector<Source*> sources, std::chrono::nanoseconds interval, FrameHandler on_frame)
     : sources_(std::move(sources)), interval_(interval), on_frame_(std::move(on_frame)) {}
 
-Sampler::~Sampler() { stop(); }
+Sampler::~Sampler() {
+  stop();
+}
 
-void Sampler::start() { thread_ = std::thread([this] { loop(); }); }
+void Sampler::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void Sampler::stop() {
   {
@@ -42,7 +46,8 @@ void Sampler::loop() {
     frame.tick = slot;
     frame.mono = started;
     frame.ts_ms = wall_now_ms();
-    for (Source* s : sources_) s->sample(frame);
+    for (Source* s : sources_)
+      s->sample(frame);
     try {
       on_frame_(frame);
     } catch (const std::exception& e) {
@@ -60,4 +65,4 @@ void Sampler::loop() {
   }
 }
 
-}  // namespace wattscope
+} // namespace wattscope

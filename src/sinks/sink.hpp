@@ -12,9 +12,9 @@
 namespace wattscope {
 
 class Sink {
- public:
+public:
   virtual ~Sink() = default;
-  virtual std::string describe() const = 0;  // "sqlite wattscope.db", for messages and the summary
+  virtual std::string describe() const = 0; // "sqlite wattscope.db", for messages and the summary
   // Called once on the starting thread; throws std::runtime_error with a fix-it message when the store is unusable.
   virtual void begin_run(const RunInfo& run) = 0;
   // One batch, one transaction. Throws on failure; the caller keeps the batch and retries, so nothing is lost.
@@ -26,12 +26,12 @@ class Sink {
 using RowFn = std::function<void(std::span<const Value>)>;
 
 class StoreReader {
- public:
+public:
   virtual ~StoreReader() = default;
   virtual std::string describe() const = 0;
-  virtual std::vector<RunInfo> runs() = 0;  // oldest first
+  virtual std::vector<RunInfo> runs() = 0; // oldest first
   // Every row of `table` for the run, in key order (time order for samples).
   virtual void scan(TableId table, const RunInfo& run, const RowFn& fn) = 0;
 };
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -9,7 +9,7 @@ namespace {
 constexpr size_t kBacklogWarnFrames = 100'000;
 constexpr auto kRetryDelay = std::chrono::milliseconds(500);
 constexpr int kFinalAttempts = 5;
-}  // namespace
+} // namespace
 
 SinkWriter::SinkWriter(std::unique_ptr<Sink> sink, CommitPolicy policy, std::string run_id,
                        std::shared_ptr<const std::vector<GpuDevice>> devices)
@@ -26,7 +26,9 @@ SinkWriter::~SinkWriter() {
   if (thread_.joinable()) thread_.join();
 }
 
-void SinkWriter::start() { thread_ = std::thread([this] { loop(); }); }
+void SinkWriter::start() {
+  thread_ = std::thread([this] { loop(); });
+}
 
 void SinkWriter::push(FramePtr frame) {
   bool warn = false;
@@ -50,8 +52,7 @@ bool SinkWriter::try_commit(RowBatch& batch) {
     return true;
   } catch (const std::exception& e) {
     stats_.failures.fetch_add(1, std::memory_order_relaxed);
-    if (!failing_)
-      spdlog::error("cannot write to {}: {}; keeping the rows and retrying", sink_->describe(), e.what());
+    if (!failing_) spdlog::error("cannot write to {}: {}; keeping the rows and retrying", sink_->describe(), e.what());
     failing_ = true;
     return false;
   }
@@ -76,7 +77,8 @@ void SinkWriter::loop() {
       queue_.clear();
     }
     // Rows reference device strings owned by devices_ and the run id owned by this writer: both outlive the batch.
-    for (const auto& f : taken) append_frame_rows(run_id_, *f, *devices_, batch);
+    for (const auto& f : taken)
+      append_frame_rows(run_id_, *f, *devices_, batch);
     taken.clear();
     const auto now = SteadyClock::now();
     const bool due = (policy_.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= policy_.rows) ||
@@ -119,4 +121,4 @@ bool SinkWriter::finish(const RunInfo& final_run) {
   return true;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

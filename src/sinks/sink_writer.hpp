@@ -26,18 +26,18 @@ struct WriterStats {
 };
 
 class SinkWriter {
- public:
+public:
   SinkWriter(std::unique_ptr<Sink> sink, CommitPolicy policy, std::string run_id,
              std::shared_ptr<const std::vector<GpuDevice>> devices);
   ~SinkWriter();
   void start();
-  void push(FramePtr frame);  // never blocks on the store
+  void push(FramePtr frame); // never blocks on the store
   // Drains everything queued, writes the final run row and joins. Returns false if rows could not be stored.
   bool finish(const RunInfo& final_run);
   const WriterStats& stats() const { return stats_; }
   std::string describe() const { return sink_->describe(); }
 
- private:
+private:
   void loop();
   bool try_commit(RowBatch& batch);
 
@@ -54,4 +54,4 @@ class SinkWriter {
   WriterStats stats_;
 };
 
-}  // namespace wattscope
+} // namespace wattscope

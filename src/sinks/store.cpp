@@ -42,8 +42,9 @@ RunInfo resolve_run(StoreReader& store, std::string_view id) {
   if (matches.empty())
     throw std::runtime_error(fmt::format("no run '{}' in {}; 'wattscope list' shows the runs", id, store.describe()));
   std::string names;
-  for (size_t i = 0; i < matches.size() && i < 5; ++i) names += fmt::format("{}{}", i ? ", " : "", matches[i]->run_id);
+  for (size_t i = 0; i < matches.size() && i < 5; ++i)
+    names += fmt::format("{}{}", i ? ", " : "", matches[i]->run_id);
   throw std::runtime_error(fmt::format("'{}' matches {} runs ({}); give more of the id", id, matches.size(), names));
 }
 
-}  // namespace wattscope
+} // namespace wattscope

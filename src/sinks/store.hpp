@@ -24,4 +24,4 @@ std::unique_ptr<StoreReader> open_reader(const StoreSpec& spec);
 // A run by exact id or unique prefix; empty id means the latest run. Throws with the candidates when ambiguous.
 RunInfo resolve_run(StoreReader& store, std::string_view id);
 
-}  // namespace wattscope
+} // namespace wattscope

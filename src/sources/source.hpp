@@ -12,7 +12,7 @@ namespace wattscope {
 struct RunInfo;
 
 class Source {
- public:
+public:
   virtual ~Source() = default;
   virtual std::string_view name() const = 0;
   // Probes the hardware. false: this source has nothing here; status() says why, in words a user can act on.
@@ -24,4 +24,4 @@ class Source {
   virtual void describe(RunInfo& /*run*/) const {}
 };
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -22,7 +22,7 @@ std::vector<std::string> ws(std::vector<std::string> args) {
   args.insert(args.begin(), wattscope());
   return args;
 }
-}  // namespace
+} // namespace
 
 TEST(Run, SleepTwoSecondsAt100msStoresAboutTwentyRows) {
   TempDir dir;
@@ -55,7 +55,7 @@ TEST(Run, ExitStatusIsTheChilds) {
   EXPECT_EQ(run(ws({"run", "--", dir / "noexec.sh"}), kNoGpu, dir.path()).exit_code, 126);
   // The statuses are stored with the runs.
   auto st = query(dir / "wattscope.db", "SELECT exit_status FROM runs ORDER BY start_ms");
-  ASSERT_EQ(st.size(), 3u);  // not-found and not-executable commands make no run
+  ASSERT_EQ(st.size(), 3u); // not-found and not-executable commands make no run
   EXPECT_EQ(*st[0][0], "3");
   EXPECT_EQ(*st[1][0], "143");
   EXPECT_EQ(*st[2][0], "137");
@@ -92,8 +92,8 @@ TEST(Run, ForwardsSigtermAndFinalisesTheRun) {
 
 TEST(Run, ChildKilledBySignalForwarded) {
   TempDir dir;
-  int pid = start(ws({"run", "--interval", "100ms", "--", "sleep", "30"}), kNoGpu, dir.path(), dir / "out",
-                  dir / "err");
+  int pid =
+      start(ws({"run", "--interval", "100ms", "--", "sleep", "30"}), kNoGpu, dir.path(), dir / "out", dir / "err");
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
   kill(pid, SIGINT);
   EXPECT_EQ(wait_exit(pid), 128 + SIGINT);
@@ -156,7 +156,7 @@ TEST(Show, JsonReportsWhatTheRunDid) {
   EXPECT_GE(j["samples"].get<int>(), 3);
   EXPECT_LE(j["samples"].get<int>(), 6);
   EXPECT_GT(j["duration_s"].get<double>(), 0.3);
-  EXPECT_TRUE(j["total_energy_j"].is_null());  // nothing measured energy here: null, not 0
+  EXPECT_TRUE(j["total_energy_j"].is_null()); // nothing measured energy here: null, not 0
   EXPECT_EQ(j["tags"]["lr"], "3e-4");
   EXPECT_TRUE(j["end"].get<std::string>().ends_with("Z"));
   // By id prefix, and the list.
@@ -196,7 +196,8 @@ struct BadInput {
   std::string needle;
 };
 void PrintTo(const BadInput& b, std::ostream* os) {
-  for (const auto& a : b.args) *os << (a.size() > 20 ? a.substr(0, 20) + "..." : a) << ' ';
+  for (const auto& a : b.args)
+    *os << (a.size() > 20 ? a.substr(0, 20) + "..." : a) << ' ';
 }
 
 class Errors : public ::testing::TestWithParam<BadInput> {};
@@ -224,8 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{{"run", "--db", "/nonexistent/dir/w.db", "--", "true"}, "cannot open SQLite"},
                       BadInput{{"run", "--task", std::string(200, 'x'), "--", "true"}, "limit is 128 bytes"},
                       BadInput{{"run", "--task", "a\x1b[31mred", "--", "true"}, "control character"},
-                      BadInput{{"run"}, "no command to run"},
-                      BadInput{{"run", "--"}, "no command to run"},
+                      BadInput{{"run"}, "no command to run"}, BadInput{{"run", "--"}, "no command to run"},
                       BadInput{{"run", "--commit-every", "sometimes", "--", "true"}, "--commit-every"},
                       BadInput{{"run", "--tag", "novalue", "--", "true"}, "KEY=VALUE"},
                       BadInput{{"run", "--db", "mysql://u@h/db", "--", "true"}, "MySQL"},

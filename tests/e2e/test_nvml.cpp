@@ -13,12 +13,13 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr int kTicks = 40;  // length of every scripted series; a run never takes more samples than this
+constexpr int kTicks = 40; // length of every scripted series; a run never takes more samples than this
 
 // Distinct values per device, metric and tick, so a value in the wrong row, column or device shows.
 json series(int dev, int metric, double scale = 1, double offset = 0) {
   json a = json::array();
-  for (int k = 0; k < kTicks; ++k) a.push_back(offset + scale * ((dev * 37 + metric * 11 + k * 3) % 97));
+  for (int k = 0; k < kTicks; ++k)
+    a.push_back(offset + scale * ((dev * 37 + metric * 11 + k * 3) % 97));
   return a;
 }
 
@@ -29,7 +30,8 @@ json device(int i, std::vector<std::string> unsupported = {}) {
   m["power_mw"] = series(i, 3, 1000, 80000);
   json energy = json::array();
   long long e = 1'000'000'000LL * (i + 1);
-  for (int k = 0; k < kTicks; ++k) energy.push_back(e += 1000 + k * 17 + i);
+  for (int k = 0; k < kTicks; ++k)
+    energy.push_back(e += 1000 + k * 17 + i);
   m["energy_mj"] = energy;
   m["util_gpu"] = series(i, 4);
   m["util_mem"] = series(i, 5);
@@ -60,7 +62,8 @@ json device(int i, std::vector<std::string> unsupported = {}) {
 
 json scenario(int n) {
   json s = {{"driver_version", "550.54.15"}, {"nvml_version", "12.550.54.15"}, {"devices", json::array()}};
-  for (int i = 0; i < n; ++i) s["devices"].push_back(device(i));
+  for (int i = 0; i < n; ++i)
+    s["devices"].push_back(device(i));
   return s;
 }
 
@@ -99,8 +102,8 @@ const char* kColumns =
 // Every stored field of every row equals the scenario's value for that device at that call index.
 void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<std::string> unsupported = {}) {
   const json& m = scen["devices"][dev]["metrics"];
-  auto rows = query(fr.db(), std::string("SELECT ") + kColumns + " FROM gpu_samples WHERE gpu_index = " +
-                                 std::to_string(dev) + " ORDER BY tick");
+  auto rows = query(fr.db(), std::string("SELECT ") + kColumns +
+                                 " FROM gpu_samples WHERE gpu_index = " + std::to_string(dev) + " ORDER BY tick");
   ASSERT_GE(rows.size(), 3u) << fr.result.err;
   ASSERT_LE(rows.size(), static_cast<size_t>(kTicks));
   const double e0 = m["energy_mj"][0].get<double>();
@@ -149,7 +152,7 @@ void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<st
   }
 }
 
-}  // namespace
+} // namespace
 
 class GpuCounts : public ::testing::TestWithParam<int> {};
 
@@ -158,7 +161,8 @@ TEST_P(GpuCounts, EveryStoredFieldEqualsTheScenario) {
   json scen = scenario(n);
   auto fr = run_fake(scen, {"run", "--task", "gpus", "--interval", "50ms", "--", "sleep", "0.6"});
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
-  for (int d = 0; d < n; ++d) expect_rows_match(*fr, scen, d);
+  for (int d = 0; d < n; ++d)
+    expect_rows_match(*fr, scen, d);
   // One row per device per tick.
   EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples"),
             std::to_string(n * std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"))));
@@ -185,9 +189,9 @@ TEST_P(GpuCounts, EveryStoredFieldEqualsTheScenario) {
     const std::string last = scalar(fr->db(), "SELECT energy_j FROM gpu_samples WHERE gpu_index=" + std::to_string(d) +
                                                   " ORDER BY tick DESC LIMIT 1");
     EXPECT_DOUBLE_EQ(g["energy_j"].get<double>(), std::stod(last));
-    EXPECT_DOUBLE_EQ(g["peak_power_w"].get<double>(),
-                     std::stod(scalar(fr->db(), "SELECT max(power_w) FROM gpu_samples WHERE gpu_index=" +
-                                                    std::to_string(d))));
+    EXPECT_DOUBLE_EQ(
+        g["peak_power_w"].get<double>(),
+        std::stod(scalar(fr->db(), "SELECT max(power_w) FROM gpu_samples WHERE gpu_index=" + std::to_string(d))));
     total += g["energy_j"].get<double>();
   }
   EXPECT_NEAR(j["total_energy_j"].get<double>(), total, 1e-6);
@@ -239,7 +243,7 @@ TEST(Nvml, IntegratedFallbackWithinOnePercentOnASmoothTrace) {
   EXPECT_EQ(methods[1][0], "integrated");
   const double counter = std::stod(scalar(fr->db(), "SELECT max(energy_j) FROM gpu_samples WHERE gpu_index=0"));
   const double integrated = std::stod(scalar(fr->db(), "SELECT max(energy_j) FROM gpu_samples WHERE gpu_index=1"));
-  EXPECT_GT(counter, 400);  // ~2 s at ~300 W
+  EXPECT_GT(counter, 400); // ~2 s at ~300 W
   EXPECT_NEAR(integrated, counter, 0.01 * counter);
   auto j = json::parse(run({wattscope(), "show", "--json"}, {}, fr->dir.path()).out);
   EXPECT_EQ(j["gpus"][1]["energy_method"], "integrated");
@@ -273,7 +277,7 @@ TEST(Nvml, NoLibraryRecordsTheCpuAndSaysSoOnce) {
                {{"WATTSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1"}}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("no NVIDIA GPU recorded"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("no NVIDIA GPU recorded"), r.err.rfind("no NVIDIA GPU recorded"));  // once
+  EXPECT_EQ(r.err.find("no NVIDIA GPU recorded"), r.err.rfind("no NVIDIA GPU recorded")); // once
   const std::string db = dir / "wattscope.db";
   EXPECT_GE(std::stoi(scalar(db, "SELECT count(*) FROM cpu_samples")), 3);
   EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_samples"), "0");
@@ -309,7 +313,7 @@ TEST(Nvml, OlderDriverWithoutVersionedSymbolsStillRecords) {
                               "gpu_samples ORDER BY tick");
   ASSERT_GE(rows.size(), 3u);
   for (size_t k = 0; k < rows.size(); ++k) {
-    EXPECT_DOUBLE_EQ(*num(rows[k][0]), m["power_mw"][k].get<double>() / 1000);  // nvmlDeviceGetPowerUsage
+    EXPECT_DOUBLE_EQ(*num(rows[k][0]), m["power_mw"][k].get<double>() / 1000); // nvmlDeviceGetPowerUsage
     EXPECT_FALSE(rows[k][1]);
     EXPECT_FALSE(rows[k][2]);
     EXPECT_DOUBLE_EQ(*num(rows[k][3]), m["mem_used_bytes"][k].get<double>());
@@ -327,8 +331,8 @@ TEST(Nvml, MissingRequiredSymbolTurnsTheBackendOffWithOneLine) {
 }
 
 TEST(Nvml, CudaVisibleDevicesSelectsTheTasksGpus) {
-  auto fr = run_fake(scenario(4), {"run", "--interval", "100ms", "--", "sleep", "0.2"},
-                     {{"CUDA_VISIBLE_DEVICES", "2,0"}});
+  auto fr =
+      run_fake(scenario(4), {"run", "--interval", "100ms", "--", "sleep", "0.2"}, {{"CUDA_VISIBLE_DEVICES", "2,0"}});
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
   EXPECT_EQ(scalar(fr->db(), "SELECT group_concat(gpu_index) FROM (SELECT DISTINCT gpu_index FROM gpu_samples "
                              "ORDER BY gpu_index)"),

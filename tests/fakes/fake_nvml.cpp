@@ -36,7 +36,7 @@ constexpr Return kArgumentVersionMismatch = 25;
 
 struct FakeDevice {
   json spec;
-  std::map<std::string, long long> calls;  // per metric
+  std::map<std::string, long long> calls; // per metric
 };
 
 struct State {
@@ -68,7 +68,10 @@ FakeDevice* dev(Device d) {
 
 double eval(const json& v, long long k, double t) {
   if (v.is_number()) return v.get<double>();
-  if (v.is_array()) return v.empty() ? 0 : v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))].get<double>();
+  if (v.is_array())
+    return v.empty()
+               ? 0
+               : v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))].get<double>();
   if (v.contains("linear")) return v["linear"][0].get<double>() + v["linear"][1].get<double>() * static_cast<double>(k);
   const double two_pi = 2 * M_PI;
   if (v.contains("sine")) {
@@ -100,8 +103,7 @@ Return metric(Device d, const std::string& name, double& out) {
   return kSuccess;
 }
 
-template <typename T>
-Return metric_to(Device d, const std::string& name, T* out) {
+template <typename T> Return metric_to(Device d, const std::string& name, T* out) {
   if (!out) return kErrorInvalidArgument;
   double v = 0;
   Return rc = metric(d, name, v);
@@ -136,7 +138,8 @@ Return init() {
   if (g.scenario.is_discarded()) return kErrorUnknown;
   if (int e = g.scenario.value("init_error", 0)) return e;
   g.devices.clear();
-  for (const auto& d : g.scenario.value("devices", json::array())) g.devices.push_back({d, {}});
+  for (const auto& d : g.scenario.value("devices", json::array()))
+    g.devices.push_back({d, {}});
   g.initialised = true;
   g.t0 = now_s();
   return kSuccess;
@@ -172,8 +175,12 @@ Return device_by_index(unsigned int i, Device* d) {
   *d = reinterpret_cast<Device>(&g.devices[i]);
   return kSuccess;
 }
-Return device_name(Device d, char* buf, unsigned int len) { return static_string(d, "name", buf, len); }
-Return device_uuid(Device d, char* buf, unsigned int len) { return static_string(d, "uuid", buf, len); }
+Return device_name(Device d, char* buf, unsigned int len) {
+  return static_string(d, "name", buf, len);
+}
+Return device_uuid(Device d, char* buf, unsigned int len) {
+  return static_string(d, "uuid", buf, len);
+}
 Return device_pci_info(Device d, PciInfo* p) {
   if (!p) return kErrorInvalidArgument;
   std::memset(p, 0, sizeof *p);
@@ -185,7 +192,9 @@ Return device_max_clock(Device d, int type, unsigned int* mhz) {
   std::lock_guard lock(g.mu);
   FakeDevice* fd = dev(d);
   if (!fd || !mhz) return kErrorInvalidArgument;
-  const char* key = type == kClockSm ? "max_clock_sm_mhz" : type == kClockMem ? "max_clock_mem_mhz" : "max_clock_gfx_mhz";
+  const char* key = type == kClockSm    ? "max_clock_sm_mhz"
+                    : type == kClockMem ? "max_clock_mem_mhz"
+                                        : "max_clock_gfx_mhz";
   if (!fd->spec.contains(key)) return kErrorNotSupported;
   *mhz = fd->spec[key].get<unsigned int>();
   return kSuccess;
@@ -211,8 +220,12 @@ Return device_memory(Device d, Memory* m) {
   m->free = m->total - m->used;
   return kSuccess;
 }
-Return device_power_usage(Device d, unsigned int* mw) { return metric_to(d, "power_mw", mw); }
-Return device_total_energy(Device d, unsigned long long* mj) { return metric_to(d, "energy_mj", mj); }
+Return device_power_usage(Device d, unsigned int* mw) {
+  return metric_to(d, "power_mw", mw);
+}
+Return device_total_energy(Device d, unsigned long long* mj) {
+  return metric_to(d, "energy_mj", mj);
+}
 Return device_utilization(Device d, Utilization* u) {
   if (!u) return kErrorInvalidArgument;
   Return rc = metric_to(d, "util_gpu", &u->gpu);
@@ -225,15 +238,27 @@ Return device_clock(Device d, int type, unsigned int* mhz) {
   const char* name = type == kClockSm ? "clock_sm" : type == kClockMem ? "clock_mem" : "clock_gfx";
   return metric_to(d, name, mhz);
 }
-Return device_pcie_width(Device d, unsigned int* w) { return metric_to(d, "pcie_width", w); }
-Return device_pcie_width_max(Device d, unsigned int* w) { return metric_to(d, "pcie_width_max", w); }
+Return device_pcie_width(Device d, unsigned int* w) {
+  return metric_to(d, "pcie_width", w);
+}
+Return device_pcie_width_max(Device d, unsigned int* w) {
+  return metric_to(d, "pcie_width_max", w);
+}
 Return device_pcie_throughput(Device d, int counter, unsigned int* kbs) {
   return metric_to(d, counter == kPcieUtilTx ? "pcie_tx_kbs" : "pcie_rx_kbs", kbs);
 }
-Return device_fan(Device d, unsigned int* pct) { return metric_to(d, "fan_pct", pct); }
-Return device_pstate(Device d, int* p) { return metric_to(d, "pstate", p); }
-Return device_enforced_power_limit(Device d, unsigned int* mw) { return metric_to(d, "power_limit_mw", mw); }
-Return device_clock_events(Device d, unsigned long long* mask) { return metric_to(d, "clock_events", mask); }
+Return device_fan(Device d, unsigned int* pct) {
+  return metric_to(d, "fan_pct", pct);
+}
+Return device_pstate(Device d, int* p) {
+  return metric_to(d, "pstate", p);
+}
+Return device_enforced_power_limit(Device d, unsigned int* mw) {
+  return metric_to(d, "power_limit_mw", mw);
+}
+Return device_clock_events(Device d, unsigned long long* mask) {
+  return metric_to(d, "clock_events", mask);
+}
 Return device_field_values(Device d, int count, FieldValue* values) {
   if (!values || count <= 0) return kErrorInvalidArgument;
   {
@@ -256,17 +281,17 @@ Return device_field_values(Device d, int count, FieldValue* values) {
   }
   return kSuccess;
 }
-}  // namespace impl
+} // namespace impl
 
-}  // namespace
+} // namespace
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
-#define FAKE_X1(member, need, params, args, sym) \
-  FAKE_EXPORT Return sym params {                \
-    count_call(#sym);                               \
-    return impl::member args;                    \
+#define FAKE_X1(member, need, params, args, sym)                                                                       \
+  FAKE_EXPORT Return sym params {                                                                                      \
+    count_call(#sym);                                                                                                  \
+    return impl::member args;                                                                                          \
   }
-#define FAKE_X2(member, need, params, args, newest, older) \
-  FAKE_X1(member, need, params, args, newest)              \
+#define FAKE_X2(member, need, params, args, newest, older)                                                             \
+  FAKE_X1(member, need, params, args, newest)                                                                          \
   FAKE_X1(member, need, params, args, older)
 WATTSCOPE_NVML_ENTRY_POINTS(FAKE_X1, FAKE_X2)

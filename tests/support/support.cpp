@@ -39,17 +39,20 @@ namespace {
 void exec_child(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                 const std::string& cwd) {
   for (const auto& [k, v] : env) {
-    if (v == "\x01") unsetenv(k.c_str());
-    else setenv(k.c_str(), v.c_str(), 1);
+    if (v == "\x01")
+      unsetenv(k.c_str());
+    else
+      setenv(k.c_str(), v.c_str(), 1);
   }
   if (!cwd.empty() && chdir(cwd.c_str()) != 0) _exit(120);
   std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   execv(args[0], args.data());
   _exit(121);
 }
-}  // namespace
+} // namespace
 
 int start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, const std::string& cwd,
           const std::string& out_file, const std::string& err_file) {
@@ -84,7 +87,9 @@ Result run(const std::vector<std::string>& argv, const std::map<std::string, std
   return r;
 }
 
-std::string wattscope() { return WATTSCOPE_BINARY; }
+std::string wattscope() {
+  return WATTSCOPE_BINARY;
+}
 std::string fake_nvml(const std::string& variant) {
   return std::string(WATTSCOPE_FAKES_DIR) + "/libnvidia-ml-fake" + (variant.empty() ? "" : "-" + variant) + ".so";
 }
@@ -105,8 +110,10 @@ std::vector<Row> query(const std::string& db, const std::string& sql) {
   while (sqlite3_step(st) == SQLITE_ROW) {
     Row row;
     for (int i = 0; i < sqlite3_column_count(st); ++i) {
-      if (sqlite3_column_type(st, i) == SQLITE_NULL) row.emplace_back(std::nullopt);
-      else row.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, i)));
+      if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        row.emplace_back(std::nullopt);
+      else
+        row.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(st, i)));
     }
     rows.push_back(std::move(row));
   }
@@ -121,4 +128,4 @@ std::string scalar(const std::string& db, const std::string& sql) {
   return *rows[0][0];
 }
 
-}  // namespace wstest
+} // namespace wstest

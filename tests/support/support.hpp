@@ -10,7 +10,7 @@ namespace wstest {
 
 // A fresh directory under $TMPDIR, removed at destruction.
 class TempDir {
- public:
+public:
   TempDir();
   ~TempDir();
   TempDir(const TempDir&) = delete;
@@ -18,7 +18,7 @@ class TempDir {
   const std::string& path() const { return path_; }
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
 
- private:
+private:
   std::string path_;
 };
 
@@ -35,16 +35,16 @@ struct Result {
 Result run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
            const std::string& cwd = "");
 // Starts without waiting: returns the pid; output goes to the given files.
-int start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-          const std::string& cwd, const std::string& out_file, const std::string& err_file);
+int start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, const std::string& cwd,
+          const std::string& out_file, const std::string& err_file);
 int wait_exit(int pid);
 
-std::string wattscope();        // path of the binary under test
-std::string fake_nvml(const std::string& variant = "");  // "", "noenergy", "legacy", "broken"
+std::string wattscope();                                // path of the binary under test
+std::string fake_nvml(const std::string& variant = ""); // "", "noenergy", "legacy", "broken"
 
 // Rows of a query as strings; NULL becomes std::nullopt.
 using Row = std::vector<std::optional<std::string>>;
 std::vector<Row> query(const std::string& db, const std::string& sql);
 std::string scalar(const std::string& db, const std::string& sql);
 
-}  // namespace wstest
+} // namespace wstest

@@ -19,17 +19,17 @@ Frame frame(int64_t tick, SteadyClock::time_point t0, std::chrono::milliseconds 
   f.ts_ms = 1000 * tick;
   return f;
 }
-}  // namespace
+} // namespace
 
 TEST(Accounting, CounterEnergyIsTheExactDeltaAcrossAReset) {
   Accounting acc(one_gpu());
   const auto t0 = SteadyClock::now();
-  const int64_t counter[] = {5'000'000, 5'012'345, 5'024'690, 100, 12'445};  // driver reload after tick 2
+  const int64_t counter[] = {5'000'000, 5'012'345, 5'024'690, 100, 12'445}; // driver reload after tick 2
   for (int64_t k = 0; k < 5; ++k) {
     Frame f = frame(k, t0, 100ms);
     GpuSample s;
     s.energy_counter_mj = counter[k];
-    s.power_w = 500;  // ignored when a counter exists
+    s.power_w = 500; // ignored when a counter exists
     f.gpus.push_back(s);
     acc.process(f);
     if (k == 0) {
@@ -51,7 +51,7 @@ TEST(Accounting, IntegratesPowerWithTheTrapezoidRuleWhenNoCounter) {
   for (int64_t k = 0; k <= 10; ++k) {
     Frame f = frame(k, t0, 100ms);
     GpuSample s;
-    s.power_w = 100.0 + 10.0 * static_cast<double>(k);  // linear: the trapezoid rule is exact
+    s.power_w = 100.0 + 10.0 * static_cast<double>(k); // linear: the trapezoid rule is exact
     f.gpus.push_back(s);
     acc.process(f);
   }

@@ -30,7 +30,9 @@ TEST(Duration, RejectsBadInputWithTheTextInTheMessage) {
 }
 
 TEST(Duration, FormatsRoundTrip) {
-  for (std::chrono::nanoseconds d : {std::chrono::nanoseconds(1s), std::chrono::nanoseconds(250ms), std::chrono::nanoseconds(10ms), std::chrono::nanoseconds(500us), std::chrono::nanoseconds(120s)})
+  for (std::chrono::nanoseconds d :
+       {std::chrono::nanoseconds(1s), std::chrono::nanoseconds(250ms), std::chrono::nanoseconds(10ms),
+        std::chrono::nanoseconds(500us), std::chrono::nanoseconds(120s)})
     EXPECT_EQ(parse_duration(format_duration(d)), d);
 }
 

@@ -7,20 +7,18 @@
 using namespace wattscope;
 
 namespace {
-const char* kStat1 =
-    "cpu  100 0 100 800 0 0 0 0 0 0\n"
-    "cpu0 50 0 50 400 0 0 0 0 0 0\n"
-    "cpu1 50 0 50 400 0 0 0 0 0 0\n"
-    "intr 12345\nctxt 999\n";
+const char* kStat1 = "cpu  100 0 100 800 0 0 0 0 0 0\n"
+                     "cpu0 50 0 50 400 0 0 0 0 0 0\n"
+                     "cpu1 50 0 50 400 0 0 0 0 0 0\n"
+                     "intr 12345\nctxt 999\n";
 // +100 busy of +200 total overall; cpu0 fully busy (+100/+100), cpu1 idle (+0/+100).
-const char* kStat2 =
-    "cpu  150 0 150 900 0 0 0 0 0 0\n"
-    "cpu0 100 0 100 400 0 0 0 0 0 0\n"
-    "cpu1 50 0 50 500 0 0 0 0 0 0\n"
-    "intr 12345\n";
+const char* kStat2 = "cpu  150 0 150 900 0 0 0 0 0 0\n"
+                     "cpu0 100 0 100 400 0 0 0 0 0 0\n"
+                     "cpu1 50 0 50 500 0 0 0 0 0 0\n"
+                     "intr 12345\n";
 const char* kMeminfo =
     "MemTotal:       16384000 kB\nMemFree:         1000000 kB\nMemAvailable:    4096000 kB\nBuffers: 1 kB\n";
-}  // namespace
+} // namespace
 
 TEST(ProcStat, ParsesTotalsAndCores) {
   ProcStat st;
@@ -34,13 +32,13 @@ TEST(ProcStat, ParsesTotalsAndCores) {
 TEST(ProcStat, IowaitCountsAsIdleAndStealAsBusy) {
   ProcStat st;
   ASSERT_TRUE(parse_proc_stat("cpu  10 20 30 40 50 60 70 80 90 100\n", st));
-  EXPECT_EQ(st.total.busy, 10u + 20 + 30 + 60 + 70 + 80);  // guest is already inside user and nice
+  EXPECT_EQ(st.total.busy, 10u + 20 + 30 + 60 + 70 + 80); // guest is already inside user and nice
   EXPECT_EQ(st.total.total, st.total.busy + 40 + 50);
 }
 
 TEST(ProcStat, OldKernelsAndGarbage) {
   ProcStat st;
-  EXPECT_TRUE(parse_proc_stat("cpu 1 2 3 4\n", st));  // four fields only
+  EXPECT_TRUE(parse_proc_stat("cpu 1 2 3 4\n", st)); // four fields only
   EXPECT_FALSE(parse_proc_stat("", st));
   EXPECT_FALSE(parse_proc_stat("cpu x y z\n", st));
   EXPECT_FALSE(parse_proc_stat("intr 1 2 3\n", st));
@@ -48,8 +46,8 @@ TEST(ProcStat, OldKernelsAndGarbage) {
 
 TEST(ProcStat, UtilBetween) {
   EXPECT_DOUBLE_EQ(*util_between({100, 200}, {150, 300}), 50.0);
-  EXPECT_FALSE(util_between({100, 200}, {100, 200}).has_value());  // no time passed: missing, not 0
-  EXPECT_FALSE(util_between({100, 200}, {90, 300}).has_value());   // counter went back
+  EXPECT_FALSE(util_between({100, 200}, {100, 200}).has_value()); // no time passed: missing, not 0
+  EXPECT_FALSE(util_between({100, 200}, {90, 300}).has_value());  // counter went back
 }
 
 TEST(Meminfo, UsedIsTotalMinusAvailable) {
@@ -92,7 +90,7 @@ TEST(ProcfsCpuSource, SamplesFixtureTree) {
   EXPECT_DOUBLE_EQ(*f.cpu.core_util_pct[1], 0.0);
   EXPECT_EQ(*f.cpu.mem_used_bytes, (16384000LL - 4096000) * 1024);
 
-  Frame same;  // nothing changed: utilisation is missing, memory still reads
+  Frame same; // nothing changed: utilisation is missing, memory still reads
   src.sample(same);
   EXPECT_FALSE(same.cpu.util_pct);
   EXPECT_TRUE(same.cpu.mem_total_bytes);

@@ -29,7 +29,7 @@ TEST(GridSchedule, LateTickDoesNotShiftLaterOnes) {
 
 namespace {
 class SleepySource final : public Source {
- public:
+public:
   std::string_view name() const override { return "sleepy"; }
   bool open() override { return true; }
   std::string status() const override { return "ok"; }
@@ -39,12 +39,12 @@ class SleepySource final : public Source {
   int64_t stall_at = -1;
   std::chrono::milliseconds stall{0};
 };
-}  // namespace
+} // namespace
 
 TEST(Sampler, TicksOnTheGridAndSkipsSlotsAfterAStall) {
   SleepySource src;
   src.stall_at = 2;
-  src.stall = 75ms;  // 3.75 intervals
+  src.stall = 75ms; // 3.75 intervals
   std::mutex mu;
   std::vector<std::pair<int64_t, SteadyClock::time_point>> ticks;
   Sampler s({&src}, 20ms, [&](Frame& f) {
@@ -72,7 +72,8 @@ TEST(Sampler, TicksOnTheGridAndSkipsSlotsAfterAStall) {
     EXPECT_GE(ticks[i].second + 1ms, due) << "tick " << ticks[i].first;
     EXPECT_LT(ticks[i].second - due, 20ms) << "tick " << ticks[i].first;
   }
-  for (size_t i = 1; i < ticks.size(); ++i) EXPECT_GT(ticks[i].first, ticks[i - 1].first);
+  for (size_t i = 1; i < ticks.size(); ++i)
+    EXPECT_GT(ticks[i].first, ticks[i - 1].first);
 }
 
 TEST(Sampler, StopIsPromptEvenWithALongInterval) {
@@ -84,5 +85,5 @@ TEST(Sampler, StopIsPromptEvenWithALongInterval) {
   const auto t = SteadyClock::now();
   s.stop();
   EXPECT_LT(SteadyClock::now() - t, 1s);
-  EXPECT_EQ(n.load(), 1);  // the first tick is immediate
+  EXPECT_EQ(n.load(), 1); // the first tick is immediate
 }

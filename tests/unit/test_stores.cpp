@@ -45,14 +45,14 @@ Frame sample_frame(int64_t tick) {
   f.cpu.util_pct = 12.5 + static_cast<double>(tick);
   f.cpu.core_util_pct = {OptF(100.0), std::nullopt};
   f.cpu.mem_used_bytes = 1000 + tick;
-  f.cpu.mem_total_bytes = 5000;  // mem_total present, util missing on tick 0 below
+  f.cpu.mem_total_bytes = 5000; // mem_total present, util missing on tick 0 below
   if (tick == 0) f.cpu.util_pct.reset();
   for (int g = 0; g < 2; ++g) {
     GpuSample s;
     s.gpu_index = g;
-    s.power_w = 0.1 + 100.0 * g + static_cast<double>(tick);  // 0.1 exercises shortest round-trip formatting
+    s.power_w = 0.1 + 100.0 * g + static_cast<double>(tick); // 0.1 exercises shortest round-trip formatting
     s.energy_j = 1e-3 * static_cast<double>(tick);
-    s.util_gpu_pct = 0.0;  // a real zero must stay a zero, not become missing
+    s.util_gpu_pct = 0.0; // a real zero must stay a zero, not become missing
     s.throttle_reasons = (int64_t{1} << 40) + tick;
     f.gpus.push_back(s);
   }
@@ -67,10 +67,14 @@ std::vector<std::string> dump(StoreReader& r, const RunInfo& run) {
     r.scan(static_cast<TableId>(t), run, [&](std::span<const Value> row) {
       std::string line = std::string(table(static_cast<TableId>(t)).name) + ":";
       for (const auto& v : row) {
-        if (is_null(v)) line += "<null>|";
-        else if (auto i = std::get_if<int64_t>(&v)) line += std::to_string(*i) + "|";
-        else if (auto d = std::get_if<double>(&v)) line += fmt::format("{}|", *d);
-        else line += std::string(value_text(v)) + "|";
+        if (is_null(v))
+          line += "<null>|";
+        else if (auto i = std::get_if<int64_t>(&v))
+          line += std::to_string(*i) + "|";
+        else if (auto d = std::get_if<double>(&v))
+          line += fmt::format("{}|", *d);
+        else
+          line += std::string(value_text(v)) + "|";
       }
       out.push_back(line);
     });
@@ -93,7 +97,7 @@ void write_run(Sink& sink, RunInfo& run, const std::vector<GpuDevice>& devs, int
   sink.end_run(run);
 }
 
-}  // namespace
+} // namespace
 
 TEST(Schema, TablesAndColumnsCarryUnits) {
   EXPECT_TRUE(table_by_name("cpu_samples"));
@@ -101,7 +105,8 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
   EXPECT_TRUE(table_by_name("events"));
   EXPECT_FALSE(table_by_name("nope"));
   bool has_power = false;
-  for (const auto& c : table(TableId::GpuSamples).columns) has_power = has_power || c.name == "power_w";
+  for (const auto& c : table(TableId::GpuSamples).columns)
+    has_power = has_power || c.name == "power_w";
   EXPECT_TRUE(has_power);
 }
 
@@ -148,7 +153,8 @@ TEST(Stores, CsvColumnsMatchTheSqlTables) {
     std::string text = wstest::read_file(file);
     std::string header = text.substr(0, text.find('\n'));
     std::string expect;
-    for (const auto& c : table(t).columns) expect += (expect.empty() ? "" : ",") + std::string(c.name);
+    for (const auto& c : table(t).columns)
+      expect += (expect.empty() ? "" : ",") + std::string(c.name);
     EXPECT_EQ(header, expect) << file;
     EXPECT_EQ(csv_file_name(run, t).rfind("t_20261121T120329Z_", 0), 0u);
   }
@@ -163,7 +169,7 @@ TEST(Stores, ReplayedBatchIsIdempotentInSqlite) {
   RowBatch batch;
   append_frame_rows(run.run_id, sample_frame(0), devs, batch);
   sq->write(batch);
-  sq->write(batch);  // a retry after an ambiguous failure must not duplicate rows
+  sq->write(batch); // a retry after an ambiguous failure must not duplicate rows
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples"), "2");
 }
 
@@ -207,7 +213,8 @@ TEST(StoreSpec, Parsing) {
 TEST(CsvReader, BrokenFilesNameTheLine) {
   wstest::TempDir dir;
   std::string header;
-  for (const auto& c : table(TableId::CpuSamples).columns) header += (header.empty() ? "" : ",") + std::string(c.name);
+  for (const auto& c : table(TableId::CpuSamples).columns)
+    header += (header.empty() ? "" : ",") + std::string(c.name);
   auto expect_error = [&](const std::string& body, const std::string& needle) {
     wstest::write_file(dir / "f.csv", body);
     try {

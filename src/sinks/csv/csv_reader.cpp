@@ -60,8 +60,7 @@ bool CsvReader::next(std::vector<std::string>& fields, std::vector<bool>& quoted
       quoted.push_back(was_quoted);
       return true;
     } else {
-      if (was_quoted)
-        throw std::runtime_error(fmt::format("{}:{}: text after a closing quote", path_, record_line_));
+      if (was_quoted) throw std::runtime_error(fmt::format("{}:{}: text after a closing quote", path_, record_line_));
       cur.push_back(static_cast<char>(c));
     }
   }
@@ -80,12 +79,12 @@ void read_table_csv(const std::string& path, TableId id, const std::function<voi
       if (fields[i] == t.columns[c].name) pos[c] = static_cast<int>(i);
   for (size_t c = 0; c < t.columns.size(); ++c)
     if (pos[c] < 0)
-      throw std::runtime_error(fmt::format("{}:1: column '{}' is missing from the header of this {} file", path,
-                                           t.columns[c].name, t.name));
+      throw std::runtime_error(
+          fmt::format("{}:1: column '{}' is missing from the header of this {} file", path, t.columns[c].name, t.name));
   const size_t width = fields.size();
   std::vector<Value> row(t.columns.size());
   while (in.next(fields, quoted)) {
-    if (fields.size() == 1 && fields[0].empty() && !quoted[0]) continue;  // blank line
+    if (fields.size() == 1 && fields[0].empty() && !quoted[0]) continue; // blank line
     if (fields.size() != width)
       throw std::runtime_error(
           fmt::format("{}:{}: {} fields, the header has {}", path, in.line(), fields.size(), width));
@@ -97,29 +96,31 @@ void read_table_csv(const std::string& path, TableId id, const std::function<voi
         continue;
       }
       switch (t.columns[c].type) {
-        case ColType::Text: row[c] = Value(s); break;
-        case ColType::Int: {
-          int64_t v = 0;
-          auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-          if (ec != std::errc() || end != s.data() + s.size())
-            throw std::runtime_error(fmt::format("{}:{}: column '{}': '{}' is not an integer", path, in.line(),
-                                                 t.columns[c].name, s));
-          row[c] = Value(v);
-          break;
-        }
-        case ColType::Real: {
-          double v = 0;
-          auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-          if (ec != std::errc() || end != s.data() + s.size())
-            throw std::runtime_error(
-                fmt::format("{}:{}: column '{}': '{}' is not a number", path, in.line(), t.columns[c].name, s));
-          row[c] = Value(v);
-          break;
-        }
+      case ColType::Text:
+        row[c] = Value(s);
+        break;
+      case ColType::Int: {
+        int64_t v = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size())
+          throw std::runtime_error(
+              fmt::format("{}:{}: column '{}': '{}' is not an integer", path, in.line(), t.columns[c].name, s));
+        row[c] = Value(v);
+        break;
+      }
+      case ColType::Real: {
+        double v = 0;
+        auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        if (ec != std::errc() || end != s.data() + s.size())
+          throw std::runtime_error(
+              fmt::format("{}:{}: column '{}': '{}' is not a number", path, in.line(), t.columns[c].name, s));
+        row[c] = Value(v);
+        break;
+      }
       }
     }
     fn(row);
   }
 }
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -12,7 +12,7 @@ namespace wattscope {
 
 // Streams an RFC 4180 file. Errors name the file and line.
 class CsvReader {
- public:
+public:
   explicit CsvReader(const std::string& path);
   ~CsvReader();
   CsvReader(const CsvReader&) = delete;
@@ -21,7 +21,7 @@ class CsvReader {
   size_t line() const { return record_line_; }
   const std::string& path() const { return path_; }
 
- private:
+private:
   int get();
   std::FILE* f_ = nullptr;
   std::string path_;
@@ -33,4 +33,4 @@ class CsvReader {
 // fn gets each row; throws std::runtime_error "FILE:LINE: problem" on a missing column or a broken row.
 void read_table_csv(const std::string& path, TableId table, const std::function<void(std::span<const Value>)>& fn);
 
-}  // namespace wattscope
+} // namespace wattscope

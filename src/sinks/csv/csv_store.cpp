@@ -25,7 +25,7 @@ void append_csv_cell(std::string& out, const Value& v) {
   if (auto* i = std::get_if<int64_t>(&v)) {
     fmt::format_to(std::back_inserter(out), "{}", *i);
   } else if (auto* d = std::get_if<double>(&v)) {
-    fmt::format_to(std::back_inserter(out), "{}", *d);  // fmt: locale-independent, shortest round-trip
+    fmt::format_to(std::back_inserter(out), "{}", *d); // fmt: locale-independent, shortest round-trip
   } else if (!is_null(v)) {
     std::string_view s = value_text(v);
     // A quoted empty string is text; an unquoted empty cell is a missing value.
@@ -54,13 +54,14 @@ namespace {
 
 std::string header(const Table& t) {
   std::string h;
-  for (size_t i = 0; i < t.columns.size(); ++i) h += fmt::format("{}{}", i ? "," : "", t.columns[i].name);
+  for (size_t i = 0; i < t.columns.size(); ++i)
+    h += fmt::format("{}{}", i ? "," : "", t.columns[i].name);
   h.push_back('\n');
   return h;
 }
 
 class CsvSink final : public Sink {
- public:
+public:
   explicit CsvSink(std::string dir) : dir_(std::move(dir)) {}
   ~CsvSink() override {
     for (auto* f : files_)
@@ -97,7 +98,7 @@ class CsvSink final : public Sink {
 
   void end_run(const RunInfo& run) override { write_runs_file(run); }
 
- private:
+private:
   std::string path(TableId t) const { return dir_ + "/" + csv_file_name(run_, t); }
 
   std::FILE* open_table(TableId t) {
@@ -135,7 +136,7 @@ class CsvSink final : public Sink {
 };
 
 class CsvDirReader final : public StoreReader {
- public:
+public:
   explicit CsvDirReader(std::string dir) : dir_(std::move(dir)) {
     if (!fs::is_directory(dir_))
       throw std::runtime_error(fmt::format("'{}' is not a directory of wattscope CSV files", dir_));
@@ -158,19 +159,23 @@ class CsvDirReader final : public StoreReader {
 
   void scan(TableId t, const RunInfo& run, const RowFn& fn) override {
     const std::string p = dir_ + "/" + csv_file_name(run, t);
-    if (!fs::exists(p)) return;  // a table with no rows for this run has no file
+    if (!fs::exists(p)) return; // a table with no rows for this run has no file
     read_table_csv(p, t, [&](std::span<const Value> row) {
       if (value_text(row[0]) == run.run_id) fn(row);
     });
   }
 
- private:
+private:
   std::string dir_;
 };
 
-}  // namespace
+} // namespace
 
-std::unique_ptr<Sink> make_csv_sink(const std::string& dir) { return std::make_unique<CsvSink>(dir); }
-std::unique_ptr<StoreReader> make_csv_reader(const std::string& dir) { return std::make_unique<CsvDirReader>(dir); }
+std::unique_ptr<Sink> make_csv_sink(const std::string& dir) {
+  return std::make_unique<CsvSink>(dir);
+}
+std::unique_ptr<StoreReader> make_csv_reader(const std::string& dir) {
+  return std::make_unique<CsvDirReader>(dir);
+}
 
-}  // namespace wattscope
+} // namespace wattscope

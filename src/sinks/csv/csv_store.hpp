@@ -15,4 +15,4 @@ std::string csv_file_name(const RunInfo& run, TableId table);
 // Appends one CSV cell (RFC 4180 quoting, classic-locale numbers, shortest round-trip doubles).
 void append_csv_cell(std::string& out, const Value& v);
 
-}  // namespace wattscope
+} // namespace wattscope

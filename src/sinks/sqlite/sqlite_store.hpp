@@ -13,4 +13,4 @@ std::unique_ptr<StoreReader> make_sqlite_reader(const std::string& path);
 // The CREATE TABLE statements, derived from the schema (also shown by `wattscope schema`).
 std::string sqlite_schema_sql();
 
-}  // namespace wattscope
+} // namespace wattscope

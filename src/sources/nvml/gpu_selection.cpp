@@ -14,8 +14,10 @@ std::vector<std::string> split_list(const std::string& s) {
     size_t end = s.find(',', start);
     if (end == std::string::npos) end = s.size();
     std::string tok = s.substr(start, end - start);
-    while (!tok.empty() && tok.front() == ' ') tok.erase(tok.begin());
-    while (!tok.empty() && tok.back() == ' ') tok.pop_back();
+    while (!tok.empty() && tok.front() == ' ')
+      tok.erase(tok.begin());
+    while (!tok.empty() && tok.back() == ' ')
+      tok.pop_back();
     out.push_back(tok);
     start = end + 1;
   }
@@ -27,13 +29,13 @@ bool is_index(const std::string& t) {
     if (c < '0' || c > '9') return false;
   return true;
 }
-}  // namespace
+} // namespace
 
 bool GpuSelection::selects(int index, const std::string& uuid) const {
   if (all) return true;
   for (const auto& t : tokens) {
     if (is_index(t) && std::stoi(t) == index) return true;
-    if (!is_index(t) && !uuid.empty() && uuid.rfind(t, 0) == 0) return true;  // CUDA accepts UUID prefixes too
+    if (!is_index(t) && !uuid.empty() && uuid.rfind(t, 0) == 0) return true; // CUDA accepts UUID prefixes too
   }
   return false;
 }
@@ -47,8 +49,8 @@ GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<st
     if (flag == "none") return sel;
     for (auto& t : split_list(flag)) {
       if (t.empty() || (!is_index(t) && t.rfind("GPU-", 0) != 0 && t.rfind("MIG-", 0) != 0))
-        throw std::invalid_argument(
-            fmt::format("--gpus '{}': '{}' is neither a GPU index nor a GPU-/MIG- UUID; use all, 0,2 or GPU-…", flag, t));
+        throw std::invalid_argument(fmt::format(
+            "--gpus '{}': '{}' is neither a GPU index nor a GPU-/MIG- UUID; use all, 0,2 or GPU-…", flag, t));
       sel.tokens.push_back(t);
     }
     return sel;
@@ -68,4 +70,4 @@ GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<st
   return sel;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

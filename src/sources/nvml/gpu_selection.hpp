@@ -10,8 +10,8 @@ namespace wattscope {
 
 struct GpuSelection {
   bool all = true;
-  std::vector<std::string> tokens;  // indices ("0") or UUID prefixes ("GPU-8f2c…")
-  std::string origin;               // "--gpus", "CUDA_VISIBLE_DEVICES" or "default"
+  std::vector<std::string> tokens; // indices ("0") or UUID prefixes ("GPU-8f2c…")
+  std::string origin;              // "--gpus", "CUDA_VISIBLE_DEVICES" or "default"
   // Whether a device with this index and uuid is selected.
   bool selects(int index, const std::string& uuid) const;
 };
@@ -20,4 +20,4 @@ struct GpuSelection {
 // Throws std::invalid_argument on a malformed --gpus.
 GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<std::string>& cuda_visible);
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -7,7 +7,7 @@
 
 namespace wattscope::nvml {
 
-using Return = int;  // nvmlReturn_t
+using Return = int; // nvmlReturn_t
 inline constexpr Return kSuccess = 0;
 inline constexpr Return kErrorUninitialized = 1;
 inline constexpr Return kErrorInvalidArgument = 2;
@@ -24,20 +24,20 @@ inline constexpr Return kErrorResetRequired = 16;
 inline constexpr Return kErrorUnknown = 999;
 
 struct DeviceSt;
-using Device = DeviceSt*;  // nvmlDevice_t
+using Device = DeviceSt*; // nvmlDevice_t
 
-struct Utilization {  // nvmlUtilization_t
+struct Utilization { // nvmlUtilization_t
   unsigned int gpu;
   unsigned int memory;
 };
 
-struct Memory {  // nvmlMemory_t (v1)
+struct Memory { // nvmlMemory_t (v1)
   unsigned long long total;
   unsigned long long free;
   unsigned long long used;
 };
 
-struct MemoryV2 {  // nvmlMemory_v2_t: `used` excludes driver-reserved memory, as nvidia-smi shows it
+struct MemoryV2 { // nvmlMemory_v2_t: `used` excludes driver-reserved memory, as nvidia-smi shows it
   unsigned int version;
   unsigned long long total;
   unsigned long long reserved;
@@ -47,7 +47,7 @@ struct MemoryV2 {  // nvmlMemory_v2_t: `used` excludes driver-reserved memory, a
 // NVML_STRUCT_VERSION(Memory, 2): the struct size with the version number in the top byte.
 inline constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(MemoryV2)) | (2u << 24);
 
-struct PciInfo {  // nvmlPciInfo_t as filled by nvmlDeviceGetPciInfo_v2/_v3
+struct PciInfo { // nvmlPciInfo_t as filled by nvmlDeviceGetPciInfo_v2/_v3
   char busIdLegacy[16];
   unsigned int domain;
   unsigned int bus;
@@ -57,7 +57,7 @@ struct PciInfo {  // nvmlPciInfo_t as filled by nvmlDeviceGetPciInfo_v2/_v3
   char busId[32];
 };
 
-enum ValueType : int {  // nvmlValueType_t
+enum ValueType : int { // nvmlValueType_t
   kValueDouble = 0,
   kValueUInt = 1,
   kValueULong = 2,
@@ -67,7 +67,7 @@ enum ValueType : int {  // nvmlValueType_t
   kValueUShort = 6,
 };
 
-union Value {  // nvmlValue_t
+union Value { // nvmlValue_t
   double dVal;
   unsigned int uiVal;
   unsigned long ulVal;
@@ -77,7 +77,7 @@ union Value {  // nvmlValue_t
   unsigned short usVal;
 };
 
-struct FieldValue {  // nvmlFieldValue_t
+struct FieldValue { // nvmlFieldValue_t
   unsigned int fieldId;
   unsigned int scopeId;
   long long timestamp;
@@ -89,53 +89,53 @@ struct FieldValue {  // nvmlFieldValue_t
 
 // Field ids (NVML_FI_DEV_*).
 inline constexpr unsigned int kFieldMemoryTemp = 82;
-inline constexpr unsigned int kFieldPowerAverage = 185;  // 1 s average; Ampere (except GA100) and newer
-inline constexpr unsigned int kFieldPowerInstant = 186;  // instantaneous; all architectures with field support
+inline constexpr unsigned int kFieldPowerAverage = 185; // 1 s average; Ampere (except GA100) and newer
+inline constexpr unsigned int kFieldPowerInstant = 186; // instantaneous; all architectures with field support
 
 // Enumerations passed by value.
-inline constexpr int kTemperatureGpu = 0;  // NVML_TEMPERATURE_GPU
-inline constexpr int kClockGraphics = 0;   // NVML_CLOCK_GRAPHICS
-inline constexpr int kClockSm = 1;         // NVML_CLOCK_SM
-inline constexpr int kClockMem = 2;        // NVML_CLOCK_MEM
-inline constexpr int kPcieUtilTx = 0;      // NVML_PCIE_UTIL_TX_BYTES (KB/s)
-inline constexpr int kPcieUtilRx = 1;      // NVML_PCIE_UTIL_RX_BYTES (KB/s)
+inline constexpr int kTemperatureGpu = 0; // NVML_TEMPERATURE_GPU
+inline constexpr int kClockGraphics = 0;  // NVML_CLOCK_GRAPHICS
+inline constexpr int kClockSm = 1;        // NVML_CLOCK_SM
+inline constexpr int kClockMem = 2;       // NVML_CLOCK_MEM
+inline constexpr int kPcieUtilTx = 0;     // NVML_PCIE_UTIL_TX_BYTES (KB/s)
+inline constexpr int kPcieUtilRx = 1;     // NVML_PCIE_UTIL_RX_BYTES (KB/s)
 
-inline constexpr unsigned int kStringBuffer = 96;  // >= NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) and UUID/version sizes
+inline constexpr unsigned int kStringBuffer = 96; // >= NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) and UUID/version sizes
 
 enum class Need { Required, Optional };
 
-}  // namespace wattscope::nvml
+} // namespace wattscope::nvml
 
 // X1(member, need, params, args, symbol)            one symbol name
 // X2(member, need, params, args, newest, older)     versioned: the loader tries `newest` first
 // Every function returns nvmlReturn_t except nvmlErrorString.
-#define WATTSCOPE_NVML_ENTRY_POINTS(X1, X2)                                                                       \
-  X2(init, Required, (), (), nvmlInit_v2, nvmlInit)                                                               \
-  X1(shutdown, Required, (), (), nvmlShutdown)                                                                    \
-  X1(system_driver_version, Optional, (char* buf, unsigned int len), (buf, len), nvmlSystemGetDriverVersion)     \
-  X1(system_nvml_version, Optional, (char* buf, unsigned int len), (buf, len), nvmlSystemGetNVMLVersion)         \
-  X2(device_count, Required, (unsigned int* n), (n), nvmlDeviceGetCount_v2, nvmlDeviceGetCount)                  \
-  X2(device_by_index, Required, (unsigned int i, Device* d), (i, d), nvmlDeviceGetHandleByIndex_v2,             \
-     nvmlDeviceGetHandleByIndex)                                                                                  \
-  X1(device_name, Optional, (Device d, char* buf, unsigned int len), (d, buf, len), nvmlDeviceGetName)           \
-  X1(device_uuid, Optional, (Device d, char* buf, unsigned int len), (d, buf, len), nvmlDeviceGetUUID)           \
-  X2(device_pci_info, Optional, (Device d, PciInfo* p), (d, p), nvmlDeviceGetPciInfo_v3, nvmlDeviceGetPciInfo_v2) \
-  X1(device_max_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetMaxClockInfo) \
-  X1(device_memory_v2, Optional, (Device d, MemoryV2* m), (d, m), nvmlDeviceGetMemoryInfo_v2)                    \
-  X1(device_memory, Optional, (Device d, Memory* m), (d, m), nvmlDeviceGetMemoryInfo)                            \
-  X1(device_power_usage, Optional, (Device d, unsigned int* mw), (d, mw), nvmlDeviceGetPowerUsage)               \
-  X1(device_total_energy, Optional, (Device d, unsigned long long* mj), (d, mj), nvmlDeviceGetTotalEnergyConsumption) \
-  X1(device_utilization, Optional, (Device d, Utilization* u), (d, u), nvmlDeviceGetUtilizationRates)            \
-  X1(device_temperature, Optional, (Device d, int sensor, unsigned int* c), (d, sensor, c), nvmlDeviceGetTemperature) \
-  X1(device_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetClockInfo)    \
-  X1(device_pcie_width, Optional, (Device d, unsigned int* w), (d, w), nvmlDeviceGetCurrPcieLinkWidth)           \
-  X1(device_pcie_width_max, Optional, (Device d, unsigned int* w), (d, w), nvmlDeviceGetMaxPcieLinkWidth)        \
-  X1(device_pcie_throughput, Optional, (Device d, int counter, unsigned int* kbs), (d, counter, kbs),             \
-     nvmlDeviceGetPcieThroughput)                                                                                 \
-  X1(device_fan, Optional, (Device d, unsigned int* pct), (d, pct), nvmlDeviceGetFanSpeed)                       \
-  X1(device_pstate, Optional, (Device d, int* p), (d, p), nvmlDeviceGetPerformanceState)                         \
-  X1(device_enforced_power_limit, Optional, (Device d, unsigned int* mw), (d, mw), nvmlDeviceGetEnforcedPowerLimit) \
-  X2(device_clock_events, Optional, (Device d, unsigned long long* mask), (d, mask),                             \
-     nvmlDeviceGetCurrentClocksEventReasons, nvmlDeviceGetCurrentClocksThrottleReasons)                          \
-  X1(device_field_values, Optional, (Device d, int count, FieldValue* values), (d, count, values),               \
+#define WATTSCOPE_NVML_ENTRY_POINTS(X1, X2)                                                                            \
+  X2(init, Required, (), (), nvmlInit_v2, nvmlInit)                                                                    \
+  X1(shutdown, Required, (), (), nvmlShutdown)                                                                         \
+  X1(system_driver_version, Optional, (char* buf, unsigned int len), (buf, len), nvmlSystemGetDriverVersion)           \
+  X1(system_nvml_version, Optional, (char* buf, unsigned int len), (buf, len), nvmlSystemGetNVMLVersion)               \
+  X2(device_count, Required, (unsigned int* n), (n), nvmlDeviceGetCount_v2, nvmlDeviceGetCount)                        \
+  X2(device_by_index, Required, (unsigned int i, Device* d), (i, d), nvmlDeviceGetHandleByIndex_v2,                    \
+     nvmlDeviceGetHandleByIndex)                                                                                       \
+  X1(device_name, Optional, (Device d, char* buf, unsigned int len), (d, buf, len), nvmlDeviceGetName)                 \
+  X1(device_uuid, Optional, (Device d, char* buf, unsigned int len), (d, buf, len), nvmlDeviceGetUUID)                 \
+  X2(device_pci_info, Optional, (Device d, PciInfo * p), (d, p), nvmlDeviceGetPciInfo_v3, nvmlDeviceGetPciInfo_v2)     \
+  X1(device_max_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetMaxClockInfo)   \
+  X1(device_memory_v2, Optional, (Device d, MemoryV2 * m), (d, m), nvmlDeviceGetMemoryInfo_v2)                         \
+  X1(device_memory, Optional, (Device d, Memory * m), (d, m), nvmlDeviceGetMemoryInfo)                                 \
+  X1(device_power_usage, Optional, (Device d, unsigned int* mw), (d, mw), nvmlDeviceGetPowerUsage)                     \
+  X1(device_total_energy, Optional, (Device d, unsigned long long* mj), (d, mj), nvmlDeviceGetTotalEnergyConsumption)  \
+  X1(device_utilization, Optional, (Device d, Utilization * u), (d, u), nvmlDeviceGetUtilizationRates)                 \
+  X1(device_temperature, Optional, (Device d, int sensor, unsigned int* c), (d, sensor, c), nvmlDeviceGetTemperature)  \
+  X1(device_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetClockInfo)          \
+  X1(device_pcie_width, Optional, (Device d, unsigned int* w), (d, w), nvmlDeviceGetCurrPcieLinkWidth)                 \
+  X1(device_pcie_width_max, Optional, (Device d, unsigned int* w), (d, w), nvmlDeviceGetMaxPcieLinkWidth)              \
+  X1(device_pcie_throughput, Optional, (Device d, int counter, unsigned int* kbs), (d, counter, kbs),                  \
+     nvmlDeviceGetPcieThroughput)                                                                                      \
+  X1(device_fan, Optional, (Device d, unsigned int* pct), (d, pct), nvmlDeviceGetFanSpeed)                             \
+  X1(device_pstate, Optional, (Device d, int* p), (d, p), nvmlDeviceGetPerformanceState)                               \
+  X1(device_enforced_power_limit, Optional, (Device d, unsigned int* mw), (d, mw), nvmlDeviceGetEnforcedPowerLimit)    \
+  X2(device_clock_events, Optional, (Device d, unsigned long long* mask), (d, mask),                                   \
+     nvmlDeviceGetCurrentClocksEventReasons, nvmlDeviceGetCurrentClocksThrottleReasons)                                \
+  X1(device_field_values, Optional, (Device d, int count, FieldValue* values), (d, count, values),                     \
      nvmlDeviceGetFieldValues)

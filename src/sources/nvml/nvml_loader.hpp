@@ -11,7 +11,7 @@
 namespace wattscope::nvml {
 
 class Library {
- public:
+public:
   // explicit_path: WATTSCOPE_NVML_LIBRARY when set (then only that file is tried). On failure returns null and says
   // why in `why`.
   static std::unique_ptr<Library> load(const std::string& explicit_path, std::string& why);
@@ -26,7 +26,7 @@ class Library {
   WATTSCOPE_NVML_ENTRY_POINTS(WATTSCOPE_NVML_MEMBER, WATTSCOPE_NVML_MEMBER)
 #undef WATTSCOPE_NVML_MEMBER
 
- private:
+private:
   Library() = default;
   void* handle_ = nullptr;
   std::string path_;
@@ -36,4 +36,4 @@ class Library {
 // "NVML_ERROR_GPU_IS_LOST (15)": our own table, so messages work even without nvmlErrorString.
 std::string error_name(Return rc);
 
-}  // namespace wattscope::nvml
+} // namespace wattscope::nvml

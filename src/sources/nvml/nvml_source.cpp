@@ -13,15 +13,29 @@ namespace wattscope {
 using namespace nvml;
 
 namespace {
-std::string cstr(const char* buf, size_t n) { return std::string(buf, strnlen(buf, n)); }
+std::string cstr(const char* buf, size_t n) {
+  return std::string(buf, strnlen(buf, n));
+}
 constexpr double kMilli = 1e-3;
-}  // namespace
+} // namespace
 
 const char* NvmlSource::metric_name(Metric m) {
-  static constexpr const char* names[] = {
-      "field_values", "power_usage", "total_energy", "utilization", "memory", "temperature_gpu", "clock_sm",
-      "clock_graphics", "clock_mem", "pcie_link_width", "pcie_link_width_max", "fan_speed", "performance_state",
-      "enforced_power_limit", "clock_event_reasons", "pcie_throughput"};
+  static constexpr const char* names[] = {"field_values",
+                                          "power_usage",
+                                          "total_energy",
+                                          "utilization",
+                                          "memory",
+                                          "temperature_gpu",
+                                          "clock_sm",
+                                          "clock_graphics",
+                                          "clock_mem",
+                                          "pcie_link_width",
+                                          "pcie_link_width_max",
+                                          "fan_speed",
+                                          "performance_state",
+                                          "enforced_power_limit",
+                                          "clock_event_reasons",
+                                          "pcie_throughput"};
   static_assert(std::size(names) == kMetricCount, "one name per metric");
   return names[m];
 }
@@ -54,7 +68,8 @@ bool NvmlSource::open() {
     status_ = fmt::format("missing: no NVIDIA GPU recorded: {}", why);
     return false;
   }
-  for (const auto& m : lib_->missing_optional()) spdlog::debug("nvml: {} lacks {}; that metric is off", lib_->path(), m);
+  for (const auto& m : lib_->missing_optional())
+    spdlog::debug("nvml: {} lacks {}; that metric is off", lib_->path(), m);
   Return rc = lib_->init();
   if (rc != kSuccess) {
     status_ = fmt::format("missing: no NVIDIA GPU recorded: nvmlInit failed with {}{}", error_name(rc),
@@ -83,9 +98,11 @@ bool NvmlSource::open() {
     }
     d.info.gpu_index = static_cast<int>(i);
     d.info.vendor = "nvidia";
-    if (lib_->device_uuid && lib_->device_uuid(d.handle, buf, sizeof buf) == kSuccess) d.info.uuid = cstr(buf, sizeof buf);
+    if (lib_->device_uuid && lib_->device_uuid(d.handle, buf, sizeof buf) == kSuccess)
+      d.info.uuid = cstr(buf, sizeof buf);
     if (!opts_.selection.selects(d.info.gpu_index, d.info.uuid)) continue;
-    if (lib_->device_name && lib_->device_name(d.handle, buf, sizeof buf) == kSuccess) d.info.name = cstr(buf, sizeof buf);
+    if (lib_->device_name && lib_->device_name(d.handle, buf, sizeof buf) == kSuccess)
+      d.info.name = cstr(buf, sizeof buf);
     PciInfo pci{};
     if (lib_->device_pci_info && lib_->device_pci_info(d.handle, &pci) == kSuccess)
       d.info.pci_bus_id = cstr(pci.busId, sizeof pci.busId);
@@ -115,15 +132,16 @@ bool NvmlSource::open() {
         {mClockEvents, lib_->device_clock_events != nullptr},
         {mPcieThroughput, lib_->device_pcie_throughput != nullptr},
     };
-    for (auto [m, p] : present) d.on[m] = p;
+    for (auto [m, p] : present)
+      d.on[m] = p;
     d.mem_v2 = lib_->device_memory_v2 != nullptr;
     devs_.push_back(std::move(d));
   }
   if (devs_.empty()) {
-    status_ = count == 0 ? "missing: NVML found no NVIDIA GPU"
-                         : fmt::format("missing: none of the {} NVIDIA GPUs is selected ({} = {})", count,
-                                       opts_.selection.origin,
-                                       opts_.selection.origin == "--gpus" ? "the flag" : "its value");
+    status_ = count == 0
+                  ? "missing: NVML found no NVIDIA GPU"
+                  : fmt::format("missing: none of the {} NVIDIA GPUs is selected ({} = {})", count,
+                                opts_.selection.origin, opts_.selection.origin == "--gpus" ? "the flag" : "its value");
     return false;
   }
   status_ = fmt::format("ok: {} of {} NVIDIA GPUs via {} (driver {})", devs_.size(), count, lib_->path(),
@@ -136,7 +154,8 @@ bool NvmlSource::open() {
 
 std::vector<GpuDevice> NvmlSource::devices() const {
   std::vector<GpuDevice> out;
-  for (const auto& d : devs_) out.push_back(d.info);
+  for (const auto& d : devs_)
+    out.push_back(d.info);
   return out;
 }
 
@@ -163,7 +182,7 @@ bool NvmlSource::ok(Dev& d, Metric m, Return rc, Frame& frame) {
     spdlog::warn("GPU {} is lost ({}); the other devices keep recording", d.info.gpu_index, error_name(rc));
     return false;
   }
-  if (rc == kErrorTimeout) return false;  // transient: missing this tick, asked again next tick
+  if (rc == kErrorTimeout) return false; // transient: missing this tick, asked again next tick
   // NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND, ...: a property of the device, not of the moment.
   d.on[m] = false;
   spdlog::debug("GPU {}: {} answered {}; recorded as missing", d.info.gpu_index, metric_name(m), error_name(rc));
@@ -179,7 +198,8 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   if (d.on[mFieldValues] && !d.fields.empty()) {
     FieldValue fv[3] = {};
     const int n = static_cast<int>(d.fields.size());
-    for (int i = 0; i < n; ++i) fv[i].fieldId = d.fields[static_cast<size_t>(i)];  // scopeId 0: the GPU alone
+    for (int i = 0; i < n; ++i)
+      fv[i].fieldId = d.fields[static_cast<size_t>(i)]; // scopeId 0: the GPU alone
     if (ok(d, mFieldValues, lib_->device_field_values(d.handle, n, fv), frame)) {
       std::vector<unsigned int> keep;
       for (int i = 0; i < n; ++i) {
@@ -188,19 +208,34 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
           ok(d, mFieldValues, f.nvmlReturn, frame);
           return;
         }
-        if (f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission) continue;  // dropped for good
+        if (f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission) continue; // dropped for good
         keep.push_back(f.fieldId);
         if (f.nvmlReturn != kSuccess) continue;
         double v = 0;
         switch (f.valueType) {
-          case kValueDouble: v = f.value.dVal; break;
-          case kValueUInt: v = f.value.uiVal; break;
-          case kValueULong: v = static_cast<double>(f.value.ulVal); break;
-          case kValueULongLong: v = static_cast<double>(f.value.ullVal); break;
-          case kValueSLongLong: v = static_cast<double>(f.value.sllVal); break;
-          case kValueSInt: v = f.value.siVal; break;
-          case kValueUShort: v = f.value.usVal; break;
-          default: continue;
+        case kValueDouble:
+          v = f.value.dVal;
+          break;
+        case kValueUInt:
+          v = f.value.uiVal;
+          break;
+        case kValueULong:
+          v = static_cast<double>(f.value.ulVal);
+          break;
+        case kValueULongLong:
+          v = static_cast<double>(f.value.ullVal);
+          break;
+        case kValueSLongLong:
+          v = static_cast<double>(f.value.sllVal);
+          break;
+        case kValueSInt:
+          v = f.value.siVal;
+          break;
+        case kValueUShort:
+          v = f.value.usVal;
+          break;
+        default:
+          continue;
         }
         if (f.fieldId == kFieldPowerInstant) {
           s.power_w = v * kMilli;
@@ -241,7 +276,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
         s.mem_used_bytes = static_cast<int64_t>(m.used);
         s.mem_total_bytes = static_cast<int64_t>(m.total);
       } else if (rc == kErrorNotSupported || rc == kErrorFunctionNotFound || rc == kErrorInvalidArgument) {
-        d.mem_v2 = false;  // older driver: fall back to the v1 struct from now on
+        d.mem_v2 = false; // older driver: fall back to the v1 struct from now on
       } else {
         ok(d, mMemory, rc, frame);
       }
@@ -262,14 +297,14 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   if (d.lost) return;
   if (d.on[mClockSm] && ok(d, mClockSm, lib_->device_clock(d.handle, nvml::kClockSm, &u), frame)) s.clock_sm_mhz = u;
   if (d.lost) return;
-  if (d.on[mClockGfx] && ok(d, mClockGfx, lib_->device_clock(d.handle, kClockGraphics, &u), frame))
-    s.clock_gfx_mhz = u;
+  if (d.on[mClockGfx] && ok(d, mClockGfx, lib_->device_clock(d.handle, kClockGraphics, &u), frame)) s.clock_gfx_mhz = u;
   if (d.lost) return;
-  if (d.on[mClockMem] && ok(d, mClockMem, lib_->device_clock(d.handle, nvml::kClockMem, &u), frame)) s.clock_mem_mhz = u;
+  if (d.on[mClockMem] && ok(d, mClockMem, lib_->device_clock(d.handle, nvml::kClockMem, &u), frame))
+    s.clock_mem_mhz = u;
   if (d.lost) return;
   if (d.on[mPcieWidth] && ok(d, mPcieWidth, lib_->device_pcie_width(d.handle, &u), frame)) s.pcie_link_width = u;
   if (d.lost) return;
-  if (d.on[mPcieWidthMax]) {  // a property of the slot: read once
+  if (d.on[mPcieWidthMax]) { // a property of the slot: read once
     if (ok(d, mPcieWidthMax, lib_->device_pcie_width_max(d.handle, &u), frame)) d.pcie_width_max = u;
     d.on[mPcieWidthMax] = false;
   }
@@ -279,7 +314,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   if (d.lost) return;
   int pstate = 0;
   if (d.on[mPstate] && ok(d, mPstate, lib_->device_pstate(d.handle, &pstate), frame) && pstate >= 0 && pstate <= 15)
-    s.pstate = pstate;  // 32 is NVML_PSTATE_UNKNOWN
+    s.pstate = pstate; // 32 is NVML_PSTATE_UNKNOWN
   if (d.lost) return;
   if (d.on[mPowerLimit] && ok(d, mPowerLimit, lib_->device_enforced_power_limit(d.handle, &u), frame))
     s.power_limit_w = u * kMilli;
@@ -322,7 +357,7 @@ void NvmlSource::slow_loop() {
       Return b = a == kSuccess ? lib_->device_pcie_throughput(d.handle, kPcieUtilRx, &rx) : a;
       if (a == kSuccess && b == kSuccess) {
         std::lock_guard l(d.slow->mu);
-        d.slow->tx = static_cast<int64_t>(tx) * 1024;  // NVML reports KB/s
+        d.slow->tx = static_cast<int64_t>(tx) * 1024; // NVML reports KB/s
         d.slow->rx = static_cast<int64_t>(rx) * 1024;
         d.slow->at = SteadyClock::now();
       } else if (a == kErrorNotSupported || b == kErrorNotSupported || a == kErrorNoPermission) {
@@ -337,7 +372,8 @@ nlohmann::json NvmlSource::report() const {
   nlohmann::json devs = nlohmann::json::array();
   for (const auto& d : devs_) {
     nlohmann::json supported = nlohmann::json::object();
-    for (size_t m = 0; m < kMetricCount; ++m) supported[metric_name(static_cast<Metric>(m))] = d.on[m];
+    for (size_t m = 0; m < kMetricCount; ++m)
+      supported[metric_name(static_cast<Metric>(m))] = d.on[m];
     devs.push_back({{"index", d.info.gpu_index},
                     {"name", d.info.name},
                     {"uuid", d.info.uuid},
@@ -353,4 +389,4 @@ nlohmann::json NvmlSource::report() const {
           {"missing_functions", lib_ ? nlohmann::json(lib_->missing_optional()) : nlohmann::json::array()}};
 }
 
-}  // namespace wattscope
+} // namespace wattscope

@@ -23,9 +23,9 @@
 namespace wattscope {
 
 class NvmlSource final : public Source {
- public:
+public:
   struct Options {
-    std::string library_path;  // WATTSCOPE_NVML_LIBRARY, or empty for the system library
+    std::string library_path; // WATTSCOPE_NVML_LIBRARY, or empty for the system library
     GpuSelection selection;
     std::chrono::nanoseconds slow_period = std::chrono::seconds(1);
     // Reads WATTSCOPE_NVML_LIBRARY and CUDA_VISIBLE_DEVICES. Throws std::invalid_argument on a bad --gpus.
@@ -34,8 +34,23 @@ class NvmlSource final : public Source {
 
   // Per-tick metrics, each switched off per device once it answers NOT_SUPPORTED.
   enum Metric : size_t {
-    mFieldValues, mPowerUsage, mEnergy, mUtil, mMemory, mTempGpu, mClockSm, mClockGfx, mClockMem, mPcieWidth,
-    mPcieWidthMax, mFan, mPstate, mPowerLimit, mClockEvents, mPcieThroughput, kMetricCount
+    mFieldValues,
+    mPowerUsage,
+    mEnergy,
+    mUtil,
+    mMemory,
+    mTempGpu,
+    mClockSm,
+    mClockGfx,
+    mClockMem,
+    mPcieWidth,
+    mPcieWidthMax,
+    mFan,
+    mPstate,
+    mPowerLimit,
+    mClockEvents,
+    mPcieThroughput,
+    kMetricCount
   };
   static const char* metric_name(Metric m);
 
@@ -50,20 +65,20 @@ class NvmlSource final : public Source {
   // What doctor prints: library, versions, devices and which metrics each supports.
   nlohmann::json report() const;
 
- private:
-  struct Slow {  // written by the slow thread, read by the tick
+private:
+  struct Slow { // written by the slow thread, read by the tick
     std::mutex mu;
     OptI tx, rx;
     SteadyClock::time_point at{};
-    bool lost = false;  // mirror of Dev::lost for the slow thread
+    bool lost = false; // mirror of Dev::lost for the slow thread
   };
   struct Dev {
     nvml::Device handle = nullptr;
     GpuDevice info;
     std::array<bool, kMetricCount> on{};
     bool mem_v2 = true;
-    std::vector<unsigned int> fields;  // field ids still requested
-    OptI pcie_width_max;               // static: read on the first tick only
+    std::vector<unsigned int> fields; // field ids still requested
+    OptI pcie_width_max;              // static: read on the first tick only
     bool lost = false;
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
@@ -88,4 +103,4 @@ class NvmlSource final : public Source {
   std::atomic<bool> slow_wanted_{false};
 };
 
-}  // namespace wattscope
+} // namespace wattscope

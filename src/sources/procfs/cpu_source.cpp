@@ -16,13 +16,15 @@ namespace {
 
 // Reads an unsigned decimal and advances; /proc/stat fields are plain non-negative integers.
 uint64_t next_u64(std::string_view line, size_t& pos, bool& ok) {
-  while (pos < line.size() && line[pos] == ' ') ++pos;
+  while (pos < line.size() && line[pos] == ' ')
+    ++pos;
   if (pos >= line.size() || line[pos] < '0' || line[pos] > '9') {
     ok = false;
     return 0;
   }
   uint64_t v = 0;
-  while (pos < line.size() && line[pos] >= '0' && line[pos] <= '9') v = v * 10 + static_cast<uint64_t>(line[pos++] - '0');
+  while (pos < line.size() && line[pos] >= '0' && line[pos] <= '9')
+    v = v * 10 + static_cast<uint64_t>(line[pos++] - '0');
   return v;
 }
 
@@ -50,7 +52,7 @@ std::string read_small_file(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace
+} // namespace
 
 bool parse_proc_stat(std::string_view text, ProcStat& out) {
   out.cores.clear();
@@ -62,7 +64,7 @@ bool parse_proc_stat(std::string_view text, ProcStat& out) {
     std::string_view line = text.substr(start, end - start);
     start = end + 1;
     if (line.size() < 4 || line.substr(0, 3) != "cpu") {
-      if (have_total) break;  // the cpu lines come first and together
+      if (have_total) break; // the cpu lines come first and together
       continue;
     }
     if (line[3] == ' ') {
@@ -97,11 +99,16 @@ bool parse_meminfo(std::string_view text, int64_t& total_bytes, int64_t& availab
     bool ok = true;
     auto kb = static_cast<int64_t>(next_u64(line, pos, ok));
     if (!ok) continue;
-    if (key == "MemTotal") total_bytes = kb * 1024;
-    else if (key == "MemAvailable") available_bytes = kb * 1024;
-    else if (key == "MemFree") free_kb = kb;
-    else if (key == "Buffers") buffers_kb = kb;
-    else if (key == "Cached") cached_kb = kb;
+    if (key == "MemTotal")
+      total_bytes = kb * 1024;
+    else if (key == "MemAvailable")
+      available_bytes = kb * 1024;
+    else if (key == "MemFree")
+      free_kb = kb;
+    else if (key == "Buffers")
+      buffers_kb = kb;
+    else if (key == "Cached")
+      cached_kb = kb;
   }
   // Kernels before 3.14 have no MemAvailable; free + buffers + cache is the classic approximation.
   if (available_bytes < 0 && free_kb >= 0) available_bytes = (free_kb + buffers_kb + cached_kb) * 1024;
@@ -120,8 +127,10 @@ std::string parse_cpu_model(std::string_view cpuinfo) {
       size_t colon = line.find(':');
       if (colon == std::string_view::npos) continue;
       std::string_view v = line.substr(colon + 1);
-      while (!v.empty() && v.front() == ' ') v.remove_prefix(1);
-      while (!v.empty() && (v.back() == ' ' || v.back() == '\r')) v.remove_suffix(1);
+      while (!v.empty() && v.front() == ' ')
+        v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\r'))
+        v.remove_suffix(1);
       if (!v.empty()) return std::string(v);
     }
   }
@@ -160,8 +169,8 @@ bool ProcfsCpuSource::open() {
   stat_fd_ = ::open((root_ + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
   meminfo_fd_ = ::open((root_ + "/meminfo").c_str(), O_RDONLY | O_CLOEXEC);
   if (stat_fd_ < 0) {
-    status_ = fmt::format("missing: cannot open {}/stat; CPU utilisation will not be recorded (is --procfs-root right?)",
-                          root_);
+    status_ = fmt::format(
+        "missing: cannot open {}/stat; CPU utilisation will not be recorded (is --procfs-root right?)", root_);
   } else if (read_fd(stat_fd_, buf_) && parse_proc_stat(buf_, prev_)) {
     have_prev_ = true;
   }
@@ -177,8 +186,7 @@ void ProcfsCpuSource::sample(Frame& frame) noexcept {
         frame.cpu.util_pct = util_between(prev_.total, cur_.total);
         frame.cpu.core_util_pct.resize(cur_.cores.size());
         for (size_t i = 0; i < cur_.cores.size(); ++i)
-          frame.cpu.core_util_pct[i] =
-              i < prev_.cores.size() ? util_between(prev_.cores[i], cur_.cores[i]) : OptF{};
+          frame.cpu.core_util_pct[i] = i < prev_.cores.size() ? util_between(prev_.cores[i], cur_.cores[i]) : OptF{};
       }
       std::swap(prev_, cur_);
       have_prev_ = true;
@@ -196,7 +204,8 @@ void ProcfsCpuSource::sample(Frame& frame) noexcept {
 void ProcfsCpuSource::describe(RunInfo& run) const {
   run.cpu_model = parse_cpu_model(read_small_file(root_ + "/cpuinfo"));
   std::string host = read_small_file(root_ + "/sys/kernel/hostname");
-  while (!host.empty() && (host.back() == '\n' || host.back() == ' ')) host.pop_back();
+  while (!host.empty() && (host.back() == '\n' || host.back() == ' '))
+    host.pop_back();
   if (host.empty()) {
     char buf[256] = {};
     if (::gethostname(buf, sizeof buf - 1) == 0) host = buf;
@@ -204,4 +213,4 @@ void ProcfsCpuSource::describe(RunInfo& run) const {
   run.host = host;
 }
 
-}  // namespace wattscope
+} // namespace wattscope

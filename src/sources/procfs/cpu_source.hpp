@@ -11,8 +11,8 @@
 namespace wattscope {
 
 struct CpuTimes {
-  uint64_t busy = 0;   // user+nice+system+irq+softirq+steal (guest time is already inside user/nice)
-  uint64_t total = 0;  // busy + idle + iowait
+  uint64_t busy = 0;  // user+nice+system+irq+softirq+steal (guest time is already inside user/nice)
+  uint64_t total = 0; // busy + idle + iowait
 };
 
 struct ProcStat {
@@ -28,7 +28,7 @@ std::string parse_cpu_model(std::string_view cpuinfo);
 OptF util_between(const CpuTimes& before, const CpuTimes& after);
 
 class ProcfsCpuSource final : public Source {
- public:
+public:
   explicit ProcfsCpuSource(std::string procfs_root);
   ~ProcfsCpuSource() override;
   std::string_view name() const override { return "procfs"; }
@@ -37,7 +37,7 @@ class ProcfsCpuSource final : public Source {
   std::string status() const override { return status_; }
   void describe(RunInfo& run) const override;
 
- private:
+private:
   bool read_fd(int fd, std::string& buf) noexcept;
   std::string root_;
   std::string status_;
@@ -49,4 +49,4 @@ class ProcfsCpuSource final : public Source {
   bool have_prev_ = false;
 };
 
-}  // namespace wattscope
+} // namespace wattscope

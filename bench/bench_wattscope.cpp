@@ -1,0 +1,248 @@
+// Figures quoted in the README. Run with bench/run.sh; ratios are taken against a baseline in the same run.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/schema.hpp"
+#include "sinks/csv/csv_store.hpp"
+#include "sinks/sqlite/sqlite_store.hpp"
+#include "sources/nvml/nvml_loader.hpp"
+#include "sources/nvml/nvml_source.hpp"
+#include "sources/procfs/cpu_source.hpp"
+
+using namespace wattscope;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string scratch_dir() {
+  static std::string dir = [] {
+    std::string tmpl = (fs::temp_directory_path() / "wattscope-bench-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) std::abort();
+    return tmpl;
+  }();
+  return dir;
+}
+
+// A typical frame: 8 GPUs with every field, the CPU with 2 cores.
+Frame make_frame(int64_t tick) {
+  Frame f;
+  f.tick = tick;
+  f.ts_ms = 1795262609833 + tick;
+  f.cpu.util_pct = 12.5;
+  f.cpu.core_util_pct = {OptF(10.0), OptF(15.0)};
+  f.cpu.mem_used_bytes = 1 << 30;
+  f.cpu.mem_total_bytes = int64_t{1} << 34;
+  for (int g = 0; g < 8; ++g) {
+    GpuSample s;
+    s.gpu_index = g;
+    s.power_w = 312.25 + g;
+    s.power_avg_w = 300.5;
+    s.energy_j = 1234.567 + static_cast<double>(tick);
+    s.util_gpu_pct = 97;
+    s.util_mem_pct = 41;
+    s.mem_used_bytes = int64_t{70} << 30;
+    s.mem_total_bytes = int64_t{80} << 30;
+    s.temp_gpu_c = 64;
+    s.temp_mem_c = 71;
+    s.clock_sm_mhz = 1980;
+    s.clock_gfx_mhz = 1980;
+    s.clock_mem_mhz = 2619;
+    s.pcie_link_width = 16;
+    s.pcie_link_width_max = 16;
+    s.pstate = 0;
+    s.power_limit_w = 700;
+    s.throttle_reasons = 0;
+    f.gpus.push_back(s);
+  }
+  return f;
+}
+
+std::vector<GpuDevice> eight_devices() {
+  std::vector<GpuDevice> d(8);
+  for (int i = 0; i < 8; ++i) {
+    d[i].gpu_index = i;
+    d[i].uuid = "GPU-5f8a2c1e-0000-0000-0000-00000000000" + std::to_string(i);
+    d[i].name = "NVIDIA H100 80GB HBM3";
+  }
+  return d;
+}
+
+RunInfo bench_run() {
+  RunInfo r;
+  r.start_ms = 1795262609833;
+  r.run_id = new_run_id(r.start_ms);
+  r.task = "bench";
+  return r;
+}
+
+// Rows/s into a store: building the rows from frames plus one transaction per batch of `frames` frames, as the
+// writer thread does. Counters report sample rows (cpu + per-core + gpu) per second.
+template <typename MakeSink> void store_bench(benchmark::State& state, MakeSink make) {
+  const int64_t frames = state.range(0);
+  auto devs = eight_devices();
+  RunInfo run = bench_run();
+  auto sink = make();
+  sink->begin_run(run);
+  std::vector<Frame> proto;
+  for (int64_t i = 0; i < frames; ++i)
+    proto.push_back(make_frame(i));
+  int64_t tick = 0, rows = 0;
+  RowBatch batch;
+  for (auto _ : state) {
+    for (auto& f : proto) {
+      f.tick = tick++;
+      append_frame_rows(run.run_id, f, devs, batch);
+    }
+    rows += static_cast<int64_t>(batch.sample_rows());
+    sink->write(batch);
+    batch.clear();
+  }
+  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsRate);
+}
+
+// The writer thread's own share: frames to schema rows, without any store.
+void BM_BuildRows(benchmark::State& state) {
+  auto devs = eight_devices();
+  RunInfo run = bench_run();
+  std::vector<Frame> proto;
+  for (int64_t i = 0; i < 1000; ++i)
+    proto.push_back(make_frame(i));
+  RowBatch batch;
+  int64_t rows = 0;
+  for (auto _ : state) {
+    for (auto& f : proto)
+      append_frame_rows(run.run_id, f, devs, batch);
+    rows += static_cast<int64_t>(batch.sample_rows());
+    batch.clear();
+  }
+  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_BuildRows)->Unit(benchmark::kMillisecond);
+
+void BM_SqliteRows(benchmark::State& state) {
+  const std::string path = scratch_dir() + "/bench-" + std::to_string(state.range(0)) + ".db";
+  fs::remove(path);
+  store_bench(state, [&] { return make_sqlite_sink(path); });
+}
+BENCHMARK(BM_SqliteRows)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_CsvRows(benchmark::State& state) {
+  const std::string dir = scratch_dir() + "/csv-" + std::to_string(state.range(0));
+  fs::remove_all(dir);
+  store_bench(state, [&] { return make_csv_sink(dir); });
+}
+BENCHMARK(BM_CsvRows)->Arg(100)->Arg(1000)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// One tick of the procfs CPU source on this machine's real /proc.
+void BM_CpuSourceTick(benchmark::State& state) {
+  ProcfsCpuSource src("/proc");
+  src.open();
+  for (auto _ : state) {
+    Frame f;
+    src.sample(f);
+    benchmark::DoNotOptimize(f.cpu.util_pct);
+  }
+}
+BENCHMARK(BM_CpuSourceTick)->Unit(benchmark::kMicrosecond);
+
+// ---- NVML: one tick with 8 fake GPUs, against the floor: a bare loop making the same NVML calls ----
+std::string fake_scenario() {
+  nlohmann::json devs = nlohmann::json::array();
+  for (int i = 0; i < 8; ++i) {
+    nlohmann::json m = {{"power_instant_mw", 312000},
+                        {"power_avg_mw", 300000},
+                        {"power_mw", 300000},
+                        {"energy_mj", {{"linear", {1000000, 300}}}},
+                        {"util_gpu", 97},
+                        {"util_mem", 41},
+                        {"mem_used_bytes", 75161927680LL},
+                        {"mem_total_bytes", 85899345920LL},
+                        {"temp_gpu", 64},
+                        {"temp_mem", 71},
+                        {"clock_sm", 1980},
+                        {"clock_gfx", 1980},
+                        {"clock_mem", 2619},
+                        {"pcie_width", 16},
+                        {"pcie_width_max", 16},
+                        {"fan_pct", 0},
+                        {"pstate", 0},
+                        {"power_limit_mw", 700000},
+                        {"clock_events", 0}};
+    devs.push_back({{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", "GPU-" + std::to_string(i)}, {"metrics", m}});
+  }
+  const std::string path = scratch_dir() + "/scenario8.json";
+  std::ofstream(path) << nlohmann::json{{"devices", devs}}.dump();
+  setenv("WATTSCOPE_FAKE_NVML_SCENARIO", path.c_str(), 1);
+  return path;
+}
+
+void BM_NvmlTickWattscope(benchmark::State& state) {
+  fake_scenario();
+  NvmlSource::Options o;
+  o.library_path = WATTSCOPE_FAKE_NVML;
+  NvmlSource src(o);
+  if (!src.open()) {
+    state.SkipWithError(src.status().c_str());
+    return;
+  }
+  int64_t tick = 0;
+  for (auto _ : state) {
+    Frame f;
+    f.tick = tick++;
+    src.sample(f);
+    benchmark::DoNotOptimize(f.gpus.data());
+  }
+}
+BENCHMARK(BM_NvmlTickWattscope)->Unit(benchmark::kMicrosecond);
+
+// The floor: the same NVML calls per device per tick, results discarded, no bookkeeping.
+void BM_NvmlTickBareCalls(benchmark::State& state) {
+  fake_scenario();
+  std::string why;
+  auto lib = nvml::Library::load(WATTSCOPE_FAKE_NVML, why);
+  lib->init();
+  unsigned int n = 0;
+  lib->device_count(&n);
+  std::vector<nvml::Device> devs(n);
+  for (unsigned int i = 0; i < n; ++i)
+    lib->device_by_index(i, &devs[i]);
+  for (auto _ : state) {
+    for (auto d : devs) {
+      nvml::FieldValue fv[3] = {};
+      fv[0].fieldId = nvml::kFieldPowerInstant;
+      fv[1].fieldId = nvml::kFieldPowerAverage;
+      fv[2].fieldId = nvml::kFieldMemoryTemp;
+      lib->device_field_values(d, 3, fv);
+      unsigned int u = 0;
+      unsigned long long ull = 0;
+      nvml::Utilization ut{};
+      nvml::MemoryV2 m{};
+      m.version = nvml::kMemoryV2Version;
+      int p = 0;
+      lib->device_total_energy(d, &ull);
+      lib->device_utilization(d, &ut);
+      lib->device_memory_v2(d, &m);
+      lib->device_temperature(d, nvml::kTemperatureGpu, &u);
+      lib->device_clock(d, nvml::kClockSm, &u);
+      lib->device_clock(d, nvml::kClockGraphics, &u);
+      lib->device_clock(d, nvml::kClockMem, &u);
+      lib->device_pcie_width(d, &u);
+      lib->device_fan(d, &u);
+      lib->device_pstate(d, &p);
+      lib->device_enforced_power_limit(d, &u);
+      lib->device_clock_events(d, &ull);
+      benchmark::DoNotOptimize(u);
+    }
+  }
+  lib->shutdown();
+}
+BENCHMARK(BM_NvmlTickBareCalls)->Unit(benchmark::kMicrosecond);
+
+} // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: the normal build, then the AddressSanitizer + UBSan build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+status=0
+for kind in release asan; do
+  echo "== build ($kind)"
+  scripts/build.sh "$kind"
+  dir=build; [ "$kind" = asan ] && dir=build-asan
+  echo "== test ($kind)"
+  # halt_on_error: a sanitizer report fails the test that caused it.
+  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$dir" -j 2 --output-on-failure --timeout 300 || status=1
+done
+exit $status
