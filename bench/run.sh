@@ -10,8 +10,9 @@ secs=${BENCH_SECONDS:-60}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
-echo "== micro-benchmarks (best of 3 repetitions)"
-build/bench/wattscope_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+echo "== micro-benchmarks (5 repetitions, randomly interleaved so machine noise hits every benchmark alike)"
+build/bench/wattscope_bench --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true \
+  --benchmark_report_aggregates_only=true \
   --benchmark_out="$out/bench.json" --benchmark_out_format=json | grep -E "_mean|_median|Benchmark|---" || true
 
 python_free_ratio() {  # median wattscope tick / median bare-call tick, from the JSON (no python needed)

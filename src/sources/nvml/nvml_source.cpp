@@ -201,15 +201,17 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
     for (int i = 0; i < n; ++i)
       fv[i].fieldId = d.fields[static_cast<size_t>(i)]; // scopeId 0: the GPU alone
     if (ok(d, mFieldValues, lib_->device_field_values(d.handle, n, fv), frame)) {
-      std::vector<unsigned int> keep;
+      bool drop = false;
       for (int i = 0; i < n; ++i) {
         const FieldValue& f = fv[i];
         if (f.nvmlReturn == kErrorGpuIsLost || f.nvmlReturn == kErrorUnknown) {
           ok(d, mFieldValues, f.nvmlReturn, frame);
           return;
         }
-        if (f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission) continue; // dropped for good
-        keep.push_back(f.fieldId);
+        if (f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission) {
+          drop = true; // this field is not asked for again
+          continue;
+        }
         if (f.nvmlReturn != kSuccess) continue;
         double v = 0;
         switch (f.valueType) {
@@ -246,7 +248,13 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
           s.temp_mem_c = v;
         }
       }
-      d.fields = std::move(keep);
+      if (drop) { // rare: only on the tick a field first answers NOT_SUPPORTED
+        std::vector<unsigned int> keep;
+        for (int i = 0; i < n; ++i)
+          if (fv[i].nvmlReturn != kErrorNotSupported && fv[i].nvmlReturn != kErrorNoPermission)
+            keep.push_back(fv[i].fieldId);
+        d.fields = std::move(keep);
+      }
     }
     if (d.lost) return;
   }
@@ -323,7 +331,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   if (d.on[mClockEvents] && ok(d, mClockEvents, lib_->device_clock_events(d.handle, &mask), frame))
     s.throttle_reasons = static_cast<int64_t>(mask);
   if (d.lost) return;
-  if (slow_wanted_) {
+  if (d.on[mPcieThroughput]) {
     std::lock_guard lock(d.slow->mu);
     // A throughput reading older than three slow periods is stale: missing rather than repeated.
     if (d.slow->at != SteadyClock::time_point{} && frame.mono - d.slow->at <= 3 * opts_.slow_period) {
@@ -336,6 +344,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
 
 void NvmlSource::sample(Frame& frame) noexcept {
   try {
+    frame.gpus.reserve(frame.gpus.size() + devs_.size());
     for (auto& d : devs_)
       if (!d.lost) sample_device(d, frame);
   } catch (...) {
@@ -349,9 +358,9 @@ void NvmlSource::slow_loop() {
     for (auto& d : devs_) {
       {
         std::lock_guard l(d.slow->mu);
-        if (d.slow->lost) continue;
+        if (d.slow->lost || d.slow->off) continue;
       }
-      if (!d.on[mPcieThroughput]) continue;
+      if (!d.on[mPcieThroughput]) continue; // constant after open()
       unsigned int tx = 0, rx = 0;
       Return a = lib_->device_pcie_throughput(d.handle, kPcieUtilTx, &tx);
       Return b = a == kSuccess ? lib_->device_pcie_throughput(d.handle, kPcieUtilRx, &rx) : a;
@@ -361,7 +370,8 @@ void NvmlSource::slow_loop() {
         d.slow->rx = static_cast<int64_t>(rx) * 1024;
         d.slow->at = SteadyClock::now();
       } else if (a == kErrorNotSupported || b == kErrorNotSupported || a == kErrorNoPermission) {
-        d.on[mPcieThroughput] = false;
+        std::lock_guard l(d.slow->mu);
+        d.slow->off = true; // d.on is the tick's; the slow thread keeps its own flag
       }
     }
     if (slow_cv_.wait_for(lock, opts_.slow_period, [this] { return slow_stop_; })) return;

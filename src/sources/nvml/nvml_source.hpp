@@ -71,6 +71,7 @@ private:
     OptI tx, rx;
     SteadyClock::time_point at{};
     bool lost = false; // mirror of Dev::lost for the slow thread
+    bool off = false;  // the device answered NOT_SUPPORTED for PCIe throughput
   };
   struct Dev {
     nvml::Device handle = nullptr;
