@@ -1,5 +1,7 @@
 #include "accounting/accounting.hpp"
 
+#include <algorithm>
+
 namespace wattscope {
 
 namespace {
@@ -11,8 +13,13 @@ nlohmann::json opt_json(const OptI& v) {
 }
 } // namespace
 
+OptF RunSummary::cpu_energy_j() const {
+  if (!cpu_package_energy_j && !cpu_dram_energy_j) return std::nullopt;
+  return cpu_package_energy_j.value_or(0) + cpu_dram_energy_j.value_or(0);
+}
+
 OptF RunSummary::total_energy_j() const {
-  OptF total;
+  OptF total = cpu_energy_j();
   for (const auto& g : gpus)
     if (g.samples > 0) total = total.value_or(0) + g.energy_j;
   return total;
@@ -35,13 +42,28 @@ nlohmann::json RunSummary::to_json() const {
                   {"samples", g.samples},
                   {"lost", g.lost}});
   }
+  nlohmann::json zj = nlohmann::json::array();
+  for (const auto& z : zones)
+    zj.push_back({{"domain", z.domain},
+                  {"zone", z.zone},
+                  {"socket", opt_json(z.socket)},
+                  {"energy_j", z.energy_j},
+                  {"avg_power_w", opt_json(z.power_w.avg())},
+                  {"peak_power_w", opt_json(z.power_w.peak)}});
   return {{"samples", samples},
           {"skipped_ticks", skipped_ticks},
           {"cpu",
            {{"avg_util_pct", opt_json(cpu_util_pct.avg())},
             {"peak_util_pct", opt_json(cpu_util_pct.peak)},
             {"peak_mem_used_bytes", opt_json(cpu_mem_peak_bytes)},
-            {"mem_total_bytes", opt_json(cpu_mem_total_bytes)}}},
+            {"mem_total_bytes", opt_json(cpu_mem_total_bytes)},
+            {"energy_j", opt_json(cpu_energy_j())},
+            {"energy_method", cpu_energy_method.empty() ? nlohmann::json() : nlohmann::json(cpu_energy_method)},
+            {"package_energy_j", opt_json(cpu_package_energy_j)},
+            {"dram_energy_j", opt_json(cpu_dram_energy_j)},
+            {"avg_package_power_w", opt_json(cpu_package_power_w.avg())},
+            {"peak_package_power_w", opt_json(cpu_package_power_w.peak)},
+            {"zones", zj}}},
           {"gpus", gj},
           {"events", events},
           {"total_energy_j", opt_json(total_energy_j())}};
@@ -64,19 +86,19 @@ void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
   if (!st.method_known) {
     // Settled on the device's first answered tick: a counter that answers then is used for the whole run.
     st.method_known = true;
-    st.counter = s.energy_counter_mj.has_value();
-    if (st.counter) st.base_mj = st.last_mj = *s.energy_counter_mj;
+    st.counter = s.energy_counter_uj.has_value();
+    if (st.counter) st.base_uj = st.last_uj = *s.energy_counter_uj;
   }
   if (st.counter) {
-    if (s.energy_counter_mj) {
-      const int64_t c = *s.energy_counter_mj;
-      if (c < st.last_mj) { // driver reload or counter reset: keep what was counted, restart from here
-        st.carried_mj += st.last_mj - st.base_mj;
-        st.base_mj = c;
+    if (s.energy_counter_uj) {
+      const int64_t c = *s.energy_counter_uj;
+      if (c < st.last_uj) { // driver reload or counter reset: keep what was counted, restart from here
+        st.carried_uj += st.last_uj - st.base_uj;
+        st.base_uj = c;
       }
-      st.last_mj = c;
+      st.last_uj = c;
     }
-    s.energy_j = static_cast<double>(st.carried_mj + st.last_mj - st.base_mj) / 1000.0;
+    s.energy_j = static_cast<double>(st.carried_uj + st.last_uj - st.base_uj) / 1e6;
     return;
   }
   // Trapezoid rule between consecutive answered ticks, on the monotonic clock.
@@ -108,6 +130,20 @@ void Accounting::process(Frame& f) {
   if (f.cpu.mem_used_bytes && (!summary_.cpu_mem_peak_bytes || *f.cpu.mem_used_bytes > *summary_.cpu_mem_peak_bytes))
     summary_.cpu_mem_peak_bytes = f.cpu.mem_used_bytes;
   if (f.cpu.mem_total_bytes) summary_.cpu_mem_total_bytes = f.cpu.mem_total_bytes;
+  if (f.cpu.package_energy_j) summary_.cpu_package_energy_j = f.cpu.package_energy_j;
+  if (f.cpu.dram_energy_j) summary_.cpu_dram_energy_j = f.cpu.dram_energy_j;
+  summary_.cpu_package_power_w.add(f.cpu.package_power_w);
+  if (f.cpu.power_method) summary_.cpu_energy_method = f.cpu.power_method;
+  for (const auto& z : f.cpu.zones) {
+    auto it = std::find_if(summary_.zones.begin(), summary_.zones.end(),
+                           [&](const ZoneSummary& s) { return s.domain == z.domain; });
+    if (it == summary_.zones.end()) {
+      summary_.zones.push_back({std::string(z.domain), std::string(z.zone), z.socket, 0, {}});
+      it = summary_.zones.end() - 1;
+    }
+    if (z.energy_j) it->energy_j = *z.energy_j;
+    it->power_w.add(z.power_w);
+  }
 
   for (auto& s : f.gpus) {
     energy(s, f, energy_[s.gpu_index]);

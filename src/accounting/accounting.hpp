@@ -35,15 +35,30 @@ struct GpuSummary {
   bool lost = false;
 };
 
+struct ZoneSummary {
+  std::string domain;
+  std::string zone;
+  OptI socket;
+  double energy_j = 0;
+  Stat power_w;
+};
+
 struct RunSummary {
   int64_t samples = 0;
   int64_t skipped_ticks = 0;
   Stat cpu_util_pct;
   OptI cpu_mem_peak_bytes;
   OptI cpu_mem_total_bytes;
+  // Host CPU energy: package (+ DRAM) since run start, measured by RAPL ("counter") or "estimated" from --cpu-tdp.
+  OptF cpu_package_energy_j;
+  OptF cpu_dram_energy_j;
+  Stat cpu_package_power_w;
+  std::string cpu_energy_method;
+  std::vector<ZoneSummary> zones; // per RAPL zone, sockets kept apart
+  OptF cpu_energy_j() const;      // package + DRAM (psys covers the platform and would count twice)
   std::vector<GpuSummary> gpus;
   int64_t events = 0;
-  OptF total_energy_j() const; // sum over measured devices; missing when nothing measured energy
+  OptF total_energy_j() const; // GPUs + CPU package + DRAM; missing when nothing measured energy
   nlohmann::json to_json() const;
 };
 
@@ -60,9 +75,9 @@ private:
   struct EnergyState {
     bool method_known = false;
     bool counter = false;
-    int64_t base_mj = 0;
-    int64_t last_mj = 0;
-    int64_t carried_mj = 0; // energy before a counter reset
+    int64_t base_uj = 0;
+    int64_t last_uj = 0;
+    int64_t carried_uj = 0; // energy before a counter reset
     OptF last_power_w;
     SteadyClock::time_point last_mono{};
     double integral_j = 0;

@@ -11,12 +11,14 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/child.hpp"
+#include "cli/doctor.hpp"
 #include "cli/session.hpp"
 #include "cli/summary.hpp"
 #include "core/duration.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "sinks/store.hpp"
+#include "sources/nvml/gpu_selection.hpp"
 #include "wattscope/version.hpp"
 
 namespace wattscope {
@@ -43,6 +45,7 @@ struct RecordFlags {
   std::string gpus;
   std::vector<std::string> tags;
   std::string duration;
+  double cpu_tdp = 0;
   std::vector<std::string> command;
 };
 
@@ -65,6 +68,9 @@ void add_record_options(CLI::App* sub, RecordFlags& f) {
   sub->add_option("--gpus", f.gpus,
                   "GPUs to record: all, 0,2 or GPU-UUIDs (default: those in CUDA_VISIBLE_DEVICES, else all)");
   sub->add_option("--tag", f.tags, "Extra KEY=VALUE stored with the run (repeatable)");
+  sub->add_option("--cpu-tdp", f.cpu_tdp,
+                  "Where RAPL measures nothing, estimate CPU package power as WATTS x utilisation (labelled "
+                  "'estimated')");
   sub->add_option("--procfs-root", f.procfs_root, "Where procfs is mounted (for containers and tests)")
       ->capture_default_str();
   sub->add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
@@ -120,6 +126,14 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   o.procfs_root = f.procfs_root;
   o.sysfs_root = f.sysfs_root;
   o.gpus = f.gpus;
+  try {
+    (void)parse_gpu_selection(f.gpus, std::nullopt);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (f.cpu_tdp < 0 || f.cpu_tdp > 10000)
+    throw UsageError(fmt::format("--cpu-tdp {}: expected the CPU's TDP in watts, e.g. 280", f.cpu_tdp));
+  if (f.cpu_tdp > 0) o.cpu_tdp_w = f.cpu_tdp;
   return o;
 }
 
@@ -217,6 +231,24 @@ int cmd_show(const ReadFlags& f) {
   return 0;
 }
 
+int cmd_doctor(const RecordFlags& f, bool json) {
+  SessionOptions o;
+  o.procfs_root = f.procfs_root;
+  o.sysfs_root = f.sysfs_root;
+  o.gpus = f.gpus;
+  try {
+    (void)parse_gpu_selection(f.gpus, std::nullopt);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  const nlohmann::json report = doctor_report(o);
+  if (json)
+    std::cout << report.dump(2) << "\n";
+  else
+    std::cout << doctor_text(report);
+  return report["power_measurable"].get<bool>() ? 0 : 1;
+}
+
 } // namespace
 
 int run_app(int argc, char** argv) {
@@ -254,6 +286,16 @@ int run_app(int argc, char** argv) {
   record->add_option("--duration,-d", rec_flags.duration, "Stop after this long, e.g. 30s, 10m");
   record->footer("Example:\n  wattscope record --task idle-baseline --duration 5m --interval 250ms");
 
+  RecordFlags doctor_flags;
+  bool doctor_json = false;
+  auto* doctor = app.add_subcommand("doctor", "Check what this machine can measure, and how to fix what it cannot");
+  doctor->add_flag("--json", doctor_json, "Print JSON instead of text");
+  doctor->add_option("--gpus", doctor_flags.gpus, "GPUs to check (as for run)");
+  doctor->add_option("--procfs-root", doctor_flags.procfs_root, "Where procfs is mounted")->capture_default_str();
+  doctor->add_option("--sysfs-root", doctor_flags.sysfs_root, "Where sysfs is mounted")->capture_default_str();
+  doctor->footer("Examples:\n  wattscope doctor\n  wattscope doctor --json\n"
+                 "Exit status 0 when at least one source measures power here, 1 when none does.");
+
   ReadFlags list_flags;
   auto* list = app.add_subcommand("list", "List the runs in a store");
   add_read_options(list, list_flags);
@@ -281,7 +323,7 @@ int run_app(int argc, char** argv) {
   auto* active = static_cast<CLI::App*>(nullptr);
   try {
     app.parse(static_cast<int>(own_args.size()), own_args.data());
-    for (auto* s : {run, record, list, show})
+    for (auto* s : {run, record, list, show, doctor})
       if (s->parsed()) active = s;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e); // --help, --version
@@ -290,11 +332,11 @@ int run_app(int argc, char** argv) {
       std::string_view word = own_args[i];
       if (word.starts_with("-")) continue;
       bool known = false;
-      for (auto* s : {run, record, list, show})
+      for (auto* s : {run, record, list, show, doctor})
         known = known || s->get_name() == word;
       if (!known) {
         std::fprintf(stderr,
-                     "wattscope: error: unknown command '%s'; the commands are run, record, list, show\n"
+                     "wattscope: error: unknown command '%s'; the commands are run, record, list, show, doctor\n"
                      "Run 'wattscope --help' for usage.\n",
                      own_args[i]);
         return kUsageError;
@@ -302,7 +344,7 @@ int run_app(int argc, char** argv) {
       break;
     }
     std::string where;
-    for (auto* s : {run, record, list, show})
+    for (auto* s : {run, record, list, show, doctor})
       if (s->parsed()) where = std::string(s->get_name()) + " ";
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s--help' for usage.\n", e.what(), where.c_str());
     return run->parsed() ? kRunOwnError : kUsageError;
@@ -331,6 +373,7 @@ int run_app(int argc, char** argv) {
     if (active == record) return cmd_record(rec_flags);
     if (active == list) return cmd_list(list_flags);
     if (active == show) return cmd_show(show_flags);
+    if (active == doctor) return cmd_doctor(doctor_flags, doctor_json);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s --help' for usage.\n", e.what(),
                  active ? active->get_name().c_str() : "");

@@ -1,5 +1,6 @@
 #include "cli/session.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -7,7 +8,9 @@
 
 #include "core/text.hpp"
 #include "core/time_util.hpp"
+#include "sources/hwmon/hwmon_gpu_source.hpp"
 #include "sources/procfs/cpu_source.hpp"
+#include "sources/rapl/rapl_source.hpp"
 #include "wattscope/version.hpp"
 #ifdef WATTSCOPE_HAVE_NVML
 #include "sources/nvml/nvml_source.hpp"
@@ -18,9 +21,12 @@ namespace wattscope {
 std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts) {
   std::vector<std::unique_ptr<Source>> out;
   out.push_back(std::make_unique<ProcfsCpuSource>(opts.procfs_root));
+  out.push_back(std::make_unique<RaplSource>(opts.sysfs_root, opts.interval));
+  if (opts.cpu_tdp_w) out.push_back(std::make_unique<CpuEstimateSource>(*opts.cpu_tdp_w)); // after procfs and RAPL
 #ifdef WATTSCOPE_HAVE_NVML
   out.push_back(std::make_unique<NvmlSource>(NvmlSource::Options::from_env(opts.gpus)));
 #endif
+  out.push_back(std::make_unique<HwmonGpuSource>(opts.sysfs_root));
   return out;
 }
 
@@ -55,6 +61,10 @@ void Session::open() {
     }
     spdlog::debug("{}: {}", s->name(), s->status());
     s->describe(run_);
+    int next_index = 0;
+    for (const auto& d : *devices_)
+      next_index = std::max(next_index, d.gpu_index + 1);
+    s->set_first_index(next_index);
     for (auto& d : s->devices())
       devices_->push_back(std::move(d));
     sources_.push_back(std::move(s));

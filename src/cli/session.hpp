@@ -26,7 +26,8 @@ struct SessionOptions {
   CommitPolicy commit;
   std::string procfs_root = "/proc";
   std::string sysfs_root = "/sys";
-  std::string gpus; // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
+  std::string gpus;                // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
+  std::optional<double> cpu_tdp_w; // --cpu-tdp: enables the labelled estimate where RAPL measures nothing
   std::map<std::string, std::string> tags;
 };
 

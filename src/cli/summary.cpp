@@ -73,6 +73,21 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     cpu_line += fmt::format(" · memory peak {} of {}", format_bytes(num(cpu, "peak_mem_used_bytes")),
                             format_bytes(num(cpu, "mem_total_bytes")));
   out += cpu_line + "\n";
+  if (has_num(cpu, "energy_j")) {
+    std::string line = fmt::format("  CPU power package {}", format_energy(num(cpu, "package_energy_j")));
+    if (has_num(cpu, "dram_energy_j")) line += fmt::format(" · DRAM {}", format_energy(num(cpu, "dram_energy_j")));
+    line += fmt::format(" [{}]", cpu.value("energy_method", std::string()));
+    if (has_num(cpu, "avg_package_power_w"))
+      line += fmt::format(" · package avg {:.1f} W peak {:.1f} W", num(cpu, "avg_package_power_w"),
+                          num(cpu, "peak_package_power_w"));
+    out += line + "\n";
+    std::string sockets;
+    for (const auto& z : cpu.value("zones", nlohmann::json::array()))
+      if (z.value("zone", std::string()) == "package" && z["socket"].is_number())
+        sockets += fmt::format("{}socket {} {:.1f} J", sockets.empty() ? "" : " · ", z["socket"].get<int>(),
+                               num(z, "energy_j"));
+    if (sockets.find(" · ") != std::string::npos) out += "            " + sockets + "\n";
+  }
   for (const auto& g : s.value("gpus", nlohmann::json::array())) {
     std::string line = fmt::format("  GPU {:<5} {}", g.value("index", 0), g.value("name", std::string("?")));
     if (has_num(g, "energy_j"))
@@ -88,7 +103,8 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     out += line + "\n";
   }
   if (r.total_energy_j)
-    out += fmt::format("  energy    {} total\n", format_energy(*r.total_energy_j));
+    out += fmt::format("  energy    {} total (GPUs{})\n", format_energy(*r.total_energy_j),
+                       has_num(cpu, "energy_j") ? " + CPU package + DRAM" : "");
   else
     out += "  energy    not measured (no GPU or power counter found; 'wattscope doctor' says why)\n";
   if (!stores.empty()) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace wattscope {
@@ -14,11 +15,27 @@ using SteadyClock = std::chrono::steady_clock;
 using OptF = std::optional<double>;
 using OptI = std::optional<int64_t>;
 
+// One RAPL (powercap) zone at one tick. `zone` and `domain` point at strings the source owns for the whole run.
+struct PowerZoneSample {
+  std::string_view zone;   // package, core, uncore, dram, psys (or the kernel's own name for anything else)
+  std::string_view domain; // the powercap directory, e.g. intel-rapl:0:2
+  OptI socket;             // package number; missing for psys, which covers the platform
+  OptF power_w;            // average over the interval since the previous tick
+  OptF energy_j;           // since run start, wrap-around corrected
+};
+
 struct CpuSample {
   OptF util_pct;
   std::vector<OptF> core_util_pct; // one per logical CPU, in /proc/stat order
   OptI mem_used_bytes;
   OptI mem_total_bytes;
+  // Host CPU power, summed over sockets: measured (RAPL) or estimated (--cpu-tdp), as power_method says.
+  OptF package_power_w;
+  OptF dram_power_w;
+  OptF package_energy_j;
+  OptF dram_energy_j;
+  const char* power_method = nullptr; // "counter" (RAPL) or "estimated"
+  std::vector<PowerZoneSample> zones;
 };
 
 // One GPU at one tick. `gpu_index` is the device's index as its vendor library numbers it.
@@ -27,7 +44,7 @@ struct GpuSample {
   OptF power_w;           // instantaneous where the driver has it, else the driver's reading
   OptF power_avg_w;       // the driver's own averaged reading (1 s window on Ampere and newer)
   OptF energy_j;          // since run start: counter delta or trapezoid integral (see GpuDevice::energy_method)
-  OptI energy_counter_mj; // raw hardware counter, for accounting; not stored
+  OptI energy_counter_uj; // raw hardware counter in µJ (NVML's mJ scaled), for accounting; not stored
   OptF util_gpu_pct;
   OptF util_mem_pct;
   OptI mem_used_bytes;

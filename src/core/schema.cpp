@@ -38,12 +38,18 @@ constexpr C kDeviceCols[] = {{"run_id", T},
                              {"power_source", T}};
 constexpr std::string_view kDeviceKey[] = {"run_id", "gpu_index"};
 
-constexpr C kCpuCols[] = {{"run_id", T},   {"tick", I},           {"ts_ms", I},
-                          {"util_pct", R}, {"mem_used_bytes", I}, {"mem_total_bytes", I}};
+constexpr C kCpuCols[] = {{"run_id", T},          {"tick", I},           {"ts_ms", I},
+                          {"util_pct", R},        {"mem_used_bytes", I}, {"mem_total_bytes", I},
+                          {"package_power_w", R}, {"dram_power_w", R},   {"package_energy_j", R},
+                          {"dram_energy_j", R},   {"power_method", T}};
 constexpr std::string_view kTickKey[] = {"run_id", "tick"};
 
 constexpr C kCoreCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I}, {"core", I}, {"util_pct", R}};
 constexpr std::string_view kCoreKey[] = {"run_id", "tick", "core"};
+
+constexpr C kZoneCols[] = {{"run_id", T}, {"tick", I},   {"ts_ms", I},   {"zone", T},
+                           {"socket", I}, {"domain", T}, {"power_w", R}, {"energy_j", R}};
+constexpr std::string_view kZoneKey[] = {"run_id", "tick", "domain"};
 
 constexpr C kGpuCols[] = {{"run_id", T},
                           {"tick", I},
@@ -51,6 +57,7 @@ constexpr C kGpuCols[] = {{"run_id", T},
                           {"gpu_index", I},
                           {"uuid", T},
                           {"name", T},
+                          {"vendor", T},
                           {"power_w", R},
                           {"power_avg_w", R},
                           {"energy_j", R},
@@ -77,9 +84,10 @@ constexpr C kEventCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"kind", T}
 constexpr std::string_view kEventKey[] = {"run_id", "seq"};
 
 const Table kTables[] = {
-    {"runs", kRunCols, kRunKey, kRunIndex},  {"gpu_devices", kDeviceCols, kDeviceKey, {}},
-    {"cpu_samples", kCpuCols, kTickKey, {}}, {"cpu_core_samples", kCoreCols, kCoreKey, {}},
-    {"gpu_samples", kGpuCols, kGpuKey, {}},  {"events", kEventCols, kEventKey, {}},
+    {"runs", kRunCols, kRunKey, kRunIndex},         {"gpu_devices", kDeviceCols, kDeviceKey, {}},
+    {"cpu_samples", kCpuCols, kTickKey, {}},        {"cpu_core_samples", kCoreCols, kCoreKey, {}},
+    {"cpu_power_samples", kZoneCols, kZoneKey, {}}, {"gpu_samples", kGpuCols, kGpuKey, {}},
+    {"events", kEventCols, kEventKey, {}},
 };
 static_assert(std::size(kTables) == kTableCount, "one Table per TableId");
 
@@ -230,6 +238,24 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
     c.push_back(opt(f.cpu.util_pct));
     c.push_back(opt(f.cpu.mem_used_bytes));
     c.push_back(opt(f.cpu.mem_total_bytes));
+    c.push_back(opt(f.cpu.package_power_w));
+    c.push_back(opt(f.cpu.dram_power_w));
+    c.push_back(opt(f.cpu.package_energy_j));
+    c.push_back(opt(f.cpu.dram_energy_j));
+    c.push_back(f.cpu.power_method ? Value(std::string_view(f.cpu.power_method)) : Value());
+  }
+  {
+    auto& c = out.tables[static_cast<size_t>(TableId::CpuPowerSamples)].cells;
+    for (const auto& z : f.cpu.zones) {
+      c.push_back(rid);
+      c.emplace_back(f.tick);
+      c.emplace_back(f.ts_ms);
+      c.emplace_back(z.zone);
+      c.push_back(opt(z.socket));
+      c.emplace_back(z.domain);
+      c.push_back(opt(z.power_w));
+      c.push_back(opt(z.energy_j));
+    }
   }
   {
     auto& c = out.tables[static_cast<size_t>(TableId::CpuCoreSamples)].cells;
@@ -252,6 +278,7 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
     g.emplace_back(int64_t{s.gpu_index});
     g.push_back(dev && !dev->uuid.empty() ? Value(std::string_view(dev->uuid)) : Value());
     g.push_back(dev && !dev->name.empty() ? Value(std::string_view(dev->name)) : Value());
+    g.push_back(dev && !dev->vendor.empty() ? Value(std::string_view(dev->vendor)) : Value());
     g.push_back(opt(s.power_w));
     g.push_back(opt(s.power_avg_w));
     g.push_back(opt(s.energy_j));

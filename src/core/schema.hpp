@@ -15,7 +15,8 @@
 
 namespace wattscope {
 
-inline constexpr int kSchemaVersion = 1;
+// 2: cpu_samples power columns, cpu_power_samples, gpu_samples.vendor. Older stores are migrated forward.
+inline constexpr int kSchemaVersion = 2;
 
 enum class ColType { Int, Real, Text };
 
@@ -31,7 +32,16 @@ struct Table {
   std::span<const std::string_view> index; // extra "samples of a run in time order" index; may be empty
 };
 
-enum class TableId : size_t { Runs, GpuDevices, CpuSamples, CpuCoreSamples, GpuSamples, Events, Count };
+enum class TableId : size_t {
+  Runs,
+  GpuDevices,
+  CpuSamples,
+  CpuCoreSamples,
+  CpuPowerSamples,
+  GpuSamples,
+  Events,
+  Count
+};
 inline constexpr size_t kTableCount = static_cast<size_t>(TableId::Count);
 
 const Table& table(TableId id);

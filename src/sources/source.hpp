@@ -5,6 +5,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/frame.hpp"
 
 namespace wattscope {
@@ -22,6 +24,10 @@ public:
   virtual std::string status() const = 0;
   virtual std::vector<GpuDevice> devices() const { return {}; }
   virtual void describe(RunInfo& /*run*/) const {}
+  // GPU backends other than NVML number their devices from here, so gpu_index never collides across vendors.
+  virtual void set_first_index(int /*first*/) {}
+  // Details for `wattscope doctor`: devices or zones and what each supports.
+  virtual nlohmann::json report() const { return nullptr; }
 };
 
 } // namespace wattscope

@@ -28,8 +28,8 @@ TEST(Accounting, CounterEnergyIsTheExactDeltaAcrossAReset) {
   for (int64_t k = 0; k < 5; ++k) {
     Frame f = frame(k, t0, 100ms);
     GpuSample s;
-    s.energy_counter_mj = counter[k];
-    s.power_w = 500; // ignored when a counter exists
+    s.energy_counter_uj = counter[k] * 1000; // mJ, as NVML counts
+    s.power_w = 500;                         // ignored when a counter exists
     f.gpus.push_back(s);
     acc.process(f);
     if (k == 0) {

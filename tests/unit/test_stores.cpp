@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "../support/support.hpp"
 #include "core/schema.hpp"
 #include "sinks/csv/csv_reader.hpp"
@@ -224,11 +226,40 @@ TEST(CsvReader, BrokenFilesNameTheLine) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
+  const size_t width = table(TableId::CpuSamples).columns.size();
+  // A row of the right width: run_id, tick, ts_ms, then `rest` and empty cells for the remaining columns.
+  auto row = [&](const std::string& first, const std::string& rest, size_t fields) {
+    std::string r = first + "," + rest;
+    for (size_t n = 2 + static_cast<size_t>(std::count(rest.begin(), rest.end(), ',')); n < fields; ++n)
+      r += ",";
+    return r + "\n";
+  };
   expect_error("run_id,tick,ts_ms\nr,1,2\n", "column 'util_pct' is missing");
-  expect_error(header + "\nr,1,2,3.5,4,5\nr,2,3,x,4,5\n", "f.csv:3: column 'util_pct': 'x' is not a number");
-  expect_error(header + "\nr,1,2,3.5,4\n", "f.csv:2: 5 fields, the header has 6");
+  expect_error(header + "\n" + row("r", "1,2,3.5,4,5", width) + row("r", "2,3,x,4,5", width),
+               "f.csv:3: column 'util_pct': 'x' is not a number");
+  expect_error(header + "\n" + row("r", "1,2,3.5,4", width - 1),
+               fmt::format("f.csv:2: {} fields, the header has {}", width - 1, width));
   expect_error(header + "\n\"r,1,2,3.5,4,5\n", "unterminated");
   expect_error("", "empty file");
   // Quoted newlines keep line numbers right.
-  expect_error(header + "\n\"a\nb\",1,2,3,4,5\nr,1.5,2,3,4,5\n", "f.csv:4: column 'tick'");
+  expect_error(header + "\n" + row("\"a\nb\"", "1,2,3,4,5", width) + row("r", "1.5,2,3,4,5", width),
+               "f.csv:4: column 'tick'");
+}
+
+TEST(Stores, OlderSchemaIsMigratedForward) {
+  wstest::TempDir dir;
+  const std::string db = dir / "old.db";
+  // A version-1 database: cpu_samples without the power columns, no cpu_power_samples table.
+  wstest::run({"/usr/bin/sqlite3", db,
+               "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('schema_version','1');"
+               "CREATE TABLE cpu_samples (run_id TEXT, tick INTEGER, ts_ms INTEGER, util_pct REAL, mem_used_bytes "
+               "INTEGER, mem_total_bytes INTEGER, PRIMARY KEY (run_id, tick)) WITHOUT ROWID;"
+               "INSERT INTO cpu_samples VALUES ('old-run', 0, 1, 5.0, 10, 20);"});
+  RunInfo run = sample_run("t");
+  auto sink = make_sqlite_sink(db);
+  write_run(*sink, run, two_gpus(), 2);
+  EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion));
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM cpu_samples"), "3");
+  EXPECT_EQ(wstest::scalar(db, "SELECT package_power_w IS NULL FROM cpu_samples WHERE run_id='old-run'"), "1");
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM cpu_power_samples"), "0");
 }

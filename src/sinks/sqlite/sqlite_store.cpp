@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <array>
 #include <stdexcept>
 
@@ -153,6 +154,19 @@ void ensure_schema(Db& db) {
   try {
     for (const auto& t : all_tables())
       db.exec(create_table_sql(t));
+    // Forward migration: a column this version has and the stored table lacks is added (NULL in old rows). Columns
+    // are only ever added, so every older database can be brought forward this way.
+    for (const auto& t : all_tables()) {
+      std::vector<std::string> have;
+      sqlite3_stmt* info = nullptr;
+      sqlite3_prepare_v2(db.get(), fmt::format("PRAGMA table_info({})", t.name).c_str(), -1, &info, nullptr);
+      while (sqlite3_step(info) == SQLITE_ROW)
+        have.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(info, 1)));
+      sqlite3_finalize(info);
+      for (const auto& c : t.columns)
+        if (std::find(have.begin(), have.end(), c.name) == have.end())
+          db.exec(fmt::format("ALTER TABLE {} ADD COLUMN {} {};", t.name, c.name, sql_type(c.type)));
+    }
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
   } catch (...) {

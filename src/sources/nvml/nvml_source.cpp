@@ -267,7 +267,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   if (d.lost) return;
   unsigned long long mj = 0;
   if (d.on[mEnergy] && ok(d, mEnergy, lib_->device_total_energy(d.handle, &mj), frame))
-    s.energy_counter_mj = static_cast<int64_t>(mj);
+    s.energy_counter_uj = static_cast<int64_t>(mj) * 1000; // NVML counts mJ
   if (d.lost) return;
   Utilization ut{};
   if (d.on[mUtil] && ok(d, mUtil, lib_->device_utilization(d.handle, &ut), frame)) {

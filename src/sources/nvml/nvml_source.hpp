@@ -63,7 +63,7 @@ public:
   std::vector<GpuDevice> devices() const override;
   void describe(RunInfo& run) const override;
   // What doctor prints: library, versions, devices and which metrics each supports.
-  nlohmann::json report() const;
+  nlohmann::json report() const override;
 
 private:
   struct Slow { // written by the slow thread, read by the tick

@@ -1,0 +1,207 @@
+#include "sources/hwmon/hwmon_gpu_source.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <fmt/format.h>
+
+namespace wattscope {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_trimmed(const fs::path& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\r'))
+    s.pop_back();
+  return s;
+}
+
+std::string uevent_value(const fs::path& uevent, const std::string& key) {
+  std::ifstream in(uevent);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  return {};
+}
+
+int open_if(const fs::path& p) {
+  return fs::exists(p) ? ::open(p.c_str(), O_RDONLY | O_CLOEXEC) : -1;
+}
+
+OptI read_i64(int fd) {
+  if (fd < 0) return std::nullopt;
+  char buf[32];
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return std::nullopt;
+  std::string_view s(buf, static_cast<size_t>(n));
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+    s.remove_suffix(1);
+  int64_t v = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+} // namespace
+
+HwmonGpuSource::~HwmonGpuSource() {
+  for (auto& c : cards_)
+    for (int fd : {c.power_input_uw, c.power_average_uw, c.energy_uj, c.temp_edge_mc, c.temp_mem_mc, c.sclk_hz,
+                   c.mclk_hz, c.busy_pct, c.mem_busy_pct, c.vram_used, c.vram_total, c.gt_cur_mhz, c.power_cap_uw})
+      if (fd >= 0) ::close(fd);
+}
+
+bool HwmonGpuSource::open() {
+  const fs::path drm = fs::path(root_) / "class/drm";
+  static const std::regex kCard(R"(card(\d+))");
+  std::vector<std::pair<int, std::string>> found;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(drm, ec)) {
+    std::smatch m;
+    const std::string n = e.path().filename().string();
+    if (std::regex_match(n, m, kCard)) found.emplace_back(std::stoi(m[1].str()), n);
+  }
+  std::sort(found.begin(), found.end());
+  for (const auto& [num, name] : found) {
+    const fs::path dev = drm / name / "device";
+    std::string driver = uevent_value(dev / "uevent", "DRIVER");
+    if (driver.empty() && fs::is_symlink(dev / "driver", ec)) driver = fs::read_symlink(dev / "driver", ec).filename();
+    const std::string vendor_id = read_trimmed(dev / "vendor");
+    Card c;
+    c.card = name;
+    if (driver == "amdgpu")
+      c.info.vendor = "amd";
+    else if (driver == "i915" || driver == "xe")
+      c.info.vendor = "intel";
+    else
+      continue; // nvidia (NVML's), simpledrm, virtio, ...
+    c.info.gpu_index = num;
+    const std::string slot = uevent_value(dev / "uevent", "PCI_SLOT_NAME");
+    c.info.pci_bus_id = slot;
+    const std::string unique = read_trimmed(dev / "unique_id");
+    c.info.uuid = !unique.empty() ? c.info.vendor + "-" + unique : (slot.empty() ? name : "PCI-" + slot);
+    std::string product = read_trimmed(dev / "product_name");
+    c.info.name = !product.empty() ? product
+                                   : fmt::format("{} {} GPU {}", c.info.vendor == "amd" ? "AMD" : "Intel", driver,
+                                                 read_trimmed(dev / "device"));
+    (void)vendor_id;
+    // The card's hwmon directory: hwmon/hwmonN under the PCI device.
+    fs::path hw;
+    for (const auto& h : fs::directory_iterator(dev / "hwmon", ec)) {
+      hw = h.path();
+      break;
+    }
+    if (!hw.empty()) {
+      c.power_input_uw = open_if(hw / "power1_input");
+      c.power_average_uw = open_if(hw / "power1_average");
+      c.energy_uj = open_if(hw / "energy1_input");
+      c.power_cap_uw = open_if(hw / "power1_cap");
+      // Temperatures by label: amdgpu has edge / junction / mem; Intel's first sensor is the package.
+      for (int i = 1; i <= 8; ++i) {
+        const fs::path input = hw / fmt::format("temp{}_input", i);
+        if (!fs::exists(input)) continue;
+        const std::string label = read_trimmed(hw / fmt::format("temp{}_label", i));
+        if (label == "mem" && c.temp_mem_mc < 0)
+          c.temp_mem_mc = open_if(input);
+        else if ((label == "edge" || label.empty() || label == "pkg") && c.temp_edge_mc < 0)
+          c.temp_edge_mc = open_if(input);
+      }
+      for (int i = 1; i <= 4; ++i) {
+        const std::string label = read_trimmed(hw / fmt::format("freq{}_label", i));
+        if (label == "sclk")
+          c.sclk_hz = open_if(hw / fmt::format("freq{}_input", i));
+        else if (label == "mclk")
+          c.mclk_hz = open_if(hw / fmt::format("freq{}_input", i));
+      }
+    }
+    c.busy_pct = open_if(dev / "gpu_busy_percent");
+    c.mem_busy_pct = open_if(dev / "mem_busy_percent");
+    c.vram_used = open_if(dev / "mem_info_vram_used");
+    c.vram_total = open_if(dev / "mem_info_vram_total");
+    c.gt_cur_mhz = open_if(drm / name / "gt_cur_freq_mhz");
+    if (auto t = read_i64(c.vram_total)) c.info.mem_total_bytes = *t;
+    c.info.power_source = c.power_input_uw >= 0     ? "hwmon power1_input"
+                          : c.power_average_uw >= 0 ? "hwmon power1_average"
+                                                    : "";
+    cards_.push_back(std::move(c));
+  }
+  if (cards_.empty()) {
+    status_ = fmt::format("missing: no AMD or Intel GPU under {}", drm.string());
+    return false;
+  }
+  std::string names;
+  for (const auto& c : cards_)
+    names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.card, c.info.vendor);
+  status_ = fmt::format("ok: {} GPU(s) via hwmon: {}", cards_.size(), names);
+  return true;
+}
+
+void HwmonGpuSource::set_first_index(int first) {
+  for (size_t i = 0; i < cards_.size(); ++i)
+    cards_[i].info.gpu_index = first + static_cast<int>(i);
+}
+
+std::vector<GpuDevice> HwmonGpuSource::devices() const {
+  std::vector<GpuDevice> out;
+  for (const auto& c : cards_)
+    out.push_back(c.info);
+  return out;
+}
+
+void HwmonGpuSource::sample(Frame& frame) noexcept {
+  try {
+    for (auto& c : cards_) {
+      GpuSample s;
+      s.gpu_index = c.info.gpu_index;
+      const OptI pin = read_i64(c.power_input_uw), pavg = read_i64(c.power_average_uw);
+      if (pin) s.power_w = static_cast<double>(*pin) / 1e6;
+      if (pavg) s.power_avg_w = static_cast<double>(*pavg) / 1e6;
+      if (!s.power_w && s.power_avg_w) s.power_w = s.power_avg_w; // amdgpu before RDNA3 only has the average
+      if (s.power_w) s.power_source = pin ? "hwmon power1_input" : "hwmon power1_average";
+      s.energy_counter_uj = read_i64(c.energy_uj);
+      if (auto t = read_i64(c.temp_edge_mc)) s.temp_gpu_c = static_cast<double>(*t) / 1000.0;
+      if (auto t = read_i64(c.temp_mem_mc)) s.temp_mem_c = static_cast<double>(*t) / 1000.0;
+      if (auto f = read_i64(c.sclk_hz)) s.clock_sm_mhz = *f / 1'000'000;
+      if (auto f = read_i64(c.mclk_hz)) s.clock_mem_mhz = *f / 1'000'000;
+      if (auto f = read_i64(c.gt_cur_mhz)) s.clock_gfx_mhz = *f;
+      if (auto b = read_i64(c.busy_pct)) s.util_gpu_pct = static_cast<double>(*b);
+      if (auto b = read_i64(c.mem_busy_pct)) s.util_mem_pct = static_cast<double>(*b);
+      s.mem_used_bytes = read_i64(c.vram_used);
+      s.mem_total_bytes = read_i64(c.vram_total);
+      if (auto cap = read_i64(c.power_cap_uw)) s.power_limit_w = static_cast<double>(*cap) / 1e6;
+      frame.gpus.push_back(std::move(s));
+    }
+  } catch (...) {
+  }
+}
+
+nlohmann::json HwmonGpuSource::report() const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : cards_) {
+    out.push_back({{"card", c.card},
+                   {"index", c.info.gpu_index},
+                   {"vendor", c.info.vendor},
+                   {"name", c.info.name},
+                   {"uuid", c.info.uuid},
+                   {"metrics",
+                    {{"power", c.power_input_uw >= 0 || c.power_average_uw >= 0},
+                     {"energy_counter", c.energy_uj >= 0},
+                     {"temperature", c.temp_edge_mc >= 0},
+                     {"busy", c.busy_pct >= 0},
+                     {"vram", c.vram_used >= 0},
+                     {"clocks", c.sclk_hz >= 0 || c.gt_cur_mhz >= 0}}}});
+  }
+  return out;
+}
+
+} // namespace wattscope

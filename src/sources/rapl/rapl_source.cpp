@@ -1,0 +1,280 @@
+#include "sources/rapl/rapl_source.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace wattscope {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string read_trimmed(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  std::getline(in, s);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r'))
+    s.pop_back();
+  return s;
+}
+
+bool parse_i64(std::string_view s, int64_t& out) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
+    s.remove_suffix(1);
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && end == s.data() + s.size();
+}
+
+bool pread_i64(int fd, int64_t& out) {
+  char buf[32];
+  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return false;
+  return parse_i64(std::string_view(buf, static_cast<size_t>(n)), out);
+}
+
+// Assumed worst case when a zone does not publish its maximum power: generous for any single socket or DIMM set.
+constexpr double kAssumedMaxPowerW = 1000.0;
+
+} // namespace
+
+std::string rapl_permission_fix(const std::string& sysfs_root) {
+  const std::string base = sysfs_root + "/class/powercap";
+  return fmt::format(
+      "RAPL energy counters are readable by root only on most kernels (since the 2020 PLATYPUS fix). "
+      "To let wattscope read them without root: until the next reboot, "
+      "'sudo chmod a+r {0}/intel-rapl:*/energy_uj {0}/intel-rapl:*/intel-rapl:*/energy_uj'; "
+      "at every boot, add the tmpfiles lines 'z {0}/intel-rapl:*/energy_uj 0444 - - -' and "
+      "'z {0}/intel-rapl:*/intel-rapl:*/energy_uj 0444 - - -' to /etc/tmpfiles.d/wattscope-rapl.conf "
+      "(or mode 0440 with a group of trusted users in place of '-', to keep the side channel closed to others)",
+      base);
+}
+
+RaplSource::RaplSource(std::string sysfs_root, std::chrono::nanoseconds interval)
+    : root_(std::move(sysfs_root)), interval_(interval) {}
+
+RaplSource::~RaplSource() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (keeper_.joinable()) keeper_.join();
+  for (auto& z : zones_)
+    if (z.fd >= 0) ::close(z.fd);
+}
+
+bool RaplSource::open() {
+  const fs::path base = fs::path(root_) / "class/powercap";
+  std::error_code ec;
+  static const std::regex kZoneDir(R"(intel-rapl:(\d+)(:(\d+))?)");
+  std::vector<std::string> dirs;
+  for (const auto& e : fs::directory_iterator(base, ec)) {
+    const std::string n = e.path().filename().string();
+    if (std::regex_match(n, kZoneDir)) dirs.push_back(n);
+  }
+  // Also the sub-zones that are only nested inside their package directory (sysfs lists them flat under the class
+  // directory too, but a copied tree may not).
+  for (const auto& d : std::vector<std::string>(dirs))
+    for (const auto& e : fs::directory_iterator(base / d, ec)) {
+      const std::string n = e.path().filename().string();
+      if (std::regex_match(n, kZoneDir) && std::find(dirs.begin(), dirs.end(), n) == dirs.end()) dirs.push_back(n);
+    }
+  std::sort(dirs.begin(), dirs.end());
+  if (dirs.empty()) {
+    status_ = fmt::format("missing: no RAPL zones under {} (not an Intel/AMD CPU with powercap, or a virtual "
+                          "machine); CPU power is not recorded unless --cpu-tdp WATTS asks for an estimate",
+                          base.string());
+    return false;
+  }
+  for (const auto& d : dirs) {
+    Zone z;
+    z.domain = d;
+    std::smatch m;
+    std::regex_match(d, m, kZoneDir);
+    const bool sub = m[2].matched;
+    z.path = (sub && !fs::exists(base / d)) ? (base / ("intel-rapl:" + m[1].str()) / d).string() : (base / d).string();
+    z.raw_name = read_trimmed(z.path + "/name");
+    if (z.raw_name.empty()) z.raw_name = d;
+    if (z.raw_name.rfind("package", 0) == 0) {
+      z.zone = "package";
+      int64_t sock = 0;
+      // "package-1" (and "package-0-die-1" on multi-die parts): the number after "package-" is the socket.
+      std::string digits;
+      for (char c : z.raw_name.substr(8)) {
+        if (c < '0' || c > '9') break;
+        digits.push_back(c);
+      }
+      if (!digits.empty() && parse_i64(digits, sock)) z.socket = sock;
+    } else {
+      z.zone = z.raw_name; // core, uncore, dram, psys
+    }
+    int64_t v = 0;
+    if (parse_i64(read_trimmed(z.path + "/max_energy_range_uj"), v)) z.max_range_uj = v;
+    for (int c = 0; c < 4; ++c) {
+      if (parse_i64(read_trimmed(fmt::format("{}/constraint_{}_max_power_uw", z.path, c)), v) && v > 0)
+        z.max_power_w = std::max(z.max_power_w, static_cast<double>(v) / 1e6);
+    }
+    z.fd = ::open((z.path + "/energy_uj").c_str(), O_RDONLY | O_CLOEXEC);
+    int64_t raw = 0;
+    if (z.fd < 0) {
+      z.problem = errno == EACCES || errno == EPERM ? "no permission" : std::string("missing: ") + std::strerror(errno);
+    } else if (!pread_i64(z.fd, raw)) {
+      z.problem = errno == EACCES || errno == EPERM ? "no permission" : "unreadable energy_uj";
+      ::close(z.fd);
+      z.fd = -1;
+    } else {
+      z.last_raw = raw;
+    }
+    zones_.push_back(std::move(z));
+  }
+  // Sub-zones inherit their package's socket.
+  for (auto& z : zones_) {
+    if (z.socket || std::count(z.domain.begin(), z.domain.end(), ':') != 2) continue;
+    const std::string parent = z.domain.substr(0, z.domain.rfind(':'));
+    for (const auto& p : zones_)
+      if (p.domain == parent) z.socket = p.socket;
+  }
+  size_t readable = 0, denied = 0;
+  for (const auto& z : zones_) {
+    readable += z.problem.empty();
+    denied += z.problem == "no permission";
+  }
+  if (readable == 0) {
+    status_ = denied ? fmt::format("no permission: {} RAPL zones found but energy_uj is not readable. {}",
+                                   zones_.size(), rapl_permission_fix(root_))
+                     : fmt::format("missing: {} RAPL zones found, none readable", zones_.size());
+    return false;
+  }
+  // Two wraps between reads would be invisible: read at least four times per wrap period at maximum power.
+  std::chrono::nanoseconds safe = std::chrono::hours(24);
+  for (const auto& z : zones_) {
+    if (!z.problem.empty() || z.max_range_uj <= 0) continue;
+    const double p = z.max_power_w > 0 ? z.max_power_w : kAssumedMaxPowerW;
+    const double wrap_s = static_cast<double>(z.max_range_uj) / 1e6 / p;
+    safe = std::min(safe, std::chrono::nanoseconds(static_cast<int64_t>(wrap_s / 4 * 1e9)));
+  }
+  safe = std::max<std::chrono::nanoseconds>(safe, std::chrono::milliseconds(10));
+  if (interval_ > safe) {
+    keeper_period_ = safe;
+    keeper_ = std::thread([this] { keeper_loop(); });
+  }
+  status_ = fmt::format("ok: {} of {} RAPL zones readable", readable, zones_.size());
+  if (denied) status_ += fmt::format(" ({} not readable: {})", denied, rapl_permission_fix(root_));
+  if (keeper_period_.count())
+    status_ += fmt::format("; counters also read every {} ms so no wrap is missed",
+                           std::chrono::duration_cast<std::chrono::milliseconds>(keeper_period_).count());
+  return true;
+}
+
+void RaplSource::poll_locked() {
+  for (auto& z : zones_) {
+    int64_t raw = 0;
+    if (z.fd < 0 || !pread_i64(z.fd, raw)) continue;
+    int64_t delta = raw - z.last_raw;
+    if (delta < 0) {
+      // The counter wrapped at max_energy_range_uj (or, without a range, restarted): count what it ran past.
+      delta = z.max_range_uj > 0 ? delta + z.max_range_uj : raw;
+      ++z.wraps;
+    }
+    z.total_uj += delta;
+    z.last_raw = raw;
+  }
+}
+
+void RaplSource::keeper_loop() {
+  std::unique_lock lock(mu_);
+  while (!cv_.wait_for(lock, keeper_period_, [this] { return stop_; }))
+    poll_locked();
+}
+
+void RaplSource::sample(Frame& frame) noexcept {
+  try {
+    std::lock_guard lock(mu_);
+    poll_locked();
+    double pkg_w = 0, dram_w = 0, pkg_j = 0, dram_j = 0;
+    bool any_pkg = false, any_dram = false, pkg_w_ok = true, dram_w_ok = true;
+    frame.cpu.zones.reserve(zones_.size());
+    for (auto& z : zones_) {
+      if (z.fd < 0) continue;
+      PowerZoneSample s;
+      s.zone = z.zone;
+      s.domain = z.domain;
+      s.socket = z.socket;
+      s.energy_j = static_cast<double>(z.total_uj) / 1e6;
+      if (z.prev_tick_uj >= 0) {
+        const double dt = std::chrono::duration<double>(frame.mono - z.prev_tick).count();
+        if (dt > 0) s.power_w = static_cast<double>(z.total_uj - z.prev_tick_uj) / 1e6 / dt;
+      }
+      z.prev_tick_uj = z.total_uj;
+      z.prev_tick = frame.mono;
+      if (z.zone == "package") {
+        any_pkg = true;
+        pkg_j += *s.energy_j;
+        if (s.power_w)
+          pkg_w += *s.power_w;
+        else
+          pkg_w_ok = false;
+      } else if (z.zone == "dram") {
+        any_dram = true;
+        dram_j += *s.energy_j;
+        if (s.power_w)
+          dram_w += *s.power_w;
+        else
+          dram_w_ok = false;
+      }
+      frame.cpu.zones.push_back(s);
+    }
+    if (any_pkg) {
+      frame.cpu.package_energy_j = pkg_j;
+      if (pkg_w_ok) frame.cpu.package_power_w = pkg_w;
+      frame.cpu.power_method = "counter";
+    }
+    if (any_dram) {
+      frame.cpu.dram_energy_j = dram_j;
+      if (dram_w_ok) frame.cpu.dram_power_w = dram_w;
+    }
+  } catch (...) {
+  }
+}
+
+nlohmann::json RaplSource::report() const {
+  nlohmann::json zs = nlohmann::json::array();
+  for (const auto& z : zones_)
+    zs.push_back({{"domain", z.domain},
+                  {"zone", z.zone},
+                  {"name", z.raw_name},
+                  {"socket", z.socket ? nlohmann::json(*z.socket) : nlohmann::json()},
+                  {"readable", z.problem.empty()},
+                  {"status", z.problem.empty() ? "ok" : z.problem},
+                  {"max_energy_range_uj", z.max_range_uj}});
+  return zs;
+}
+
+void CpuEstimateSource::sample(Frame& f) noexcept {
+  if (f.cpu.package_power_w || f.cpu.package_energy_j || !f.cpu.util_pct) return; // measured wins; no util, no guess
+  const double w = tdp_w_ * *f.cpu.util_pct / 100.0;
+  if (last_w_) energy_j_ += 0.5 * (w + *last_w_) * std::chrono::duration<double>(f.mono - last_).count();
+  last_w_ = w;
+  last_ = f.mono;
+  f.cpu.package_power_w = w;
+  f.cpu.package_energy_j = energy_j_;
+  f.cpu.power_method = "estimated";
+}
+
+std::string CpuEstimateSource::status() const {
+  return fmt::format("estimated: CPU package power = {} W TDP x utilisation, used only where RAPL measures nothing",
+                     tdp_w_);
+}
+
+} // namespace wattscope
