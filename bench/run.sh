@@ -17,8 +17,8 @@ build/bench/wattscope_bench --benchmark_repetitions=5 --benchmark_enable_random_
 
 python_free_ratio() {  # median wattscope tick / median bare-call tick, from the JSON (no python needed)
   local w b
-  w=$(grep -A25 '"BM_NvmlTickWattscope_median"' "$out/bench.json" | grep '"cpu_time"' | grep -oE '[0-9.e+-]+' | head -1)
-  b=$(grep -A25 '"BM_NvmlTickBareCalls_median"' "$out/bench.json" | grep '"cpu_time"' | grep -oE '[0-9.e+-]+' | head -1)
+  w=$(grep -A25 '"BM_NvmlTickWattscope_median"' "$out/bench.json" | grep '"cpu_time"' | grep -oE '[0-9][0-9.e+-]*' | head -1)
+  b=$(grep -A25 '"BM_NvmlTickBareCalls_median"' "$out/bench.json" | grep '"cpu_time"' | grep -oE '[0-9][0-9.e+-]*' | head -1)
   awk -v w="$w" -v b="$b" 'BEGIN { printf "NVML tick, 8 GPUs: wattscope %.2f us, bare NVML calls %.2f us, ratio %.3fx\n", w, b, w / b }'
 }
 python_free_ratio
