@@ -9,6 +9,9 @@
 
 #include "core/schema.hpp"
 #include "sinks/csv/csv_store.hpp"
+#ifdef WATTSCOPE_HAVE_MYSQL
+#include "sinks/mysql/mysql_store.hpp"
+#endif
 #include "sinks/sqlite/sqlite_store.hpp"
 #include "sources/nvml/nvml_loader.hpp"
 #include "sources/nvml/nvml_source.hpp"
@@ -242,6 +245,78 @@ void BM_NvmlTickBareCalls(benchmark::State& state) {
   lib->shutdown();
 }
 BENCHMARK(BM_NvmlTickBareCalls)->Unit(benchmark::kMicrosecond);
+
+#ifdef WATTSCOPE_HAVE_MYSQL
+// Rows/s into MySQL/MariaDB at WATTSCOPE_BENCH_MYSQL_URL (bench/run.sh starts a private server): one transaction of
+// `rows` gpu_samples rows per iteration, multi-row prepared inserts.
+void BM_MysqlRows(benchmark::State& state) {
+  const char* url = std::getenv("WATTSCOPE_BENCH_MYSQL_URL");
+  if (!url) {
+    state.SkipWithError("WATTSCOPE_BENCH_MYSQL_URL is not set (bench/run.sh sets it)");
+    return;
+  }
+  const int64_t rows_per_batch = state.range(0);
+  auto devs = eight_devices();
+  RunInfo run = bench_run();
+  auto sink = make_mysql_sink(parse_mysql_url(url), /*spill_on_outage=*/false);
+  sink->begin_run(run);
+  int64_t tick = 0, rows = 0;
+  RowBatch batch;
+  Frame f = make_frame(0);
+  for (auto _ : state) {
+    auto& g = batch.tables[static_cast<size_t>(TableId::GpuSamples)];
+    while (static_cast<int64_t>(g.rows()) < rows_per_batch) {
+      f.tick = tick++;
+      RowBatch one;
+      append_frame_rows(run.run_id, f, devs, one);
+      auto& src = one.tables[static_cast<size_t>(TableId::GpuSamples)].cells;
+      const size_t take = std::min<size_t>(src.size(), (rows_per_batch - g.rows()) * g.columns());
+      g.cells.insert(g.cells.end(), src.begin(), src.begin() + static_cast<std::ptrdiff_t>(take));
+    }
+    sink->write(batch);
+    rows += rows_per_batch;
+    batch.clear();
+  }
+  state.counters["rows_per_s"] = benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MysqlRows)
+    ->Arg(1)
+    ->Arg(100)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(2);
+
+// Ten million rows in batches of 10000: the figure the original design was sized for (10M records a day).
+void BM_Mysql10MRows(benchmark::State& state) {
+  const char* url = std::getenv("WATTSCOPE_BENCH_MYSQL_URL");
+  if (!url || !std::getenv("WATTSCOPE_BENCH_10M")) {
+    state.SkipWithError("set WATTSCOPE_BENCH_10M=1 (bench/run.sh --mysql-10m) to run");
+    return;
+  }
+  auto devs = eight_devices();
+  RunInfo run = bench_run();
+  auto sink = make_mysql_sink(parse_mysql_url(url), false);
+  sink->begin_run(run);
+  Frame f = make_frame(0);
+  for (auto _ : state) {
+    int64_t rows = 0, tick = 0;
+    RowBatch batch;
+    while (rows < 10'000'000) {
+      f.tick = tick++;
+      append_frame_rows(run.run_id, f, devs, batch);
+      if (batch.sample_rows() >= 10000) {
+        rows += static_cast<int64_t>(batch.sample_rows());
+        sink->write(batch);
+        batch.clear();
+      }
+    }
+    state.counters["rows"] = static_cast<double>(rows);
+  }
+}
+BENCHMARK(BM_Mysql10MRows)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
+#endif
 
 } // namespace
 

@@ -231,6 +231,63 @@ int cmd_show(const ReadFlags& f) {
   return 0;
 }
 
+struct ExportFlags {
+  std::string from;
+  std::string to;
+  std::vector<std::string> runs;
+};
+
+StoreSpec store_flag(const std::string& name, const std::string& value) {
+  try {
+    return parse_store(value);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("{}: {}", name, e.what()));
+  }
+}
+
+// Copies runs between stores, table by table in key order, in batches of 10000 rows (one transaction each).
+int cmd_export(const ExportFlags& f) {
+  const StoreSpec from = store_flag("--from", f.from), to = store_flag("--to", f.to);
+  auto reader = open_reader(from);
+  std::vector<RunInfo> runs;
+  if (f.runs.empty())
+    runs = reader->runs();
+  else
+    for (const auto& id : f.runs)
+      runs.push_back(resolve_run(*reader, id));
+  if (runs.empty()) throw std::runtime_error(fmt::format("{} holds no runs to export", reader->describe()));
+  int64_t total = 0;
+  std::string dest;
+  for (const auto& run : runs) {
+    auto sink = open_sink(to, /*spill_on_outage=*/false);
+    dest = sink->describe();
+    sink->begin_run(run);
+    RowBatch batch;
+    int64_t rows = 0;
+    for (size_t t = 1; t < kTableCount; ++t) {
+      reader->scan(static_cast<TableId>(t), run, [&](std::span<const Value> row) {
+        auto& cells = batch.tables[t].cells;
+        cells.insert(cells.end(), row.begin(), row.end());
+        ++rows;
+        if (rows % 10000 == 0) {
+          sink->write(batch);
+          batch.clear();
+        }
+      });
+    }
+    sink->write(batch);
+    sink->end_run(run);
+    total += rows;
+    if (!g_quiet)
+      std::fprintf(stderr, "wattscope: exported run %s (%s): %lld rows\n", run.run_id.c_str(), run.task.c_str(),
+                   static_cast<long long>(rows));
+  }
+  if (!g_quiet)
+    std::fprintf(stderr, "wattscope: %zu run(s), %lld rows copied from %s to %s\n", runs.size(),
+                 static_cast<long long>(total), reader->describe().c_str(), dest.c_str());
+  return 0;
+}
+
 int cmd_doctor(const RecordFlags& f, bool json) {
   SessionOptions o;
   o.procfs_root = f.procfs_root;
@@ -296,6 +353,17 @@ int run_app(int argc, char** argv) {
   doctor->footer("Examples:\n  wattscope doctor\n  wattscope doctor --json\n"
                  "Exit status 0 when at least one source measures power here, 1 when none does.");
 
+  ExportFlags export_flags;
+  auto* exp = app.add_subcommand("export", "Copy runs between stores (SQLite, CSV, MySQL); also replays spill files");
+  exp->add_option("--from", export_flags.from, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
+      ->required();
+  exp->add_option("--to", export_flags.to, "Store to write, in the same forms")->required();
+  exp->add_option("--run", export_flags.runs, "Only these runs (id or unique prefix; repeatable)");
+  exp->footer("Examples:\n  wattscope export --from wattscope.db --to mysql://lab@db.example.org/energy\n"
+              "  wattscope export --from mysql://lab@db/energy --to csv:results --run 20261121-1203\n"
+              "  wattscope export --from ~/.local/state/wattscope/spill/RUN.db --to mysql://lab@db/energy\n"
+              "MySQL passwords come from WATTSCOPE_MYSQL_PASSWORD or ~/.my.cnf, never from the command line.");
+
   ReadFlags list_flags;
   auto* list = app.add_subcommand("list", "List the runs in a store");
   add_read_options(list, list_flags);
@@ -323,7 +391,7 @@ int run_app(int argc, char** argv) {
   auto* active = static_cast<CLI::App*>(nullptr);
   try {
     app.parse(static_cast<int>(own_args.size()), own_args.data());
-    for (auto* s : {run, record, list, show, doctor})
+    for (auto* s : {run, record, list, show, doctor, exp})
       if (s->parsed()) active = s;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e); // --help, --version
@@ -332,19 +400,20 @@ int run_app(int argc, char** argv) {
       std::string_view word = own_args[i];
       if (word.starts_with("-")) continue;
       bool known = false;
-      for (auto* s : {run, record, list, show, doctor})
+      for (auto* s : {run, record, list, show, doctor, exp})
         known = known || s->get_name() == word;
       if (!known) {
-        std::fprintf(stderr,
-                     "wattscope: error: unknown command '%s'; the commands are run, record, list, show, doctor\n"
-                     "Run 'wattscope --help' for usage.\n",
-                     own_args[i]);
+        std::fprintf(
+            stderr,
+            "wattscope: error: unknown command '%s'; the commands are run, record, list, show, export, doctor\n"
+            "Run 'wattscope --help' for usage.\n",
+            own_args[i]);
         return kUsageError;
       }
       break;
     }
     std::string where;
-    for (auto* s : {run, record, list, show, doctor})
+    for (auto* s : {run, record, list, show, doctor, exp})
       if (s->parsed()) where = std::string(s->get_name()) + " ";
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s--help' for usage.\n", e.what(), where.c_str());
     return run->parsed() ? kRunOwnError : kUsageError;
@@ -374,6 +443,7 @@ int run_app(int argc, char** argv) {
     if (active == list) return cmd_list(list_flags);
     if (active == show) return cmd_show(show_flags);
     if (active == doctor) return cmd_doctor(doctor_flags, doctor_json);
+    if (active == exp) return cmd_export(export_flags);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s --help' for usage.\n", e.what(),
                  active ? active->get_name().c_str() : "");

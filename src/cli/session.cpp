@@ -55,7 +55,14 @@ void Session::open() {
   std::vector<Event> notices;
   for (auto& s : make_sources(opts_)) {
     if (!s->open()) {
-      spdlog::info("{}", s->status());
+      // Said once, in words a user can act on. No AMD/Intel GPU is the normal case and only shown with -v.
+      const std::string st = s->status();
+      if (st.rfind("no permission", 0) == 0)
+        spdlog::warn("{}", st);
+      else if (s->name() == "hwmon-gpu")
+        spdlog::debug("{}", st);
+      else
+        spdlog::info("{}", st.rfind("missing: ", 0) == 0 ? st.substr(9) : st);
       notices.push_back({0, 0, "source-missing", std::string(s->name()), s->status()});
       continue;
     }

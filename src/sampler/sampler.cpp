@@ -36,7 +36,7 @@ void Sampler::loop() {
   const GridSchedule grid(SteadyClock::now(), interval_);
   int64_t slot = 0;
   for (;;) {
-    {
+    if (slot > 0) { // tick 0 is taken whatever happens: every run has at least its starting sample
       std::unique_lock lock(mu_);
       // wait_until on steady_clock uses pthread_cond_clockwait: immune to wall-clock jumps.
       if (cv_.wait_until(lock, grid.due(slot), [this] { return stop_; })) break;

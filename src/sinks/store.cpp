@@ -5,15 +5,24 @@
 #include <fmt/format.h>
 
 #include "sinks/csv/csv_store.hpp"
+#ifdef WATTSCOPE_HAVE_MYSQL
+#include "sinks/mysql/mysql_store.hpp"
+#endif
 #include "sinks/sqlite/sqlite_store.hpp"
 
 namespace wattscope {
 
 StoreSpec parse_store(std::string_view text) {
   if (text.empty()) throw std::invalid_argument("empty store name; pass a SQLite file path or csv:DIR");
-  if (text.starts_with("mysql://") || text.starts_with("mariadb://"))
-    throw std::invalid_argument(fmt::format(
-        "'{}': this build has no MySQL/MariaDB store yet; use a SQLite file (--db PATH) or --csv DIR", text));
+  if (text.starts_with("mysql://") || text.starts_with("mariadb://")) {
+#ifdef WATTSCOPE_HAVE_MYSQL
+    (void)parse_mysql_url(text); // validated now, so a bad URL fails before anything starts
+    return {StoreSpec::Kind::Mysql, std::string(text)};
+#else
+    throw std::invalid_argument(
+        fmt::format("'{}': this build has no MySQL/MariaDB store (configure with -DWATTSCOPE_MYSQL=ON)", text));
+#endif
+  }
   if (text.starts_with("csv:")) return {StoreSpec::Kind::Csv, std::string(text.substr(4))};
   if (text.starts_with("sqlite:")) return {StoreSpec::Kind::Sqlite, std::string(text.substr(7))};
   if (auto p = text.find("://"); p != std::string_view::npos)
@@ -21,12 +30,31 @@ StoreSpec parse_store(std::string_view text) {
   return {StoreSpec::Kind::Sqlite, std::string(text)};
 }
 
-std::unique_ptr<Sink> open_sink(const StoreSpec& spec) {
-  return spec.kind == StoreSpec::Kind::Csv ? make_csv_sink(spec.location) : make_sqlite_sink(spec.location);
+std::unique_ptr<Sink> open_sink(const StoreSpec& spec, bool spill_on_outage) {
+  (void)spill_on_outage; // only MySQL spills
+  switch (spec.kind) {
+  case StoreSpec::Kind::Csv:
+    return make_csv_sink(spec.location);
+#ifdef WATTSCOPE_HAVE_MYSQL
+  case StoreSpec::Kind::Mysql:
+    return make_mysql_sink(parse_mysql_url(spec.location), spill_on_outage);
+#endif
+  default:
+    return make_sqlite_sink(spec.location);
+  }
 }
 
 std::unique_ptr<StoreReader> open_reader(const StoreSpec& spec) {
-  return spec.kind == StoreSpec::Kind::Csv ? make_csv_reader(spec.location) : make_sqlite_reader(spec.location);
+  switch (spec.kind) {
+  case StoreSpec::Kind::Csv:
+    return make_csv_reader(spec.location);
+#ifdef WATTSCOPE_HAVE_MYSQL
+  case StoreSpec::Kind::Mysql:
+    return make_mysql_reader(parse_mysql_url(spec.location));
+#endif
+  default:
+    return make_sqlite_reader(spec.location);
+  }
 }
 
 RunInfo resolve_run(StoreReader& store, std::string_view id) {

@@ -1,4 +1,4 @@
-// Naming a store on the command line: "wattscope.db", "sqlite:PATH", "csv:DIR"; MySQL URLs come with the MySQL store.
+// Naming a store on the command line: "wattscope.db", "sqlite:PATH", "csv:DIR", "mysql://USER@HOST[:PORT]/DB".
 #pragma once
 
 #include <memory>
@@ -10,16 +10,17 @@
 namespace wattscope {
 
 struct StoreSpec {
-  enum class Kind { Sqlite, Csv };
+  enum class Kind { Sqlite, Csv, Mysql };
   Kind kind = Kind::Sqlite;
   std::string location;
 };
 
 inline constexpr const char* kDefaultDb = "wattscope.db";
 
-// Throws std::invalid_argument naming the problem (e.g. a mysql:// URL in a build without MySQL).
+// Throws std::invalid_argument naming the problem (a malformed URL, a password in it, an unknown scheme).
 StoreSpec parse_store(std::string_view text);
-std::unique_ptr<Sink> open_sink(const StoreSpec& spec);
+// spill_on_outage: a MySQL store that becomes unreachable spills to a local file (run, record) or fails (export).
+std::unique_ptr<Sink> open_sink(const StoreSpec& spec, bool spill_on_outage = true);
 std::unique_ptr<StoreReader> open_reader(const StoreSpec& spec);
 // A run by exact id or unique prefix; empty id means the latest run. Throws with the candidates when ambiguous.
 RunInfo resolve_run(StoreReader& store, std::string_view id);

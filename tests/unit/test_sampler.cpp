@@ -87,3 +87,15 @@ TEST(Sampler, StopIsPromptEvenWithALongInterval) {
   EXPECT_LT(SteadyClock::now() - t, 1s);
   EXPECT_EQ(n.load(), 1); // the first tick is immediate
 }
+
+TEST(Sampler, StoppedAtOnceStillTakesTheStartingSample) {
+  // A command that exits at once (`true`) stops the sampler before its thread first runs: tick 0 must still happen.
+  for (int i = 0; i < 20; ++i) {
+    SleepySource src;
+    std::atomic<int> n{0};
+    Sampler s({&src}, 1s, [&](Frame&) { n++; });
+    s.start();
+    s.stop();
+    EXPECT_EQ(n.load(), 1);
+  }
+}

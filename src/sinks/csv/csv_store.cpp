@@ -89,6 +89,9 @@ public:
       throw std::runtime_error(fmt::format("cannot write CSV files in '{}': {}; pass --csv with a writable directory",
                                            dir_, ec ? ec.message() : std::strerror(errno)));
     run_ = run;
+    // Appending a run that is already here would duplicate its rows (an export run twice, say).
+    if (fs::exists(path(TableId::CpuSamples)) || fs::exists(path(TableId::GpuSamples)))
+      throw std::runtime_error(fmt::format("CSV files of run {} already exist in '{}'", run.run_id, dir_));
     write_runs_file(run);
   }
 

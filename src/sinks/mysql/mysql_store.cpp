@@ -1,0 +1,629 @@
+#include "sinks/mysql/mysql_store.hpp"
+
+#include <mysql.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "sinks/sqlite/sqlite_store.hpp"
+
+namespace wattscope {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Client error codes (errmsg.h) that mean "the server is not reachable now", as opposed to a configuration error.
+bool is_outage(unsigned int err) {
+  return err == 2002 /* CR_CONNECTION_ERROR */ || err == 2003 /* CR_CONN_HOST_ERROR */ ||
+         err == 2006 /* CR_SERVER_GONE_ERROR */ || err == 2013 /* CR_SERVER_LOST */ ||
+         err == 2055 /* CR_SERVER_LOST_EXTENDED */ || err == 1053 /* ER_SERVER_SHUTDOWN */ ||
+         err == 1927 /* ER_CONNECTION_KILLED */ || err == 4031 /* ER_CLIENT_INTERACTION_TIMEOUT */;
+}
+
+std::string fix_for(unsigned int err, const MysqlUrl& url) {
+  switch (err) {
+  case 1045: // ER_ACCESS_DENIED_ERROR
+    return fmt::format("check the password in WATTSCOPE_MYSQL_PASSWORD or the [client] section of ~/.my.cnf, and "
+                       "that user '{}' may connect from this host",
+                       url.user);
+  case 1044: // ER_DBACCESS_DENIED_ERROR
+    return fmt::format("grant user '{}' access: GRANT ALL ON `{}`.* TO '{}'@'%'", url.user, url.database, url.user);
+  case 1049: // ER_BAD_DB_ERROR
+    return fmt::format("create it first: CREATE DATABASE `{}` CHARACTER SET utf8mb4", url.database);
+  case 2005: // CR_UNKNOWN_HOST
+    return "check the host name in the URL";
+  default:
+    return "check the URL: mysql://USER@HOST[:PORT]/DATABASE";
+  }
+}
+
+struct MysqlError : std::runtime_error {
+  MysqlError(unsigned int e, const std::string& msg) : std::runtime_error(msg), err(e) {}
+  unsigned int err;
+};
+
+// Text columns that take part in a key or an index are VARCHAR (InnoDB indexes need a length); the rest MEDIUMTEXT.
+bool keyed(const Table& t, std::string_view col) {
+  for (auto k : t.primary_key)
+    if (k == col) return true;
+  return col == "host";
+}
+bool timed_key(const Table& t, std::string_view col) {
+  return col == "ts_ms" && std::find(t.primary_key.begin(), t.primary_key.end(), "tick") != t.primary_key.end();
+}
+
+std::string column_list(const Table& t) {
+  std::string cols;
+  for (size_t i = 0; i < t.columns.size(); ++i)
+    cols += fmt::format("{}`{}`", i ? ", " : "", t.columns[i].name);
+  return cols;
+}
+
+std::string create_table_sql(const Table& t) {
+  std::string sql = fmt::format("CREATE TABLE IF NOT EXISTS `{}` (\n", t.name);
+  for (const auto& c : t.columns) {
+    std::string type = c.type == ColType::Int    ? "BIGINT"
+                       : c.type == ColType::Real ? "DOUBLE"
+                       : keyed(t, c.name)        ? "VARCHAR(255)"
+                                                 : "MEDIUMTEXT";
+    const bool not_null = (keyed(t, c.name) && c.name != "host") || timed_key(t, c.name);
+    sql += fmt::format("  `{}` {}{},\n", c.name, type, not_null ? " NOT NULL" : "");
+  }
+  // Sample tables are clustered on (run_id, ts_ms, tick, ...): "all samples of a run in time order" and "a run's
+  // samples in a time range" are both primary-key range scans, and no secondary index slows every insert (one cost
+  // 25 % of the ingest rate). "A host's samples in a time range" finds the host's runs through runs_by_host_time.
+  std::vector<std::string_view> key(t.primary_key.begin(), t.primary_key.end());
+  const bool timed = std::find(key.begin(), key.end(), "tick") != key.end();
+  if (timed) key.insert(key.begin() + 1, "ts_ms");
+  sql += "  PRIMARY KEY (";
+  for (size_t i = 0; i < key.size(); ++i)
+    sql += fmt::format("{}`{}`", i ? ", " : "", key[i]);
+  sql += ")";
+  if (t.name == "runs") sql += ",\n  KEY `runs_by_host_time` (`host`, `start_ms`)";
+  sql += "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;\n";
+  return sql;
+}
+
+class Conn {
+public:
+  explicit Conn(const MysqlUrl& url) : url_(url) {}
+  ~Conn() { close(); }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+
+  // Throws MysqlError; the error code says whether it is an outage or a configuration problem.
+  void connect() {
+    close();
+    db_ = mysql_init(nullptr);
+    if (!db_) throw MysqlError(0, "out of memory");
+    unsigned int connect_timeout = 3, io_timeout = 15;
+    mysql_options(db_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_timeout);
+    mysql_options(db_, MYSQL_OPT_READ_TIMEOUT, &io_timeout);
+    mysql_options(db_, MYSQL_OPT_WRITE_TIMEOUT, &io_timeout);
+    mysql_options(db_, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    // The password never comes from the command line: WATTSCOPE_MYSQL_PASSWORD, else the [client] section of
+    // ~/.my.cnf (as the mysql client reads it).
+    const char* home = std::getenv("HOME");
+    if (home && fs::exists(fs::path(home) / ".my.cnf")) {
+      const std::string cnf = (fs::path(home) / ".my.cnf").string();
+      mysql_options(db_, MYSQL_READ_DEFAULT_FILE, cnf.c_str());
+      mysql_options(db_, MYSQL_READ_DEFAULT_GROUP, "client");
+    }
+    const char* password = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
+    const bool use_socket = !url_.socket.empty();
+    if (!mysql_real_connect(db_, use_socket ? "localhost" : url_.host.c_str(), url_.user.c_str(), password,
+                            url_.database.c_str(), use_socket ? 0 : url_.port,
+                            use_socket ? url_.socket.c_str() : nullptr, 0)) {
+      const unsigned int err = mysql_errno(db_);
+      std::string msg = fmt::format("MySQL {}: {}", url_.text(), mysql_error(db_));
+      close();
+      if (!is_outage(err)) msg += "; " + fix_for(err, url_);
+      throw MysqlError(err, msg);
+    }
+    mysql_autocommit(db_, 0);
+  }
+  void close() {
+    for (auto& [k, st] : stmts_)
+      mysql_stmt_close(st);
+    stmts_.clear();
+    if (db_) mysql_close(db_);
+    db_ = nullptr;
+  }
+  bool connected() const { return db_ != nullptr; }
+  [[noreturn]] void fail(std::string_view what) {
+    const unsigned int err = mysql_errno(db_);
+    throw MysqlError(err, fmt::format("MySQL {} {}: {}", url_.text(), what, mysql_error(db_)));
+  }
+  void exec(const std::string& sql) {
+    if (mysql_real_query(db_, sql.data(), sql.size()) != 0) fail("query");
+    if (MYSQL_RES* r = mysql_store_result(db_)) mysql_free_result(r);
+  }
+  // Single-value text query (no user input in `sql`).
+  std::optional<std::string> value(const std::string& sql) {
+    if (mysql_real_query(db_, sql.data(), sql.size()) != 0) fail("query");
+    MYSQL_RES* r = mysql_store_result(db_);
+    std::optional<std::string> out;
+    if (r) {
+      if (MYSQL_ROW row = mysql_fetch_row(r); row && row[0]) out = row[0];
+      mysql_free_result(r);
+    }
+    return out;
+  }
+  std::vector<std::string> columns(const std::string& table_name) {
+    const std::string sql = fmt::format("SELECT * FROM `{}` LIMIT 0", table_name);
+    if (mysql_real_query(db_, sql.data(), sql.size()) != 0) fail("query");
+    std::vector<std::string> out;
+    if (MYSQL_RES* r = mysql_store_result(db_)) {
+      const unsigned int n = mysql_num_fields(r);
+      MYSQL_FIELD* f = mysql_fetch_fields(r);
+      for (unsigned int i = 0; i < n; ++i)
+        out.emplace_back(f[i].name);
+      mysql_free_result(r);
+    }
+    return out;
+  }
+  MYSQL_STMT* stmt(const std::string& key, const std::string& sql) {
+    if (auto it = stmts_.find(key); it != stmts_.end()) return it->second;
+    MYSQL_STMT* st = mysql_stmt_init(db_);
+    if (!st) fail("statement");
+    if (mysql_stmt_prepare(st, sql.data(), sql.size()) != 0) {
+      std::string msg = mysql_stmt_error(st);
+      const unsigned int err = mysql_stmt_errno(st);
+      mysql_stmt_close(st);
+      throw MysqlError(err, fmt::format("MySQL {} prepare: {}", url_.text(), msg));
+    }
+    stmts_[key] = st;
+    return st;
+  }
+  [[noreturn]] void fail_stmt(MYSQL_STMT* st, std::string_view what) {
+    throw MysqlError(mysql_stmt_errno(st), fmt::format("MySQL {} {}: {}", url_.text(), what, mysql_stmt_error(st)));
+  }
+  MYSQL* get() { return db_; }
+  const MysqlUrl& url() const { return url_; }
+
+private:
+  MysqlUrl url_;
+  MYSQL* db_ = nullptr;
+  std::map<std::string, MYSQL_STMT*> stmts_;
+};
+
+void ensure_schema(Conn& c) {
+  // Many hosts may start at once: one of them creates or migrates the schema at a time.
+  c.value("SELECT GET_LOCK('wattscope_schema', 30)");
+  try {
+    c.exec("CREATE TABLE IF NOT EXISTS `meta` (`key` VARCHAR(64) NOT NULL PRIMARY KEY, `value` MEDIUMTEXT) "
+           "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4");
+    const int stored = std::stoi(c.value("SELECT `value` FROM `meta` WHERE `key`='schema_version'").value_or("0"));
+    if (stored > kSchemaVersion)
+      throw MysqlError(0, fmt::format("MySQL {} has wattscope schema version {}, newer than this wattscope's {}; "
+                                      "upgrade wattscope",
+                                      c.url().text(), stored, kSchemaVersion));
+    for (const auto& t : all_tables()) {
+      c.exec(create_table_sql(t));
+      // Forward migration: add the columns this version has and the stored table lacks. The stored columns come
+      // from an empty result's metadata: no information_schema query (and no server-side temporary table).
+      const std::vector<std::string> have = c.columns(std::string(t.name));
+      for (const auto& col : t.columns) {
+        if (std::find(have.begin(), have.end(), col.name) == have.end()) {
+          c.exec(fmt::format("ALTER TABLE `{}` ADD COLUMN `{}` {}", t.name, col.name,
+                             col.type == ColType::Int    ? "BIGINT"
+                             : col.type == ColType::Real ? "DOUBLE"
+                                                         : "MEDIUMTEXT"));
+        }
+      }
+    }
+    c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
+                       "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
+                       kSchemaVersion));
+    mysql_commit(c.get());
+  } catch (...) {
+    c.value("SELECT RELEASE_LOCK('wattscope_schema')");
+    throw;
+  }
+  c.value("SELECT RELEASE_LOCK('wattscope_schema')");
+}
+
+// Rows per statement: one multi-row INSERT of up to 256 rows, then smaller ones for the remainder.
+constexpr size_t kChunks[] = {256, 32, 4, 1};
+
+void insert_rows(Conn& c, const TableRows& rows) {
+  if (rows.cells.empty()) return;
+  const Table& t = table(rows.table);
+  const size_t ncol = t.columns.size();
+  std::string one = "(";
+  for (size_t i = 0; i < ncol; ++i)
+    one += i ? ",?" : "?";
+  one += ")";
+  std::string update;
+  for (size_t i = 0; i < ncol; ++i)
+    update += fmt::format("{}`{}` = VALUES(`{}`)", i ? ", " : "", t.columns[i].name, t.columns[i].name);
+  std::vector<MYSQL_BIND> binds;
+  std::vector<unsigned long> lengths;
+  size_t r = 0;
+  const size_t total = rows.rows();
+  for (size_t chunk : kChunks) {
+    if (total - r < chunk) continue;
+    std::string values = one;
+    for (size_t k = 1; k < chunk; ++k)
+      values += "," + one;
+    // Idempotent: a batch replayed after an ambiguous failure rewrites the same rows instead of duplicating them.
+    MYSQL_STMT* st = c.stmt(fmt::format("{}:{}", t.name, chunk),
+                            fmt::format("INSERT INTO `{}` ({}) VALUES {} ON DUPLICATE KEY UPDATE {}", t.name,
+                                        column_list(t), values, update));
+    binds.assign(chunk * ncol, MYSQL_BIND{});
+    lengths.assign(chunk * ncol, 0);
+    for (; total - r >= chunk; r += chunk) {
+      for (size_t i = 0; i < chunk * ncol; ++i) {
+        const Value& v = rows.cells[r * ncol + i];
+        MYSQL_BIND& b = binds[i];
+        b = MYSQL_BIND{};
+        if (auto* iv = std::get_if<int64_t>(&v)) {
+          b.buffer_type = MYSQL_TYPE_LONGLONG;
+          b.buffer = const_cast<int64_t*>(iv); // input buffers are only read
+        } else if (auto* dv = std::get_if<double>(&v)) {
+          b.buffer_type = MYSQL_TYPE_DOUBLE;
+          b.buffer = const_cast<double*>(dv);
+        } else if (!is_null(v)) {
+          std::string_view s = value_text(v);
+          lengths[i] = s.size();
+          b.buffer_type = MYSQL_TYPE_STRING;
+          b.buffer = const_cast<char*>(s.data());
+          b.buffer_length = s.size();
+          b.length = &lengths[i];
+        } else {
+          b.buffer_type = MYSQL_TYPE_NULL;
+        }
+      }
+      if (mysql_stmt_bind_param(st, binds.data()) != 0) c.fail_stmt(st, "bind");
+      if (mysql_stmt_execute(st) != 0) c.fail_stmt(st, "insert");
+    }
+  }
+}
+
+void write_batch(Conn& c, const RowBatch& batch) {
+  try {
+    // Runs and devices first: a reader never sees samples of a run it cannot find.
+    for (TableId id : {TableId::Runs, TableId::GpuDevices})
+      insert_rows(c, batch.tables[static_cast<size_t>(id)]);
+    for (const auto& rows : batch.tables)
+      if (rows.table != TableId::Runs && rows.table != TableId::GpuDevices) insert_rows(c, rows);
+    if (mysql_commit(c.get()) != 0) c.fail("commit");
+  } catch (...) {
+    if (c.connected()) mysql_rollback(c.get());
+    throw;
+  }
+}
+
+class MysqlSink final : public Sink {
+public:
+  MysqlSink(MysqlUrl url, bool spill_on_outage)
+      : url_(std::move(url)), conn_(url_), spill_on_outage_(spill_on_outage) {}
+  std::string describe() const override { return "MySQL " + url_.text(); }
+
+  void begin_run(const RunInfo& run) override {
+    run_ = run;
+    try {
+      conn_.connect();
+      ensure_schema(conn_);
+      upsert_run(run);
+    } catch (const MysqlError& e) {
+      if (!is_outage(e.err) || !spill_on_outage_) throw std::runtime_error(e.what());
+      go_down(e.what());
+    }
+  }
+
+  void write(const RowBatch& batch) override {
+    if (down_ && !try_recover()) {
+      spill_->write(batch);
+      return;
+    }
+    try {
+      write_batch(conn_, batch);
+    } catch (const MysqlError& e) {
+      if (!is_outage(e.err)) throw std::runtime_error(e.what()); // the writer keeps the batch and retries
+      go_down(e.what());
+      spill_->write(batch);
+    }
+  }
+
+  void end_run(const RunInfo& run) override {
+    run_ = run;
+    // The run is over: a few spaced attempts to bring the spilled rows home before giving up for now.
+    for (int i = 0; down_ && i < 4; ++i) {
+      next_attempt_ = {};
+      if (try_recover()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    if (!down_) {
+      try {
+        upsert_run(run);
+        return;
+      } catch (const MysqlError& e) {
+        if (!is_outage(e.err)) throw std::runtime_error(e.what());
+        go_down(e.what());
+      }
+    }
+    spill_->end_run(run);
+    spill_.reset();
+    spdlog::error("MySQL {} is still unreachable: the whole run is kept in {}; once the server is back, replay it "
+                  "with: wattscope export --from {} --to {}",
+                  url_.text(), spill_path_, spill_path_, "mysql://" + url_.text());
+  }
+
+private:
+  void upsert_run(const RunInfo& run) {
+    RowBatch b;
+    append_run_row(run, b.tables[static_cast<size_t>(TableId::Runs)]);
+    write_batch(conn_, b);
+  }
+
+  void go_down(const std::string& why) {
+    conn_.close();
+    down_ = true;
+    backoff_ = std::chrono::milliseconds(250);
+    next_attempt_ = SteadyClock::now() + backoff_;
+    open_spill();
+    spdlog::warn("{}; recording into the spill file {} and replaying it into MySQL when the server answers again", why,
+                 spill_path_);
+  }
+
+  // The spill file is a SQLite store of this run: begun (schema and run row) before any batch goes in. Reopening an
+  // existing one keeps what it holds.
+  void open_spill() {
+    if (spill_) return;
+    const std::string dir = spill_dir();
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    spill_path_ = dir + "/" + run_.run_id + ".db";
+    spill_ = make_sqlite_sink(spill_path_);
+    spill_->begin_run(run_);
+  }
+
+  // Reconnects (with backoff) and replays the spill file, in order. true when MySQL is usable again.
+  bool try_recover() {
+    const auto now = SteadyClock::now();
+    if (now < next_attempt_) return false;
+    try {
+      conn_.connect();
+      ensure_schema(conn_);
+      replay_spill();
+      down_ = false;
+      spdlog::info("MySQL {} is back; the spilled rows are stored", url_.text());
+      return true;
+    } catch (const MysqlError& e) {
+      conn_.close();
+      open_spill(); // a replay cut short closed it; what it holds is still there
+      if (!is_outage(e.err)) spdlog::error("{}", e.what());
+      backoff_ = std::min<std::chrono::milliseconds>(backoff_ * 2, std::chrono::seconds(10));
+      next_attempt_ = now + backoff_;
+      return false;
+    }
+  }
+
+  void replay_spill() {
+    if (!spill_) return;
+    spill_.reset(); // closes the spill database; everything written to it is committed
+    auto reader = make_sqlite_reader(spill_path_);
+    for (const auto& run : reader->runs()) {
+      RowBatch batch;
+      append_run_row(run, batch.tables[static_cast<size_t>(TableId::Runs)]);
+      for (size_t t = 1; t < kTableCount; ++t) {
+        reader->scan(static_cast<TableId>(t), run, [&](std::span<const Value> row) {
+          auto& cells = batch.tables[t].cells;
+          cells.insert(cells.end(), row.begin(), row.end());
+          if (batch.tables[t].rows() >= 10000) {
+            write_batch(conn_, batch);
+            batch.clear();
+          }
+        });
+      }
+      write_batch(conn_, batch);
+    }
+    reader.reset();
+    for (const char* suffix : {"", "-wal", "-shm"})
+      fs::remove(spill_path_ + suffix);
+  }
+
+  MysqlUrl url_;
+  Conn conn_;
+  RunInfo run_;
+  bool down_ = false;
+  std::unique_ptr<Sink> spill_;
+  std::string spill_path_;
+  bool spill_on_outage_ = true;
+  std::chrono::milliseconds backoff_{250};
+  SteadyClock::time_point next_attempt_{};
+};
+
+class MysqlReader final : public StoreReader {
+public:
+  explicit MysqlReader(MysqlUrl url) : url_(std::move(url)), conn_(url_) {
+    try {
+      conn_.connect();
+    } catch (const MysqlError& e) {
+      throw std::runtime_error(e.what());
+    }
+  }
+  std::string describe() const override { return "MySQL " + url_.text(); }
+
+  std::vector<RunInfo> runs() override {
+    std::vector<RunInfo> out;
+    const Table& t = table(TableId::Runs);
+    query(t, fmt::format("SELECT {} FROM `runs` ORDER BY `start_ms`, `run_id`", column_list(t)), nullptr,
+          [&](std::span<const Value> row) { out.push_back(run_from_row(row)); });
+    return out;
+  }
+
+  void scan(TableId id, const RunInfo& run, const RowFn& fn) override {
+    const Table& t = table(id);
+    std::string order;
+    for (size_t i = 0; i < t.primary_key.size(); ++i)
+      order += fmt::format("{}`{}`", i ? ", " : "", t.primary_key[i]);
+    query(t, fmt::format("SELECT {} FROM `{}` WHERE `run_id` = ? ORDER BY {}", column_list(t), t.name, order),
+          &run.run_id, fn);
+  }
+
+private:
+  // A prepared SELECT of a table's columns; the run id is a bound parameter, never spliced into SQL.
+  void query(const Table& t, const std::string& sql, const std::string* run_id, const RowFn& fn) {
+    try {
+      MYSQL_STMT* st = conn_.stmt(sql, sql);
+      MYSQL_BIND param{};
+      unsigned long param_len = run_id ? run_id->size() : 0;
+      if (run_id) {
+        param.buffer_type = MYSQL_TYPE_STRING;
+        param.buffer = const_cast<char*>(run_id->data());
+        param.buffer_length = run_id->size();
+        param.length = &param_len;
+        if (mysql_stmt_bind_param(st, &param) != 0) conn_.fail_stmt(st, "bind");
+      }
+      if (mysql_stmt_execute(st) != 0) conn_.fail_stmt(st, "select");
+      const size_t n = t.columns.size();
+      std::vector<MYSQL_BIND> res(n);
+      std::vector<int64_t> ints(n);
+      std::vector<double> reals(n);
+      std::vector<unsigned long> lens(n);
+      std::vector<my_bool> nulls(n);
+      for (size_t i = 0; i < n; ++i) {
+        res[i] = MYSQL_BIND{};
+        res[i].is_null = &nulls[i];
+        res[i].length = &lens[i];
+        if (t.columns[i].type == ColType::Int) {
+          res[i].buffer_type = MYSQL_TYPE_LONGLONG;
+          res[i].buffer = &ints[i];
+        } else if (t.columns[i].type == ColType::Real) {
+          res[i].buffer_type = MYSQL_TYPE_DOUBLE;
+          res[i].buffer = &reals[i];
+        } else {
+          res[i].buffer_type = MYSQL_TYPE_STRING; // length only; the text is fetched per column below
+        }
+      }
+      if (mysql_stmt_bind_result(st, res.data()) != 0) conn_.fail_stmt(st, "bind result");
+      std::vector<Value> row(n);
+      std::string text;
+      for (;;) {
+        int rc = mysql_stmt_fetch(st);
+        if (rc == MYSQL_NO_DATA) break;
+        if (rc == 1) conn_.fail_stmt(st, "fetch");
+        for (size_t i = 0; i < n; ++i) {
+          if (nulls[i]) {
+            row[i] = Value();
+          } else if (t.columns[i].type == ColType::Int) {
+            row[i] = Value(ints[i]);
+          } else if (t.columns[i].type == ColType::Real) {
+            row[i] = Value(reals[i]);
+          } else {
+            text.assign(lens[i], '\0');
+            MYSQL_BIND col{};
+            col.buffer_type = MYSQL_TYPE_STRING;
+            col.buffer = text.data();
+            col.buffer_length = text.size();
+            if (lens[i] && mysql_stmt_fetch_column(st, &col, static_cast<unsigned int>(i), 0) != 0)
+              conn_.fail_stmt(st, "fetch column");
+            row[i] = Value(text);
+          }
+        }
+        fn(row);
+      }
+      mysql_stmt_free_result(st);
+    } catch (const MysqlError& e) {
+      throw std::runtime_error(e.what());
+    }
+  }
+
+  MysqlUrl url_;
+  Conn conn_;
+};
+
+} // namespace
+
+std::string MysqlUrl::text() const {
+  if (!socket.empty()) return fmt::format("{}@localhost/{}?socket={}", user, database, socket);
+  return fmt::format("{}@{}:{}/{}", user, host, port, database);
+}
+
+MysqlUrl parse_mysql_url(std::string_view text) {
+  const std::string_view form = "mysql://USER@HOST[:PORT]/DATABASE or mysql://USER@localhost/DATABASE?socket=PATH";
+  auto bad = [&](std::string_view why) {
+    return std::invalid_argument(fmt::format("'{}': {}; expected {}", text, why, form));
+  };
+  std::string_view rest = text;
+  if (rest.starts_with("mysql://"))
+    rest.remove_prefix(8);
+  else if (rest.starts_with("mariadb://"))
+    rest.remove_prefix(10);
+  else
+    throw bad("not a mysql:// URL");
+  MysqlUrl u;
+  const auto at = rest.find('@');
+  if (at == std::string_view::npos || at == 0) throw bad("no user");
+  u.user = std::string(rest.substr(0, at));
+  if (u.user.find(':') != std::string::npos)
+    throw std::invalid_argument(fmt::format("'{}...': a password does not belong in the URL (it would show in the "
+                                            "process list and shell history); put it in WATTSCOPE_MYSQL_PASSWORD or "
+                                            "the [client] section of ~/.my.cnf",
+                                            text.substr(0, 8 + u.user.find(':'))));
+  rest.remove_prefix(at + 1);
+  const auto slash = rest.find('/');
+  if (slash == std::string_view::npos) throw bad("no database");
+  std::string_view hostport = rest.substr(0, slash);
+  std::string_view dbq = rest.substr(slash + 1);
+  const auto q = dbq.find('?');
+  std::string_view db = dbq.substr(0, q);
+  if (q != std::string_view::npos) {
+    std::string_view query = dbq.substr(q + 1);
+    if (!query.starts_with("socket=") || query.size() == 7) throw bad("the only option is ?socket=PATH");
+    u.socket = std::string(query.substr(7));
+  }
+  if (db.empty()) throw bad("no database");
+  for (char c : db)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'))
+      throw bad("a database name is letters, digits, _ and $");
+  u.database = std::string(db);
+  const auto colon = hostport.rfind(':');
+  if (colon != std::string_view::npos) {
+    unsigned int port = 0;
+    auto p = hostport.substr(colon + 1);
+    auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), port);
+    if (ec != std::errc() || end != p.data() + p.size() || port == 0 || port > 65535) throw bad("bad port");
+    u.port = port;
+    hostport = hostport.substr(0, colon);
+  }
+  u.host = std::string(hostport);
+  if (u.host.empty() && u.socket.empty()) throw bad("no host");
+  return u;
+}
+
+std::unique_ptr<Sink> make_mysql_sink(const MysqlUrl& url, bool spill_on_outage) {
+  return std::make_unique<MysqlSink>(url, spill_on_outage);
+}
+std::unique_ptr<StoreReader> make_mysql_reader(const MysqlUrl& url) {
+  return std::make_unique<MysqlReader>(url);
+}
+
+std::string spill_dir() {
+  if (const char* d = std::getenv("WATTSCOPE_SPILL_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/wattscope/spill";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/state/wattscope/spill";
+  return "/tmp/wattscope-spill";
+}
+
+std::string mysql_schema_sql() {
+  std::string sql;
+  for (const auto& t : all_tables())
+    sql += create_table_sql(t);
+  return sql;
+}
+
+} // namespace wattscope
