@@ -1,6 +1,7 @@
 // Figures quoted in the README. Run with bench/run.sh; ratios are taken against a baseline in the same run.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #ifdef WATTSCOPE_HAVE_MYSQL
 #include "sinks/mysql/mysql_store.hpp"
 #endif
+#include "report/report.hpp"
 #include "sinks/sqlite/sqlite_store.hpp"
 #include "sources/nvml/nvml_loader.hpp"
 #include "sources/nvml/nvml_source.hpp"
@@ -245,6 +247,52 @@ void BM_NvmlTickBareCalls(benchmark::State& state) {
   lib->shutdown();
 }
 BENCHMARK(BM_NvmlTickBareCalls)->Unit(benchmark::kMicrosecond);
+
+// The report of a 1M-row run: 125,000 ticks at 10 ms of 8 GPUs (1,000,000 gpu_samples rows), every series varying.
+// The store is built once (not timed); the figure is write_report: read, downsample, render, write.
+void BM_Report1MRows(benchmark::State& state) {
+  const std::string db = scratch_dir() + "/report-1m.db";
+  const int64_t ticks = 125'000;
+  RunInfo run = bench_run();
+  if (!fs::exists(db)) {
+    auto devs = eight_devices();
+    auto sink = make_sqlite_sink(db);
+    run.interval_ms = 10;
+    run.end_ms = run.start_ms + ticks * 10;
+    run.samples = ticks;
+    sink->begin_run(run);
+    RowBatch batch;
+    for (int64_t t = 0; t < ticks; ++t) {
+      Frame f = make_frame(t);
+      f.ts_ms = run.start_ms + t * 10;
+      for (auto& g : f.gpus) {
+        const double phase = static_cast<double>(t) / 500.0 + g.gpu_index;
+        g.power_w = 350 + 150 * std::sin(phase) + (t % 9973 == 0 ? 300 : 0); // rare spikes the report must keep
+        g.util_gpu_pct = 50 + 45 * std::sin(phase / 3);
+        g.temp_gpu_c = 60 + 10 * std::sin(phase / 7);
+        g.energy_j = static_cast<double>(t) * 3.5;
+      }
+      f.cpu.util_pct = 30 + 20 * std::sin(static_cast<double>(t) / 800.0);
+      if (t == 0) f.device_rows = devs;
+      append_frame_rows(run.run_id, f, devs, batch);
+      if (batch.sample_rows() >= 20000) {
+        sink->write(batch);
+        batch.clear();
+      }
+    }
+    sink->write(batch);
+    sink->end_run(run);
+  }
+  auto reader = make_sqlite_reader(db);
+  const auto runs = reader->runs();
+  const char* out_env = std::getenv("WATTSCOPE_BENCH_REPORT_OUT");
+  const std::string out = out_env ? out_env : scratch_dir() + "/report-1m.html";
+  for (auto _ : state)
+    write_report(*reader, runs, ReportOptions{}, out);
+  state.counters["file_MB"] = static_cast<double>(fs::file_size(out)) / 1e6;
+  state.counters["gpu_rows"] = static_cast<double>(ticks * 8);
+}
+BENCHMARK(BM_Report1MRows)->Iterations(1)->Unit(benchmark::kSecond)->UseRealTime();
 
 #ifdef WATTSCOPE_HAVE_MYSQL
 // Rows/s into MySQL/MariaDB at WATTSCOPE_BENCH_MYSQL_URL (bench/run.sh starts a private server): one transaction of

@@ -26,6 +26,12 @@ python_free_ratio() {  # median wattscope tick / median bare-call tick, from the
 python_free_ratio
 
 echo
+echo "== HTML report of a 1M-row run (125,000 ticks x 8 GPUs)"
+WATTSCOPE_BENCH_REPORT_OUT="$out/report-1m.html" build/bench/wattscope_bench --benchmark_filter='^BM_Report1MRows' \
+  | grep -E "^BM_" || true
+node bench/report_open.mjs "$out/report-1m.html"
+
+echo
 echo "== wattscope record, 8 fake GPUs, ${secs}s each"
 cat > "$out/s.json" <<'JSON'
 {"devices": [

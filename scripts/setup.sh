@@ -1,30 +1,44 @@
 #!/usr/bin/env bash
-# Installs every Debian package wattscope needs to build, test and benchmark. Idempotent: packages already
-# installed are not fetched again. Works as root or through sudo on Debian 12 (bookworm).
+# Installs everything wattscope needs to build, test and benchmark on Debian 12 (bookworm): Debian packages through
+# apt-get, then the npm packages pinned in package-lock.json (plotly.js, embedded into the binary; playwright-core,
+# which drives Chromium in the browser tests). Idempotent: what is already there is not fetched again.
+# Works as root or through sudo.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config git
   libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libsqlite3-dev sqlite3
   libmariadb-dev mariadb-server mariadb-client
   libgtest-dev libgmock-dev libbenchmark-dev
-  time procps
+  time procps chromium
 )
+# A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if ((${#missing[@]} == 0)); then
-  echo "setup: all ${#packages[@]} packages present"
-  exit 0
+if ((${#missing[@]})); then
+  sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  echo "setup: installing ${missing[*]}"
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo=()
-if [ "$(id -u)" != 0 ]; then
-  command -v sudo >/dev/null || { echo "setup: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
-  sudo=(sudo)
+# npm ci only when package-lock.json changed since the last install.
+stamp=node_modules/.wattscope-lock.sha256
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: npm ci"
+  npm ci --no-audit --no-fund --loglevel=error
+  echo "$want" > "$stamp"
 fi
-echo "setup: installing ${missing[*]}"
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: ready"

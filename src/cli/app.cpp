@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -17,6 +18,7 @@
 #include "core/duration.hpp"
 #include "core/log.hpp"
 #include "core/text.hpp"
+#include "report/report.hpp"
 #include "sinks/store.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 #include "wattscope/version.hpp"
@@ -33,6 +35,14 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+StoreSpec store_flag(const std::string& name, const std::string& value) {
+  try {
+    return parse_store(value);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("{}: {}", name, e.what()));
+  }
+}
+
 struct RecordFlags {
   std::string task;
   std::string interval = "1s";
@@ -46,8 +56,31 @@ struct RecordFlags {
   std::vector<std::string> tags;
   std::string duration;
   double cpu_tdp = 0;
+  std::string report; // run --report [FILE]
+  bool want_report = false;
   std::vector<std::string> command;
 };
+
+struct ReportFlags {
+  std::vector<std::string> runs;
+  std::string db = kDefaultDb;
+  std::vector<std::string> csv;
+  std::string out;
+  ReportOptions opts;
+};
+
+void add_report_assumptions(CLI::App* sub, ReportOptions& o) {
+  sub->add_option("--co2-intensity", o.co2_g_per_kwh, "Grid carbon intensity in gCO2/kWh for the CO2 estimate")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 5000.0));
+  sub->add_option("--price", o.price_per_kwh, "Electricity price per kWh for the cost estimate")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 100.0));
+  sub->add_option("--currency", o.currency, "Currency of --price")->capture_default_str();
+  sub->add_option("--pue", o.pue, "Power usage effectiveness of the data centre (1.0: the devices alone)")
+      ->capture_default_str()
+      ->check(CLI::Range(1.0, 5.0));
+}
 
 struct ReadFlags {
   std::string db = kDefaultDb;
@@ -68,6 +101,10 @@ void add_record_options(CLI::App* sub, RecordFlags& f) {
   sub->add_option("--gpus", f.gpus,
                   "GPUs to record: all, 0,2 or GPU-UUIDs (default: those in CUDA_VISIBLE_DEVICES, else all)");
   sub->add_option("--tag", f.tags, "Extra KEY=VALUE stored with the run (repeatable)");
+  sub->add_option("--report", f.report,
+                  "When the run ends, write its HTML report (default name: "
+                  "wattscope-report-{task}-{id}.html)")
+      ->expected(0, 1);
   sub->add_option("--cpu-tdp", f.cpu_tdp,
                   "Where RAPL measures nothing, estimate CPU package power as WATTS x utilisation (labelled "
                   "'estimated')");
@@ -144,6 +181,22 @@ void print_summary(const Session& s, const RunInfo& run) {
   if (!s.all_stored()) spdlog::error("some samples could not be stored; see the errors above");
 }
 
+// run --report: the report of the run just finished, read back from the first store it was written to.
+std::string write_run_report(const SessionOptions& opts, const RunInfo& run, const std::string& requested) {
+  const std::string path = !requested.empty()
+                               ? requested
+                               : fmt::format("wattscope-report-{}-{}.html", file_safe(run.task),
+                                             run.run_id.substr(run.run_id.size() > 8 ? run.run_id.size() - 8 : 0));
+  try {
+    auto reader = open_reader(opts.stores.front());
+    write_report(*reader, {resolve_run(*reader, run.run_id)}, ReportOptions{}, path);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot write the report: {}", e.what());
+    return {};
+  }
+  return path;
+}
+
 int cmd_run(const RecordFlags& f, const std::vector<std::string>& command) {
   if (command.empty()) throw UsageError("no command to run; usage: wattscope run [OPTIONS] -- CMD [ARGS...]");
   SessionOptions opts = session_options(f, command);
@@ -171,7 +224,10 @@ int cmd_run(const RecordFlags& f, const std::vector<std::string>& command) {
     child.exit_code = e.exit_code;
   }
   RunInfo run = session.finish(child.exit_code);
+  std::string report_path;
+  if (f.want_report) report_path = write_run_report(opts, run, f.report);
   print_summary(session, run);
+  if (!report_path.empty() && !g_quiet) std::fprintf(stderr, "  report    %s\n", report_path.c_str());
   if (!session.all_stored()) return child.exit_code ? child.exit_code : kRunOwnError;
   return child.exit_code;
 }
@@ -231,19 +287,64 @@ int cmd_show(const ReadFlags& f) {
   return 0;
 }
 
+// CSV inputs: directories of wattscope CSV files, or single files whose directory and run are taken from the name.
+std::unique_ptr<StoreReader> csv_reader_for(const std::vector<std::string>& paths, std::vector<std::string>& run_ids) {
+  namespace fs = std::filesystem;
+  std::string dir;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    std::string d = p;
+    if (!fs::is_directory(p, ec)) {
+      if (!fs::exists(p, ec)) throw std::runtime_error(fmt::format("--csv '{}': no such file or directory", p));
+      d = fs::path(p).parent_path().string();
+      if (d.empty()) d = ".";
+      // {task}_{start}_{id}_{table}.csv: the id suffix picks the run.
+      const std::string name = fs::path(p).filename().string();
+      std::string id;
+      for (const auto& t : all_tables()) {
+        const std::string suffix = "_" + std::string(t.name) + ".csv";
+        if (name.size() > suffix.size() + 9 && name.ends_with(suffix)) {
+          const std::string stem = name.substr(0, name.size() - suffix.size());
+          id = stem.substr(stem.size() - 8);
+        }
+      }
+      if (id.empty())
+        throw std::runtime_error(fmt::format("--csv '{}': not a wattscope CSV file name ({{task}}_{{start}}_{{id}}_"
+                                             "{{table}}.csv)",
+                                             p));
+      if (std::find(run_ids.begin(), run_ids.end(), id) == run_ids.end()) run_ids.push_back(id);
+    }
+    if (!dir.empty() && fs::path(d) != fs::path(dir))
+      throw std::runtime_error("--csv: give files or directories from one directory per report");
+    dir = d;
+  }
+  return open_reader({StoreSpec::Kind::Csv, dir});
+}
+
+int cmd_report(ReportFlags f) {
+  if (f.out.empty()) throw UsageError("-o FILE.html is required: where to write the report");
+  std::unique_ptr<StoreReader> reader;
+  if (!f.csv.empty())
+    reader = csv_reader_for(f.csv, f.runs);
+  else
+    reader = open_reader(store_flag("--db", f.db));
+  std::vector<RunInfo> runs;
+  if (f.runs.empty()) runs.push_back(resolve_run(*reader, ""));
+  for (const auto& id : f.runs)
+    runs.push_back(resolve_run(*reader, id));
+  const auto t0 = SteadyClock::now();
+  write_report(*reader, runs, f.opts, f.out);
+  if (!g_quiet)
+    std::fprintf(stderr, "wattscope: report of %zu run(s) written to %s (%.1f s)\n", runs.size(), f.out.c_str(),
+                 std::chrono::duration<double>(SteadyClock::now() - t0).count());
+  return 0;
+}
+
 struct ExportFlags {
   std::string from;
   std::string to;
   std::vector<std::string> runs;
 };
-
-StoreSpec store_flag(const std::string& name, const std::string& value) {
-  try {
-    return parse_store(value);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(fmt::format("{}: {}", name, e.what()));
-  }
-}
 
 // Copies runs between stores, table by table in key order, in batches of 10000 rows (one transaction each).
 int cmd_export(const ExportFlags& f) {
@@ -353,6 +454,20 @@ int run_app(int argc, char** argv) {
   doctor->footer("Examples:\n  wattscope doctor\n  wattscope doctor --json\n"
                  "Exit status 0 when at least one source measures power here, 1 when none does.");
 
+  ReportFlags report_flags;
+  auto* report =
+      app.add_subcommand("report", "Write a self-contained interactive HTML report of runs (several: compared)");
+  report->add_option("runs", report_flags.runs, "Run ids or unique prefixes (default: the latest run)");
+  report->add_option("--db", report_flags.db, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
+      ->capture_default_str();
+  report->add_option("--csv", report_flags.csv, "Read wattscope CSV files or directories instead")->expected(1, -1);
+  report->add_option("-o,--output", report_flags.out, "The HTML file to write")->required();
+  add_report_assumptions(report, report_flags.opts);
+  report->footer("Examples:\n  wattscope report -o run.html                          # the latest run in wattscope.db\n"
+                 "  wattscope report 20261121-1203 20261121-1410 -o cmp.html   # two runs compared\n"
+                 "  wattscope report --csv results/ -o run.html --co2-intensity 56 --price 0.21 --currency EUR\n"
+                 "The file opens offline in any browser: plotly.js and the data are inside it.");
+
   ExportFlags export_flags;
   auto* exp = app.add_subcommand("export", "Copy runs between stores (SQLite, CSV, MySQL); also replays spill files");
   exp->add_option("--from", export_flags.from, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
@@ -391,7 +506,7 @@ int run_app(int argc, char** argv) {
   auto* active = static_cast<CLI::App*>(nullptr);
   try {
     app.parse(static_cast<int>(own_args.size()), own_args.data());
-    for (auto* s : {run, record, list, show, doctor, exp})
+    for (auto* s : {run, record, list, show, doctor, exp, report})
       if (s->parsed()) active = s;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e); // --help, --version
@@ -400,12 +515,12 @@ int run_app(int argc, char** argv) {
       std::string_view word = own_args[i];
       if (word.starts_with("-")) continue;
       bool known = false;
-      for (auto* s : {run, record, list, show, doctor, exp})
+      for (auto* s : {run, record, list, show, doctor, exp, report})
         known = known || s->get_name() == word;
       if (!known) {
         std::fprintf(
             stderr,
-            "wattscope: error: unknown command '%s'; the commands are run, record, list, show, export, doctor\n"
+            "wattscope: error: unknown command '%s'; the commands are run, record, list, show, report, export, doctor\n"
             "Run 'wattscope --help' for usage.\n",
             own_args[i]);
         return kUsageError;
@@ -413,12 +528,13 @@ int run_app(int argc, char** argv) {
       break;
     }
     std::string where;
-    for (auto* s : {run, record, list, show, doctor, exp})
+    for (auto* s : {run, record, list, show, doctor, exp, report})
       if (s->parsed()) where = std::string(s->get_name()) + " ";
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s--help' for usage.\n", e.what(), where.c_str());
     return run->parsed() ? kRunOwnError : kUsageError;
   }
   init_logging(quiet ? -1 : verbose);
+  run_flags.want_report = run->count("--report") > 0;
   g_quiet = quiet;
   if (run->parsed()) {
     // prefix_command leaves everything after the first positional word (or after --) unparsed: that is the command.
@@ -444,6 +560,7 @@ int run_app(int argc, char** argv) {
     if (active == show) return cmd_show(show_flags);
     if (active == doctor) return cmd_doctor(doctor_flags, doctor_json);
     if (active == exp) return cmd_export(export_flags);
+    if (active == report) return cmd_report(report_flags);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s --help' for usage.\n", e.what(),
                  active ? active->get_name().c_str() : "");

@@ -63,7 +63,7 @@ void Session::open() {
         spdlog::debug("{}", st);
       else
         spdlog::info("{}", st.rfind("missing: ", 0) == 0 ? st.substr(9) : st);
-      notices.push_back({0, 0, "source-missing", std::string(s->name()), s->status()});
+      if (s->name() != "hwmon-gpu") notices.push_back({0, 0, "source-missing", std::string(s->name()), st});
       continue;
     }
     spdlog::debug("{}: {}", s->name(), s->status());

@@ -246,3 +246,54 @@ TEST(Help, EveryCommandTeachesWithAnExample) {
   EXPECT_NE(top.out.find("wattscope run --task"), std::string::npos);
   EXPECT_EQ(run(ws({"--version"})).exit_code, 0);
 }
+
+TEST(Report, WrittenByRunAndFromStores) {
+  TempDir dir;
+  auto r = run(ws({"run", "--task", "rep", "--interval", "50ms", "--csv", "csv", "--report", "--", "sleep", "0.3"}),
+               kNoGpu, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto at = r.err.find("report    ");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string path = r.err.substr(at + 10, r.err.find('\n', at) - at - 10);
+  EXPECT_TRUE(path.rfind("wattscope-report-rep-", 0) == 0) << path;
+  const std::string html = read_file(dir / path);
+  EXPECT_GT(html.size(), 1'000'000u);                                // plotly.js is inside
+  EXPECT_EQ(html.find("/*__WATTSCOPE_DATA__*/"), std::string::npos); // the data went in
+  EXPECT_NE(html.find("\"task\":\"rep\""), std::string::npos);
+  // From the CSV directory, and from one of its files.
+  EXPECT_EQ(run(ws({"report", "--csv", "csv", "-o", "a.html"}), {}, dir.path()).exit_code, 0);
+  std::string one;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "csv"))
+    if (e.path().string().ends_with("_cpu_samples.csv")) one = e.path().string();
+  auto from_file = run(ws({"report", "--csv", one, "-o", "b.html"}), {}, dir.path());
+  EXPECT_EQ(from_file.exit_code, 0) << from_file.err;
+  EXPECT_NE(read_file(dir / "b.html").find("\"task\":\"rep\""), std::string::npos);
+}
+
+TEST(Report, BadInputGetsAClearMessage) {
+  TempDir dir;
+  ASSERT_EQ(run(ws({"run", "--csv", "csv", "--", "true"}), kNoGpu, dir.path()).exit_code, 0);
+  auto unknown = run(ws({"report", "nope", "-o", "x.html"}), {}, dir.path());
+  EXPECT_NE(unknown.exit_code, 0);
+  EXPECT_NE(unknown.err.find("no run 'nope'"), std::string::npos) << unknown.err;
+  auto no_out = run(ws({"report"}), {}, dir.path());
+  EXPECT_NE(no_out.exit_code, 0);
+  EXPECT_NE(no_out.err.find("--output"), std::string::npos) << no_out.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.html"));
+  // A CSV file with a missing column, and one with a broken row: the file and line are named.
+  std::string cpu;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "csv"))
+    if (e.path().string().ends_with("_cpu_samples.csv")) cpu = e.path().string();
+  const std::string good = read_file(cpu);
+  write_file(cpu, good.substr(good.find(',') + 1)); // header and rows lose their first column
+  auto missing = run(ws({"report", "--csv", "csv", "-o", "y.html"}), {}, dir.path());
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.err.find("column 'run_id' is missing"), std::string::npos) << missing.err;
+  write_file(cpu, good + "broken,row\n");
+  auto broken = run(ws({"report", "--csv", "csv", "-o", "y.html"}), {}, dir.path());
+  EXPECT_NE(broken.exit_code, 0);
+  EXPECT_NE(broken.err.find("_cpu_samples.csv:3:"), std::string::npos) << broken.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "y.html"));
+  auto not_ws = run(ws({"report", "--csv", dir / "csv/nothing.txt", "-o", "z.html"}), {}, dir.path());
+  EXPECT_NE(not_ws.exit_code, 0);
+}

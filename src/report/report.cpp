@@ -1,0 +1,215 @@
+#include "report/report.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "cli/summary.hpp"
+#include "core/time_util.hpp"
+#include "report/assets.hpp"
+#include "report/downsample.hpp"
+#include "wattscope/version.hpp"
+
+namespace wattscope {
+
+namespace {
+
+struct SeriesSpec {
+  const char* column;
+  double scale; // to the unit shown
+};
+// GPU series plotted, in the units a paper would use.
+constexpr SeriesSpec kGpuSeries[] = {{"power_w", 1},
+                                     {"util_gpu_pct", 1},
+                                     {"util_mem_pct", 1},
+                                     {"mem_used_bytes", 1.0 / (1 << 30)},
+                                     {"temp_gpu_c", 1},
+                                     {"temp_mem_c", 1},
+                                     {"clock_sm_mhz", 1},
+                                     {"clock_mem_mhz", 1},
+                                     {"pcie_tx_bytes_per_s", 1e-6},
+                                     {"pcie_rx_bytes_per_s", 1e-6}};
+constexpr SeriesSpec kCpuSeries[] = {
+    {"util_pct", 1}, {"mem_used_bytes", 1.0 / (1 << 30)}, {"package_power_w", 1}, {"dram_power_w", 1}};
+
+int column_index(const Table& t, std::string_view name) {
+  for (size_t i = 0; i < t.columns.size(); ++i)
+    if (t.columns[i].name == name) return static_cast<int>(i);
+  throw std::logic_error("no column " + std::string(name));
+}
+
+// Compact numbers: time to the millisecond, values to 4 significant digits (plenty for a chart; the exact figures
+// are in the cards and the table, which come from the summary).
+double round_t(double t) {
+  return std::round(t * 1000.0) / 1000.0;
+}
+double round_y(double y) {
+  if (y == 0 || !std::isfinite(y)) return y;
+  const double mag = std::pow(10.0, 3 - static_cast<int>(std::floor(std::log10(std::fabs(y)))));
+  return std::round(y * mag) / mag;
+}
+
+nlohmann::json series_json(MinMaxDownsampler& d) {
+  d.finish();
+  nlohmann::json t = nlohmann::json::array(), y = nlohmann::json::array();
+  for (size_t i = 0; i < d.t().size(); ++i) {
+    t.push_back(round_t(d.t()[i]));
+    y.push_back(round_y(d.y()[i]));
+  }
+  return {{"t", std::move(t)}, {"y", std::move(y)}};
+}
+
+nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts) {
+  const double t_end = run.end_ms ? static_cast<double>(*run.end_ms - run.start_ms) / 1000.0
+                                  : static_cast<double>(run.samples) * run.interval_ms / 1000.0;
+  auto t_of = [&](const Value& ts) {
+    return static_cast<double>(value_int(ts).value_or(run.start_ms) - run.start_ms) / 1000.0;
+  };
+  int64_t rows_read = 0;
+
+  // GPUs: one downsampler per device and series, fed while the rows stream by; total power per tick on the side.
+  const Table& gt = table(TableId::GpuSamples);
+  const int g_ts = column_index(gt, "ts_ms"), g_tick = column_index(gt, "tick"), g_idx = column_index(gt, "gpu_index");
+  std::vector<int> g_cols;
+  for (const auto& s : kGpuSeries)
+    g_cols.push_back(column_index(gt, s.column));
+  std::map<int64_t, std::vector<MinMaxDownsampler>> gpu;
+  MinMaxDownsampler total_power(t_end, opts.buckets);
+  int64_t cur_tick = -1;
+  double cur_t = 0, cur_sum = 0;
+  bool cur_any = false;
+  auto flush_total = [&] {
+    if (cur_any) total_power.add(cur_t, cur_sum);
+    cur_sum = 0;
+    cur_any = false;
+  };
+  store.scan(TableId::GpuSamples, run, [&](std::span<const Value> row) {
+    ++rows_read;
+    const int64_t idx = value_int(row[g_idx]).value_or(0);
+    auto [it, fresh] = gpu.try_emplace(idx);
+    if (fresh)
+      for (size_t i = 0; i < std::size(kGpuSeries); ++i)
+        it->second.emplace_back(t_end, opts.buckets);
+    const double t = t_of(row[g_ts]);
+    for (size_t i = 0; i < std::size(kGpuSeries); ++i)
+      if (auto v = value_real(row[g_cols[i]])) it->second[i].add(t, *v * kGpuSeries[i].scale);
+    const int64_t tick = value_int(row[g_tick]).value_or(0);
+    if (tick != cur_tick) {
+      flush_total();
+      cur_tick = tick;
+      cur_t = t;
+    }
+    if (auto p = value_real(row[g_cols[0]])) {
+      cur_sum += *p;
+      cur_any = true;
+    }
+  });
+  flush_total();
+
+  nlohmann::json summary = run_json(run);
+  nlohmann::json gpus = nlohmann::json::array();
+  for (auto& [idx, downs] : gpu) {
+    nlohmann::json series = nlohmann::json::object();
+    for (size_t i = 0; i < std::size(kGpuSeries); ++i)
+      if (downs[i].seen() > 0) series[kGpuSeries[i].column] = series_json(downs[i]);
+    std::string name;
+    for (const auto& g : summary["gpus"])
+      if (g.value("index", -1) == idx) name = g.value("name", std::string());
+    gpus.push_back({{"index", idx}, {"name", name}, {"series", series}});
+  }
+
+  const Table& ct = table(TableId::CpuSamples);
+  const int c_ts = column_index(ct, "ts_ms");
+  std::vector<int> c_cols;
+  for (const auto& s : kCpuSeries)
+    c_cols.push_back(column_index(ct, s.column));
+  std::vector<MinMaxDownsampler> cpu;
+  for (size_t i = 0; i < std::size(kCpuSeries); ++i)
+    cpu.emplace_back(t_end, opts.buckets);
+  int64_t cpu_rows = 0;
+  store.scan(TableId::CpuSamples, run, [&](std::span<const Value> row) {
+    ++rows_read;
+    ++cpu_rows;
+    const double t = t_of(row[c_ts]);
+    for (size_t i = 0; i < std::size(kCpuSeries); ++i)
+      if (auto v = value_real(row[c_cols[i]])) cpu[i].add(t, *v * kCpuSeries[i].scale);
+  });
+  nlohmann::json cpu_series = nlohmann::json::object();
+  for (size_t i = 0; i < std::size(kCpuSeries); ++i)
+    if (cpu[i].seen() > 0) cpu_series[kCpuSeries[i].column] = series_json(cpu[i]);
+
+  const Table& et = table(TableId::Events);
+  nlohmann::json events = nlohmann::json::array();
+  store.scan(TableId::Events, run, [&](std::span<const Value> row) {
+    events.push_back({{"t", round_t(t_of(row[column_index(et, "ts_ms")]))},
+                      {"kind", std::string(value_text(row[column_index(et, "kind")]))},
+                      {"source", std::string(value_text(row[column_index(et, "source")]))},
+                      {"detail", std::string(value_text(row[column_index(et, "detail")]))}});
+  });
+
+  nlohmann::json total = nlohmann::json::object();
+  if (total_power.seen() > 0) total = series_json(total_power);
+  return {{"summary", summary}, {"gpus", gpus},        {"cpu", cpu_series},      {"total_gpu_power_w", total},
+          {"events", events},   {"samples", cpu_rows}, {"rows_read", rows_read}, {"buckets", opts.buckets}};
+}
+
+} // namespace
+
+nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts) {
+  nlohmann::json rs = nlohmann::json::array();
+  for (const auto& r : runs)
+    rs.push_back(run_data(store, r, opts));
+  return {{"generated", iso_utc_ms(wall_now_ms())},
+          {"wattscope_version", kVersion},
+          {"source", store.describe()},
+          {"assumptions",
+           {{"co2_g_per_kwh", opts.co2_g_per_kwh},
+            {"price_per_kwh", opts.price_per_kwh},
+            {"currency", opts.currency},
+            {"pue", opts.pue}}},
+          {"runs", rs}};
+}
+
+std::string render_report(const nlohmann::json& data) {
+  std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Inside <script>, "</" could end the element early; "<\/" is the same JSON string.
+  std::string safe;
+  safe.reserve(json.size() + 64);
+  for (size_t i = 0; i < json.size(); ++i) {
+    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') {
+      safe += "<\\/";
+      ++i;
+    } else {
+      safe.push_back(json[i]);
+    }
+  }
+  std::string html(assets::report_template());
+  const std::string plotly_mark = "/*__WATTSCOPE_PLOTLY__*/", data_mark = "/*__WATTSCOPE_DATA__*/";
+  const auto p = html.find(plotly_mark);
+  if (p == std::string::npos) throw std::logic_error("report template lacks the plotly placeholder");
+  html.replace(p, plotly_mark.size(), assets::plotly_js());
+  const auto d = html.find(data_mark);
+  if (d == std::string::npos) throw std::logic_error("report template lacks the data placeholder");
+  html.replace(d, data_mark.size(), safe);
+  return html;
+}
+
+void write_report(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts,
+                  const std::string& path) {
+  const std::string html = render_report(build_report_data(store, runs, opts));
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw std::runtime_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  const bool ok = std::fwrite(html.data(), 1, html.size(), f) == html.size();
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
+  }
+}
+
+} // namespace wattscope

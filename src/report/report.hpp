@@ -1,0 +1,31 @@
+// The self-contained HTML report: one file per run (or several runs compared), plotly.js and the data embedded,
+// no network request when opened.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/schema.hpp"
+#include "sinks/sink.hpp"
+
+namespace wattscope {
+
+struct ReportOptions {
+  double co2_g_per_kwh = 475; // IEA world-average grid intensity; set yours with --co2-intensity
+  double price_per_kwh = 0.15;
+  std::string currency = "USD";
+  double pue = 1.0;      // data-centre overhead; 1.0 counts the measured devices only
+  size_t buckets = 1000; // per series: at most 2 points per bucket
+};
+
+// Reads the runs' samples and builds the report's data (summaries, downsampled series, events).
+nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts);
+// The HTML page with plotly.js and the data embedded.
+std::string render_report(const nlohmann::json& data);
+// Both, written to `path` (atomically). Throws std::runtime_error with the reason.
+void write_report(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts,
+                  const std::string& path);
+
+} // namespace wattscope
