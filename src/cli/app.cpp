@@ -4,8 +4,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -19,6 +21,8 @@
 #include "core/log.hpp"
 #include "core/text.hpp"
 #include "report/report.hpp"
+#include "server/live.hpp"
+#include "server/server.hpp"
 #include "sinks/store.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 #include "wattscope/version.hpp"
@@ -340,6 +344,79 @@ int cmd_report(ReportFlags f) {
   return 0;
 }
 
+struct ServeFlags {
+  std::string listen = "127.0.0.1:9400";
+  std::string retain = "24h";
+  std::string token_file;
+  std::string db;
+};
+
+std::string read_token(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("--token-file '{}': cannot read it", path));
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
+    token.pop_back();
+  if (token.size() < 16)
+    throw UsageError(fmt::format("--token-file '{}': the token must be at least 16 characters", path));
+  return token;
+}
+
+int cmd_serve(const RecordFlags& rf, const ServeFlags& f) {
+  ListenAddress addr;
+  try {
+    addr = parse_listen(f.listen);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  std::string token;
+  if (!f.token_file.empty()) token = read_token(f.token_file);
+  if (!addr.loopback() && token.empty())
+    throw UsageError(fmt::format("--listen {} is reachable from other machines: pass --token-file FILE holding a "
+                                 "secret; every request must then send 'Authorization: Bearer <secret>'",
+                                 f.listen));
+  std::chrono::nanoseconds retain;
+  try {
+    retain = parse_duration(f.retain);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(fmt::format("--retain: {}", e.what()));
+  }
+  RecordFlags session_flags = rf;
+  session_flags.no_db = f.db.empty();
+  if (!f.db.empty()) session_flags.db = f.db;
+  if (session_flags.task.empty()) session_flags.task = "serve";
+  SessionOptions opts;
+  if (f.db.empty()) { // serve may store nothing: the live state is its output
+    session_flags.csv = "unused";
+    opts = session_options(session_flags, {});
+    opts.stores.clear();
+  } else {
+    opts = session_options(session_flags, {});
+  }
+  std::optional<StoreSpec> store;
+  if (!opts.stores.empty()) store = opts.stores.front();
+  block_control_signals();
+  LiveState live(retain, opts.interval);
+  opts.on_frame = [&live](const std::shared_ptr<const Frame>& fr) { live.push(fr); };
+  Session session(opts);
+  session.open();
+  live.set_run(session.run(), session.devices());
+  HttpServer http(live, ServerOptions{addr, token, store});
+  http.bind();
+  session.start();
+  live.set_sampler(session.sampler_stats());
+  std::thread server([&http] { http.run(); });
+  spdlog::info("serving on http://{}:{}/ (dashboard), /metrics, /api/v1/...; recording run {}{}", addr.host,
+               http.port(), session.run().run_id, token.empty() ? "" : "; requests need the bearer token");
+  std::optional<int> sig = wait_for_stop(std::nullopt);
+  http.stop();
+  server.join();
+  RunInfo run = session.finish(sig ? 128 + *sig : 0);
+  if (!g_quiet && store) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+  return 0;
+}
+
 struct ExportFlags {
   std::string from;
   std::string to;
@@ -468,6 +545,28 @@ int run_app(int argc, char** argv) {
                  "  wattscope report --csv results/ -o run.html --co2-intensity 56 --price 0.21 --currency EUR\n"
                  "The file opens offline in any browser: plotly.js and the data are inside it.");
 
+  RecordFlags serve_rec;
+  ServeFlags serve_flags;
+  auto* serve =
+      app.add_subcommand("serve", "Sample continuously; serve Prometheus /metrics, a live dashboard and a JSON API");
+  serve->add_option("--listen", serve_flags.listen, "Address to listen on (loopback unless a --token-file is given)")
+      ->capture_default_str();
+  serve->add_option("--interval,-i", serve_rec.interval, "Sampling interval")->capture_default_str();
+  serve->add_option("--db", serve_flags.db, "Also store every sample here (FILE.db, csv:DIR or mysql://...)");
+  serve->add_option("--retain", serve_flags.retain, "How much history to keep in memory for the dashboard and API")
+      ->capture_default_str();
+  serve->add_option("--token-file", serve_flags.token_file,
+                    "File holding a secret; required to listen beyond loopback, then sent as 'Bearer' by clients");
+  serve->add_option("--task,-t", serve_rec.task, "Task name of the run recorded while serving")->capture_default_str();
+  serve->add_option("--gpus", serve_rec.gpus, "GPUs to record: all, 0,2 or GPU-UUIDs");
+  serve->add_option("--procfs-root", serve_rec.procfs_root, "Where procfs is mounted")->capture_default_str();
+  serve->add_option("--sysfs-root", serve_rec.sysfs_root, "Where sysfs is mounted")->capture_default_str();
+  serve->footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
+                "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
+                "Endpoints: / (dashboard), /metrics (Prometheus), /api/v1/current, /api/v1/history?range=6h&step=1m,\n"
+                "/api/v1/runs, /api/v1/runs/ID, /api/v1/events (server-sent events). deploy/ has a Grafana dashboard,\n"
+                "a Prometheus scrape config and a systemd unit. SIGTERM stops it cleanly.");
+
   ExportFlags export_flags;
   auto* exp = app.add_subcommand("export", "Copy runs between stores (SQLite, CSV, MySQL); also replays spill files");
   exp->add_option("--from", export_flags.from, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
@@ -506,7 +605,7 @@ int run_app(int argc, char** argv) {
   auto* active = static_cast<CLI::App*>(nullptr);
   try {
     app.parse(static_cast<int>(own_args.size()), own_args.data());
-    for (auto* s : {run, record, list, show, doctor, exp, report})
+    for (auto* s : {run, record, list, show, doctor, exp, report, serve})
       if (s->parsed()) active = s;
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e); // --help, --version
@@ -515,20 +614,20 @@ int run_app(int argc, char** argv) {
       std::string_view word = own_args[i];
       if (word.starts_with("-")) continue;
       bool known = false;
-      for (auto* s : {run, record, list, show, doctor, exp, report})
+      for (auto* s : {run, record, list, show, doctor, exp, report, serve})
         known = known || s->get_name() == word;
       if (!known) {
-        std::fprintf(
-            stderr,
-            "wattscope: error: unknown command '%s'; the commands are run, record, list, show, report, export, doctor\n"
-            "Run 'wattscope --help' for usage.\n",
-            own_args[i]);
+        std::fprintf(stderr,
+                     "wattscope: error: unknown command '%s'; the commands are run, record, list, show, report, serve, "
+                     "export, doctor\n"
+                     "Run 'wattscope --help' for usage.\n",
+                     own_args[i]);
         return kUsageError;
       }
       break;
     }
     std::string where;
-    for (auto* s : {run, record, list, show, doctor, exp, report})
+    for (auto* s : {run, record, list, show, doctor, exp, report, serve})
       if (s->parsed()) where = std::string(s->get_name()) + " ";
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s--help' for usage.\n", e.what(), where.c_str());
     return run->parsed() ? kRunOwnError : kUsageError;
@@ -561,6 +660,7 @@ int run_app(int argc, char** argv) {
     if (active == doctor) return cmd_doctor(doctor_flags, doctor_json);
     if (active == exp) return cmd_export(export_flags);
     if (active == report) return cmd_report(report_flags);
+    if (active == serve) return cmd_serve(serve_rec, serve_flags);
   } catch (const UsageError& e) {
     std::fprintf(stderr, "wattscope: error: %s\nRun 'wattscope %s --help' for usage.\n", e.what(),
                  active ? active->get_name().c_str() : "");

@@ -98,6 +98,7 @@ void Session::start() {
     auto shared = std::make_shared<const Frame>(std::move(f));
     for (auto& w : writers_)
       w->push(shared);
+    if (opts_.on_frame) opts_.on_frame(shared);
   });
   sampler_->start();
 }

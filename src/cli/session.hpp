@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -26,8 +27,11 @@ struct SessionOptions {
   CommitPolicy commit;
   std::string procfs_root = "/proc";
   std::string sysfs_root = "/sys";
-  std::string gpus;                // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
-  std::optional<double> cpu_tdp_w; // --cpu-tdp: enables the labelled estimate where RAPL measures nothing
+  std::string gpus; // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
+  std::optional<double> cpu_tdp_w;
+  // Called on the sampler thread with every frame after accounting (serve's live state); must not block.
+  std::function<void(const std::shared_ptr<const Frame>&)>
+      on_frame; // --cpu-tdp: enables the labelled estimate where RAPL measures nothing
   std::map<std::string, std::string> tags;
 };
 
@@ -48,6 +52,7 @@ public:
   std::vector<std::string> store_names() const;
   bool all_stored() const { return all_stored_; }
   RunSummary summary() const { return acc_->summary(); }
+  std::vector<GpuDevice> devices() const { return devices_ ? *devices_ : std::vector<GpuDevice>{}; }
 
 private:
   SessionOptions opts_;

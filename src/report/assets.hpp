@@ -7,4 +7,5 @@
 namespace wattscope::assets {
 std::string_view plotly_js();       // plotly.js-dist-min, pinned in package-lock.json
 std::string_view report_template(); // web/report.html
+std::string_view dashboard_html();  // web/dashboard.html
 } // namespace wattscope::assets
