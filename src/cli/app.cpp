@@ -39,6 +39,15 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// --gpus is checked before anything starts, so a typo is a usage error rather than a run without GPUs.
+void check_gpus_flag(const std::string& gpus) {
+  try {
+    (void)parse_gpu_selection(gpus, std::nullopt);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+}
+
 StoreSpec store_flag(const std::string& name, const std::string& value) {
   try {
     return parse_store(value);
@@ -167,11 +176,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   o.procfs_root = f.procfs_root;
   o.sysfs_root = f.sysfs_root;
   o.gpus = f.gpus;
-  try {
-    (void)parse_gpu_selection(f.gpus, std::nullopt);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  check_gpus_flag(f.gpus);
   if (f.cpu_tdp < 0 || f.cpu_tdp > 10000)
     throw UsageError(fmt::format("--cpu-tdp {}: expected the CPU's TDP in watts, e.g. 280", f.cpu_tdp));
   if (f.cpu_tdp > 0) o.cpu_tdp_w = f.cpu_tdp;
@@ -440,20 +445,7 @@ int cmd_export(const ExportFlags& f) {
     auto sink = open_sink(to, /*spill_on_outage=*/false);
     dest = sink->describe();
     sink->begin_run(run);
-    RowBatch batch;
-    int64_t rows = 0;
-    for (size_t t = 1; t < kTableCount; ++t) {
-      reader->scan(static_cast<TableId>(t), run, [&](std::span<const Value> row) {
-        auto& cells = batch.tables[t].cells;
-        cells.insert(cells.end(), row.begin(), row.end());
-        ++rows;
-        if (rows % 10000 == 0) {
-          sink->write(batch);
-          batch.clear();
-        }
-      });
-    }
-    sink->write(batch);
+    const int64_t rows = copy_run(*reader, run, [&sink](const RowBatch& b) { sink->write(b); });
     sink->end_run(run);
     total += rows;
     if (!g_quiet)
@@ -471,11 +463,7 @@ int cmd_doctor(const RecordFlags& f, bool json) {
   o.procfs_root = f.procfs_root;
   o.sysfs_root = f.sysfs_root;
   o.gpus = f.gpus;
-  try {
-    (void)parse_gpu_selection(f.gpus, std::nullopt);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  check_gpus_flag(f.gpus);
   const nlohmann::json report = doctor_report(o);
   if (json)
     std::cout << report.dump(2) << "\n";

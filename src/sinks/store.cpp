@@ -57,6 +57,28 @@ std::unique_ptr<StoreReader> open_reader(const StoreSpec& spec) {
   }
 }
 
+int64_t copy_run(StoreReader& from, const RunInfo& run, const std::function<void(const RowBatch&)>& write,
+                 size_t batch_rows) {
+  RowBatch batch;
+  append_run_row(run, batch.tables[static_cast<size_t>(TableId::Runs)]);
+  int64_t rows = 0;
+  size_t pending = 0;
+  for (size_t t = 1; t < kTableCount; ++t) {
+    from.scan(static_cast<TableId>(t), run, [&](std::span<const Value> row) {
+      auto& cells = batch.tables[t].cells;
+      cells.insert(cells.end(), row.begin(), row.end());
+      ++rows;
+      if (++pending >= batch_rows) {
+        write(batch);
+        batch.clear();
+        pending = 0;
+      }
+    });
+  }
+  write(batch);
+  return rows;
+}
+
 RunInfo resolve_run(StoreReader& store, std::string_view id) {
   auto runs = store.runs();
   if (runs.empty()) throw std::runtime_error(fmt::format("{} holds no runs yet", store.describe()));

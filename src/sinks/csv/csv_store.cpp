@@ -97,7 +97,8 @@ public:
 
   void write(const RowBatch& batch) override {
     for (const auto& rows : batch.tables) {
-      if (rows.cells.empty()) continue;
+      // The runs file holds one row, rewritten whole by begin_run and end_run; appending would duplicate it.
+      if (rows.cells.empty() || rows.table == TableId::Runs) continue;
       const size_t idx = static_cast<size_t>(rows.table);
       std::FILE*& f = files_[idx];
       if (!f) f = open_table(rows.table);

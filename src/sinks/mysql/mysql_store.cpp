@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "sinks/sqlite/sqlite_store.hpp"
+#include "sinks/store.hpp"
 
 namespace wattscope {
 
@@ -415,21 +416,8 @@ private:
     if (!spill_) return;
     spill_.reset(); // closes the spill database; everything written to it is committed
     auto reader = make_sqlite_reader(spill_path_);
-    for (const auto& run : reader->runs()) {
-      RowBatch batch;
-      append_run_row(run, batch.tables[static_cast<size_t>(TableId::Runs)]);
-      for (size_t t = 1; t < kTableCount; ++t) {
-        reader->scan(static_cast<TableId>(t), run, [&](std::span<const Value> row) {
-          auto& cells = batch.tables[t].cells;
-          cells.insert(cells.end(), row.begin(), row.end());
-          if (batch.tables[t].rows() >= 10000) {
-            write_batch(conn_, batch);
-            batch.clear();
-          }
-        });
-      }
-      write_batch(conn_, batch);
-    }
+    for (const auto& run : reader->runs())
+      copy_run(*reader, run, [this](const RowBatch& b) { write_batch(conn_, b); });
     reader.reset();
     for (const char* suffix : {"", "-wal", "-shm"})
       fs::remove(spill_path_ + suffix);

@@ -1,5 +1,7 @@
 #include "sources/hwmon/hwmon_gpu_source.hpp"
 
+#include "sources/sysfs_util.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -17,15 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_trimmed(const fs::path& path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\r'))
-    s.pop_back();
-  return s;
-}
-
 std::string uevent_value(const fs::path& uevent, const std::string& key) {
   std::ifstream in(uevent);
   std::string line;
@@ -36,20 +29,6 @@ std::string uevent_value(const fs::path& uevent, const std::string& key) {
 
 int open_if(const fs::path& p) {
   return fs::exists(p) ? ::open(p.c_str(), O_RDONLY | O_CLOEXEC) : -1;
-}
-
-OptI read_i64(int fd) {
-  if (fd < 0) return std::nullopt;
-  char buf[32];
-  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  if (n <= 0) return std::nullopt;
-  std::string_view s(buf, static_cast<size_t>(n));
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
-    s.remove_suffix(1);
-  int64_t v = 0;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-  return v;
 }
 
 } // namespace
@@ -76,7 +55,7 @@ bool HwmonGpuSource::open() {
     const fs::path dev = drm / name / "device";
     std::string driver = uevent_value(dev / "uevent", "DRIVER");
     if (driver.empty() && fs::is_symlink(dev / "driver", ec)) driver = fs::read_symlink(dev / "driver", ec).filename();
-    const std::string vendor_id = read_trimmed(dev / "vendor");
+    const std::string vendor_id = sysfs::read_line(dev / "vendor");
     Card c;
     c.card = name;
     if (driver == "amdgpu")
@@ -88,12 +67,12 @@ bool HwmonGpuSource::open() {
     c.info.gpu_index = num;
     const std::string slot = uevent_value(dev / "uevent", "PCI_SLOT_NAME");
     c.info.pci_bus_id = slot;
-    const std::string unique = read_trimmed(dev / "unique_id");
+    const std::string unique = sysfs::read_line(dev / "unique_id");
     c.info.uuid = !unique.empty() ? c.info.vendor + "-" + unique : (slot.empty() ? name : "PCI-" + slot);
-    std::string product = read_trimmed(dev / "product_name");
+    std::string product = sysfs::read_line(dev / "product_name");
     c.info.name = !product.empty() ? product
                                    : fmt::format("{} {} GPU {}", c.info.vendor == "amd" ? "AMD" : "Intel", driver,
-                                                 read_trimmed(dev / "device"));
+                                                 sysfs::read_line(dev / "device"));
     (void)vendor_id;
     // The card's hwmon directory: hwmon/hwmonN under the PCI device.
     fs::path hw;
@@ -110,14 +89,14 @@ bool HwmonGpuSource::open() {
       for (int i = 1; i <= 8; ++i) {
         const fs::path input = hw / fmt::format("temp{}_input", i);
         if (!fs::exists(input)) continue;
-        const std::string label = read_trimmed(hw / fmt::format("temp{}_label", i));
+        const std::string label = sysfs::read_line(hw / fmt::format("temp{}_label", i));
         if (label == "mem" && c.temp_mem_mc < 0)
           c.temp_mem_mc = open_if(input);
         else if ((label == "edge" || label.empty() || label == "pkg") && c.temp_edge_mc < 0)
           c.temp_edge_mc = open_if(input);
       }
       for (int i = 1; i <= 4; ++i) {
-        const std::string label = read_trimmed(hw / fmt::format("freq{}_label", i));
+        const std::string label = sysfs::read_line(hw / fmt::format("freq{}_label", i));
         if (label == "sclk")
           c.sclk_hz = open_if(hw / fmt::format("freq{}_input", i));
         else if (label == "mclk")
@@ -129,7 +108,7 @@ bool HwmonGpuSource::open() {
     c.vram_used = open_if(dev / "mem_info_vram_used");
     c.vram_total = open_if(dev / "mem_info_vram_total");
     c.gt_cur_mhz = open_if(drm / name / "gt_cur_freq_mhz");
-    if (auto t = read_i64(c.vram_total)) c.info.mem_total_bytes = *t;
+    if (auto t = sysfs::pread_i64(c.vram_total)) c.info.mem_total_bytes = *t;
     c.info.power_source = c.power_input_uw >= 0     ? "hwmon power1_input"
                           : c.power_average_uw >= 0 ? "hwmon power1_average"
                                                     : "";
@@ -163,22 +142,22 @@ void HwmonGpuSource::sample(Frame& frame) noexcept {
     for (auto& c : cards_) {
       GpuSample s;
       s.gpu_index = c.info.gpu_index;
-      const OptI pin = read_i64(c.power_input_uw), pavg = read_i64(c.power_average_uw);
+      const OptI pin = sysfs::pread_i64(c.power_input_uw), pavg = sysfs::pread_i64(c.power_average_uw);
       if (pin) s.power_w = static_cast<double>(*pin) / 1e6;
       if (pavg) s.power_avg_w = static_cast<double>(*pavg) / 1e6;
       if (!s.power_w && s.power_avg_w) s.power_w = s.power_avg_w; // amdgpu before RDNA3 only has the average
       if (s.power_w) s.power_source = pin ? "hwmon power1_input" : "hwmon power1_average";
-      s.energy_counter_uj = read_i64(c.energy_uj);
-      if (auto t = read_i64(c.temp_edge_mc)) s.temp_gpu_c = static_cast<double>(*t) / 1000.0;
-      if (auto t = read_i64(c.temp_mem_mc)) s.temp_mem_c = static_cast<double>(*t) / 1000.0;
-      if (auto f = read_i64(c.sclk_hz)) s.clock_sm_mhz = *f / 1'000'000;
-      if (auto f = read_i64(c.mclk_hz)) s.clock_mem_mhz = *f / 1'000'000;
-      if (auto f = read_i64(c.gt_cur_mhz)) s.clock_gfx_mhz = *f;
-      if (auto b = read_i64(c.busy_pct)) s.util_gpu_pct = static_cast<double>(*b);
-      if (auto b = read_i64(c.mem_busy_pct)) s.util_mem_pct = static_cast<double>(*b);
-      s.mem_used_bytes = read_i64(c.vram_used);
-      s.mem_total_bytes = read_i64(c.vram_total);
-      if (auto cap = read_i64(c.power_cap_uw)) s.power_limit_w = static_cast<double>(*cap) / 1e6;
+      s.energy_counter_uj = sysfs::pread_i64(c.energy_uj);
+      if (auto t = sysfs::pread_i64(c.temp_edge_mc)) s.temp_gpu_c = static_cast<double>(*t) / 1000.0;
+      if (auto t = sysfs::pread_i64(c.temp_mem_mc)) s.temp_mem_c = static_cast<double>(*t) / 1000.0;
+      if (auto f = sysfs::pread_i64(c.sclk_hz)) s.clock_sm_mhz = *f / 1'000'000;
+      if (auto f = sysfs::pread_i64(c.mclk_hz)) s.clock_mem_mhz = *f / 1'000'000;
+      if (auto f = sysfs::pread_i64(c.gt_cur_mhz)) s.clock_gfx_mhz = *f;
+      if (auto b = sysfs::pread_i64(c.busy_pct)) s.util_gpu_pct = static_cast<double>(*b);
+      if (auto b = sysfs::pread_i64(c.mem_busy_pct)) s.util_mem_pct = static_cast<double>(*b);
+      s.mem_used_bytes = sysfs::pread_i64(c.vram_used);
+      s.mem_total_bytes = sysfs::pread_i64(c.vram_total);
+      if (auto cap = sysfs::pread_i64(c.power_cap_uw)) s.power_limit_w = static_cast<double>(*cap) / 1e6;
       frame.gpus.push_back(std::move(s));
     }
   } catch (...) {

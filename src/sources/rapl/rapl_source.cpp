@@ -1,5 +1,7 @@
 #include "sources/rapl/rapl_source.hpp"
 
+#include "sources/sysfs_util.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -19,29 +21,6 @@ namespace wattscope {
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string read_trimmed(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  std::getline(in, s);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r'))
-    s.pop_back();
-  return s;
-}
-
-bool parse_i64(std::string_view s, int64_t& out) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' '))
-    s.remove_suffix(1);
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return ec == std::errc() && end == s.data() + s.size();
-}
-
-bool pread_i64(int fd, int64_t& out) {
-  char buf[32];
-  ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
-  if (n <= 0) return false;
-  return parse_i64(std::string_view(buf, static_cast<size_t>(n)), out);
-}
 
 // Assumed worst case when a zone does not publish its maximum power: generous for any single socket or DIMM set.
 constexpr double kAssumedMaxPowerW = 1000.0;
@@ -104,37 +83,35 @@ bool RaplSource::open() {
     std::regex_match(d, m, kZoneDir);
     const bool sub = m[2].matched;
     z.path = (sub && !fs::exists(base / d)) ? (base / ("intel-rapl:" + m[1].str()) / d).string() : (base / d).string();
-    z.raw_name = read_trimmed(z.path + "/name");
+    z.raw_name = sysfs::read_line(z.path + "/name");
     if (z.raw_name.empty()) z.raw_name = d;
     if (z.raw_name.rfind("package", 0) == 0) {
       z.zone = "package";
-      int64_t sock = 0;
       // "package-1" (and "package-0-die-1" on multi-die parts): the number after "package-" is the socket.
       std::string digits;
       for (char c : z.raw_name.substr(8)) {
         if (c < '0' || c > '9') break;
         digits.push_back(c);
       }
-      if (!digits.empty() && parse_i64(digits, sock)) z.socket = sock;
+      if (auto v = sysfs::parse_i64(digits)) z.socket = *v;
     } else {
       z.zone = z.raw_name; // core, uncore, dram, psys
     }
-    int64_t v = 0;
-    if (parse_i64(read_trimmed(z.path + "/max_energy_range_uj"), v)) z.max_range_uj = v;
+    if (auto v = sysfs::parse_i64(sysfs::read_line(z.path + "/max_energy_range_uj"))) z.max_range_uj = *v;
     for (int c = 0; c < 4; ++c) {
-      if (parse_i64(read_trimmed(fmt::format("{}/constraint_{}_max_power_uw", z.path, c)), v) && v > 0)
-        z.max_power_w = std::max(z.max_power_w, static_cast<double>(v) / 1e6);
+      auto v = sysfs::parse_i64(sysfs::read_line(fmt::format("{}/constraint_{}_max_power_uw", z.path, c)));
+      if (v && *v > 0) z.max_power_w = std::max(z.max_power_w, static_cast<double>(*v) / 1e6);
     }
     z.fd = ::open((z.path + "/energy_uj").c_str(), O_RDONLY | O_CLOEXEC);
-    int64_t raw = 0;
+    std::optional<int64_t> raw;
     if (z.fd < 0) {
       z.problem = errno == EACCES || errno == EPERM ? "no permission" : std::string("missing: ") + std::strerror(errno);
-    } else if (!pread_i64(z.fd, raw)) {
+    } else if (!(raw = sysfs::pread_i64(z.fd))) {
       z.problem = errno == EACCES || errno == EPERM ? "no permission" : "unreadable energy_uj";
       ::close(z.fd);
       z.fd = -1;
     } else {
-      z.last_raw = raw;
+      z.last_raw = *raw;
     }
     zones_.push_back(std::move(z));
   }
@@ -179,8 +156,9 @@ bool RaplSource::open() {
 
 void RaplSource::poll_locked() {
   for (auto& z : zones_) {
-    int64_t raw = 0;
-    if (z.fd < 0 || !pread_i64(z.fd, raw)) continue;
+    const auto read = sysfs::pread_i64(z.fd);
+    if (!read) continue;
+    const int64_t raw = *read;
     int64_t delta = raw - z.last_raw;
     if (delta < 0) {
       // The counter wrapped at max_energy_range_uj (or, without a range, restarted): count what it ran past.
