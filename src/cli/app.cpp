@@ -133,7 +133,9 @@ void add_read_options(CLI::App* sub, ReadFlags& f) {
   sub->add_flag("--json", f.json, "Print JSON instead of text");
 }
 
-SessionOptions session_options(const RecordFlags& f, const std::vector<std::string>& command) {
+// require_store: run and record must store somewhere; serve may keep only its live state.
+SessionOptions session_options(const RecordFlags& f, const std::vector<std::string>& command,
+                               bool require_store = true) {
   SessionOptions o;
   o.command = command;
   if (!f.task.empty()) {
@@ -167,7 +169,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   } catch (const std::invalid_argument& e) {
     throw UsageError(fmt::format("--db: {}", e.what()));
   }
-  if (o.stores.empty()) throw UsageError("--no-db without --csv would store nothing; add --csv DIR");
+  if (o.stores.empty() && require_store) throw UsageError("--no-db without --csv would store nothing; add --csv DIR");
   for (const auto& t : f.tags) {
     auto eq = t.find('=');
     if (eq == std::string::npos || eq == 0) throw UsageError(fmt::format("--tag '{}': expected KEY=VALUE", t));
@@ -391,14 +393,7 @@ int cmd_serve(const RecordFlags& rf, const ServeFlags& f) {
   session_flags.no_db = f.db.empty();
   if (!f.db.empty()) session_flags.db = f.db;
   if (session_flags.task.empty()) session_flags.task = "serve";
-  SessionOptions opts;
-  if (f.db.empty()) { // serve may store nothing: the live state is its output
-    session_flags.csv = "unused";
-    opts = session_options(session_flags, {});
-    opts.stores.clear();
-  } else {
-    opts = session_options(session_flags, {});
-  }
+  SessionOptions opts = session_options(session_flags, {}, /*require_store=*/false);
   std::optional<StoreSpec> store;
   if (!opts.stores.empty()) store = opts.stores.front();
   block_control_signals();

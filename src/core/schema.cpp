@@ -97,9 +97,6 @@ Value opt(const OptF& v) {
 Value opt(const OptI& v) {
   return v ? Value(*v) : Value();
 }
-Value opt(const std::optional<int64_t>& v, int) {
-  return v ? Value(*v) : Value();
-}
 Value text_or_null(std::string_view s) {
   return s.empty() ? Value() : Value(std::string(s));
 }
@@ -165,9 +162,9 @@ void append_run_row(const RunInfo& r, TableRows& out) {
   c.emplace_back(r.host);
   c.push_back(text_or_null(r.cpu_model));
   c.emplace_back(r.start_ms);
-  c.push_back(opt(r.end_ms, 0));
+  c.push_back(opt(r.end_ms));
   c.push_back(opt(r.duration_s()));
-  c.push_back(opt(r.exit_status, 0));
+  c.push_back(opt(r.exit_status));
   c.emplace_back(r.interval_ms);
   c.emplace_back(r.samples);
   c.push_back(opt(r.total_energy_j));

@@ -228,6 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{{"run"}, "no command to run"}, BadInput{{"run", "--"}, "no command to run"},
                       BadInput{{"run", "--commit-every", "sometimes", "--", "true"}, "--commit-every"},
                       BadInput{{"run", "--tag", "novalue", "--", "true"}, "KEY=VALUE"},
+                      BadInput{{"run", "--no-db", "--", "true"}, "would store nothing"},
                       BadInput{{"run", "--db", "mysql://u@h/db", "--", "true"}, "MySQL"},
                       BadInput{{"run", "--gpus", "first", "--", "true"}, "--gpus"},
                       BadInput{{"record", "--duration", "forever"}, "--duration"},

@@ -134,6 +134,11 @@ TEST(Serve, MetricsCarryTheDevicesValuesAndPassPromtool) {
   EXPECT_NE(m.find("task=\"a \\\"quoted\\\" \\\\ task\""), std::string::npos); // escaped label value
   EXPECT_NE(m.find("wattscope_sampler_ticks_total "), std::string::npos);
   EXPECT_NE(m.find("wattscope_build_info{version="), std::string::npos);
+  // Serving without --db stores nothing, and says so where runs are asked for.
+  auto runs = s.client().Get("/api/v1/runs");
+  ASSERT_TRUE(runs);
+  EXPECT_EQ(runs->status, 404);
+  EXPECT_NE(runs->body.find("without --db"), std::string::npos);
   write_file(s.dir() / "metrics.txt", m);
   auto check = run({"/bin/sh", "-c", "promtool check metrics < " + (s.dir() / "metrics.txt")});
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;

@@ -55,7 +55,6 @@ bool HwmonGpuSource::open() {
     const fs::path dev = drm / name / "device";
     std::string driver = uevent_value(dev / "uevent", "DRIVER");
     if (driver.empty() && fs::is_symlink(dev / "driver", ec)) driver = fs::read_symlink(dev / "driver", ec).filename();
-    const std::string vendor_id = sysfs::read_line(dev / "vendor");
     Card c;
     c.card = name;
     if (driver == "amdgpu")
@@ -73,7 +72,6 @@ bool HwmonGpuSource::open() {
     c.info.name = !product.empty() ? product
                                    : fmt::format("{} {} GPU {}", c.info.vendor == "amd" ? "AMD" : "Intel", driver,
                                                  sysfs::read_line(dev / "device"));
-    (void)vendor_id;
     // The card's hwmon directory: hwmon/hwmonN under the PCI device.
     fs::path hw;
     for (const auto& h : fs::directory_iterator(dev / "hwmon", ec)) {
