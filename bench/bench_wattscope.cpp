@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/metrics.hpp"
 #include "core/schema.hpp"
 #include "sinks/csv/csv_store.hpp"
 #ifdef WATTSCOPE_HAVE_MYSQL
@@ -33,35 +34,32 @@ std::string scratch_dir() {
   return dir;
 }
 
-// A typical frame: 8 GPUs with every field, the CPU with 2 cores.
+// A typical frame: 8 GPUs with every registry field set (so a new metric is benchmarked without an edit here), the
+// CPU with 2 cores. Values vary by metric and device so compression or caching cannot flatter a store.
 Frame make_frame(int64_t tick) {
   Frame f;
   f.tick = tick;
   f.ts_ms = 1795262609833 + tick;
-  f.cpu.util_pct = 12.5;
   f.cpu.core_util_pct = {OptF(10.0), OptF(15.0)};
-  f.cpu.mem_used_bytes = 1 << 30;
-  f.cpu.mem_total_bytes = int64_t{1} << 34;
+  double v = 12.5;
+  for (const auto& m : kCpuMetrics) {
+    if (m.real)
+      f.cpu.*m.real = v;
+    else
+      f.cpu.*m.integer = static_cast<int64_t>(v * 1e6);
+    v += 1.25;
+  }
   for (int g = 0; g < 8; ++g) {
     GpuSample s;
     s.gpu_index = g;
-    s.power_w = 312.25 + g;
-    s.power_avg_w = 300.5;
-    s.energy_j = 1234.567 + static_cast<double>(tick);
-    s.util_gpu_pct = 97;
-    s.util_mem_pct = 41;
-    s.mem_used_bytes = int64_t{70} << 30;
-    s.mem_total_bytes = int64_t{80} << 30;
-    s.temp_gpu_c = 64;
-    s.temp_mem_c = 71;
-    s.clock_sm_mhz = 1980;
-    s.clock_gfx_mhz = 1980;
-    s.clock_mem_mhz = 2619;
-    s.pcie_link_width = 16;
-    s.pcie_link_width_max = 16;
-    s.pstate = 0;
-    s.power_limit_w = 700;
-    s.throttle_reasons = 0;
+    double x = 312.25 + g;
+    for (const auto& m : kGpuMetrics) {
+      if (m.real)
+        s.*m.real = x + static_cast<double>(tick);
+      else
+        s.*m.integer = static_cast<int64_t>(x) * 1000 + tick;
+      x += 7.5;
+    }
     f.gpus.push_back(s);
   }
   return f;
@@ -192,7 +190,7 @@ void BM_NvmlTickWattscope(benchmark::State& state) {
   o.library_path = WATTSCOPE_FAKE_NVML;
   NvmlSource src(o);
   if (!src.open()) {
-    state.SkipWithError(src.status().c_str());
+    state.SkipWithError(src.status().line().c_str());
     return;
   }
   int64_t tick = 0;

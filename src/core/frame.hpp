@@ -38,7 +38,8 @@ struct CpuSample {
   std::vector<PowerZoneSample> zones;
 };
 
-// One GPU at one tick. `gpu_index` is the device's index as its vendor library numbers it.
+// One GPU at one tick. `gpu_index` is the device's index as its vendor library numbers it. Every measured member is
+// named in the metric registry (core/metrics.hpp), which drives storage, /metrics, the API and the report.
 struct GpuSample {
   int gpu_index = 0;
   OptF power_w;           // instantaneous where the driver has it, else the driver's reading
@@ -62,6 +63,8 @@ struct GpuSample {
   OptI pstate;
   OptF power_limit_w;
   OptI throttle_reasons;              // NVML clock-event reason bit mask
+  OptF util_enc_pct;                  // video encoder busy share
+  OptF util_dec_pct;                  // video decoder busy share
   const char* power_source = nullptr; // static string naming where power_w came from
 };
 

@@ -1,5 +1,6 @@
 #include "core/schema.hpp"
 
+#include <charconv>
 #include <random>
 #include <stdexcept>
 
@@ -38,47 +39,23 @@ constexpr C kDeviceCols[] = {{"run_id", T},
                              {"power_source", T}};
 constexpr std::string_view kDeviceKey[] = {"run_id", "gpu_index"};
 
-constexpr C kCpuCols[] = {{"run_id", T},          {"tick", I},           {"ts_ms", I},
-                          {"util_pct", R},        {"mem_used_bytes", I}, {"mem_total_bytes", I},
-                          {"package_power_w", R}, {"dram_power_w", R},   {"package_energy_j", R},
-                          {"dram_energy_j", R},   {"power_method", T}};
+// Sample tables: identity columns, then the registry's metrics in registry order (core/metrics.hpp).
+#define WATTSCOPE_COLUMN(m, t, ...) C{#m, WATTSCOPE_METRIC_COLTYPE_##t},
+constexpr C kCpuCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I},
+                          WATTSCOPE_CPU_METRICS(WATTSCOPE_COLUMN){"power_method", T}};
 constexpr std::string_view kTickKey[] = {"run_id", "tick"};
 
 constexpr C kCoreCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I}, {"core", I}, {"util_pct", R}};
 constexpr std::string_view kCoreKey[] = {"run_id", "tick", "core"};
 
-constexpr C kZoneCols[] = {{"run_id", T}, {"tick", I},   {"ts_ms", I},   {"zone", T},
-                           {"socket", I}, {"domain", T}, {"power_w", R}, {"energy_j", R}};
+constexpr C kZoneCols[] = {{"run_id", T}, {"tick", I},   {"ts_ms", I}, {"zone", T},
+                           {"socket", I}, {"domain", T}, WATTSCOPE_ZONE_METRICS(WATTSCOPE_COLUMN)};
 constexpr std::string_view kZoneKey[] = {"run_id", "tick", "domain"};
 
-constexpr C kGpuCols[] = {{"run_id", T},
-                          {"tick", I},
-                          {"ts_ms", I},
-                          {"gpu_index", I},
-                          {"uuid", T},
-                          {"name", T},
-                          {"vendor", T},
-                          {"power_w", R},
-                          {"power_avg_w", R},
-                          {"energy_j", R},
-                          {"util_gpu_pct", R},
-                          {"util_mem_pct", R},
-                          {"mem_used_bytes", I},
-                          {"mem_total_bytes", I},
-                          {"temp_gpu_c", R},
-                          {"temp_mem_c", R},
-                          {"clock_sm_mhz", I},
-                          {"clock_gfx_mhz", I},
-                          {"clock_mem_mhz", I},
-                          {"pcie_link_width", I},
-                          {"pcie_link_width_max", I},
-                          {"pcie_tx_bytes_per_s", I},
-                          {"pcie_rx_bytes_per_s", I},
-                          {"fan_pct", R},
-                          {"pstate", I},
-                          {"power_limit_w", R},
-                          {"throttle_reasons", I}};
+constexpr C kGpuCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I}, {"gpu_index", I}, {"uuid", T}, {"name", T},
+                          {"vendor", T}, WATTSCOPE_GPU_METRICS(WATTSCOPE_COLUMN)};
 constexpr std::string_view kGpuKey[] = {"run_id", "tick", "gpu_index"};
+#undef WATTSCOPE_COLUMN
 
 constexpr C kEventCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"kind", T}, {"source", T}, {"detail", T}};
 constexpr std::string_view kEventKey[] = {"run_id", "seq"};
@@ -100,6 +77,16 @@ Value opt(const OptI& v) {
 Value text_or_null(std::string_view s) {
   return s.empty() ? Value() : Value(std::string(s));
 }
+template <class S> Value metric_value(const MetricDef<S>& m, const S& s) {
+  return m.real ? opt(s.*m.real) : opt(s.*m.integer);
+}
+
+// Reads a row by column name: a reader never counts positions.
+struct RowView {
+  TableId id;
+  std::span<const Value> row;
+  const Value& operator[](std::string_view name) const { return row[column_index(id, name)]; }
+};
 } // namespace
 
 const Table& table(TableId id) {
@@ -107,6 +94,29 @@ const Table& table(TableId id) {
 }
 std::span<const Table> all_tables() {
   return kTables;
+}
+int check_schema_version(const std::optional<std::string>& stored, std::string_view store) {
+  if (!stored) return 0;
+  int v = 0;
+  const char* b = stored->data();
+  const char* e = b + stored->size();
+  auto [end, ec] = std::from_chars(b, e, v);
+  if (ec != std::errc() || end != e || v < 0)
+    throw std::runtime_error(fmt::format("{} has schema version '{}', which is not a version number; it was not "
+                                         "written by wattscope or is damaged",
+                                         store, *stored));
+  if (v > kSchemaVersion)
+    throw std::runtime_error(fmt::format("{} has schema version {}, newer than this wattscope's {}: upgrade wattscope "
+                                         "to read or write it",
+                                         store, v, kSchemaVersion));
+  return v;
+}
+
+size_t column_index(TableId id, std::string_view name) {
+  const auto& cols = table(id).columns;
+  for (size_t i = 0; i < cols.size(); ++i)
+    if (cols[i].name == name) return i;
+  throw std::logic_error(fmt::format("table {} has no column {}", table(id).name, name));
 }
 std::optional<TableId> table_by_name(std::string_view name) {
   for (size_t i = 0; i < kTableCount; ++i)
@@ -174,23 +184,25 @@ void append_run_row(const RunInfo& r, TableRows& out) {
 }
 
 RunInfo run_from_row(std::span<const Value> row) {
-  if (row.size() != kTables[0].columns.size()) throw std::runtime_error("runs row has the wrong number of columns");
-  RunInfo r;
-  r.run_id = value_text(row[0]);
-  r.task = value_text(row[1]);
-  r.command = value_text(row[2]);
-  r.host = value_text(row[3]);
-  r.cpu_model = value_text(row[4]);
-  r.start_ms = value_int(row[5]).value_or(0);
-  r.end_ms = value_int(row[6]);
-  r.exit_status = value_int(row[8]);
-  r.interval_ms = value_real(row[9]).value_or(0);
-  r.samples = value_int(row[10]).value_or(0);
-  r.total_energy_j = value_real(row[11]);
-  r.tags = is_null(row[12]) ? "{}" : std::string(value_text(row[12]));
-  r.version = value_text(row[13]);
-  r.summary = is_null(row[14]) ? "{}" : std::string(value_text(row[14]));
-  return r;
+  if (row.size() != table(TableId::Runs).columns.size())
+    throw std::runtime_error("runs row has the wrong number of columns");
+  const RowView r{TableId::Runs, row};
+  RunInfo out;
+  out.run_id = value_text(r["run_id"]);
+  out.task = value_text(r["task"]);
+  out.command = value_text(r["command"]);
+  out.host = value_text(r["host"]);
+  out.cpu_model = value_text(r["cpu_model"]);
+  out.start_ms = value_int(r["start_ms"]).value_or(0);
+  out.end_ms = value_int(r["end_ms"]);
+  out.exit_status = value_int(r["exit_status"]);
+  out.interval_ms = value_real(r["interval_ms"]).value_or(0);
+  out.samples = value_int(r["samples"]).value_or(0);
+  out.total_energy_j = value_real(r["total_energy_j"]);
+  out.tags = is_null(r["tags"]) ? "{}" : std::string(value_text(r["tags"]));
+  out.version = value_text(r["wattscope_version"]);
+  out.summary = is_null(r["summary"]) ? "{}" : std::string(value_text(r["summary"]));
+  return out;
 }
 
 void append_device_row(std::string_view run_id, const GpuDevice& d, TableRows& out) {
@@ -210,18 +222,19 @@ void append_device_row(std::string_view run_id, const GpuDevice& d, TableRows& o
 }
 
 GpuDevice device_from_row(std::span<const Value> row) {
+  const RowView r{TableId::GpuDevices, row};
   GpuDevice d;
-  d.gpu_index = static_cast<int>(value_int(row[1]).value_or(0));
-  d.vendor = value_text(row[2]);
-  d.uuid = value_text(row[3]);
-  d.name = value_text(row[4]);
-  d.pci_bus_id = value_text(row[5]);
-  d.mem_total_bytes = value_int(row[6]);
-  d.power_limit_w = value_real(row[7]);
-  d.clock_sm_max_mhz = value_int(row[8]);
-  d.clock_mem_max_mhz = value_int(row[9]);
-  d.energy_method = value_text(row[10]);
-  d.power_source = value_text(row[11]);
+  d.gpu_index = static_cast<int>(value_int(r["gpu_index"]).value_or(0));
+  d.vendor = value_text(r["vendor"]);
+  d.uuid = value_text(r["uuid"]);
+  d.name = value_text(r["name"]);
+  d.pci_bus_id = value_text(r["pci_bus_id"]);
+  d.mem_total_bytes = value_int(r["mem_total_bytes"]);
+  d.power_limit_w = value_real(r["power_limit_w"]);
+  d.clock_sm_max_mhz = value_int(r["clock_sm_max_mhz"]);
+  d.clock_mem_max_mhz = value_int(r["clock_mem_max_mhz"]);
+  d.energy_method = value_text(r["energy_method"]);
+  d.power_source = value_text(r["power_source"]);
   return d;
 }
 
@@ -232,13 +245,8 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
     c.push_back(rid);
     c.emplace_back(f.tick);
     c.emplace_back(f.ts_ms);
-    c.push_back(opt(f.cpu.util_pct));
-    c.push_back(opt(f.cpu.mem_used_bytes));
-    c.push_back(opt(f.cpu.mem_total_bytes));
-    c.push_back(opt(f.cpu.package_power_w));
-    c.push_back(opt(f.cpu.dram_power_w));
-    c.push_back(opt(f.cpu.package_energy_j));
-    c.push_back(opt(f.cpu.dram_energy_j));
+    for (const auto& m : kCpuMetrics)
+      c.push_back(metric_value(m, f.cpu));
     c.push_back(f.cpu.power_method ? Value(std::string_view(f.cpu.power_method)) : Value());
   }
   {
@@ -250,8 +258,8 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
       c.emplace_back(z.zone);
       c.push_back(opt(z.socket));
       c.emplace_back(z.domain);
-      c.push_back(opt(z.power_w));
-      c.push_back(opt(z.energy_j));
+      for (const auto& m : kZoneMetrics)
+        c.push_back(metric_value(m, z));
     }
   }
   {
@@ -276,26 +284,8 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
     g.push_back(dev && !dev->uuid.empty() ? Value(std::string_view(dev->uuid)) : Value());
     g.push_back(dev && !dev->name.empty() ? Value(std::string_view(dev->name)) : Value());
     g.push_back(dev && !dev->vendor.empty() ? Value(std::string_view(dev->vendor)) : Value());
-    g.push_back(opt(s.power_w));
-    g.push_back(opt(s.power_avg_w));
-    g.push_back(opt(s.energy_j));
-    g.push_back(opt(s.util_gpu_pct));
-    g.push_back(opt(s.util_mem_pct));
-    g.push_back(opt(s.mem_used_bytes));
-    g.push_back(opt(s.mem_total_bytes));
-    g.push_back(opt(s.temp_gpu_c));
-    g.push_back(opt(s.temp_mem_c));
-    g.push_back(opt(s.clock_sm_mhz));
-    g.push_back(opt(s.clock_gfx_mhz));
-    g.push_back(opt(s.clock_mem_mhz));
-    g.push_back(opt(s.pcie_link_width));
-    g.push_back(opt(s.pcie_link_width_max));
-    g.push_back(opt(s.pcie_tx_bytes_per_s));
-    g.push_back(opt(s.pcie_rx_bytes_per_s));
-    g.push_back(opt(s.fan_pct));
-    g.push_back(opt(s.pstate));
-    g.push_back(opt(s.power_limit_w));
-    g.push_back(opt(s.throttle_reasons));
+    for (const auto& m : kGpuMetrics)
+      g.push_back(metric_value(m, s));
   }
   for (const auto& d : f.device_rows)
     append_device_row(run_id, d, out.tables[static_cast<size_t>(TableId::GpuDevices)]);

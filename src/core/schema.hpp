@@ -12,13 +12,14 @@
 #include <vector>
 
 #include "core/frame.hpp"
+#include "core/metrics.hpp"
 
 namespace wattscope {
 
-// 2: cpu_samples power columns, cpu_power_samples, gpu_samples.vendor. Older stores are migrated forward.
-inline constexpr int kSchemaVersion = 2;
-
-enum class ColType { Int, Real, Text };
+// 2: cpu_samples power columns, cpu_power_samples, gpu_samples.vendor. 3: gpu_samples.util_enc_pct, util_dec_pct.
+// Older stores are migrated forward (a column this version has and the store lacks is added); a store written by a
+// newer version is refused.
+inline constexpr int kSchemaVersion = 3;
 
 struct Column {
   std::string_view name;
@@ -44,7 +45,15 @@ enum class TableId : size_t {
 };
 inline constexpr size_t kTableCount = static_cast<size_t>(TableId::Count);
 
+// The schema_version a store holds (its text; nullopt when the store has none yet, which reads as 0). Throws
+// std::runtime_error naming `store` when it is not a number, or newer than this wattscope's (kSchemaVersion): such
+// a store is refused rather than misread.
+int check_schema_version(const std::optional<std::string>& stored, std::string_view store);
+
 const Table& table(TableId id);
+// The position of a column in its table's rows, by name. Throws std::logic_error for a name the table lacks: reading
+// code names columns, never counts them.
+size_t column_index(TableId id, std::string_view name);
 std::span<const Table> all_tables();
 std::optional<TableId> table_by_name(std::string_view name);
 

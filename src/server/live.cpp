@@ -1,9 +1,12 @@
 #include "server/live.hpp"
 
 #include <cmath>
+#include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "core/metrics.hpp"
 #include "core/time_util.hpp"
 #include "wattscope/version.hpp"
 
@@ -18,9 +21,6 @@ nlohmann::json opt(const OptI& v) {
   return v ? nlohmann::json(*v) : nlohmann::json();
 }
 float f_or_nan(const OptF& v) {
-  return v ? static_cast<float>(*v) : NAN;
-}
-float f_or_nan(const OptI& v) {
   return v ? static_cast<float>(*v) : NAN;
 }
 
@@ -68,29 +68,44 @@ private:
   std::string current_;
 };
 
+template <class S> nlohmann::json metric_json(const MetricDef<S>& m, const S& s) {
+  if (m.real) return opt(s.*m.real);
+  return opt(s.*m.integer);
+}
+
+// A GPU in /api/v1/current and the event stream: identity, then every registry metric under its column name.
 nlohmann::json gpu_json(const GpuSample& s, const GpuDevice* d) {
-  return {{"index", s.gpu_index},
-          {"uuid", d ? d->uuid : ""},
-          {"name", d ? d->name : ""},
-          {"vendor", d ? d->vendor : ""},
-          {"power_w", opt(s.power_w)},
-          {"power_avg_w", opt(s.power_avg_w)},
-          {"power_limit_w", opt(s.power_limit_w)},
-          {"energy_j", opt(s.energy_j)},
-          {"energy_method", d ? d->energy_method : ""},
-          {"util_gpu_pct", opt(s.util_gpu_pct)},
-          {"util_mem_pct", opt(s.util_mem_pct)},
-          {"mem_used_bytes", opt(s.mem_used_bytes)},
-          {"mem_total_bytes", opt(s.mem_total_bytes)},
-          {"temp_gpu_c", opt(s.temp_gpu_c)},
-          {"temp_mem_c", opt(s.temp_mem_c)},
-          {"clock_sm_mhz", opt(s.clock_sm_mhz)},
-          {"clock_mem_mhz", opt(s.clock_mem_mhz)},
-          {"pcie_tx_bytes_per_s", opt(s.pcie_tx_bytes_per_s)},
-          {"pcie_rx_bytes_per_s", opt(s.pcie_rx_bytes_per_s)},
-          {"fan_pct", opt(s.fan_pct)},
-          {"pstate", opt(s.pstate)},
-          {"throttle_reasons", opt(s.throttle_reasons)}};
+  nlohmann::json j = {{"index", s.gpu_index},
+                      {"uuid", d ? d->uuid : ""},
+                      {"name", d ? d->name : ""},
+                      {"vendor", d ? d->vendor : ""},
+                      {"energy_method", d ? d->energy_method : ""}};
+  for (const auto& m : kGpuMetrics)
+    j[std::string(m.info.column)] = metric_json(m, s);
+  return j;
+}
+
+// "power_w" -> "power_peak_w": the peak sits before the unit, as the column's unit stays last.
+std::string peak_key(std::string_view column) {
+  const auto us = column.rfind('_');
+  if (us == std::string_view::npos) return std::string(column) + "_peak";
+  return std::string(column.substr(0, us)) + "_peak" + std::string(column.substr(us));
+}
+
+// The metrics kept in the history ring, in ring order: CPU ones first, then per GPU.
+template <class S> std::vector<const MetricDef<S>*> history_metrics(std::span<const MetricDef<S>> all) {
+  std::vector<const MetricDef<S>*> out;
+  for (const auto& m : all)
+    if (m.info.flags & kHistory) out.push_back(&m);
+  return out;
+}
+const std::vector<const MetricDef<CpuSample>*>& cpu_history() {
+  static const auto v = history_metrics(kCpuMetrics);
+  return v;
+}
+const std::vector<const MetricDef<GpuSample>*>& gpu_history() {
+  static const auto v = history_metrics(kGpuMetrics);
+  return v;
 }
 
 } // namespace
@@ -99,6 +114,10 @@ LiveState::LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds i
   const int64_t points = std::max<int64_t>(1, retain / interval);
   stride_ = static_cast<size_t>((points + static_cast<int64_t>(kMaxPoints) - 1) / static_cast<int64_t>(kMaxPoints));
   capacity_ = static_cast<size_t>(points) / stride_ + 1;
+}
+
+size_t LiveState::width() const {
+  return cpu_history().size() + gpu_history().size() * devices_.size();
 }
 
 void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
@@ -122,16 +141,14 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
     }
     if (static_cast<size_t>(f->tick) % stride_ == 0) {
       ts_.push_back(f->ts_ms);
-      values_.push_back(f_or_nan(f->cpu.util_pct));
-      values_.push_back(f_or_nan(f->cpu.package_power_w));
+      for (const auto* m : cpu_history())
+        values_.push_back(f_or_nan(m->get(f->cpu)));
       for (const auto& d : devices_) {
         const GpuSample* s = nullptr;
         for (const auto& g : f->gpus)
           if (g.gpu_index == d.gpu_index) s = &g;
-        values_.push_back(s ? f_or_nan(s->power_w) : NAN);
-        values_.push_back(s ? f_or_nan(s->util_gpu_pct) : NAN);
-        values_.push_back(s ? f_or_nan(s->mem_used_bytes) : NAN);
-        values_.push_back(s ? f_or_nan(s->temp_gpu_c) : NAN);
+        for (const auto* m : gpu_history())
+          values_.push_back(s ? f_or_nan(m->get(*s)) : NAN);
       }
       while (ts_.size() > capacity_) {
         ts_.pop_front();
@@ -185,14 +202,9 @@ nlohmann::json LiveState::current_json() const {
       }
     }
     const auto& c = latest_->cpu;
-    cpu = {{"util_pct", opt(c.util_pct)},
-           {"mem_used_bytes", opt(c.mem_used_bytes)},
-           {"mem_total_bytes", opt(c.mem_total_bytes)},
-           {"package_power_w", opt(c.package_power_w)},
-           {"dram_power_w", opt(c.dram_power_w)},
-           {"package_energy_j", opt(c.package_energy_j)},
-           {"dram_energy_j", opt(c.dram_energy_j)},
-           {"power_method", c.power_method ? nlohmann::json(c.power_method) : nlohmann::json()}};
+    for (const auto& m : kCpuMetrics)
+      cpu[std::string(m.info.column)] = metric_json(m, c);
+    cpu["power_method"] = c.power_method ? nlohmann::json(c.power_method) : nlohmann::json();
     if (c.package_energy_j) {
       total += *c.package_energy_j + c.dram_energy_j.value_or(0);
       any_energy = true;
@@ -261,21 +273,24 @@ nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chro
     return out;
   };
   nlohmann::json gpus = nlohmann::json::array();
+  const size_t ncpu = cpu_history().size(), ngpu = gpu_history().size();
   for (size_t g = 0; g < devices_.size(); ++g) {
-    const size_t base = 2 + g * kPerGpu;
-    gpus.push_back({{"index", devices_[g].gpu_index},
-                    {"power_w", column(base, false)},
-                    {"power_peak_w", column(base, true)},
-                    {"util_gpu_pct", column(base + 1, false)},
-                    {"mem_used_bytes", column(base + 2, false)},
-                    {"temp_gpu_c", column(base + 3, false)}});
+    nlohmann::json one = {{"index", devices_[g].gpu_index}};
+    for (size_t k = 0; k < ngpu; ++k) {
+      const auto& info = gpu_history()[k]->info;
+      one[std::string(info.column)] = column(ncpu + g * ngpu + k, false);
+      if (info.flags & kPeak) one[peak_key(info.column)] = column(ncpu + g * ngpu + k, true);
+    }
+    gpus.push_back(std::move(one));
   }
-  return {{"from_ms", from},
-          {"step_s", static_cast<double>(step_ms) / 1000.0},
-          {"ts_ms", bucket_ts},
-          {"cpu_util_pct", column(0, false)},
-          {"cpu_package_power_w", column(1, false)},
-          {"gpus", gpus}};
+  nlohmann::json out = {{"from_ms", from}, {"step_s", static_cast<double>(step_ms) / 1000.0}, {"ts_ms", bucket_ts}};
+  for (size_t k = 0; k < ncpu; ++k) {
+    const auto& info = cpu_history()[k]->info;
+    out["cpu_" + std::string(info.column)] = column(k, false);
+    if (info.flags & kPeak) out["cpu_" + peak_key(info.column)] = column(k, true);
+  }
+  out["gpus"] = std::move(gpus);
+  return out;
 }
 
 std::string LiveState::metrics_text() const {
@@ -308,16 +323,6 @@ std::string LiveState::metrics_text() const {
     gs.emplace_back(&s, fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"", s.gpu_index,
                                     escape_label(d ? d->uuid : ""), escape_label(d ? d->name : ""), host));
   }
-  auto gpu_family = [&](std::string_view name, std::string_view type, std::string_view help, auto get,
-                        double scale = 1) {
-    bool any = false;
-    for (auto& [s, l] : gs)
-      any = any || get(*s).has_value();
-    if (!any) return;
-    x.family(name, type, help);
-    for (auto& [s, l] : gs)
-      x.sample(l, get(*s), scale);
-  };
   x.family("wattscope_gpu_up", "gauge", "1 when the GPU answered the latest tick, 0 when it is lost.");
   for (const auto& d : devices_) {
     bool up = false;
@@ -327,103 +332,61 @@ std::string LiveState::metrics_text() const {
                          escape_label(d.name), host),
              up ? 1.0 : 0.0);
   }
-  gpu_family("wattscope_gpu_power_watts", "gauge", "GPU power draw (instantaneous where the driver has it).",
-             [](const GpuSample& s) { return s.power_w; });
-  gpu_family("wattscope_gpu_power_average_watts", "gauge", "GPU power averaged by the driver (1 s window).",
-             [](const GpuSample& s) { return s.power_avg_w; });
-  {
+  // Registry metrics sharing a family (the clocks, the link widths) are adjacent: HELP and TYPE once, then every
+  // member's samples with its constant labels. A family no GPU reports is left out (absent, never 0).
+  const auto gm = kGpuMetrics;
+  for (size_t i = 0; i < gm.size();) {
+    size_t end = i;
+    while (end < gm.size() && gm[end].info.prom_family == gm[i].info.prom_family)
+      ++end;
+    const MetricInfo& info = gm[i].info;
     bool any = false;
-    for (auto& [s, l] : gs)
-      any = any || s->energy_j.has_value();
-    if (any) {
-      x.family("wattscope_gpu_energy_joules_total", "counter",
-               "GPU energy since serve started: hardware counter (method=\"counter\") or integrated power.");
+    for (size_t k = i; k < end; ++k)
+      for (auto& [s, l] : gs)
+        any = any || gm[k].has(*s);
+    if (!info.prom_family.empty() && any) {
+      x.family(info.prom_family, info.prom_kind == PromKind::Counter ? "counter" : "gauge", info.help);
       for (auto& [s, l] : gs) {
-        std::string method;
-        for (const auto& d : devices_)
-          if (d.gpu_index == s->gpu_index) method = d.energy_method;
-        x.sample(l + fmt::format(",method=\"{}\"", escape_label(method)), s->energy_j);
+        for (size_t k = i; k < end; ++k) {
+          const MetricInfo& mk = gm[k].info;
+          std::string labels = l;
+          if (!mk.prom_labels.empty()) labels += "," + std::string(mk.prom_labels);
+          if (mk.flags & kMethodLabel) {
+            std::string method;
+            for (const auto& d : devices_)
+              if (d.gpu_index == s->gpu_index) method = d.energy_method;
+            labels += fmt::format(",method=\"{}\"", escape_label(method));
+          }
+          x.sample(labels, gm[k].get(*s), mk.prom_scale);
+        }
       }
     }
+    i = end;
   }
-  gpu_family(
-      "wattscope_gpu_utilization_ratio", "gauge", "Share of time a kernel ran (NVML GPU utilisation).",
-      [](const GpuSample& s) { return s.util_gpu_pct; }, 0.01);
-  gpu_family(
-      "wattscope_gpu_memory_utilization_ratio", "gauge", "Share of time device memory was read or written.",
-      [](const GpuSample& s) { return s.util_mem_pct; }, 0.01);
-  gpu_family("wattscope_gpu_memory_used_bytes", "gauge", "Device memory in use.",
-             [](const GpuSample& s) { return s.mem_used_bytes; });
-  gpu_family("wattscope_gpu_memory_total_bytes", "gauge", "Device memory size.",
-             [](const GpuSample& s) { return s.mem_total_bytes; });
-  gpu_family("wattscope_gpu_temperature_celsius", "gauge", "GPU die temperature.",
-             [](const GpuSample& s) { return s.temp_gpu_c; });
-  gpu_family("wattscope_gpu_memory_temperature_celsius", "gauge", "GPU memory temperature.",
-             [](const GpuSample& s) { return s.temp_mem_c; });
-  {
-    bool any = false;
-    for (auto& [s, l] : gs)
-      any = any || s->clock_sm_mhz || s->clock_gfx_mhz || s->clock_mem_mhz;
-    if (any) {
-      x.family("wattscope_gpu_clock_hertz", "gauge", "GPU clocks.");
-      for (auto& [s, l] : gs) {
-        x.sample(l + ",clock=\"sm\"", s->clock_sm_mhz, 1e6);
-        x.sample(l + ",clock=\"graphics\"", s->clock_gfx_mhz, 1e6);
-        x.sample(l + ",clock=\"memory\"", s->clock_mem_mhz, 1e6);
-      }
-    }
-  }
-  {
-    bool any = false;
-    for (auto& [s, l] : gs)
-      any = any || s->pcie_link_width || s->pcie_link_width_max;
-    if (any) {
-      x.family("wattscope_gpu_pcie_link_width", "gauge", "PCIe link width in lanes (current and maximum).");
-      for (auto& [s, l] : gs) {
-        x.sample(l + ",kind=\"current\"", s->pcie_link_width);
-        x.sample(l + ",kind=\"max\"", s->pcie_link_width_max);
-      }
-    }
-  }
-  gpu_family("wattscope_gpu_pcie_transmit_bytes_per_second", "gauge", "PCIe TX throughput.",
-             [](const GpuSample& s) { return s.pcie_tx_bytes_per_s; });
-  gpu_family("wattscope_gpu_pcie_receive_bytes_per_second", "gauge", "PCIe RX throughput.",
-             [](const GpuSample& s) { return s.pcie_rx_bytes_per_s; });
-  gpu_family(
-      "wattscope_gpu_fan_speed_ratio", "gauge", "Fan speed as a share of its maximum.",
-      [](const GpuSample& s) { return s.fan_pct; }, 0.01);
-  gpu_family("wattscope_gpu_performance_state", "gauge", "P-state (0 is the fastest).",
-             [](const GpuSample& s) { return s.pstate; });
-  gpu_family("wattscope_gpu_power_limit_watts", "gauge", "Enforced power limit.",
-             [](const GpuSample& s) { return s.power_limit_w; });
-  gpu_family("wattscope_gpu_throttle_reasons", "gauge", "NVML clock-event (throttle) reason bit mask.",
-             [](const GpuSample& s) { return s.throttle_reasons; });
 
   const auto& c = f.cpu;
-  if (c.util_pct) {
-    x.family("wattscope_cpu_utilization_ratio", "gauge", "Host CPU busy share over the last interval.");
-    x.sample(fmt::format("host=\"{}\"", host), c.util_pct, 0.01);
-  }
-  if (c.mem_used_bytes) {
-    x.family("wattscope_memory_used_bytes", "gauge", "Host memory in use (total minus available).");
-    x.sample(fmt::format("host=\"{}\"", host), c.mem_used_bytes);
-    x.family("wattscope_memory_total_bytes", "gauge", "Host memory size.");
-    x.sample(fmt::format("host=\"{}\"", host), c.mem_total_bytes);
+  const std::string host_label = fmt::format("host=\"{}\"", host);
+  for (const auto& m : kCpuMetrics) {
+    const MetricInfo& info = m.info;
+    if (info.prom_family.empty() || !m.has(c)) continue;
+    if ((info.flags & kNoZones) && !c.zones.empty()) continue;
+    x.family(info.prom_family, info.prom_kind == PromKind::Counter ? "counter" : "gauge", info.help);
+    std::string labels = host_label;
+    if (info.flags & kMethodLabel)
+      labels += fmt::format(",method=\"{}\"", c.power_method ? escape_label(c.power_method) : "");
+    x.sample(labels, m.get(c), info.prom_scale);
   }
   if (!c.zones.empty()) {
     auto zl = [&](const PowerZoneSample& z) {
       return fmt::format("host=\"{}\",zone=\"{}\",domain=\"{}\",socket=\"{}\"", host, escape_label(z.zone),
                          escape_label(z.domain), z.socket ? std::to_string(*z.socket) : "");
     };
-    x.family("wattscope_cpu_power_watts", "gauge", "RAPL zone power over the last interval.");
-    for (const auto& z : c.zones)
-      x.sample(zl(z), z.power_w);
-    x.family("wattscope_cpu_energy_joules_total", "counter", "RAPL zone energy since serve started.");
-    for (const auto& z : c.zones)
-      x.sample(zl(z), z.energy_j);
-  } else if (c.package_power_w) {
-    x.family("wattscope_cpu_package_power_watts", "gauge", "CPU package power, method as a label.");
-    x.sample(fmt::format("host=\"{}\",method=\"{}\"", host, c.power_method ? c.power_method : ""), c.package_power_w);
+    for (const auto& m : kZoneMetrics) {
+      if (m.info.prom_family.empty()) continue;
+      x.family(m.info.prom_family, m.info.prom_kind == PromKind::Counter ? "counter" : "gauge", m.info.help);
+      for (const auto& z : c.zones)
+        x.sample(zl(z), m.get(z), m.info.prom_scale);
+    }
   }
   return x.take();
 }

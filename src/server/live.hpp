@@ -45,9 +45,8 @@ public:
   static constexpr size_t kMaxPoints = 200'000;
 
 private:
-  // A compact history point: CPU utilisation and package power, then per GPU power, utilisation, memory, temperature.
-  static constexpr size_t kPerGpu = 4;
-  size_t width() const { return 2 + kPerGpu * devices_.size(); }
+  // A compact history point: the CPU metrics flagged kHistory in the registry, then per GPU the GPU ones.
+  size_t width() const;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

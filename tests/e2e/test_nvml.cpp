@@ -50,6 +50,8 @@ json device(int i, std::vector<std::string> unsupported = {}) {
   m["pstate"] = series(i, 14, 0, 2);
   m["power_limit_mw"] = series(i, 15, 1000, 300000);
   m["clock_events"] = series(i, 16, 1);
+  m["util_enc"] = series(i, 17);
+  m["util_dec"] = series(i, 18);
   json d = {{"name", "NVIDIA H100 80GB HBM3"},
             {"uuid", "GPU-" + std::to_string(1000 + i) + "-aaaa-bbbb"},
             {"pci_bus_id", "00000000:" + std::to_string(10 + i) + ":00.0"},
@@ -97,7 +99,8 @@ std::optional<double> num(const std::optional<std::string>& s) {
 const char* kColumns =
     "power_w, power_avg_w, energy_j, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_total_bytes, temp_gpu_c, "
     "temp_mem_c, clock_sm_mhz, clock_gfx_mhz, clock_mem_mhz, pcie_link_width, pcie_link_width_max, fan_pct, pstate, "
-    "power_limit_w, throttle_reasons, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, uuid, name";
+    "power_limit_w, throttle_reasons, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, uuid, name, util_enc_pct, "
+    "util_dec_pct";
 
 // Every stored field of every row equals the scenario's value for that device at that call index.
 void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<std::string> unsupported = {}) {
@@ -146,6 +149,8 @@ void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<st
     }
     EXPECT_EQ(r[20], scen["devices"][dev]["uuid"].get<std::string>());
     EXPECT_EQ(r[21], scen["devices"][dev]["name"].get<std::string>());
+    check(22, "util_enc", at("util_enc"));
+    check(23, "util_dec", at("util_dec"));
   }
   if (!unsupported.count("pcie_tx_kbs")) {
     EXPECT_GT(pcie_seen, 0);

@@ -268,6 +268,16 @@ Return device_enforced_power_limit(Device d, unsigned int* mw) {
 Return device_clock_events(Device d, unsigned long long* mask) {
   return metric_to(d, "clock_events", mask);
 }
+Return device_encoder_utilization(Device d, unsigned int* pct, unsigned int* period_us) {
+  if (!period_us) return kErrorInvalidArgument;
+  *period_us = 167000;
+  return metric_to(d, "util_enc", pct);
+}
+Return device_decoder_utilization(Device d, unsigned int* pct, unsigned int* period_us) {
+  if (!period_us) return kErrorInvalidArgument;
+  *period_us = 167000;
+  return metric_to(d, "util_dec", pct);
+}
 Return device_field_values(Device d, int count, FieldValue* values) {
   if (!values || count <= 0) return kErrorInvalidArgument;
   {

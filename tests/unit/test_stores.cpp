@@ -5,6 +5,9 @@
 #include <algorithm>
 
 #include "../support/support.hpp"
+#include <sqlite3.h>
+
+#include "core/metrics.hpp"
 #include "core/schema.hpp"
 #include "sinks/csv/csv_reader.hpp"
 #include "sinks/csv/csv_store.hpp"
@@ -59,6 +62,7 @@ Frame sample_frame(int64_t tick) {
     f.gpus.push_back(s);
   }
   if (tick == 1) f.events.push_back({0, f.ts_ms, "marker", "test", "epoch 1, \"quoted\"\nsecond line"});
+  f.cpu.zones.push_back({"package", "intel-rapl:0", int64_t{0}, 41.5 + static_cast<double>(tick), 4.15 * tick});
   return f;
 }
 
@@ -101,15 +105,62 @@ void write_run(Sink& sink, RunInfo& run, const std::vector<GpuDevice>& devs, int
 
 } // namespace
 
+// Every column of every table either names its unit in a suffix the registry's unit implies, or is one of the
+// identity, time and text columns listed here. A new column with neither fails.
 TEST(Schema, TablesAndColumnsCarryUnits) {
   EXPECT_TRUE(table_by_name("cpu_samples"));
   EXPECT_TRUE(table_by_name("gpu_samples"));
   EXPECT_TRUE(table_by_name("events"));
   EXPECT_FALSE(table_by_name("nope"));
-  bool has_power = false;
-  for (const auto& c : table(TableId::GpuSamples).columns)
-    has_power = has_power || c.name == "power_w";
-  EXPECT_TRUE(has_power);
+  const std::vector<std::pair<std::string_view, std::string_view>> unit_suffix = {
+      {"W", "_w"}, {"J", "_j"}, {"%", "_pct"}, {"bytes", "_bytes"}, {"C", "_c"}, {"MHz", "_mhz"},
+      {"B/s", "_bytes_per_s"}};
+  // Unitless by nature: a lane count, a P-state number, a bit mask.
+  const std::vector<std::string_view> unitless = {"pcie_link_width", "pcie_link_width_max", "pstate",
+                                                  "throttle_reasons"};
+  const std::vector<std::string_view> not_measurements = {
+      "run_id", "task", "command", "host", "cpu_model", "exit_status", "samples", "tags", "wattscope_version",
+      "summary", "gpu_index", "vendor", "uuid", "name", "pci_bus_id", "energy_method", "power_source", "tick",
+      "core", "zone", "socket", "domain", "power_method", "seq", "kind", "source", "detail"};
+  auto check = [&](std::string_view column, std::string_view unit) {
+    if (std::find(unitless.begin(), unitless.end(), column) != unitless.end()) {
+      EXPECT_TRUE(unit.empty() || unit == "lanes") << column;
+      return;
+    }
+    bool found = false;
+    for (const auto& [u, suffix] : unit_suffix)
+      if (u == unit) {
+        found = true;
+        EXPECT_TRUE(column.ends_with(suffix)) << column << " is in " << unit << " but does not end in " << suffix;
+      }
+    EXPECT_TRUE(found) << column << ": unit '" << unit << "' has no suffix rule";
+  };
+  auto registry_unit = [](std::string_view column) -> std::optional<std::string_view> {
+    for (const auto& m : kGpuMetrics)
+      if (m.info.column == column) return m.info.unit;
+    for (const auto& m : kCpuMetrics)
+      if (m.info.column == column) return m.info.unit;
+    for (const auto& m : kZoneMetrics)
+      if (m.info.column == column) return m.info.unit;
+    return std::nullopt;
+  };
+  size_t checked = 0;
+  for (const auto& t : all_tables()) {
+    for (const auto& c : t.columns) {
+      ++checked;
+      if (std::find(not_measurements.begin(), not_measurements.end(), c.name) != not_measurements.end()) continue;
+      if (auto unit = registry_unit(c.name)) {
+        check(c.name, *unit);
+        continue;
+      }
+      // Not from the registry: run and device facts, which still carry their unit in the name.
+      const bool has_suffix = c.name.ends_with("_ms") || c.name.ends_with("_s") || c.name.ends_with("_w") ||
+                              c.name.ends_with("_j") || c.name.ends_with("_bytes") || c.name.ends_with("_mhz") ||
+                              c.name.ends_with("_pct");
+      EXPECT_TRUE(has_suffix) << t.name << "." << c.name << " names no unit";
+    }
+  }
+  EXPECT_GT(checked, 60u);
 }
 
 TEST(Stores, SqliteAndCsvHoldTheSameRows) {
@@ -134,7 +185,7 @@ TEST(Stores, SqliteAndCsvHoldTheSameRows) {
   auto a = dump(*rs, runs_s[0]);
   auto b = dump(*rc, runs_c[0]);
   EXPECT_EQ(a, b);
-  EXPECT_EQ(a.size(), 2u /*devices*/ + 5 /*cpu*/ + 10 /*cores*/ + 10 /*gpu*/ + 1 /*event*/);
+  EXPECT_EQ(a.size(), 2u /*devices*/ + 5 /*cpu*/ + 10 /*cores*/ + 5 /*zones*/ + 10 /*gpu*/ + 1 /*event*/);
   // Missing stays missing; a measured zero stays zero.
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM cpu_samples WHERE util_pct IS NULL"), "1");
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples WHERE util_gpu_pct = 0"), "10");
@@ -144,22 +195,36 @@ TEST(Stores, SqliteAndCsvHoldTheSameRows) {
             std::to_string(kSchemaVersion));
 }
 
+// The CSV header of every table equals the columns SQLite really created for it (pragma table_info), in order.
 TEST(Stores, CsvColumnsMatchTheSqlTables) {
   wstest::TempDir dir;
   RunInfo run = sample_run("t");
   auto devs = two_gpus();
   auto csv = make_csv_sink(dir / "csv");
   write_run(*csv, run, devs, 2);
-  for (TableId t : {TableId::Runs, TableId::CpuSamples, TableId::GpuSamples, TableId::Events}) {
-    std::string file = dir / ("csv/" + csv_file_name(run, t));
+  auto sq = make_sqlite_sink(dir / "w.db");
+  write_run(*sq, run, devs, 2);
+  sq.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2((dir / "w.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  for (const auto& t : all_tables()) {
+    const TableId id = *table_by_name(t.name);
+    std::string file = dir / ("csv/" + csv_file_name(run, id));
     std::string text = wstest::read_file(file);
     std::string header = text.substr(0, text.find('\n'));
-    std::string expect;
-    for (const auto& c : table(t).columns)
-      expect += (expect.empty() ? "" : ",") + std::string(c.name);
-    EXPECT_EQ(header, expect) << file;
-    EXPECT_EQ(csv_file_name(run, t).rfind("t_20261121T120329Z_", 0), 0u);
+    std::string sql_columns;
+    sqlite3_stmt* st = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, fmt::format("PRAGMA table_info({})", t.name).c_str(), -1, &st, nullptr),
+              SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW)
+      sql_columns += (sql_columns.empty() ? "" : ",") +
+                     std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
+    sqlite3_finalize(st);
+    EXPECT_FALSE(sql_columns.empty()) << t.name;
+    EXPECT_EQ(header, sql_columns) << file;
+    EXPECT_EQ(csv_file_name(run, id).rfind("t_20261121T120329Z_", 0), 0u);
   }
+  sqlite3_close(db);
 }
 
 TEST(Stores, ReplayedBatchIsIdempotentInSqlite) {
@@ -186,6 +251,53 @@ TEST(Stores, NewerSchemaIsRefusedWithAMessage) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("schema version 99"), std::string::npos) << e.what();
   }
+  // Readers (list, show, report, export) refuse it too, rather than misread it.
+  try {
+    make_sqlite_reader(dir / "w.db")->runs();
+    FAIL() << "a reader accepted a newer schema";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("newer than this wattscope's"), std::string::npos) << e.what();
+  }
+  // A version that is not a number is refused by both, naming the value.
+  wstest::run({"/usr/bin/sqlite3", dir / "w.db", "UPDATE meta SET value='3x' WHERE key='schema_version'"});
+  for (int reader = 0; reader < 2; ++reader) {
+    try {
+      if (reader)
+        make_sqlite_reader(dir / "w.db")->runs();
+      else
+        make_sqlite_sink(dir / "w.db")->begin_run(run);
+      FAIL() << "accepted schema version '3x'";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("'3x', which is not a version number"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// An older store (without the columns added since) is read by name: the missing columns read as NULL.
+TEST(Stores, OlderStoreIsReadWithMissingColumnsAsNull) {
+  wstest::TempDir dir;
+  RunInfo run = sample_run("t");
+  auto devs = two_gpus();
+  {
+    auto sq = make_sqlite_sink(dir / "w.db");
+    write_run(*sq, run, devs, 2);
+  }
+  // Make it look like a version-2 store: no encoder/decoder columns.
+  wstest::run({"/usr/bin/sqlite3", dir / "w.db",
+               "ALTER TABLE gpu_samples DROP COLUMN util_enc_pct; ALTER TABLE gpu_samples DROP COLUMN util_dec_pct; "
+               "UPDATE meta SET value='2' WHERE key='schema_version'"});
+  auto r = make_sqlite_reader(dir / "w.db");
+  const auto runs = r->runs();
+  ASSERT_EQ(runs.size(), 1u);
+  size_t rows = 0;
+  const size_t enc = column_index(TableId::GpuSamples, "util_enc_pct");
+  const size_t power = column_index(TableId::GpuSamples, "power_w");
+  r->scan(TableId::GpuSamples, runs[0], [&](std::span<const Value> row) {
+    ++rows;
+    EXPECT_TRUE(is_null(row[enc]));
+    EXPECT_TRUE(value_real(row[power]).has_value());
+  });
+  EXPECT_EQ(rows, 4u);
 }
 
 TEST(Stores, UnwritablePlacesSayWhatToDo) {
@@ -261,5 +373,41 @@ TEST(Stores, OlderSchemaIsMigratedForward) {
   EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion));
   EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM cpu_samples"), "3");
   EXPECT_EQ(wstest::scalar(db, "SELECT package_power_w IS NULL FROM cpu_samples WHERE run_id='old-run'"), "1");
-  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM cpu_power_samples"), "0");
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM cpu_power_samples"), "2");
+}
+
+// Version 2 to 3: gpu_samples gains the encoder and decoder columns; old rows read them as NULL.
+TEST(Stores, EncoderColumnsAreAddedToAVersion2Store) {
+  wstest::TempDir dir;
+  const std::string db = dir / "v2.db";
+  wstest::run({"/usr/bin/sqlite3", db,
+               "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT); INSERT INTO meta VALUES ('schema_version','2');"
+               "CREATE TABLE gpu_samples (run_id TEXT, tick INTEGER, ts_ms INTEGER, gpu_index INTEGER, uuid TEXT, "
+               "name TEXT, vendor TEXT, power_w REAL, power_avg_w REAL, energy_j REAL, util_gpu_pct REAL, "
+               "util_mem_pct REAL, mem_used_bytes INTEGER, mem_total_bytes INTEGER, temp_gpu_c REAL, temp_mem_c REAL, "
+               "clock_sm_mhz INTEGER, clock_gfx_mhz INTEGER, clock_mem_mhz INTEGER, pcie_link_width INTEGER, "
+               "pcie_link_width_max INTEGER, pcie_tx_bytes_per_s INTEGER, pcie_rx_bytes_per_s INTEGER, fan_pct REAL, "
+               "pstate INTEGER, power_limit_w REAL, throttle_reasons INTEGER, PRIMARY KEY (run_id, tick, gpu_index)) "
+               "WITHOUT ROWID; INSERT INTO gpu_samples (run_id, tick, ts_ms, gpu_index, power_w) VALUES "
+               "('old-run', 0, 1, 0, 250.0);"});
+  RunInfo run = sample_run("t");
+  auto sink = make_sqlite_sink(db);
+  std::vector<GpuDevice> devs = two_gpus();
+  sink->begin_run(run);
+  RowBatch batch;
+  Frame f = sample_frame(0);
+  f.gpus[0].util_enc_pct = 37.0;
+  append_frame_rows(run.run_id, f, devs, batch);
+  sink->write(batch);
+  EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), "3");
+  EXPECT_EQ(wstest::scalar(db, "SELECT util_enc_pct IS NULL AND util_dec_pct IS NULL FROM gpu_samples WHERE "
+                               "run_id='old-run'"),
+            "1");
+  EXPECT_EQ(wstest::scalar(db, fmt::format("SELECT util_enc_pct FROM gpu_samples WHERE run_id='{}' AND gpu_index=0",
+                                           run.run_id)),
+            "37.0");
+  EXPECT_EQ(wstest::scalar(db, fmt::format("SELECT util_dec_pct IS NULL FROM gpu_samples WHERE run_id='{}' AND "
+                                           "gpu_index=0",
+                                           run.run_id)),
+            "1");
 }

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <vector>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -139,17 +141,35 @@ std::string column_list(const Table& t) {
   return cols;
 }
 
+// meta.schema_version as stored, nullopt when the database has none (new, or not wattscope's).
+std::optional<std::string> stored_version(Db& db) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db.get(), "SELECT value FROM meta WHERE key = 'schema_version'", -1, &st, nullptr) !=
+      SQLITE_OK)
+    return std::nullopt; // no meta table
+  std::optional<std::string> out;
+  if (sqlite3_step(st) == SQLITE_ROW) {
+    const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    out = p ? std::string(p) : std::string();
+  }
+  sqlite3_finalize(st);
+  return out;
+}
+
+// The columns a stored table really has (an older store lacks the newer ones).
+std::vector<std::string> stored_columns(Db& db, std::string_view table) {
+  std::vector<std::string> have;
+  sqlite3_stmt* info = nullptr;
+  sqlite3_prepare_v2(db.get(), fmt::format("PRAGMA table_info({})", table).c_str(), -1, &info, nullptr);
+  while (sqlite3_step(info) == SQLITE_ROW)
+    have.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(info, 1)));
+  sqlite3_finalize(info);
+  return have;
+}
+
 void ensure_schema(Db& db) {
   db.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);");
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(db.get(), "SELECT value FROM meta WHERE key = 'schema_version'", -1, &st, nullptr);
-  int stored = 0;
-  if (sqlite3_step(st) == SQLITE_ROW) stored = sqlite3_column_int(st, 0);
-  sqlite3_finalize(st);
-  if (stored > kSchemaVersion)
-    throw std::runtime_error(fmt::format("database '{}' has schema version {}, newer than this wattscope's {}; "
-                                         "upgrade wattscope or pass --db with another file",
-                                         db.path(), stored, kSchemaVersion));
+  check_schema_version(stored_version(db), fmt::format("database '{}'", db.path()));
   db.exec("BEGIN IMMEDIATE;");
   try {
     for (const auto& t : all_tables())
@@ -157,12 +177,7 @@ void ensure_schema(Db& db) {
     // Forward migration: a column this version has and the stored table lacks is added (NULL in old rows). Columns
     // are only ever added, so every older database can be brought forward this way.
     for (const auto& t : all_tables()) {
-      std::vector<std::string> have;
-      sqlite3_stmt* info = nullptr;
-      sqlite3_prepare_v2(db.get(), fmt::format("PRAGMA table_info({})", t.name).c_str(), -1, &info, nullptr);
-      while (sqlite3_step(info) == SQLITE_ROW)
-        have.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(info, 1)));
-      sqlite3_finalize(info);
+      const std::vector<std::string> have = stored_columns(db, t.name);
       for (const auto& c : t.columns)
         if (std::find(have.begin(), have.end(), c.name) == have.end())
           db.exec(fmt::format("ALTER TABLE {} ADD COLUMN {} {};", t.name, c.name, sql_type(c.type)));
@@ -264,13 +279,14 @@ public:
       throw std::runtime_error(
           fmt::format("no database at '{}'; record a run first (wattscope run -- CMD) or pass --db PATH", path));
     db_ = std::make_unique<Db>(path, false);
+    // A store written by a newer wattscope (or with a version that is not a number) is refused, not misread.
+    check_schema_version(stored_version(*db_), fmt::format("database '{}'", path));
   }
   std::string describe() const override { return fmt::format("SQLite {}", db_->path()); }
 
   std::vector<RunInfo> runs() override {
     std::vector<RunInfo> out;
-    const Table& t = table(TableId::Runs);
-    query(fmt::format("SELECT {} FROM runs ORDER BY start_ms, run_id", column_list(t)), {},
+    query(fmt::format("SELECT {} FROM runs ORDER BY start_ms, run_id", select_list(TableId::Runs)), {},
           [&](std::span<const Value> row) { out.push_back(run_from_row(row)); });
     return out;
   }
@@ -280,10 +296,25 @@ public:
     std::string order;
     for (size_t i = 0; i < t.primary_key.size(); ++i)
       order += fmt::format("{}{}", i ? ", " : "", t.primary_key[i]);
-    query(fmt::format("SELECT {} FROM {} WHERE run_id = ? ORDER BY {}", column_list(t), t.name, order), run.run_id, fn);
+    query(fmt::format("SELECT {} FROM {} WHERE run_id = ? ORDER BY {}", select_list(id), t.name, order), run.run_id,
+          fn);
   }
 
 private:
+  // The table's columns by name, in this version's order; a column an older store lacks reads as NULL. Names come
+  // from the schema, never from the user.
+  std::string select_list(TableId id) {
+    const Table& t = table(id);
+    auto& have = columns_[static_cast<size_t>(id)];
+    if (!have) have = stored_columns(*db_, t.name);
+    std::string cols;
+    for (size_t i = 0; i < t.columns.size(); ++i) {
+      const bool stored = have->empty() || std::find(have->begin(), have->end(), t.columns[i].name) != have->end();
+      cols += fmt::format("{}{}{}", i ? ", " : "", stored ? "" : "NULL AS ", t.columns[i].name);
+    }
+    return cols;
+  }
+  std::array<std::optional<std::vector<std::string>>, kTableCount> columns_;
   void query(const std::string& sql, const std::string& run_id, const RowFn& fn) {
     sqlite3_stmt* st = nullptr;
     if (sqlite3_prepare_v2(db_->get(), sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {

@@ -138,4 +138,8 @@ enum class Need { Required, Optional };
   X2(device_clock_events, Optional, (Device d, unsigned long long* mask), (d, mask),                                   \
      nvmlDeviceGetCurrentClocksEventReasons, nvmlDeviceGetCurrentClocksThrottleReasons)                                \
   X1(device_field_values, Optional, (Device d, int count, FieldValue* values), (d, count, values),                     \
-     nvmlDeviceGetFieldValues)
+     nvmlDeviceGetFieldValues)                                                                                         \
+  X1(device_encoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us), (d, pct, period_us), \
+     nvmlDeviceGetEncoderUtilization)                                                                                  \
+  X1(device_decoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us), (d, pct, period_us), \
+     nvmlDeviceGetDecoderUtilization)

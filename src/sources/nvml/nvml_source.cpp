@@ -1,6 +1,9 @@
 #include "sources/nvml/nvml_source.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <initializer_list>
+#include <type_traits>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -17,27 +20,278 @@ std::string cstr(const char* buf, size_t n) {
   return std::string(buf, strnlen(buf, n));
 }
 constexpr double kMilli = 1e-3;
+
+// Marks "this call made no NVML request this tick": nothing to classify.
+constexpr Return kNoCall = -1;
+
+struct TickCtx {
+  const Library& lib;
+  SteadyClock::time_point mono;
+  std::chrono::nanoseconds slow_period;
+};
+
+using Dev = NvmlSource::Dev;
+struct CallSpec {
+  NvmlSource::Call call;
+  const char* name;   // doctor's key for it (doctor --json keeps these)
+  GpuMetricSet fills; // the registry metrics it provides
+  bool (*present)(const Library&);
+  Return (*read)(const TickCtx&, Dev&, GpuSample&);
+};
+
+constexpr GpuMetricSet bits(std::initializer_list<GpuMetric> ms) {
+  GpuMetricSet out = 0;
+  for (auto m : ms)
+    out |= metric_bit(m);
+  return out;
+}
+using G = GpuMetric;
+
+double field_number(const FieldValue& f, bool& ok) {
+  ok = true;
+  switch (f.valueType) {
+  case kValueDouble:
+    return f.value.dVal;
+  case kValueUInt:
+    return f.value.uiVal;
+  case kValueULong:
+    return static_cast<double>(f.value.ulVal);
+  case kValueULongLong:
+    return static_cast<double>(f.value.ullVal);
+  case kValueSLongLong:
+    return static_cast<double>(f.value.sllVal);
+  case kValueSInt:
+    return f.value.siVal;
+  case kValueUShort:
+    return f.value.usVal;
+  default:
+    ok = false;
+    return 0;
+  }
+}
+
+Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
+  if (d.fields.empty()) return kNoCall;
+  FieldValue fv[3] = {};
+  const int n = static_cast<int>(std::min<size_t>(d.fields.size(), std::size(fv)));
+  for (int i = 0; i < n; ++i)
+    fv[i].fieldId = d.fields[static_cast<size_t>(i)]; // scopeId 0: the GPU alone
+  Return rc = c.lib.device_field_values(d.handle, n, fv);
+  if (rc != kSuccess) return rc;
+  bool drop = false;
+  for (int i = 0; i < n; ++i) {
+    const FieldValue& f = fv[i];
+    if (f.nvmlReturn == kErrorGpuIsLost || f.nvmlReturn == kErrorUnknown) return f.nvmlReturn;
+    if (f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission) {
+      drop = true; // this field is not asked for again
+      continue;
+    }
+    bool ok = false;
+    const double v = f.nvmlReturn == kSuccess ? field_number(f, ok) : 0;
+    if (!ok) continue;
+    if (f.fieldId == kFieldPowerInstant) {
+      s.power_w = v * kMilli;
+      s.power_source = "nvml field POWER_INSTANT";
+    } else if (f.fieldId == kFieldPowerAverage) {
+      s.power_avg_w = v * kMilli;
+    } else if (f.fieldId == kFieldMemoryTemp) {
+      s.temp_mem_c = v;
+    }
+  }
+  if (drop) { // rare: only on the tick a field first answers NOT_SUPPORTED
+    std::vector<unsigned int> keep;
+    for (int i = 0; i < n; ++i)
+      if (fv[i].nvmlReturn != kErrorNotSupported && fv[i].nvmlReturn != kErrorNoPermission) keep.push_back(fv[i].fieldId);
+    d.fields = std::move(keep);
+  }
+  return kSuccess;
+}
+
+Return read_memory(const TickCtx& c, Dev& d, GpuSample& s) {
+  if (d.mem_v2) {
+    MemoryV2 m{};
+    m.version = kMemoryV2Version;
+    const Return rc = c.lib.device_memory_v2(d.handle, &m);
+    if (rc == kSuccess) {
+      s.mem_used_bytes = static_cast<int64_t>(m.used);
+      s.mem_total_bytes = static_cast<int64_t>(m.total);
+      return kSuccess;
+    }
+    if (rc != kErrorNotSupported && rc != kErrorFunctionNotFound && rc != kErrorInvalidArgument) return rc;
+    d.mem_v2 = false; // older driver: fall back to the v1 struct from now on
+  }
+  if (!c.lib.device_memory) return kErrorFunctionNotFound;
+  Memory m{};
+  const Return rc = c.lib.device_memory(d.handle, &m);
+  if (rc == kSuccess) {
+    s.mem_used_bytes = static_cast<int64_t>(m.used);
+    s.mem_total_bytes = static_cast<int64_t>(m.total);
+  }
+  return rc;
+}
+
+// One unsigned reading into one member, scaled.
+template <auto Member, auto Fn, int Arg = -1> Return read_uint(const TickCtx& c, Dev& d, GpuSample& s, double scale) {
+  unsigned int u = 0;
+  Return rc;
+  if constexpr (Arg >= 0)
+    rc = (c.lib.*Fn)(d.handle, Arg, &u);
+  else
+    rc = (c.lib.*Fn)(d.handle, &u);
+  if (rc == kSuccess) s.*Member = static_cast<std::remove_reference_t<decltype(*(s.*Member))>>(u * scale);
+  return rc;
+}
+
+template <auto Fn> Return read_codec(const TickCtx& c, Dev& d, unsigned int& pct) {
+  unsigned int period_us = 0;
+  return (c.lib.*Fn)(d.handle, &pct, &period_us);
+}
+
+// Present when the library has the symbol.
+template <auto Fn> bool has(const Library& lib) {
+  return lib.*Fn != nullptr;
+}
+
+constexpr CallSpec kCalls[] = {
+    {NvmlSource::cFieldValues, "field_values", bits({G::power_w, G::power_avg_w, G::temp_mem_c}),
+     has<&Library::device_field_values>, read_fields},
+    {NvmlSource::cPowerUsage, "power_usage", bits({G::power_w}), has<&Library::device_power_usage>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       if (s.power_w) return kNoCall; // the instantaneous field answered
+       unsigned int mw = 0;
+       const Return rc = c.lib.device_power_usage(d.handle, &mw);
+       if (rc == kSuccess) {
+         s.power_w = mw * kMilli;
+         s.power_source = "nvmlDeviceGetPowerUsage";
+       }
+       return rc;
+     }},
+    // The counter feeds accounting, which derives energy_j from it.
+    {NvmlSource::cEnergy, "total_energy", 0, has<&Library::device_total_energy>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       unsigned long long mj = 0;
+       const Return rc = c.lib.device_total_energy(d.handle, &mj);
+       if (rc == kSuccess) s.energy_counter_uj = static_cast<int64_t>(mj) * 1000; // NVML counts mJ
+       return rc;
+     }},
+    {NvmlSource::cUtil, "utilization", bits({G::util_gpu_pct, G::util_mem_pct}), has<&Library::device_utilization>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       Utilization u{};
+       const Return rc = c.lib.device_utilization(d.handle, &u);
+       if (rc == kSuccess) {
+         s.util_gpu_pct = u.gpu;
+         s.util_mem_pct = u.memory;
+       }
+       return rc;
+     }},
+    {NvmlSource::cMemory, "memory", bits({G::mem_used_bytes, G::mem_total_bytes}),
+     [](const Library& l) { return l.device_memory_v2 != nullptr || l.device_memory != nullptr; }, read_memory},
+    {NvmlSource::cTempGpu, "temperature_gpu", bits({G::temp_gpu_c}), has<&Library::device_temperature>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::temp_gpu_c, &Library::device_temperature, kTemperatureGpu>(c, d, s, 1);
+     }},
+    {NvmlSource::cClockSm, "clock_sm", bits({G::clock_sm_mhz}), has<&Library::device_clock>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::clock_sm_mhz, &Library::device_clock, nvml::kClockSm>(c, d, s, 1);
+     }},
+    {NvmlSource::cClockGfx, "clock_graphics", bits({G::clock_gfx_mhz}), has<&Library::device_clock>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::clock_gfx_mhz, &Library::device_clock, kClockGraphics>(c, d, s, 1);
+     }},
+    {NvmlSource::cClockMem, "clock_mem", bits({G::clock_mem_mhz}), has<&Library::device_clock>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::clock_mem_mhz, &Library::device_clock, nvml::kClockMem>(c, d, s, 1);
+     }},
+    {NvmlSource::cPcieWidth, "pcie_link_width", bits({G::pcie_link_width}), has<&Library::device_pcie_width>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::pcie_link_width, &Library::device_pcie_width>(c, d, s, 1);
+     }},
+    {NvmlSource::cPcieWidthMax, "pcie_link_width_max", bits({G::pcie_link_width_max}),
+     has<&Library::device_pcie_width_max>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       if (!d.pcie_width_max_read) { // a property of the slot: read once
+         unsigned int w = 0;
+         const Return rc = c.lib.device_pcie_width_max(d.handle, &w);
+         if (rc != kSuccess) return rc;
+         d.pcie_width_max = w;
+         d.pcie_width_max_read = true;
+       }
+       s.pcie_link_width_max = d.pcie_width_max;
+       return kSuccess;
+     }},
+    {NvmlSource::cFan, "fan_speed", bits({G::fan_pct}), has<&Library::device_fan>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::fan_pct, &Library::device_fan>(c, d, s, 1);
+     }},
+    {NvmlSource::cPstate, "performance_state", bits({G::pstate}), has<&Library::device_pstate>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       int p = 0;
+       const Return rc = c.lib.device_pstate(d.handle, &p);
+       if (rc == kSuccess && p >= 0 && p <= 15) s.pstate = p; // 32 is NVML_PSTATE_UNKNOWN
+       return rc;
+     }},
+    {NvmlSource::cPowerLimit, "enforced_power_limit", bits({G::power_limit_w}),
+     has<&Library::device_enforced_power_limit>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::power_limit_w, &Library::device_enforced_power_limit>(c, d, s, kMilli);
+     }},
+    {NvmlSource::cClockEvents, "clock_event_reasons", bits({G::throttle_reasons}), has<&Library::device_clock_events>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       unsigned long long mask = 0;
+       const Return rc = c.lib.device_clock_events(d.handle, &mask);
+       if (rc == kSuccess) s.throttle_reasons = static_cast<int64_t>(mask);
+       return rc;
+     }},
+    // Read on the slow thread (~20 ms a call); the tick copies its latest reading.
+    {NvmlSource::cPcieThroughput, "pcie_throughput", bits({G::pcie_tx_bytes_per_s, G::pcie_rx_bytes_per_s}),
+     has<&Library::device_pcie_throughput>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       std::lock_guard lock(d.slow->mu);
+       // A throughput reading older than three slow periods is stale: missing rather than repeated.
+       if (d.slow->at != SteadyClock::time_point{} && c.mono - d.slow->at <= 3 * c.slow_period) {
+         s.pcie_tx_bytes_per_s = d.slow->tx;
+         s.pcie_rx_bytes_per_s = d.slow->rx;
+       }
+       return kNoCall;
+     }},
+    {NvmlSource::cEncoder, "encoder_utilization", bits({G::util_enc_pct}), has<&Library::device_encoder_utilization>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       unsigned int pct = 0;
+       const Return rc = read_codec<&Library::device_encoder_utilization>(c, d, pct);
+       if (rc == kSuccess) s.util_enc_pct = pct;
+       return rc;
+     }},
+    {NvmlSource::cDecoder, "decoder_utilization", bits({G::util_dec_pct}), has<&Library::device_decoder_utilization>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       unsigned int pct = 0;
+       const Return rc = read_codec<&Library::device_decoder_utilization>(c, d, pct);
+       if (rc == kSuccess) s.util_dec_pct = pct;
+       return rc;
+     }},
+};
+
+// Registry metrics no NVML call reads: accounting derives them.
+constexpr GpuMetricSet kDerived = bits({G::energy_j});
+
+constexpr bool calls_in_order() {
+  for (size_t i = 0; i < std::size(kCalls); ++i)
+    if (kCalls[i].call != i) return false;
+  return std::size(kCalls) == NvmlSource::kCallCount;
+}
+constexpr GpuMetricSet filled() {
+  GpuMetricSet out = kDerived;
+  for (const auto& c : kCalls)
+    out |= c.fills;
+  return out;
+}
+static_assert(calls_in_order(), "kCalls lists every NvmlSource::Call once, in enum order");
+static_assert(filled() == kAllGpuMetrics,
+              "a GPU metric in core/metrics.hpp is read by no NVML call: add its read to kCalls (or to kDerived)");
+
 } // namespace
 
-const char* NvmlSource::metric_name(Metric m) {
-  static constexpr const char* names[] = {"field_values",
-                                          "power_usage",
-                                          "total_energy",
-                                          "utilization",
-                                          "memory",
-                                          "temperature_gpu",
-                                          "clock_sm",
-                                          "clock_graphics",
-                                          "clock_mem",
-                                          "pcie_link_width",
-                                          "pcie_link_width_max",
-                                          "fan_speed",
-                                          "performance_state",
-                                          "enforced_power_limit",
-                                          "clock_event_reasons",
-                                          "pcie_throughput"};
-  static_assert(std::size(names) == kMetricCount, "one name per metric");
-  return names[m];
+const char* NvmlSource::call_name(Call c) {
+  return kCalls[c].name;
 }
 
 NvmlSource::Options NvmlSource::Options::from_env(const std::string& gpus_flag) {
@@ -65,15 +319,24 @@ bool NvmlSource::open() {
   std::string why;
   lib_ = Library::load(opts_.library_path, why);
   if (!lib_) {
-    status_ = fmt::format("missing: no NVIDIA GPU recorded: {}", why);
+    status_ = SourceStatus::missing(
+        fmt::format("no NVIDIA GPU recorded: {}", why),
+        why.find("lacks required") != std::string::npos
+            ? "update the NVIDIA driver; this libnvidia-ml is older than wattscope supports"
+            : "on a machine with an NVIDIA GPU, install its driver (Debian: nvidia-driver, which provides "
+              "libnvidia-ml.so.1) or set WATTSCOPE_NVML_LIBRARY to the library's path");
     return false;
   }
   for (const auto& m : lib_->missing_optional())
     spdlog::debug("nvml: {} lacks {}; that metric is off", lib_->path(), m);
   Return rc = lib_->init();
   if (rc != kSuccess) {
-    status_ = fmt::format("missing: no NVIDIA GPU recorded: nvmlInit failed with {}{}", error_name(rc),
-                          rc == kErrorDriverNotLoaded ? " (the NVIDIA kernel driver is not loaded)" : "");
+    status_ = SourceStatus::missing(
+        fmt::format("no NVIDIA GPU recorded: nvmlInit failed with {}{}", error_name(rc),
+                    rc == kErrorDriverNotLoaded ? " (the NVIDIA kernel driver is not loaded)" : ""),
+        rc == kErrorDriverNotLoaded
+            ? "load the NVIDIA kernel driver ('sudo modprobe nvidia', or reboot after installing it)"
+            : "check the driver installation: 'nvidia-smi' should list the GPUs");
     return false;
   }
   initialised_ = true;
@@ -85,7 +348,8 @@ bool NvmlSource::open() {
   unsigned int count = 0;
   rc = lib_->device_count(&count);
   if (rc != kSuccess) {
-    status_ = fmt::format("missing: nvmlDeviceGetCount failed with {}", error_name(rc));
+    status_ = SourceStatus::missing(fmt::format("nvmlDeviceGetCount failed with {}", error_name(rc)),
+                                    "check the driver installation: 'nvidia-smi' should list the GPUs");
     return false;
   }
   devices_found_ = static_cast<int>(count);
@@ -111,45 +375,58 @@ bool NvmlSource::open() {
       d.info.clock_sm_max_mhz = mhz;
     if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockMem, &mhz) == kSuccess)
       d.info.clock_mem_max_mhz = mhz;
-    d.on.fill(true);
     d.fields = {kFieldPowerInstant, kFieldPowerAverage, kFieldMemoryTemp};
-    // A missing optional symbol is a metric that is off from the start.
-    const std::pair<Metric, bool> present[] = {
-        {mFieldValues, lib_->device_field_values != nullptr},
-        {mPowerUsage, lib_->device_power_usage != nullptr},
-        {mEnergy, lib_->device_total_energy != nullptr},
-        {mUtil, lib_->device_utilization != nullptr},
-        {mMemory, lib_->device_memory_v2 != nullptr || lib_->device_memory != nullptr},
-        {mTempGpu, lib_->device_temperature != nullptr},
-        {mClockSm, lib_->device_clock != nullptr},
-        {mClockGfx, lib_->device_clock != nullptr},
-        {mClockMem, lib_->device_clock != nullptr},
-        {mPcieWidth, lib_->device_pcie_width != nullptr},
-        {mPcieWidthMax, lib_->device_pcie_width_max != nullptr},
-        {mFan, lib_->device_fan != nullptr},
-        {mPstate, lib_->device_pstate != nullptr},
-        {mPowerLimit, lib_->device_enforced_power_limit != nullptr},
-        {mClockEvents, lib_->device_clock_events != nullptr},
-        {mPcieThroughput, lib_->device_pcie_throughput != nullptr},
-    };
-    for (auto [m, p] : present)
-      d.on[m] = p;
+    // A missing optional symbol is a call that is off from the start.
+    for (const auto& c : kCalls)
+      d.on[c.call] = c.present(*lib_);
     d.mem_v2 = lib_->device_memory_v2 != nullptr;
     devs_.push_back(std::move(d));
   }
   if (devs_.empty()) {
-    status_ = count == 0
-                  ? "missing: NVML found no NVIDIA GPU"
-                  : fmt::format("missing: none of the {} NVIDIA GPUs is selected ({} = {})", count,
-                                opts_.selection.origin, opts_.selection.origin == "--gpus" ? "the flag" : "its value");
+    status_ = count == 0 ? SourceStatus::missing("NVML found no NVIDIA GPU",
+                                                 "none needed unless this machine has one")
+                         : SourceStatus::missing(fmt::format("none of the {} NVIDIA GPUs is selected ({} = {})", count,
+                                                             opts_.selection.origin,
+                                                             opts_.selection.origin == "--gpus" ? "the flag"
+                                                                                                : "its value"),
+                                                 "check CUDA_VISIBLE_DEVICES or pass --gpus all");
     return false;
   }
-  status_ = fmt::format("ok: {} of {} NVIDIA GPUs via {} (driver {})", devs_.size(), count, lib_->path(),
-                        driver_version_.empty() ? "unknown" : driver_version_);
+  status_ = SourceStatus::ok(fmt::format("{} of {} NVIDIA GPUs via {} (driver {})", devs_.size(), count, lib_->path(),
+                                         driver_version_.empty() ? "unknown" : driver_version_),
+                             true);
   for (const auto& d : devs_)
-    if (d.on[mPcieThroughput]) slow_wanted_ = true;
+    if (d.on[cPcieThroughput]) slow_wanted_ = true;
   if (slow_wanted_) slow_thread_ = std::thread([this] { slow_loop(); });
   return true;
+}
+
+SourceStatus NvmlSource::status() const {
+  SourceStatus st = status_;
+  if (!st.is_ok()) return st;
+  // Power is measured where some GPU still answers a power call (probed on the first tick: NOT_SUPPORTED turns a
+  // call off for good).
+  st.measures_power = false;
+  for (const auto& d : devs_) {
+    const bool instant = d.on[cFieldValues] && std::find(d.fields.begin(), d.fields.end(), kFieldPowerInstant) !=
+                                                   d.fields.end();
+    st.measures_power = st.measures_power || (!d.lost && (instant || d.on[cPowerUsage]));
+  }
+  return st;
+}
+
+std::vector<std::string> NvmlSource::doctor_lines() const {
+  std::vector<std::string> out;
+  out.push_back(fmt::format("library {} · driver {} · NVML {}", lib_ ? lib_->path() : "", driver_version_,
+                            nvml_version_));
+  for (const auto& d : devs_) {
+    std::string off;
+    for (const auto& c : kCalls)
+      if (!d.on[c.call]) off += (off.empty() ? "" : ", ") + std::string(c.name);
+    out.push_back(fmt::format("GPU {} {} {} · not supported: {}", d.info.gpu_index, d.info.name, d.info.uuid,
+                              off.empty() ? "none" : off));
+  }
+  return out;
 }
 
 std::vector<GpuDevice> NvmlSource::devices() const {
@@ -167,7 +444,7 @@ void NvmlSource::describe(RunInfo& run) const {
   run.tags = tags.dump();
 }
 
-bool NvmlSource::ok(Dev& d, Metric m, Return rc, Frame& frame) {
+bool NvmlSource::ok(Dev& d, Call c, Return rc, Frame& frame) {
   if (rc == kSuccess) return true;
   if (rc == kErrorGpuIsLost || rc == kErrorUnknown || rc == kErrorResetRequired) {
     d.lost = true;
@@ -178,166 +455,27 @@ bool NvmlSource::ok(Dev& d, Metric m, Return rc, Frame& frame) {
     frame.events.push_back({0, frame.ts_ms, "device-lost", fmt::format("gpu{}", d.info.gpu_index),
                             fmt::format("NVIDIA GPU {} ({}) stopped answering: {} returned {}; no further samples "
                                         "from it in this run",
-                                        d.info.gpu_index, d.info.uuid, metric_name(m), error_name(rc))});
+                                        d.info.gpu_index, d.info.uuid, call_name(c), error_name(rc))});
     spdlog::warn("GPU {} is lost ({}); the other devices keep recording", d.info.gpu_index, error_name(rc));
     return false;
   }
   if (rc == kErrorTimeout) return false; // transient: missing this tick, asked again next tick
   // NOT_SUPPORTED, NO_PERMISSION, FUNCTION_NOT_FOUND, ...: a property of the device, not of the moment.
-  d.on[m] = false;
-  spdlog::debug("GPU {}: {} answered {}; recorded as missing", d.info.gpu_index, metric_name(m), error_name(rc));
+  d.on[c] = false;
+  spdlog::debug("GPU {}: {} answered {}; recorded as missing", d.info.gpu_index, call_name(c), error_name(rc));
   return false;
 }
 
 void NvmlSource::sample_device(Dev& d, Frame& frame) {
   GpuSample s;
   s.gpu_index = d.info.gpu_index;
-  unsigned int u = 0;
-  bool have_instant = false;
-
-  if (d.on[mFieldValues] && !d.fields.empty()) {
-    FieldValue fv[3] = {};
-    const int n = static_cast<int>(d.fields.size());
-    for (int i = 0; i < n; ++i)
-      fv[i].fieldId = d.fields[static_cast<size_t>(i)]; // scopeId 0: the GPU alone
-    if (ok(d, mFieldValues, lib_->device_field_values(d.handle, n, fv), frame)) {
-      bool drop = false;
-      for (int i = 0; i < n; ++i) {
-        const FieldValue& f = fv[i];
-        if (f.nvmlReturn == kErrorGpuIsLost || f.nvmlReturn == kErrorUnknown) {
-          ok(d, mFieldValues, f.nvmlReturn, frame);
-          return;
-        }
-        if (f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission) {
-          drop = true; // this field is not asked for again
-          continue;
-        }
-        if (f.nvmlReturn != kSuccess) continue;
-        double v = 0;
-        switch (f.valueType) {
-        case kValueDouble:
-          v = f.value.dVal;
-          break;
-        case kValueUInt:
-          v = f.value.uiVal;
-          break;
-        case kValueULong:
-          v = static_cast<double>(f.value.ulVal);
-          break;
-        case kValueULongLong:
-          v = static_cast<double>(f.value.ullVal);
-          break;
-        case kValueSLongLong:
-          v = static_cast<double>(f.value.sllVal);
-          break;
-        case kValueSInt:
-          v = f.value.siVal;
-          break;
-        case kValueUShort:
-          v = f.value.usVal;
-          break;
-        default:
-          continue;
-        }
-        if (f.fieldId == kFieldPowerInstant) {
-          s.power_w = v * kMilli;
-          have_instant = true;
-        } else if (f.fieldId == kFieldPowerAverage) {
-          s.power_avg_w = v * kMilli;
-        } else if (f.fieldId == kFieldMemoryTemp) {
-          s.temp_mem_c = v;
-        }
-      }
-      if (drop) { // rare: only on the tick a field first answers NOT_SUPPORTED
-        std::vector<unsigned int> keep;
-        for (int i = 0; i < n; ++i)
-          if (fv[i].nvmlReturn != kErrorNotSupported && fv[i].nvmlReturn != kErrorNoPermission)
-            keep.push_back(fv[i].fieldId);
-        d.fields = std::move(keep);
-      }
-    }
-    if (d.lost) return;
-  }
-  if (have_instant) {
-    s.power_source = "nvml field POWER_INSTANT";
-  } else if (d.on[mPowerUsage] && ok(d, mPowerUsage, lib_->device_power_usage(d.handle, &u), frame)) {
-    s.power_w = u * kMilli;
-    s.power_source = "nvmlDeviceGetPowerUsage";
-  }
-  if (d.lost) return;
-  unsigned long long mj = 0;
-  if (d.on[mEnergy] && ok(d, mEnergy, lib_->device_total_energy(d.handle, &mj), frame))
-    s.energy_counter_uj = static_cast<int64_t>(mj) * 1000; // NVML counts mJ
-  if (d.lost) return;
-  Utilization ut{};
-  if (d.on[mUtil] && ok(d, mUtil, lib_->device_utilization(d.handle, &ut), frame)) {
-    s.util_gpu_pct = ut.gpu;
-    s.util_mem_pct = ut.memory;
-  }
-  if (d.lost) return;
-  if (d.on[mMemory]) {
-    if (d.mem_v2) {
-      MemoryV2 m{};
-      m.version = kMemoryV2Version;
-      Return rc = lib_->device_memory_v2(d.handle, &m);
-      if (rc == kSuccess) {
-        s.mem_used_bytes = static_cast<int64_t>(m.used);
-        s.mem_total_bytes = static_cast<int64_t>(m.total);
-      } else if (rc == kErrorNotSupported || rc == kErrorFunctionNotFound || rc == kErrorInvalidArgument) {
-        d.mem_v2 = false; // older driver: fall back to the v1 struct from now on
-      } else {
-        ok(d, mMemory, rc, frame);
-      }
-    }
-    if (!d.mem_v2 && d.on[mMemory] && !s.mem_total_bytes && lib_->device_memory) {
-      Memory m{};
-      if (ok(d, mMemory, lib_->device_memory(d.handle, &m), frame)) {
-        s.mem_used_bytes = static_cast<int64_t>(m.used);
-        s.mem_total_bytes = static_cast<int64_t>(m.total);
-      }
-    } else if (!d.mem_v2 && !lib_->device_memory) {
-      d.on[mMemory] = false;
-    }
-  }
-  if (d.lost) return;
-  if (d.on[mTempGpu] && ok(d, mTempGpu, lib_->device_temperature(d.handle, kTemperatureGpu, &u), frame))
-    s.temp_gpu_c = u;
-  if (d.lost) return;
-  if (d.on[mClockSm] && ok(d, mClockSm, lib_->device_clock(d.handle, nvml::kClockSm, &u), frame)) s.clock_sm_mhz = u;
-  if (d.lost) return;
-  if (d.on[mClockGfx] && ok(d, mClockGfx, lib_->device_clock(d.handle, kClockGraphics, &u), frame)) s.clock_gfx_mhz = u;
-  if (d.lost) return;
-  if (d.on[mClockMem] && ok(d, mClockMem, lib_->device_clock(d.handle, nvml::kClockMem, &u), frame))
-    s.clock_mem_mhz = u;
-  if (d.lost) return;
-  if (d.on[mPcieWidth] && ok(d, mPcieWidth, lib_->device_pcie_width(d.handle, &u), frame)) s.pcie_link_width = u;
-  if (d.lost) return;
-  if (d.on[mPcieWidthMax]) { // a property of the slot: read once
-    if (ok(d, mPcieWidthMax, lib_->device_pcie_width_max(d.handle, &u), frame)) d.pcie_width_max = u;
-    d.on[mPcieWidthMax] = false;
-  }
-  s.pcie_link_width_max = d.pcie_width_max;
-  if (d.lost) return;
-  if (d.on[mFan] && ok(d, mFan, lib_->device_fan(d.handle, &u), frame)) s.fan_pct = u;
-  if (d.lost) return;
-  int pstate = 0;
-  if (d.on[mPstate] && ok(d, mPstate, lib_->device_pstate(d.handle, &pstate), frame) && pstate >= 0 && pstate <= 15)
-    s.pstate = pstate; // 32 is NVML_PSTATE_UNKNOWN
-  if (d.lost) return;
-  if (d.on[mPowerLimit] && ok(d, mPowerLimit, lib_->device_enforced_power_limit(d.handle, &u), frame))
-    s.power_limit_w = u * kMilli;
-  if (d.lost) return;
-  unsigned long long mask = 0;
-  if (d.on[mClockEvents] && ok(d, mClockEvents, lib_->device_clock_events(d.handle, &mask), frame))
-    s.throttle_reasons = static_cast<int64_t>(mask);
-  if (d.lost) return;
-  if (d.on[mPcieThroughput]) {
-    std::lock_guard lock(d.slow->mu);
-    // A throughput reading older than three slow periods is stale: missing rather than repeated.
-    if (d.slow->at != SteadyClock::time_point{} && frame.mono - d.slow->at <= 3 * opts_.slow_period) {
-      s.pcie_tx_bytes_per_s = d.slow->tx;
-      s.pcie_rx_bytes_per_s = d.slow->rx;
-    }
+  const TickCtx ctx{*lib_, frame.mono, opts_.slow_period};
+  for (const auto& c : kCalls) {
+    if (!d.on[c.call]) continue;
+    const Return rc = c.read(ctx, d, s);
+    if (rc == kSuccess || rc == kNoCall) continue;
+    ok(d, c.call, rc, frame);
+    if (d.lost) return; // no row for a lost GPU on the tick it was lost
   }
   frame.gpus.push_back(std::move(s));
 }
@@ -360,7 +498,7 @@ void NvmlSource::slow_loop() {
         std::lock_guard l(d.slow->mu);
         if (d.slow->lost || d.slow->off) continue;
       }
-      if (!d.on[mPcieThroughput]) continue; // constant after open()
+      if (!d.on[cPcieThroughput]) continue; // constant after open(): its tick reader makes no call to classify
       unsigned int tx = 0, rx = 0;
       Return a = lib_->device_pcie_throughput(d.handle, kPcieUtilTx, &tx);
       Return b = a == kSuccess ? lib_->device_pcie_throughput(d.handle, kPcieUtilRx, &rx) : a;
@@ -382,8 +520,8 @@ nlohmann::json NvmlSource::report() const {
   nlohmann::json devs = nlohmann::json::array();
   for (const auto& d : devs_) {
     nlohmann::json supported = nlohmann::json::object();
-    for (size_t m = 0; m < kMetricCount; ++m)
-      supported[metric_name(static_cast<Metric>(m))] = d.on[m];
+    for (const auto& c : kCalls)
+      supported[c.name] = d.on[c.call];
     devs.push_back({{"index", d.info.gpu_index},
                     {"name", d.info.name},
                     {"uuid", d.info.uuid},

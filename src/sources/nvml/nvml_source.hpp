@@ -32,40 +32,31 @@ public:
     static Options from_env(const std::string& gpus_flag);
   };
 
-  // Per-tick metrics, each switched off per device once it answers NOT_SUPPORTED.
-  enum Metric : size_t {
-    mFieldValues,
-    mPowerUsage,
-    mEnergy,
-    mUtil,
-    mMemory,
-    mTempGpu,
-    mClockSm,
-    mClockGfx,
-    mClockMem,
-    mPcieWidth,
-    mPcieWidthMax,
-    mFan,
-    mPstate,
-    mPowerLimit,
-    mClockEvents,
-    mPcieThroughput,
-    kMetricCount
+  // The per-tick NVML calls, each switched off per device once it answers NOT_SUPPORTED. The table in
+  // nvml_source.cpp says which registry metrics each fills; the compiler checks that together they fill them all.
+  enum Call : size_t {
+    cFieldValues,
+    cPowerUsage,
+    cEnergy,
+    cUtil,
+    cMemory,
+    cTempGpu,
+    cClockSm,
+    cClockGfx,
+    cClockMem,
+    cPcieWidth,
+    cPcieWidthMax,
+    cFan,
+    cPstate,
+    cPowerLimit,
+    cClockEvents,
+    cPcieThroughput,
+    cEncoder,
+    cDecoder,
+    kCallCount
   };
-  static const char* metric_name(Metric m);
+  static const char* call_name(Call c);
 
-  explicit NvmlSource(Options opts);
-  ~NvmlSource() override;
-  std::string_view name() const override { return "nvml"; }
-  bool open() override;
-  void sample(Frame& frame) noexcept override;
-  std::string status() const override { return status_; }
-  std::vector<GpuDevice> devices() const override;
-  void describe(RunInfo& run) const override;
-  // What doctor prints: library, versions, devices and which metrics each supports.
-  nlohmann::json report() const override;
-
-private:
   struct Slow { // written by the slow thread, read by the tick
     std::mutex mu;
     OptI tx, rx;
@@ -76,23 +67,38 @@ private:
   struct Dev {
     nvml::Device handle = nullptr;
     GpuDevice info;
-    std::array<bool, kMetricCount> on{};
+    std::array<bool, kCallCount> on{};
     bool mem_v2 = true;
     std::vector<unsigned int> fields; // field ids still requested
-    OptI pcie_width_max;              // static: read on the first tick only
+    bool pcie_width_max_read = false; // static: read on the first tick only
+    OptI pcie_width_max;
     bool lost = false;
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
+
+  explicit NvmlSource(Options opts);
+  ~NvmlSource() override;
+  std::string_view name() const override { return "nvml"; }
+  bool open() override;
+  void sample(Frame& frame) noexcept override;
+  SourceStatus status() const override;
+  std::vector<std::string> doctor_lines() const override;
+  std::vector<GpuDevice> devices() const override;
+  void describe(RunInfo& run) const override;
+  // What doctor prints: library, versions, devices and which metrics each supports.
+  nlohmann::json report() const override;
+
+private:
   // Classifies a return code: true when the value may be used. Switches the metric off on NOT_SUPPORTED and
   // friends, marks the device lost on GPU_IS_LOST / UNKNOWN.
-  bool ok(Dev& d, Metric m, nvml::Return rc, Frame& frame);
+  bool ok(Dev& d, Call c, nvml::Return rc, Frame& frame);
   void sample_device(Dev& d, Frame& frame);
   void slow_loop();
 
   Options opts_;
   std::unique_ptr<nvml::Library> lib_;
   bool initialised_ = false;
-  std::string status_;
+  SourceStatus status_;
   std::string driver_version_;
   std::string nvml_version_;
   int devices_found_ = 0;
