@@ -13,6 +13,31 @@ namespace wattscope {
 
 struct RunInfo;
 
+// What a source found, as a value (STYLE 22): never a prefixed string a caller has to parse.
+struct SourceStatus {
+  enum class State { Ok, Missing, NoPermission, Error };
+  State state = State::Missing;
+  std::string detail;          // what was found, or why nothing was
+  std::string fix;             // what to do about it, in words; empty when nothing needs doing
+  bool measures_power = false; // whether this source yields a power figure here
+
+  static SourceStatus ok(std::string detail, bool power) { return {State::Ok, std::move(detail), {}, power}; }
+  static SourceStatus missing(std::string detail, std::string fix = {}) {
+    return {State::Missing, std::move(detail), std::move(fix), false};
+  }
+  static SourceStatus no_permission(std::string detail, std::string fix) {
+    return {State::NoPermission, std::move(detail), std::move(fix), false};
+  }
+  bool is_ok() const { return state == State::Ok; }
+  // "ok", "missing", "no permission", "error": the words doctor --json prints.
+  std::string_view state_name() const;
+  // One line for a log: the detail, then the fix.
+  std::string line() const;
+};
+
+// "00000000:3B:00.0" (NVML), "0000:3b:00.0" (sysfs) -> "0000:3b:00.0": one spelling to compare claims by.
+std::string normalize_pci_bus_id(std::string_view id);
+
 class Source {
 public:
   virtual ~Source() = default;
@@ -21,13 +46,18 @@ public:
   virtual bool open() = 0;
   // Fills this source's part of the frame. Never throws and never blocks on anything but the device itself.
   virtual void sample(Frame& frame) noexcept = 0;
-  virtual std::string status() const = 0;
+  virtual SourceStatus status() const = 0;
   virtual std::vector<GpuDevice> devices() const { return {}; }
   virtual void describe(RunInfo& /*run*/) const {}
   // GPU backends other than NVML number their devices from here, so gpu_index never collides across vendors.
   virtual void set_first_index(int /*first*/) {}
-  // Details for `wattscope doctor`: devices or zones and what each supports.
+  // Drops the devices a richer backend opened earlier already records (PCI bus ids as normalize_pci_bus_id writes
+  // them), so no GPU is recorded twice. Returns how many were dropped.
+  virtual size_t release_claimed(const std::vector<std::string>& /*bus_ids*/) { return 0; }
+  // Details for `wattscope doctor`: devices or zones and what each supports (doctor --json's "details").
   virtual nlohmann::json report() const { return nullptr; }
+  // The same details as lines of text for `wattscope doctor` (each source renders its own section).
+  virtual std::vector<std::string> doctor_lines() const { return {}; }
 };
 
 } // namespace wattscope

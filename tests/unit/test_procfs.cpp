@@ -74,7 +74,7 @@ TEST(ProcfsCpuSource, SamplesFixtureTree) {
   wstest::write_file(root / "cpuinfo", "model name\t: Fixture CPU\n");
   wstest::write_file(root / "sys/kernel/hostname", "fixture-host\n");
   ProcfsCpuSource src(root.path());
-  ASSERT_TRUE(src.open()) << src.status();
+  ASSERT_TRUE(src.open()) << src.status().line();
   RunInfo run;
   src.describe(run);
   EXPECT_EQ(run.cpu_model, "Fixture CPU");
@@ -99,5 +99,5 @@ TEST(ProcfsCpuSource, SamplesFixtureTree) {
 TEST(ProcfsCpuSource, MissingRootSaysSo) {
   ProcfsCpuSource src("/nonexistent/proc");
   EXPECT_FALSE(src.open());
-  EXPECT_NE(src.status().find("--procfs-root"), std::string::npos);
+  EXPECT_NE(src.status().line().find("--procfs-root"), std::string::npos);
 }

@@ -27,7 +27,7 @@ TEST(Rapl, TwoSocketsKeptApartWithExactEnergy) {
   TempDir root;
   two_socket_rapl(root.path());
   RaplSource src(root.path(), 1s);
-  ASSERT_TRUE(src.open()) << src.status();
+  ASSERT_TRUE(src.open()) << src.status().line();
   ASSERT_EQ(src.zones().size(), 6u);
   const auto t0 = SteadyClock::now();
   Frame f0 = tick(t0);
@@ -82,7 +82,7 @@ TEST(Rapl, KeeperReadsOftenEnoughThatNoWrapIsMissed) {
   // A tiny range at a known maximum power wraps every 10 ms: far faster than the 10 s interval.
   write_rapl_zone(root.path(), {"intel-rapl:0", "package-0", 0, 1000, 100'000'000});
   RaplSource src(root.path(), 10s);
-  ASSERT_TRUE(src.open()) << src.status();
+  ASSERT_TRUE(src.open()) << src.status().line();
   ASSERT_GT(src.keeper_period().count(), 0);
   EXPECT_LE(src.keeper_period(), 10ms);
   const auto t0 = SteadyClock::now();
@@ -119,7 +119,7 @@ TEST(Rapl, NoZonesSaysWhatToDo) {
   TempDir root;
   RaplSource src(root.path(), 1s);
   EXPECT_FALSE(src.open());
-  EXPECT_NE(src.status().find("--cpu-tdp"), std::string::npos);
+  EXPECT_NE(src.status().line().find("--cpu-tdp"), std::string::npos);
 }
 
 TEST(CpuEstimate, OnlyWhereRaplMeasuredNothingAndLabelled) {
@@ -149,7 +149,7 @@ TEST(HwmonGpu, AmdAndIntelLayouts) {
   TempDir root;
   amd_and_intel_gpus(root.path());
   HwmonGpuSource src(root.path());
-  ASSERT_TRUE(src.open()) << src.status();
+  ASSERT_TRUE(src.open()) << src.status().line();
   auto devs = src.devices();
   ASSERT_EQ(devs.size(), 2u); // the NVIDIA card is NVML's, the connector is not a card
   EXPECT_EQ(devs[0].vendor, "amd");

@@ -32,7 +32,7 @@ class SleepySource final : public Source {
 public:
   std::string_view name() const override { return "sleepy"; }
   bool open() override { return true; }
-  std::string status() const override { return "ok"; }
+  SourceStatus status() const override { return SourceStatus::ok("test source", false); }
   void sample(Frame& f) noexcept override {
     if (f.tick == stall_at) std::this_thread::sleep_for(stall);
   }

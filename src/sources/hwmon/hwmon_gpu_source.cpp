@@ -113,13 +113,18 @@ bool HwmonGpuSource::open() {
     cards_.push_back(std::move(c));
   }
   if (cards_.empty()) {
-    status_ = fmt::format("missing: no AMD or Intel GPU under {}", drm.string());
+    status_ = SourceStatus::missing(fmt::format("no AMD or Intel GPU under {}", drm.string()),
+                                    "none needed unless this machine has an AMD or Intel GPU; then load its kernel "
+                                    "driver (amdgpu, i915 or xe)");
     return false;
   }
   std::string names;
   for (const auto& c : cards_)
     names += fmt::format("{}{} ({})", names.empty() ? "" : ", ", c.card, c.info.vendor);
-  status_ = fmt::format("ok: {} GPU(s) via hwmon: {}", cards_.size(), names);
+  bool power = false;
+  for (const auto& c : cards_)
+    power = power || !c.info.power_source.empty();
+  status_ = SourceStatus::ok(fmt::format("{} GPU(s) via hwmon: {}", cards_.size(), names), power);
   return true;
 }
 
@@ -178,6 +183,31 @@ nlohmann::json HwmonGpuSource::report() const {
                      {"vram", c.vram_used >= 0},
                      {"clocks", c.sclk_hz >= 0 || c.gt_cur_mhz >= 0}}}});
   }
+  return out;
+}
+
+size_t HwmonGpuSource::release_claimed(const std::vector<std::string>& bus_ids) {
+  size_t dropped = 0;
+  for (auto it = cards_.begin(); it != cards_.end();) {
+    const std::string id = normalize_pci_bus_id(it->info.pci_bus_id);
+    if (!id.empty() && std::find(bus_ids.begin(), bus_ids.end(), id) != bus_ids.end()) {
+      for (int fd : {it->power_input_uw, it->power_average_uw, it->energy_uj, it->temp_edge_mc, it->temp_mem_mc,
+                     it->sclk_hz, it->mclk_hz, it->busy_pct, it->mem_busy_pct, it->vram_used, it->vram_total,
+                     it->gt_cur_mhz, it->power_cap_uw})
+        if (fd >= 0) ::close(fd);
+      it = cards_.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  return dropped;
+}
+
+std::vector<std::string> HwmonGpuSource::doctor_lines() const {
+  std::vector<std::string> out;
+  for (const auto& c : cards_)
+    out.push_back(fmt::format("{} {} ({})", c.card, c.info.name, c.info.vendor));
   return out;
 }
 

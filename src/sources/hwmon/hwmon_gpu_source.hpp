@@ -18,10 +18,12 @@ public:
   std::string_view name() const override { return "hwmon-gpu"; }
   bool open() override;
   void sample(Frame& frame) noexcept override;
-  std::string status() const override { return status_; }
+  SourceStatus status() const override { return status_; }
+  std::vector<std::string> doctor_lines() const override;
   std::vector<GpuDevice> devices() const override;
   // gpu_index of the first card: the session numbers these after the NVIDIA GPUs so indices never collide.
   void set_first_index(int first) override;
+  size_t release_claimed(const std::vector<std::string>& bus_ids) override;
   nlohmann::json report() const override;
 
 private:
@@ -34,7 +36,7 @@ private:
     int gt_cur_mhz = -1, power_cap_uw = -1;
   };
   std::string root_;
-  std::string status_;
+  SourceStatus status_;
   std::vector<Card> cards_;
 };
 

@@ -168,14 +168,22 @@ bool ProcfsCpuSource::read_fd(int fd, std::string& buf) noexcept {
 bool ProcfsCpuSource::open() {
   stat_fd_ = ::open((root_ + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
   meminfo_fd_ = ::open((root_ + "/meminfo").c_str(), O_RDONLY | O_CLOEXEC);
+  std::vector<std::string> missing;
   if (stat_fd_ < 0) {
-    status_ = fmt::format(
-        "missing: cannot open {}/stat; CPU utilisation will not be recorded (is --procfs-root right?)", root_);
+    missing.push_back(fmt::format("cannot open {}/stat; CPU utilisation will not be recorded", root_));
   } else if (read_fd(stat_fd_, buf_) && parse_proc_stat(buf_, prev_)) {
     have_prev_ = true;
   }
-  if (meminfo_fd_ < 0) status_ += fmt::format("{}missing: cannot open {}/meminfo", status_.empty() ? "" : "; ", root_);
-  if (status_.empty()) status_ = fmt::format("ok: {} logical CPUs", prev_.cores.size());
+  if (meminfo_fd_ < 0) missing.push_back(fmt::format("cannot open {}/meminfo; host memory will not be recorded", root_));
+  if (missing.empty()) {
+    status_ = SourceStatus::ok(fmt::format("{} logical CPUs", prev_.cores.size()), false);
+  } else {
+    std::string detail;
+    for (const auto& m : missing)
+      detail += (detail.empty() ? "" : "; ") + m;
+    status_ = SourceStatus::missing(detail, "is --procfs-root right? Point it at the host's /proc (in a container: "
+                                            "mount it read-only)");
+  }
   return stat_fd_ >= 0 || meminfo_fd_ >= 0;
 }
 

@@ -34,13 +34,13 @@ public:
   std::string_view name() const override { return "procfs"; }
   bool open() override;
   void sample(Frame& frame) noexcept override;
-  std::string status() const override { return status_; }
+  SourceStatus status() const override { return status_; }
   void describe(RunInfo& run) const override;
 
 private:
   bool read_fd(int fd, std::string& buf) noexcept;
   std::string root_;
-  std::string status_;
+  SourceStatus status_;
   int stat_fd_ = -1;
   int meminfo_fd_ = -1;
   std::string buf_;

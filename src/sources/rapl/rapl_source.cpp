@@ -71,9 +71,12 @@ bool RaplSource::open() {
     }
   std::sort(dirs.begin(), dirs.end());
   if (dirs.empty()) {
-    status_ = fmt::format("missing: no RAPL zones under {} (not an Intel/AMD CPU with powercap, or a virtual "
-                          "machine); CPU power is not recorded unless --cpu-tdp WATTS asks for an estimate",
-                          base.string());
+    status_ = SourceStatus::missing(
+        fmt::format("no RAPL zones under {} (not an Intel/AMD CPU with powercap, or a virtual machine); CPU power is "
+                    "not recorded unless --cpu-tdp WATTS asks for an estimate",
+                    base.string()),
+        "RAPL is absent on this CPU or hidden by the hypervisor; 'wattscope run --cpu-tdp WATTS' records a "
+        "utilisation-based estimate, labelled as such");
     return false;
   }
   for (const auto& d : dirs) {
@@ -128,9 +131,11 @@ bool RaplSource::open() {
     denied += z.problem == "no permission";
   }
   if (readable == 0) {
-    status_ = denied ? fmt::format("no permission: {} RAPL zones found but energy_uj is not readable. {}",
-                                   zones_.size(), rapl_permission_fix(root_))
-                     : fmt::format("missing: {} RAPL zones found, none readable", zones_.size());
+    status_ = denied ? SourceStatus::no_permission(
+                           fmt::format("{} RAPL zones found but energy_uj is not readable", zones_.size()),
+                           rapl_permission_fix(root_))
+                     : SourceStatus::missing(fmt::format("{} RAPL zones found, none readable", zones_.size()),
+                                             "check the powercap files under the --sysfs-root given");
     return false;
   }
   // Two wraps between reads would be invisible: read at least four times per wrap period at maximum power.
@@ -146,11 +151,14 @@ bool RaplSource::open() {
     keeper_period_ = safe;
     keeper_ = std::thread([this] { keeper_loop(); });
   }
-  status_ = fmt::format("ok: {} of {} RAPL zones readable", readable, zones_.size());
-  if (denied) status_ += fmt::format(" ({} not readable: {})", denied, rapl_permission_fix(root_));
+  status_ = SourceStatus::ok(fmt::format("{} of {} RAPL zones readable", readable, zones_.size()), true);
+  if (denied) {
+    status_.detail += fmt::format(" ({} not readable)", denied);
+    status_.fix = rapl_permission_fix(root_);
+  }
   if (keeper_period_.count())
-    status_ += fmt::format("; counters also read every {} ms so no wrap is missed",
-                           std::chrono::duration_cast<std::chrono::milliseconds>(keeper_period_).count());
+    status_.detail += fmt::format("; counters also read every {} ms so no wrap is missed",
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(keeper_period_).count());
   return true;
 }
 
@@ -239,6 +247,15 @@ nlohmann::json RaplSource::report() const {
   return zs;
 }
 
+std::vector<std::string> RaplSource::doctor_lines() const {
+  std::vector<std::string> out;
+  for (const auto& z : zones_)
+    out.push_back(fmt::format("{} {}{} · {}", z.domain, z.raw_name,
+                              z.socket ? fmt::format(" (socket {})", *z.socket) : "",
+                              z.problem.empty() ? "ok" : z.problem));
+  return out;
+}
+
 void CpuEstimateSource::sample(Frame& f) noexcept {
   if (f.cpu.package_power_w || f.cpu.package_energy_j || !f.cpu.util_pct) return; // measured wins; no util, no guess
   const double w = tdp_w_ * *f.cpu.util_pct / 100.0;
@@ -250,9 +267,12 @@ void CpuEstimateSource::sample(Frame& f) noexcept {
   f.cpu.power_method = "estimated";
 }
 
-std::string CpuEstimateSource::status() const {
-  return fmt::format("estimated: CPU package power = {} W TDP x utilisation, used only where RAPL measures nothing",
-                     tdp_w_);
+SourceStatus CpuEstimateSource::status() const {
+  // An estimate is not a measurement: measures_power stays false.
+  return SourceStatus::ok(
+      fmt::format("estimated: CPU package power = {} W TDP x utilisation, used only where RAPL measures nothing",
+                  tdp_w_),
+      false);
 }
 
 } // namespace wattscope

@@ -28,8 +28,9 @@ public:
   std::string_view name() const override { return "rapl"; }
   bool open() override;
   void sample(Frame& frame) noexcept override;
-  std::string status() const override { return status_; }
+  SourceStatus status() const override { return status_; }
   nlohmann::json report() const override;
+  std::vector<std::string> doctor_lines() const override;
   std::chrono::nanoseconds keeper_period() const { return keeper_period_; } // zero when no keeper runs
 
   struct Zone {
@@ -59,7 +60,7 @@ private:
   std::string root_;
   std::chrono::nanoseconds interval_;
   std::chrono::nanoseconds keeper_period_{0};
-  std::string status_;
+  SourceStatus status_;
   std::vector<Zone> zones_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -75,7 +76,7 @@ public:
   std::string_view name() const override { return "cpu-estimate"; }
   bool open() override { return true; }
   void sample(Frame& frame) noexcept override;
-  std::string status() const override;
+  SourceStatus status() const override;
 
 private:
   double tdp_w_;

@@ -1,0 +1,49 @@
+#include "pipeline/sources.hpp"
+
+#include "pipeline/session.hpp"
+#include "sources/hwmon/hwmon_gpu_source.hpp"
+#include "sources/procfs/cpu_source.hpp"
+#include "sources/rapl/rapl_source.hpp"
+#ifdef WATTSCOPE_HAVE_NVML
+#include "sources/nvml/nvml_source.hpp"
+#endif
+
+namespace wattscope {
+
+namespace {
+constexpr SourceEntry kSources[] = {
+    {"procfs", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       return std::make_unique<ProcfsCpuSource>(o.procfs_root);
+     }},
+    {"rapl", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       return std::make_unique<RaplSource>(o.sysfs_root, o.interval);
+     }},
+    // After procfs and RAPL: it reads the utilisation they filled, and steps aside where RAPL measured.
+    {"cpu-estimate", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       if (!o.cpu_tdp_w) return nullptr;
+       return std::make_unique<CpuEstimateSource>(*o.cpu_tdp_w);
+     }},
+#ifdef WATTSCOPE_HAVE_NVML
+    {"nvml", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       return std::make_unique<NvmlSource>(NvmlSource::Options::from_env(o.gpus));
+     }},
+#endif
+    // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.
+    {"hwmon-gpu", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       return std::make_unique<HwmonGpuSource>(o.sysfs_root);
+     }},
+};
+} // namespace
+
+std::span<const SourceEntry> source_registry() {
+  return kSources;
+}
+
+std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts) {
+  std::vector<std::unique_ptr<Source>> out;
+  for (const auto& e : kSources)
+    if (auto s = e.make(opts)) out.push_back(std::move(s));
+  return out;
+}
+
+} // namespace wattscope

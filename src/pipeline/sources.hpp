@@ -1,0 +1,27 @@
+// The source registry: every backend this build knows, in the order they are opened. Richer backends come first:
+// a GPU they claim (by PCI bus id) is dropped by the ones after them, so no device is recorded twice. Adding a
+// backend is its folder, one line in sources.cpp and its CMake lines.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sources/source.hpp"
+
+namespace wattscope {
+
+struct SessionOptions;
+
+struct SourceEntry {
+  std::string_view name;
+  // Null when this backend has nothing to do with these options (the TDP estimate without --cpu-tdp).
+  std::unique_ptr<Source> (*make)(const SessionOptions& opts);
+};
+std::span<const SourceEntry> source_registry();
+
+// Every source the registry makes for these options, unopened, in registry order.
+std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts);
+
+} // namespace wattscope
