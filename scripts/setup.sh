@@ -12,7 +12,7 @@ packages=(
   libmariadb-dev mariadb-server mariadb-client
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev prometheus wrk curl
-  time procps chromium
+  time procps chromium python3
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

@@ -1,4 +1,4 @@
-#include "cli/summary.hpp"
+#include "pipeline/run_view.hpp"
 
 #include <fmt/format.h>
 
@@ -39,6 +39,15 @@ nlohmann::json run_json(const RunInfo& r) {
   j["interval_s"] = r.interval_ms / 1000.0;
   j["skipped_ticks"] = s.value("skipped_ticks", 0);
   j["finished"] = r.end_ms.has_value();
+  if (s.value("rebuilt_from_samples", false)) {
+    // An unfinished run, or one `wattscope repair` finalised: its figures come from its stored samples.
+    j["rebuilt_from_samples"] = true;
+    if (!r.end_ms && has_num(s, "last_sample_ms")) {
+      j["last_sample"] = iso_utc_ms(static_cast<int64_t>(num(s, "last_sample_ms")));
+      j["duration_s"] = (num(s, "last_sample_ms") - static_cast<double>(r.start_ms)) / 1000.0;
+    }
+    if (s.contains("last_event")) j["last_event"] = s["last_event"];
+  }
   j["cpu"] = s.value("cpu", nlohmann::json::object());
   j["gpus"] = s.value("gpus", nlohmann::json::array());
   j["total_energy_j"] = r.total_energy_j ? nlohmann::json(*r.total_energy_j) : nlohmann::json();
@@ -51,17 +60,30 @@ nlohmann::json run_json(const RunInfo& r) {
 std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   const nlohmann::json s = parse_or_empty(r.summary);
   std::string out = fmt::format("run {}  task {}", r.run_id, r.task);
+  const bool rebuilt = s.value("rebuilt_from_samples", false);
   if (r.exit_status)
     out += fmt::format("  exit {}", *r.exit_status);
   else if (!r.end_ms)
     out += "  (not finished: still running, or wattscope was killed)";
   out += "\n";
+  if (rebuilt && !r.end_ms) {
+    out += fmt::format("  status    not finished: still recording, or wattscope was stopped before it could finalise "
+                       "the run; the figures below are rebuilt from its {} stored samples. If it is not running, "
+                       "'wattscope repair {}' finalises it.\n",
+                       r.samples, r.run_id);
+  } else if (rebuilt) {
+    out += "  status    finalised by 'wattscope repair' from its stored samples (exit status unknown)\n";
+  }
+  if (rebuilt && s.contains("last_event") && s["last_event"].is_string())
+    out += fmt::format("  last event {}\n", s["last_event"].get<std::string>());
   if (!r.command.empty()) out += fmt::format("  command   {}\n", r.command);
   out += fmt::format("  host      {}{}\n", r.host, r.cpu_model.empty() ? "" : " · " + r.cpu_model);
   out += fmt::format("  started   {}\n", iso_utc_ms(r.start_ms));
   const int64_t skipped = s.value("skipped_ticks", int64_t{0});
-  out += fmt::format("  duration  {} · {} samples every {}{}\n",
-                     r.duration_s() ? fmt::format("{:.2f} s", *r.duration_s()) : "?", r.samples,
+  std::string duration = r.duration_s() ? fmt::format("{:.2f} s", *r.duration_s()) : "?";
+  if (!r.end_ms && has_num(s, "last_sample_ms"))
+    duration = fmt::format("at least {:.2f} s", (num(s, "last_sample_ms") - static_cast<double>(r.start_ms)) / 1000.0);
+  out += fmt::format("  duration  {} · {} samples every {}{}\n", duration, r.samples,
                      format_duration(std::chrono::nanoseconds(static_cast<int64_t>(r.interval_ms * 1e6))),
                      skipped ? fmt::format(" ({} late ticks skipped)", skipped) : "");
   const auto cpu = s.value("cpu", nlohmann::json::object());

@@ -1,34 +1,18 @@
-#include "cli/session.hpp"
+#include "pipeline/session.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "core/text.hpp"
 #include "core/time_util.hpp"
-#include "sources/hwmon/hwmon_gpu_source.hpp"
-#include "sources/procfs/cpu_source.hpp"
-#include "sources/rapl/rapl_source.hpp"
+#include "pipeline/sources.hpp"
 #include "wattscope/version.hpp"
-#ifdef WATTSCOPE_HAVE_NVML
-#include "sources/nvml/nvml_source.hpp"
-#endif
 
 namespace wattscope {
-
-std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts) {
-  std::vector<std::unique_ptr<Source>> out;
-  out.push_back(std::make_unique<ProcfsCpuSource>(opts.procfs_root));
-  out.push_back(std::make_unique<RaplSource>(opts.sysfs_root, opts.interval));
-  if (opts.cpu_tdp_w) out.push_back(std::make_unique<CpuEstimateSource>(*opts.cpu_tdp_w)); // after procfs and RAPL
-#ifdef WATTSCOPE_HAVE_NVML
-  out.push_back(std::make_unique<NvmlSource>(NvmlSource::Options::from_env(opts.gpus)));
-#endif
-  out.push_back(std::make_unique<HwmonGpuSource>(opts.sysfs_root));
-  return out;
-}
 
 Session::Session(SessionOptions opts) : opts_(std::move(opts)) {}
 
@@ -53,27 +37,37 @@ void Session::open() {
 
   devices_ = std::make_shared<std::vector<GpuDevice>>();
   std::vector<Event> notices;
+  std::vector<std::string> claimed; // PCI bus ids of the GPUs a source already records
   for (auto& s : make_sources(opts_)) {
-    if (!s->open()) {
+    const bool opened = s->open();
+    const SourceStatus st = s->status();
+    if (!opened) {
       // Said once, in words a user can act on. No AMD/Intel GPU is the normal case and only shown with -v.
-      const std::string st = s->status();
-      if (st.rfind("no permission", 0) == 0)
-        spdlog::warn("{}", st);
+      // The event says the state in words first ("no permission: ...", "missing: ..."), as doctor does.
+      const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
+      if (st.state == SourceStatus::State::NoPermission)
+        spdlog::warn("{}", said);
       else if (s->name() == "hwmon-gpu")
-        spdlog::debug("{}", st);
+        spdlog::debug("{}", said);
       else
-        spdlog::info("{}", st.rfind("missing: ", 0) == 0 ? st.substr(9) : st);
-      if (s->name() != "hwmon-gpu") notices.push_back({0, 0, "source-missing", std::string(s->name()), st});
+        spdlog::info("{}", st.line());
+      if (s->name() != "hwmon-gpu") notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
       continue;
     }
-    spdlog::debug("{}: {}", s->name(), s->status());
+    if (const size_t n = s->release_claimed(claimed))
+      spdlog::debug("{}: {} GPU(s) left to the backend that already records them", s->name(), n);
+    const auto devs = s->devices();
+    if (devs.empty() && s->name() == "hwmon-gpu") continue; // every card it found is recorded by a richer backend
+    spdlog::debug("{}: {}", s->name(), st.line());
     s->describe(run_);
     int next_index = 0;
     for (const auto& d : *devices_)
       next_index = std::max(next_index, d.gpu_index + 1);
     s->set_first_index(next_index);
-    for (auto& d : s->devices())
+    for (auto& d : s->devices()) {
+      if (!d.pci_bus_id.empty()) claimed.push_back(normalize_pci_bus_id(d.pci_bus_id));
       devices_->push_back(std::move(d));
+    }
     sources_.push_back(std::move(s));
   }
   acc_ = std::make_unique<Accounting>(*devices_);

@@ -28,15 +28,12 @@ struct SessionOptions {
   std::string procfs_root = "/proc";
   std::string sysfs_root = "/sys";
   std::string gpus; // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
+  // --cpu-tdp: enables the labelled estimate where RAPL measures nothing.
   std::optional<double> cpu_tdp_w;
   // Called on the sampler thread with every frame after accounting (serve's live state); must not block.
-  std::function<void(const std::shared_ptr<const Frame>&)>
-      on_frame; // --cpu-tdp: enables the labelled estimate where RAPL measures nothing
+  std::function<void(const std::shared_ptr<const Frame>&)> on_frame;
   std::map<std::string, std::string> tags;
 };
-
-// Every source this build knows, in sampling order. Adding a backend is one line here.
-std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts);
 
 class Session {
 public:

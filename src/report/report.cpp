@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "cli/summary.hpp"
+#include "pipeline/run_view.hpp"
 #include "core/time_util.hpp"
 #include "report/assets.hpp"
 #include "report/downsample.hpp"

@@ -9,7 +9,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
-#include "cli/summary.hpp"
+#include "pipeline/run_view.hpp"
 #include "core/duration.hpp"
 #include "report/assets.hpp"
 

@@ -21,6 +21,11 @@ public:
   virtual void write(const RowBatch& batch) = 0;
   // Writes the final runs row (end time, exit status, totals).
   virtual void end_run(const RunInfo& run) = 0;
+  // Finalises a run already in the store (`wattscope repair`): rewrites its runs row, touches no sample.
+  virtual void finalise_run(const RunInfo& run) {
+    begin_run(run);
+    end_run(run);
+  }
 };
 
 using RowFn = std::function<void(std::span<const Value>)>;

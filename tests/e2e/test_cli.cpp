@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/support.hpp"
+#include "cli/command.hpp"
 
 using namespace wstest;
 using json = nlohmann::json;
@@ -19,7 +20,7 @@ namespace {
 const std::map<std::string, std::string> kNoGpu = {{"WATTSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1"}};
 
 std::vector<std::string> ws(std::vector<std::string> args) {
-  args.insert(args.begin(), wattscope());
+  args.insert(args.begin(), wstest::wattscope());
   return args;
 }
 } // namespace
@@ -236,14 +237,19 @@ INSTANTIATE_TEST_SUITE_P(
                       BadInput{{"frobnicate"}, "unknown command 'frobnicate'"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return "case" + std::to_string(info.index); });
 
+// Every command in the command table (the one list the binary dispatches from) teaches with an example, and the
+// top-level help lists it.
 TEST(Help, EveryCommandTeachesWithAnExample) {
-  for (const char* cmd : {"run", "record", "list", "show"}) {
+  auto top = run(ws({"--help"}));
+  EXPECT_EQ(top.exit_code, 0);
+  ASSERT_GE(wattscope::command_table().size(), 8u);
+  for (const auto& c : wattscope::command_table()) {
+    const std::string cmd(c.name);
     auto r = run(ws({cmd, "--help"}));
     EXPECT_EQ(r.exit_code, 0) << cmd;
     EXPECT_NE(r.out.find("Example"), std::string::npos) << cmd << ": " << r.out;
+    EXPECT_NE(top.out.find(cmd), std::string::npos) << cmd << " missing from wattscope --help";
   }
-  auto top = run(ws({"--help"}));
-  EXPECT_EQ(top.exit_code, 0);
   EXPECT_NE(top.out.find("wattscope run --task"), std::string::npos);
   EXPECT_EQ(run(ws({"--version"})).exit_code, 0);
 }

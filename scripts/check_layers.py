@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Fails when an #include in src/ runs up the layers. Includes run one way:
+core <- sources/sinks/accounting <- sampler <- pipeline <- web <- server/report <- cli (<- main.cpp).
+A folder may include its own files and any lower layer's, never a higher one's nor a sibling's of the same layer.
+Run by the build (target check_layers) and usable by hand: scripts/check_layers.py [SRC_DIR]."""
+import pathlib
+import re
+import sys
+
+LAYERS = {
+    "core": 0, "wattscope": 0,  # wattscope/ is the generated version header
+    "sources": 1, "sinks": 1, "accounting": 1,
+    "sampler": 2,
+    "pipeline": 3,
+    "web": 4,
+    "server": 5, "report": 5,
+    "cli": 6,
+}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]*"', re.M)
+
+
+def main() -> int:
+    src = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else pathlib.Path(__file__).resolve().parent.parent / "src")
+    bad = []
+    for path in sorted(src.rglob("*")):
+        if path.suffix not in (".hpp", ".cpp", ".h", ".in") or not path.is_file():
+            continue
+        rel = path.relative_to(src)
+        folder = rel.parts[0] if len(rel.parts) > 1 else None  # main.cpp sits on top of everything
+        if folder is not None and folder not in LAYERS:
+            bad.append(f"{rel}: folder '{folder}' has no layer in scripts/check_layers.py")
+            continue
+        for m in INCLUDE.finditer(path.read_text(errors="replace")):
+            target = m.group(1)
+            if target not in LAYERS:
+                bad.append(f"{rel}: includes '{m.group(0).strip()}', a folder with no layer")
+            elif folder is not None and target != folder and LAYERS[target] >= LAYERS[folder]:
+                bad.append(f"{rel}: '{folder}' (layer {LAYERS[folder]}) includes '{target}/' "
+                           f"(layer {LAYERS[target]}): includes must run down the layers")
+    for b in bad:
+        print(f"check_layers: {b}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

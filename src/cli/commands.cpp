@@ -1,0 +1,32 @@
+#include "cli/command.hpp"
+#include "cli/commands/commands.hpp"
+
+namespace wattscope {
+
+namespace {
+constexpr CommandEntry kCommands[] = {
+    {"run", "Run a command and record the machine while it runs", make_run_command},
+    {"record", "Record the machine until stopped (Ctrl-C / SIGTERM) or for --duration", make_record_command},
+    {"list", "List the runs in a store", make_list_command},
+    {"show", "Show one run's summary (the latest when RUN is omitted)", make_show_command},
+    {"report", "Write a self-contained interactive HTML report of runs (several: compared)", make_report_command},
+    {"serve", "Sample continuously; serve Prometheus /metrics, a live dashboard and a JSON API", make_serve_command},
+    {"repair", "Finalise a run that never finished (wattscope killed, a full disk) from its stored samples",
+     make_repair_command},
+    {"export", "Copy runs between stores (SQLite, CSV, MySQL); also replays spill files", make_export_command},
+    {"doctor", "Check what this machine can measure, and how to fix what it cannot", make_doctor_command},
+};
+} // namespace
+
+std::span<const CommandEntry> command_table() {
+  return kCommands;
+}
+
+std::string command_names() {
+  std::string out;
+  for (const auto& c : kCommands)
+    out += (out.empty() ? "" : ", ") + std::string(c.name);
+  return out;
+}
+
+} // namespace wattscope

@@ -1,0 +1,20 @@
+// The commands, one file each. The table in cli/commands.cpp lists them.
+#pragma once
+
+#include <memory>
+
+#include "cli/command.hpp"
+
+namespace wattscope {
+
+std::unique_ptr<Command> make_run_command();
+std::unique_ptr<Command> make_record_command();
+std::unique_ptr<Command> make_list_command();
+std::unique_ptr<Command> make_show_command();
+std::unique_ptr<Command> make_report_command();
+std::unique_ptr<Command> make_serve_command();
+std::unique_ptr<Command> make_export_command();
+std::unique_ptr<Command> make_doctor_command();
+std::unique_ptr<Command> make_repair_command();
+
+} // namespace wattscope

@@ -1,0 +1,49 @@
+// wattscope list: the runs in a store.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands/commands.hpp"
+#include "cli/record_flags.hpp"
+#include "pipeline/repair.hpp"
+#include "pipeline/run_view.hpp"
+
+namespace wattscope {
+
+namespace {
+
+class ListCommand final : public Command {
+public:
+  void add_options(CLI::App& sub) override {
+    add_read_options(sub, flags_);
+    sub.footer("Examples:\n  wattscope list\n  wattscope list --db lab.db --json");
+  }
+  int run(CLI::App&, const CliContext&) override {
+    auto store = reader_for(flags_);
+    auto runs = store->runs();
+    for (auto& r : runs)
+      r = as_shown(*store, r); // unfinished: figures from the stored samples
+    if (flags_.json) {
+      nlohmann::json arr = nlohmann::json::array();
+      for (const auto& r : runs)
+        arr.push_back(run_json(r));
+      std::cout << arr.dump(2) << "\n";
+    } else if (runs.empty()) {
+      std::cout << store->describe() << " holds no runs yet\n";
+    } else {
+      std::cout << runs_table(runs);
+    }
+    return 0;
+  }
+
+private:
+  ReadFlags flags_;
+};
+
+} // namespace
+
+std::unique_ptr<Command> make_list_command() {
+  return std::make_unique<ListCommand>();
+}
+
+} // namespace wattscope

@@ -1,0 +1,59 @@
+// wattscope record: the whole machine until Ctrl-C / SIGTERM or --duration.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/child.hpp"
+#include "cli/commands/commands.hpp"
+#include "cli/record_flags.hpp"
+#include "core/duration.hpp"
+#include "pipeline/run_view.hpp"
+#include "pipeline/session.hpp"
+
+namespace wattscope {
+
+namespace {
+
+class RecordCommand final : public Command {
+public:
+  void add_options(CLI::App& sub) override {
+    add_record_options(sub, flags_);
+    sub.add_option("--duration,-d", duration_, "Stop after this long, e.g. 30s, 10m (default: until stopped)");
+    sub.footer("Examples:\n"
+               "  wattscope record --task idle-baseline --duration 5m --interval 250ms\n"
+               "  wattscope record --db mysql://lab@db.example.org/energy     # until Ctrl-C or SIGTERM");
+  }
+
+  int run(CLI::App& sub, const CliContext& ctx) override {
+    SessionOptions opts = session_options(flags_, {});
+    std::optional<std::chrono::nanoseconds> duration;
+    // Given at all, --duration must say how long: an empty value is a mistake, not "forever".
+    if (sub.count("--duration") > 0) {
+      duration = flag_value("--duration", [&] { return parse_duration(duration_); });
+      if (duration->count() <= 0) throw UsageError(fmt::format("--duration '{}': must be longer than 0", duration_));
+    }
+    block_control_signals();
+    Session session(opts);
+    session.open();
+    if (!duration) spdlog::info("recording run {} until Ctrl-C or SIGTERM", session.run().run_id);
+    session.start();
+    const std::optional<int> sig = wait_for_stop(duration);
+    RunInfo run = session.finish(sig ? 128 + *sig : 0);
+    if (!ctx.quiet) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    if (!session.all_stored()) spdlog::error("some samples could not be stored; see the errors above");
+    return session.all_stored() ? 0 : 1;
+  }
+
+private:
+  RecordFlags flags_;
+  std::string duration_;
+};
+
+} // namespace
+
+std::unique_ptr<Command> make_record_command() {
+  return std::make_unique<RecordCommand>();
+}
+
+} // namespace wattscope

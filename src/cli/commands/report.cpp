@@ -1,0 +1,102 @@
+// wattscope report [RUN...] -o FILE.html: one self-contained interactive HTML file; several runs are compared.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands/commands.hpp"
+#include "cli/record_flags.hpp"
+#include "pipeline/repair.hpp"
+#include "report/report.hpp"
+
+namespace wattscope {
+
+namespace {
+
+// CSV inputs: directories of wattscope CSV files, or single files whose directory and run are taken from the name.
+std::unique_ptr<StoreReader> csv_reader_for(const std::vector<std::string>& paths, std::vector<std::string>& run_ids) {
+  namespace fs = std::filesystem;
+  std::string dir;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    std::string d = p;
+    if (!fs::is_directory(p, ec)) {
+      if (!fs::exists(p, ec)) throw UsageError(fmt::format("--csv '{}': no such file or directory", p));
+      d = fs::path(p).parent_path().string();
+      if (d.empty()) d = ".";
+      // {task}_{start}_{id}_{table}.csv: the id suffix picks the run.
+      const std::string name = fs::path(p).filename().string();
+      std::string id;
+      for (const auto& t : all_tables()) {
+        const std::string suffix = "_" + std::string(t.name) + ".csv";
+        if (name.size() > suffix.size() + 9 && name.ends_with(suffix)) {
+          const std::string stem = name.substr(0, name.size() - suffix.size());
+          id = stem.substr(stem.size() - 8);
+        }
+      }
+      if (id.empty())
+        throw UsageError(
+            fmt::format("--csv '{}': not a wattscope CSV file name ({{task}}_{{start}}_{{id}}_{{table}}.csv)", p));
+      if (std::find(run_ids.begin(), run_ids.end(), id) == run_ids.end()) run_ids.push_back(id);
+    }
+    if (!dir.empty() && fs::path(d) != fs::path(dir))
+      throw UsageError("--csv: give files or directories from one directory per report");
+    dir = d;
+  }
+  return open_reader({StoreSpec::Kind::Csv, dir});
+}
+
+class ReportCommand final : public Command {
+public:
+  void add_options(CLI::App& sub) override {
+    sub.add_option("runs", runs_, "Run ids or unique prefixes (default: the latest run)");
+    sub.add_option("--db", db_, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
+        ->capture_default_str();
+    sub.add_option("--csv", csv_, "Read wattscope CSV files or directories instead")->expected(1, -1);
+    sub.add_option("-o,--output", out_, "The HTML file to write")->required();
+    sub.add_option("--co2-intensity", opts_.co2_g_per_kwh, "Grid carbon intensity in gCO2/kWh for the CO2 estimate")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 5000.0));
+    sub.add_option("--price", opts_.price_per_kwh, "Electricity price per kWh for the cost estimate")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 100.0));
+    sub.add_option("--currency", opts_.currency, "Currency of --price")->capture_default_str();
+    sub.add_option("--pue", opts_.pue, "Power usage effectiveness of the data centre (1.0: the devices alone)")
+        ->capture_default_str()
+        ->check(CLI::Range(1.0, 5.0));
+    sub.footer("Examples:\n  wattscope report -o run.html                          # the latest run in wattscope.db\n"
+               "  wattscope report 20261121-1203 20261121-1410 -o cmp.html   # two runs compared\n"
+               "  wattscope report --csv results/ -o run.html --co2-intensity 56 --price 0.21 --currency EUR\n"
+               "The file opens offline in any browser: plotly.js and the data are inside it.");
+  }
+  int run(CLI::App&, const CliContext& ctx) override {
+    if (out_.empty()) throw UsageError("-o FILE.html is required: where to write the report");
+    std::unique_ptr<StoreReader> reader = !csv_.empty() ? csv_reader_for(csv_, runs_) : open_reader(store_flag("--db", db_));
+    std::vector<RunInfo> runs;
+    if (runs_.empty()) runs.push_back(as_shown(*reader, resolve_run(*reader, "")));
+    for (const auto& id : runs_)
+      runs.push_back(as_shown(*reader, resolve_run(*reader, id)));
+    const auto t0 = SteadyClock::now();
+    write_report(*reader, runs, opts_, out_);
+    if (!ctx.quiet)
+      std::fprintf(stderr, "wattscope: report of %zu run(s) written to %s (%.1f s)\n", runs.size(), out_.c_str(),
+                   std::chrono::duration<double>(SteadyClock::now() - t0).count());
+    return 0;
+  }
+
+private:
+  std::vector<std::string> runs_;
+  std::string db_ = kDefaultDb;
+  std::vector<std::string> csv_;
+  std::string out_;
+  ReportOptions opts_;
+};
+
+} // namespace
+
+std::unique_ptr<Command> make_report_command() {
+  return std::make_unique<ReportCommand>();
+}
+
+} // namespace wattscope

@@ -1,0 +1,115 @@
+// wattscope run [OPTIONS] -- CMD [ARGS...]: start a command, record the machine while it runs, exit with its status.
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/child.hpp"
+#include "cli/commands/commands.hpp"
+#include "cli/record_flags.hpp"
+#include "core/text.hpp"
+#include "pipeline/run_view.hpp"
+#include "pipeline/session.hpp"
+#include "report/report.hpp"
+
+namespace wattscope {
+
+namespace {
+
+// The report of the run just finished, read back from the first store it was written to.
+std::string write_run_report(const SessionOptions& opts, const RunInfo& run, const std::string& requested) {
+  const std::string path = !requested.empty()
+                               ? requested
+                               : fmt::format("wattscope-report-{}-{}.html", file_safe(run.task),
+                                             run.run_id.substr(run.run_id.size() > 8 ? run.run_id.size() - 8 : 0));
+  try {
+    auto reader = open_reader(opts.stores.front());
+    write_report(*reader, {resolve_run(*reader, run.run_id)}, ReportOptions{}, path);
+  } catch (const std::exception& e) {
+    spdlog::error("cannot write the report: {}", e.what());
+    return {};
+  }
+  return path;
+}
+
+class RunCommand final : public Command {
+public:
+  void add_options(CLI::App& sub) override {
+    add_record_options(sub, flags_);
+    sub.add_option("--report", report_,
+                   "When the run ends, write its HTML report (default name: wattscope-report-{task}-{id}.html)")
+        ->expected(0, 1);
+    // prefix_command: everything from the first word that is not one of run's options (or after --) is the
+    // command, so the command's own flags (python train.py --lr 3e-4) are never taken for wattscope's.
+    sub.prefix_command();
+    sub.footer("Examples:\n"
+               "  wattscope run --task bert-lr3e-4 -- python train.py --lr 3e-4\n"
+               "  wattscope run --interval 100ms --csv results/ -- ./benchmark.sh\n"
+               "  wattscope run --gpus 0,1 --report -- torchrun --nproc-per-node 2 train.py\n"
+               "The exit status is the command's (128+N if a signal N ended it, 127 if it was not found);\n"
+               "125 means wattscope itself failed. SIGINT, SIGTERM and SIGHUP are passed on to the command.");
+  }
+  int usage_status() const override { return kRunOwnError; }
+  int failure_status() const override { return kRunOwnError; }
+
+  int run(CLI::App& sub, const CliContext& ctx) override {
+    std::vector<std::string> command = ctx.after_separator;
+    // prefix_command leaves everything after the first positional word (or after --) unparsed: that is the command.
+    const auto rest = sub.remaining();
+    if (!rest.empty()) {
+      if (ctx.had_separator || rest.front().starts_with("-")) {
+        std::string joined;
+        for (const auto& r : rest)
+          joined += (joined.empty() ? "" : " ") + r;
+        throw UsageError(fmt::format("unknown option or argument before '--': {}", joined));
+      }
+      command = rest;
+    }
+    if (command.empty()) throw UsageError("no command to run; usage: wattscope run [OPTIONS] -- CMD [ARGS...]");
+    const bool want_report = sub.count("--report") > 0;
+    SessionOptions opts = session_options(flags_, command);
+    std::string path;
+    try {
+      path = resolve_command(command.front());
+    } catch (const CommandError& e) {
+      spdlog::error("{}", e.what());
+      return e.exit_code;
+    }
+    block_control_signals();
+    Session session(opts);
+    try {
+      session.open();
+    } catch (const std::exception& e) {
+      spdlog::error("{}", e.what());
+      return kRunOwnError;
+    }
+    session.start();
+    ChildResult child;
+    try {
+      child = wait_child(spawn_child(path, command));
+    } catch (const CommandError& e) {
+      spdlog::error("{}", e.what());
+      child.exit_code = e.exit_code;
+    }
+    RunInfo run = session.finish(child.exit_code);
+    std::string report_path;
+    if (want_report) report_path = write_run_report(opts, run, report_);
+    if (!ctx.quiet) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    if (!session.all_stored()) spdlog::error("some samples could not be stored; see the errors above");
+    if (!report_path.empty() && !ctx.quiet) std::fprintf(stderr, "  report    %s\n", report_path.c_str());
+    if (!session.all_stored()) return child.exit_code ? child.exit_code : kRunOwnError;
+    return child.exit_code;
+  }
+
+private:
+  RecordFlags flags_;
+  std::string report_;
+};
+
+} // namespace
+
+std::unique_ptr<Command> make_run_command() {
+  return std::make_unique<RunCommand>();
+}
+
+} // namespace wattscope

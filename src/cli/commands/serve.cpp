@@ -1,0 +1,107 @@
+// wattscope serve: sample continuously; Prometheus /metrics, a live dashboard and a JSON API from memory.
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cli/child.hpp"
+#include "cli/commands/commands.hpp"
+#include "cli/record_flags.hpp"
+#include "core/duration.hpp"
+#include "pipeline/run_view.hpp"
+#include "pipeline/session.hpp"
+#include "server/live.hpp"
+#include "server/server.hpp"
+
+namespace wattscope {
+
+namespace {
+
+std::string read_token(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("--token-file '{}': cannot read it", path));
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
+    token.pop_back();
+  if (token.size() < 16)
+    throw UsageError(fmt::format("--token-file '{}': the token must be at least 16 characters", path));
+  return token;
+}
+
+class ServeCommand final : public Command {
+public:
+  void add_options(CLI::App& sub) override {
+    sub.add_option("--listen", listen_, "Address to listen on (loopback unless a --token-file is given)")
+        ->capture_default_str();
+    sub.add_option("--interval,-i", rec_.interval, "Sampling interval")->capture_default_str();
+    sub.add_option("--db", db_, "Also store every sample here (FILE.db, csv:DIR or mysql://...)");
+    sub.add_option("--retain", retain_, "How much history to keep in memory for the dashboard and API")
+        ->capture_default_str();
+    sub.add_option("--token-file", token_file_,
+                   "File holding a secret; required to listen beyond loopback, then sent as 'Bearer' by clients");
+    sub.add_option("--task,-t", rec_.task, "Task name of the run recorded while serving")->capture_default_str();
+    sub.add_option("--gpus", rec_.gpus, "GPUs to record: all, 0,2 or GPU-UUIDs");
+    sub.add_option("--procfs-root", rec_.procfs_root, "Where procfs is mounted")->capture_default_str();
+    sub.add_option("--sysfs-root", rec_.sysfs_root, "Where sysfs is mounted")->capture_default_str();
+    sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
+               "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
+               "Endpoints: / (dashboard), /metrics (Prometheus), /api/v1/current, /api/v1/history?range=6h&step=1m,\n"
+               "/api/v1/runs, /api/v1/runs/ID, /api/v1/events (server-sent events). deploy/ has a Grafana "
+               "dashboard,\na Prometheus scrape config and a systemd unit. SIGTERM stops it cleanly.");
+  }
+
+  int run(CLI::App&, const CliContext& ctx) override {
+    const ListenAddress addr = flag_value("--listen", [&] { return parse_listen(listen_); });
+    std::string token;
+    if (!token_file_.empty()) token = read_token(token_file_);
+    if (!addr.loopback() && token.empty())
+      throw UsageError(fmt::format("--listen {} is reachable from other machines: pass --token-file FILE holding a "
+                                   "secret; every request must then send 'Authorization: Bearer <secret>'",
+                                   listen_));
+    const auto retain = flag_value("--retain", [&] { return parse_duration(retain_); });
+    RecordFlags session_flags = rec_;
+    session_flags.no_db = db_.empty();
+    if (!db_.empty()) session_flags.db = db_;
+    if (session_flags.task.empty()) session_flags.task = "serve";
+    SessionOptions opts = session_options(session_flags, {}, /*require_store=*/false);
+    std::optional<StoreSpec> store;
+    if (!opts.stores.empty()) store = opts.stores.front();
+    block_control_signals();
+    LiveState live(retain, opts.interval);
+    opts.on_frame = [&live](const std::shared_ptr<const Frame>& fr) { live.push(fr); };
+    Session session(opts);
+    session.open();
+    live.set_run(session.run(), session.devices());
+    HttpServer http(live, ServerOptions{addr, token, store});
+    http.bind();
+    session.start();
+    live.set_sampler(session.sampler_stats());
+    std::thread server([&http] { http.run(); });
+    spdlog::info("serving on http://{}:{}/ (dashboard), /metrics, /api/v1/...; recording run {}{}", addr.host,
+                 http.port(), session.run().run_id, token.empty() ? "" : "; requests need the bearer token");
+    const std::optional<int> sig = wait_for_stop(std::nullopt);
+    http.stop();
+    server.join();
+    RunInfo run = session.finish(sig ? 128 + *sig : 0);
+    if (!ctx.quiet && store) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    return 0;
+  }
+
+private:
+  RecordFlags rec_;
+  std::string listen_ = "127.0.0.1:9400";
+  std::string retain_ = "24h";
+  std::string token_file_;
+  std::string db_;
+};
+
+} // namespace
+
+std::unique_ptr<Command> make_serve_command() {
+  return std::make_unique<ServeCommand>();
+}
+
+} // namespace wattscope

@@ -1,0 +1,44 @@
+// wattscope show [RUN]: one run's summary (the latest when RUN is omitted).
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands/commands.hpp"
+#include "cli/record_flags.hpp"
+#include "pipeline/repair.hpp"
+#include "pipeline/run_view.hpp"
+
+namespace wattscope {
+
+namespace {
+
+class ShowCommand final : public Command {
+public:
+  void add_options(CLI::App& sub) override {
+    add_read_options(sub, flags_);
+    sub.add_option("run", run_, "Run id, or a unique prefix or suffix of it");
+    sub.footer("Examples:\n  wattscope show\n  wattscope show 20261121-1203 --json");
+  }
+  int run(CLI::App&, const CliContext&) override {
+    auto store = reader_for(flags_);
+    // An unfinished run is shown with figures rebuilt from its stored samples, and says so.
+    const RunInfo run = as_shown(*store, resolve_run(*store, run_));
+    if (flags_.json)
+      std::cout << run_json(run).dump(2) << "\n";
+    else
+      std::cout << run_text(run);
+    return 0;
+  }
+
+private:
+  ReadFlags flags_;
+  std::string run_;
+};
+
+} // namespace
+
+std::unique_ptr<Command> make_show_command() {
+  return std::make_unique<ShowCommand>();
+}
+
+} // namespace wattscope

@@ -1,0 +1,96 @@
+#include "cli/record_flags.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "core/duration.hpp"
+#include "core/text.hpp"
+#include "sources/nvml/gpu_selection.hpp"
+
+namespace wattscope {
+
+void add_record_options(CLI::App& sub, RecordFlags& f) {
+  sub.add_option("--task,-t", f.task, "Task name stored with the run (default: the command's base name)");
+  sub.add_option("--interval,-i", f.interval, "Sampling interval: 1s, 250ms, 10ms, 500us")->capture_default_str();
+  sub.add_option("--db", f.db, "Store to write: FILE.db (SQLite), csv:DIR or mysql://USER@HOST[:PORT]/DB")
+      ->capture_default_str();
+  sub.add_flag("--no-db", f.no_db, "Do not write the SQLite database (use with --csv)");
+  sub.add_option("--csv", f.csv, "Also write CSV files ({task}_{start}_{id}_{table}.csv) into this directory");
+  sub.add_option("--commit-every", f.commit_every,
+                 "Commit to the stores every N rows (e.g. 1000) or every duration (e.g. 5s)")
+      ->capture_default_str();
+  sub.add_option("--gpus", f.gpus,
+                 "GPUs to record: all, 0,2 or GPU-UUIDs (default: those in CUDA_VISIBLE_DEVICES, else all)");
+  sub.add_option("--tag", f.tags, "Extra KEY=VALUE stored with the run (repeatable)");
+  sub.add_option("--cpu-tdp", f.cpu_tdp,
+                 "Where RAPL measures nothing, estimate CPU package power as WATTS x utilisation (labelled "
+                 "'estimated')");
+  sub.add_option("--procfs-root", f.procfs_root, "Where procfs is mounted (for containers and tests)")
+      ->capture_default_str();
+  sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
+      ->capture_default_str();
+}
+
+void check_gpus_flag(const std::string& gpus) {
+  flag_value("", [&] { return parse_gpu_selection(gpus, std::nullopt); });
+}
+
+StoreSpec store_flag(const std::string& name, const std::string& value) {
+  return flag_value(name, [&] { return parse_store(value); });
+}
+
+SessionOptions session_options(const RecordFlags& f, const std::vector<std::string>& command, bool require_store) {
+  SessionOptions o;
+  o.command = command;
+  if (!f.task.empty()) {
+    o.task = f.task;
+  } else if (!command.empty()) {
+    const std::string& c = command.front();
+    const auto slash = c.find_last_of('/');
+    o.task = c.substr(slash == std::string::npos ? 0 : slash + 1);
+  } else {
+    o.task = "record";
+  }
+  flag_value("--task", [&] { validate_task_name(o.task); });
+  o.interval = flag_value("--interval", [&] { return parse_duration(f.interval); });
+  if (o.interval < std::chrono::microseconds(100))
+    throw UsageError(fmt::format("--interval {} is below the 100us minimum", f.interval));
+  o.commit = flag_value("", [&] { return parse_commit_every(f.commit_every); });
+  if (!f.no_db) o.stores.push_back(store_flag("--db", f.db));
+  if (!f.csv.empty()) o.stores.push_back({StoreSpec::Kind::Csv, f.csv});
+  if (o.stores.empty() && require_store) throw UsageError("--no-db without --csv would store nothing; add --csv DIR");
+  for (const auto& t : f.tags) {
+    const auto eq = t.find('=');
+    if (eq == std::string::npos || eq == 0) throw UsageError(fmt::format("--tag '{}': expected KEY=VALUE", t));
+    // Keys and values follow the task-name rules (no control characters, valid UTF-8, bounded): they are data
+    // shown in summaries, reports and labels.
+    flag_value(fmt::format("--tag '{}'", t.substr(0, eq)), [&] {
+      validate_task_name(t.substr(0, eq));
+      if (eq + 1 < t.size()) validate_task_name(t.substr(eq + 1));
+    });
+    o.tags[t.substr(0, eq)] = t.substr(eq + 1);
+  }
+  o.procfs_root = f.procfs_root;
+  o.sysfs_root = f.sysfs_root;
+  o.gpus = f.gpus;
+  check_gpus_flag(f.gpus);
+  if (!(f.cpu_tdp >= 0 && f.cpu_tdp <= 10000))
+    throw UsageError(fmt::format("--cpu-tdp {}: expected the CPU's TDP in watts, e.g. 280", f.cpu_tdp));
+  if (f.cpu_tdp > 0) o.cpu_tdp_w = f.cpu_tdp;
+  return o;
+}
+
+void add_read_options(CLI::App& sub, ReadFlags& f) {
+  sub.add_option("--db", f.db, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
+      ->capture_default_str();
+  sub.add_option("--csv", f.csv, "Read a directory of wattscope CSV files instead");
+  sub.add_flag("--json", f.json, "Print JSON instead of text");
+}
+
+std::unique_ptr<StoreReader> reader_for(const ReadFlags& f) {
+  if (!f.csv.empty()) return open_reader({StoreSpec::Kind::Csv, f.csv});
+  return open_reader(store_flag("--db", f.db));
+}
+
+} // namespace wattscope

@@ -1,0 +1,48 @@
+// Flags shared by the commands that record (run, record, serve, doctor) and those that read a store.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/session.hpp"
+#include "sinks/store.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace wattscope {
+
+struct RecordFlags {
+  std::string task;
+  std::string interval = "1s";
+  std::string db = kDefaultDb;
+  bool no_db = false;
+  std::string csv;
+  std::string commit_every = "1s";
+  std::string procfs_root = "/proc";
+  std::string sysfs_root = "/sys";
+  std::string gpus;
+  std::vector<std::string> tags;
+  double cpu_tdp = 0;
+};
+
+// run and record: every recording option.
+void add_record_options(CLI::App& sub, RecordFlags& f);
+// require_store: run and record must store somewhere; serve may keep only its live state. Throws UsageError.
+SessionOptions session_options(const RecordFlags& f, const std::vector<std::string>& command,
+                               bool require_store = true);
+// --gpus is checked before anything starts, so a typo is a usage error rather than a run without GPUs.
+void check_gpus_flag(const std::string& gpus);
+StoreSpec store_flag(const std::string& name, const std::string& value);
+
+struct ReadFlags {
+  std::string db = kDefaultDb;
+  std::string csv;
+  bool json = false;
+};
+void add_read_options(CLI::App& sub, ReadFlags& f);
+std::unique_ptr<StoreReader> reader_for(const ReadFlags& f);
+
+} // namespace wattscope

@@ -1,0 +1,26 @@
+// Runs that never finished (wattscope killed with -9, a machine that lost power, a store that filled): their runs
+// row still says what it said at the start. Their figures are rebuilt from the samples they did store.
+#pragma once
+
+#include <string>
+
+#include "core/schema.hpp"
+#include "sinks/sink.hpp"
+
+namespace wattscope {
+
+// True when the run has no end: it is still recording, or was never finalised.
+inline bool unfinished(const RunInfo& run) {
+  return !run.end_ms.has_value();
+}
+
+// The run with samples, energy and summary computed from its stored rows: end_ms is the last sample's time,
+// exit_status stays unknown, and the summary says "rebuilt_from_samples" and, when an event tells, why it stopped
+// ("last_event"). The store is only read.
+RunInfo rebuild_from_samples(StoreReader& store, const RunInfo& run);
+
+// For show/list/report: an unfinished run is shown with figures rebuilt from its samples (the runs row is left as it
+// is); a finished one is returned as stored.
+RunInfo as_shown(StoreReader& store, const RunInfo& run);
+
+} // namespace wattscope
