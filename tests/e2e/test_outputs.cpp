@@ -196,7 +196,8 @@ std::string record_through_a_full_disk(const TempDir& dir, const TmpfsMount& mnt
   return err;
 }
 
-// Every tick of the run exactly once (4 GPU rows each), read back through `export` into a fresh SQLite file.
+// Every tick of the run exactly once (4 GPU rows each), read back through `export` into a fresh SQLite file. (Tick
+// numbers may have gaps: on a loaded machine the sampler skips grid slots it missed.)
 void expect_every_tick_once(const TempDir& dir, const std::string& from) {
   const std::string db = dir / "exported.db";
   auto e = run(ws({"export", "--from", from, "--to", db}), kNoGpu, dir.path());
@@ -205,7 +206,6 @@ void expect_every_tick_once(const TempDir& dir, const std::string& from) {
   EXPECT_GE(samples, 150);
   EXPECT_EQ(scalar(db, "SELECT count(*) FROM cpu_samples"), std::to_string(samples));
   EXPECT_EQ(scalar(db, "SELECT count(DISTINCT tick) FROM cpu_samples"), std::to_string(samples));
-  EXPECT_EQ(scalar(db, "SELECT max(tick) FROM cpu_samples"), std::to_string(samples - 1));
   EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_samples"), std::to_string(4 * samples));
   EXPECT_EQ(scalar(db, "SELECT count(DISTINCT tick) FROM gpu_samples"), std::to_string(samples));
   auto r = run(ws({"report", "--db", db, "-o", dir / "exported.html"}), kNoGpu, dir.path());
