@@ -92,6 +92,9 @@ void OutputFile::open_path(const std::string& path, const OutputOptions& opts, i
     if (n < 0) fail_errno(path_, errno);
     const std::string to(buf, static_cast<size_t>(n));
     if (!opts.follow_symlinks) {
+      // /dev/stdout is a link into /proc/self/fd: "-" is the way to say it.
+      if (path == "/dev/stdout" || path == "/dev/fd/1" || path == "/proc/self/fd/1")
+        fail(path_, "it is a symbolic link, and wattscope does not write through links; for standard output, give -");
       std::error_code ec;
       const fs::path real = fs::weakly_canonical(fs::absolute(path), ec);
       fail(path_, fmt::format("it is a symbolic link to '{}', and wattscope does not write through links; give the "

@@ -107,6 +107,14 @@ TEST(Outputs, ReportToDashGoesToStandardOutput) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(is_report(r.out)) << r.out.substr(0, 200);
   EXPECT_FALSE(fs::exists(dir / "-"));
+  // /dev/stdout is a link (into /proc/self/fd): refused like any other, with the way to say it.
+  std::error_code ec;
+  if (fs::is_symlink("/dev/stdout", ec)) {
+    auto dev = run(ws({"report", "-o", "/dev/stdout"}), kNoGpu, dir.path());
+    EXPECT_NE(dev.exit_code, 0);
+    EXPECT_NE(dev.err.find("for standard output, give -"), std::string::npos) << dev.err;
+    EXPECT_EQ(dev.out, "");
+  }
 }
 
 TEST(Outputs, ReportToASymlinkIsRefusedAndNamesIt) {
