@@ -1,15 +1,13 @@
 #include "report/report.hpp"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "pipeline/run_view.hpp"
+#include "core/output_file.hpp"
 #include "core/time_util.hpp"
 #include "report/assets.hpp"
 #include "report/downsample.hpp"
@@ -175,19 +173,35 @@ nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>&
           {"runs", rs}};
 }
 
-std::string render_report(const nlohmann::json& data) {
-  std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  // Inside <script>, "</" could end the element early; "<\/" is the same JSON string.
+std::string script_safe_json(const nlohmann::json& data) {
+  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // The JSON sits inside <script>: "</script" would end the element and "<!--" (with a "<script" after it) would
+  // make the parser run past the real end tag, so no "<" may appear at all; ">" and "&" go too (HTML-safe JSON, as
+  // Go's html/template writes it). U+2028/2029 are line ends to older JavaScript parsers. These bytes only occur
+  // inside JSON strings, where the \u escape is the same string.
   std::string safe;
-  safe.reserve(json.size() + 64);
+  safe.reserve(json.size() + json.size() / 64);
   for (size_t i = 0; i < json.size(); ++i) {
-    if (json[i] == '<' && i + 1 < json.size() && json[i + 1] == '/') {
-      safe += "<\\/";
-      ++i;
+    const char c = json[i];
+    if (c == '<') {
+      safe += "\\u003c";
+    } else if (c == '>') {
+      safe += "\\u003e";
+    } else if (c == '&') {
+      safe += "\\u0026";
+    } else if (c == '\xe2' && i + 2 < json.size() && json[i + 1] == '\x80' &&
+               (json[i + 2] == '\xa8' || json[i + 2] == '\xa9')) {
+      safe += json[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
+      i += 2;
     } else {
-      safe.push_back(json[i]);
+      safe.push_back(c);
     }
   }
+  return safe;
+}
+
+std::string render_report(const nlohmann::json& data) {
+  const std::string safe = script_safe_json(data);
   std::string html(assets::report_template());
   const std::string plotly_mark = "/*__WATTSCOPE_PLOTLY__*/", data_mark = "/*__WATTSCOPE_DATA__*/";
   const auto p = html.find(plotly_mark);
@@ -201,15 +215,12 @@ std::string render_report(const nlohmann::json& data) {
 
 void write_report(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts,
                   const std::string& path) {
-  const std::string html = render_report(build_report_data(store, runs, opts));
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw std::runtime_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  const bool ok = std::fwrite(html.data(), 1, html.size(), f) == html.size();
-  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(fmt::format("cannot write '{}': {}", path, std::strerror(errno)));
-  }
+  // Opened first: a target that will be refused (a link, a directory) is said before minutes of reading.
+  OutputOptions out_opts;
+  out_opts.follow_symlinks = opts.follow_symlinks;
+  OutputFile out(path, out_opts);
+  out.write(render_report(build_report_data(store, runs, opts)));
+  out.commit();
 }
 
 } // namespace wattscope

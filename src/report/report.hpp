@@ -16,15 +16,21 @@ struct ReportOptions {
   double co2_g_per_kwh = 475; // IEA world-average grid intensity; set yours with --co2-intensity
   double price_per_kwh = 0.15;
   std::string currency = "USD";
-  double pue = 1.0;      // data-centre overhead; 1.0 counts the measured devices only
-  size_t buckets = 1000; // per series: at most 2 points per bucket
+  double pue = 1.0;             // data-centre overhead; 1.0 counts the measured devices only
+  size_t buckets = 1000;        // per series: at most 2 points per bucket
+  bool follow_symlinks = false; // write_report through a symbolic link at the path (else refused, naming it)
 };
 
 // Reads the runs' samples and builds the report's data (summaries, downsampled series, events).
 nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts);
+// The data as JSON that is safe inside <script>: no "<", ">" or "&" (written \u003c, \u003e, \u0026), nor
+// U+2028/2029, so no string in it (a task name, a tag, a command) can end the element or hide the page after it.
+std::string script_safe_json(const nlohmann::json& data);
 // The HTML page with plotly.js and the data embedded.
 std::string render_report(const nlohmann::json& data);
-// Both, written to `path` (atomically). Throws std::runtime_error with the reason.
+// Both, written to `path` by the output policy (core/output_file.hpp): a regular file atomically (a temporary
+// renamed over it), "-" to standard output, a character device or FIFO in place; a symbolic link is refused unless
+// opts.follow_symlinks. Throws std::runtime_error with the reason.
 void write_report(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts,
                   const std::string& path);
 

@@ -166,3 +166,44 @@ test('an empty run says so instead of drawing nothing', async () => {
   assert.match(await page.textContent('main'), /This run has no samples/);
   await page.close();
 });
+
+// Task names, tags, commands and stored strings are data: none can end the data block, comment the page out, or
+// run script, in a single-run report or a comparison.
+test('hostile strings stay text', async () => {
+  const hostile = ['<!--<script>', '</script><script>window.__pwned = 1</script>', '<img src=x onerror="window.__pwned = 2">&amp;\u2028'];
+  const env = { ...process.env, WATTSCOPE_NVML_LIBRARY: FAKE, WATTSCOPE_FAKE_NVML_SCENARIO: scenario(1) };
+  delete env.CUDA_VISIBLE_DEVICES;
+  const db = join(dir, 'hostile.db');
+  const ids = [];
+  for (const s of hostile) {
+    const r = spawnSync(WS, ['run', '--db', db, '--task', s, '--tag', `k=${s}`, '--interval', '50ms', '--', 'sh', '-c', 'sleep 0.5', s], { cwd: dir, env, encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    ids.push(JSON.parse(ws(['show', '--db', db, '--json']).stdout).run_id);
+  }
+  // A store edited by hand is input too: an energy method the report shows as a badge.
+  const sql = `UPDATE runs SET summary = json_set(summary, '$.gpus[0].energy_method', '<img src=x onerror="window.__pwned = 3">') WHERE run_id = '${ids[2]}';`;
+  const q = spawnSync('sqlite3', [db, sql], { encoding: 'utf8' });
+  assert.equal(q.status, 0, q.stderr);
+  for (let i = 0; i < hostile.length; i++) {
+    const file = join(dir, `hostile${i}.html`);
+    ws(['report', '--db', db, ids[i], '-o', file]);
+    const { page, errors } = await open(file);
+    assert.deepEqual(errors, [], `report of task ${JSON.stringify(hostile[i])}`);
+    assert.equal(await page.evaluate(() => window.__pwned), undefined);
+    assert.equal(await page.textContent('#title'), `${hostile[i]} · energy and performance`);
+    assert.ok((await page.textContent('#meta code')).includes(hostile[i]), 'the command, hostile argument included');
+    assert.ok((await charts(page)).length >= 8);
+    await page.close();
+  }
+  const file = join(dir, 'hostile-cmp.html');
+  ws(['report', '--db', db, ...ids, '-o', file]);
+  const { page, errors } = await open(file);
+  assert.deepEqual(errors, []);
+  assert.equal(await page.evaluate(() => window.__pwned), undefined);
+  assert.equal(await page.locator('[data-table="deltas"] tbody tr').count(), hostile.length);
+  assert.equal(await page.locator('section[data-run]').count(), hostile.length);
+  const legend = await page.locator('[data-chart="cmp_power"] .legendtext').allTextContents();
+  for (let i = 0; i < hostile.length; i++)
+    assert.ok(legend.some((t) => t.startsWith(hostile[i].split('\u2028')[0])), `legend ${JSON.stringify(legend)} lacks ${hostile[i]}`);
+  await page.close();
+});

@@ -1,12 +1,11 @@
 #include "sinks/csv/csv_store.hpp"
 
-#include <sys/stat.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -14,6 +13,8 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include "core/fd.hpp"
+#include "core/output_file.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 #include "sinks/csv/csv_reader.hpp"
@@ -73,13 +74,17 @@ std::string header(const Table& t) {
   return h;
 }
 
+// A file per table, written with pwrite at the offset where the last stored batch ended. No stdio buffer: a write
+// that fails has nothing left behind in memory to be flushed again later.
+struct TableFile {
+  UniqueFd fd;
+  off_t committed = 0; // bytes of whole batches (header included)
+  bool dirty = false;  // a failed batch could not be cut off yet: cut before anything else is written
+};
+
 class CsvSink final : public Sink {
 public:
   explicit CsvSink(std::string dir) : dir_(std::move(dir)) {}
-  ~CsvSink() override {
-    for (auto* f : files_)
-      if (f) std::fclose(f);
-  }
   std::string describe() const override { return fmt::format("CSV {}/", dir_); }
 
   void begin_run(const RunInfo& run) override {
@@ -95,37 +100,90 @@ public:
     write_runs_file(run);
   }
 
+  // A batch reaches every table file whole or not at all: on any failure (a full disk, say) every file this batch
+  // touched is cut back to where the previous batch ended, and the error goes to the writer, which retries the whole
+  // batch later. Readers may see a batch's rows appear, but never a row twice or half a line once it is over.
   void write(const RowBatch& batch) override {
-    for (const auto& rows : batch.tables) {
-      // The runs file holds one row, rewritten whole by begin_run and end_run; appending would duplicate it.
-      if (rows.cells.empty() || rows.table == TableId::Runs) continue;
-      const size_t idx = static_cast<size_t>(rows.table);
-      std::FILE*& f = files_[idx];
-      if (!f) f = open_table(rows.table);
-      buf_.clear();
-      const size_t ncol = rows.columns();
-      for (size_t i = 0; i < rows.cells.size(); ++i) {
-        append_csv_cell(buf_, rows.cells[i]);
-        buf_.push_back((i + 1) % ncol == 0 ? '\n' : ',');
+    for (size_t i = 0; i < kTableCount; ++i)
+      if (files_[i].dirty) cut_back(static_cast<TableId>(i));
+    std::array<off_t, kTableCount> end{};
+    std::array<bool, kTableCount> touched{};
+    try {
+      for (const auto& rows : batch.tables) {
+        // The runs file holds one row, rewritten whole by begin_run and end_run; appending would duplicate it.
+        if (rows.cells.empty() || rows.table == TableId::Runs) continue;
+        const size_t idx = static_cast<size_t>(rows.table);
+        TableFile& f = files_[idx];
+        if (!f.fd) f.fd = create_table(rows.table);
+        touched[idx] = true;
+        buf_.clear();
+        if (f.committed == 0) buf_ = header(table(rows.table)); // with the first rows, as part of their batch
+        const size_t ncol = rows.columns();
+        for (size_t i = 0; i < rows.cells.size(); ++i) {
+          append_csv_cell(buf_, rows.cells[i]);
+          buf_.push_back((i + 1) % ncol == 0 ? '\n' : ',');
+        }
+        pwrite_all(rows.table, f.committed, buf_);
+        end[idx] = f.committed + static_cast<off_t>(buf_.size());
       }
-      if (std::fwrite(buf_.data(), 1, buf_.size(), f) != buf_.size() || std::fflush(f) != 0)
-        throw std::runtime_error(fmt::format("writing {}: {}", path(rows.table), std::strerror(errno)));
+    } catch (...) {
+      for (size_t i = 0; i < kTableCount; ++i)
+        if (touched[i]) files_[i].dirty = true;
+      for (size_t i = 0; i < kTableCount; ++i)
+        if (touched[i]) try_cut_back(static_cast<TableId>(i));
+      throw;
     }
+    for (size_t i = 0; i < kTableCount; ++i)
+      if (touched[i]) files_[i].committed = end[i];
   }
 
-  void end_run(const RunInfo& run) override { write_runs_file(run); }
+  void end_run(const RunInfo& run) override {
+    // The samples reach the disk before the runs row that says the run is complete.
+    for (size_t i = 0; i < kTableCount; ++i) {
+      if (!files_[i].fd) continue;
+      if (files_[i].dirty) cut_back(static_cast<TableId>(i));
+      if (::fdatasync(files_[i].fd.get()) != 0)
+        throw std::runtime_error(fmt::format("writing {}: {}", path(static_cast<TableId>(i)), std::strerror(errno)));
+    }
+    write_runs_file(run);
+  }
 
 private:
   std::string path(TableId t) const { return dir_ + "/" + csv_file_name(run_, t); }
 
-  std::FILE* open_table(TableId t) {
+  // A new file of this run, never one that is there already (nor a link planted under its name).
+  UniqueFd create_table(TableId t) const {
     const std::string p = path(t);
-    struct stat sb {};
-    const bool exists = ::stat(p.c_str(), &sb) == 0 && sb.st_size > 0;
-    std::FILE* f = std::fopen(p.c_str(), "ab");
-    if (!f) throw std::runtime_error(fmt::format("cannot open '{}': {}", p, std::strerror(errno)));
-    if (!exists) std::fputs(header(table(t)).c_str(), f);
-    return f;
+    UniqueFd fd(::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0666));
+    if (!fd) {
+      if (errno == EEXIST)
+        throw std::runtime_error(fmt::format("'{}' already exists; wattscope writes each run's CSV files new", p));
+      throw std::runtime_error(fmt::format("cannot create '{}': {}", p, std::strerror(errno)));
+    }
+    return fd;
+  }
+
+  void pwrite_all(TableId t, off_t at, std::string_view bytes) const {
+    const int fd = files_[static_cast<size_t>(t)].fd.get();
+    while (!bytes.empty()) {
+      const ssize_t n = ::pwrite(fd, bytes.data(), bytes.size(), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw std::runtime_error(fmt::format("writing {}: {}", path(t), std::strerror(errno)));
+      bytes.remove_prefix(static_cast<size_t>(n));
+      at += n;
+    }
+  }
+
+  bool try_cut_back(TableId t) {
+    TableFile& f = files_[static_cast<size_t>(t)];
+    if (::ftruncate(f.fd.get(), f.committed) != 0) return false;
+    f.dirty = false;
+    return true;
+  }
+  void cut_back(TableId t) {
+    if (!try_cut_back(t))
+      throw std::runtime_error(
+          fmt::format("cannot cut {} back to its last whole batch: {}", path(t), std::strerror(errno)));
   }
 
   void write_runs_file(const RunInfo& run) {
@@ -137,18 +195,12 @@ private:
       append_csv_cell(text, rows.cells[i]);
       text.push_back(i + 1 == rows.cells.size() ? '\n' : ',');
     }
-    const std::string final_path = path(TableId::Runs);
-    const std::string tmp = final_path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw std::runtime_error(fmt::format("cannot write '{}': {}", tmp, std::strerror(errno)));
-    const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-    if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), final_path.c_str()) != 0)
-      throw std::runtime_error(fmt::format("cannot write '{}': {}", final_path, std::strerror(errno)));
+    write_output(path(TableId::Runs), text);
   }
 
   std::string dir_;
   RunInfo run_;
-  std::array<std::FILE*, kTableCount> files_{};
+  std::array<TableFile, kTableCount> files_{};
   std::string buf_;
 };
 

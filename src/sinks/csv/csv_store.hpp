@@ -1,5 +1,7 @@
 // CSV: one file per table kind and run, named {task}_{start}_{table}.csv, columns named and ordered like the SQL
-// tables. Missing values are empty cells. The runs file is rewritten atomically at start and end.
+// tables. Missing values are empty cells. The runs file is rewritten atomically at start and end (core/output_file);
+// a batch reaches every table file whole or not at all (a failed one is cut off again), so a disk that fills up
+// mid-run leaves no duplicate and no half line once the writer's retry has gone through.
 #pragma once
 
 #include <memory>

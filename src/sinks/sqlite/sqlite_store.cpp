@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <optional>
 #include <vector>
 #include <stdexcept>
@@ -51,7 +52,7 @@ std::string create_table_sql(const Table& t) {
 class Db {
 public:
   Db(const std::string& path, bool create) : path_(path) {
-    int flags = create ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) : SQLITE_OPEN_READONLY;
+    int flags = create ? (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW) : SQLITE_OPEN_READONLY;
     if (sqlite3_open_v2(path.c_str(), &db_, flags | SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
       std::string msg = db_ ? sqlite3_errmsg(db_) : "out of memory";
       sqlite3_close(db_);
@@ -190,12 +191,30 @@ void ensure_schema(Db& db) {
   }
 }
 
+// A database is written in place (SQLite's journal keeps it whole), so the output policy's rename does not apply,
+// but its refusals do (core/output_file.hpp): no writing through a symbolic link, and a device or FIFO is no database.
+void check_writable_path(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return; // a new file: SQLite creates it
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const auto real = std::filesystem::weakly_canonical(std::filesystem::absolute(path), ec);
+    throw std::runtime_error(fmt::format("cannot write SQLite database '{}': it is a symbolic link, and wattscope does "
+                                         "not write through links; pass --db with the file's own path{}",
+                                         path, ec ? std::string() : fmt::format(" ('{}')", real.string())));
+  }
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error(fmt::format(
+        "cannot write SQLite database '{}': it is not a regular file; pass --db with a database file", path));
+}
+
 class SqliteSink final : public Sink {
 public:
   explicit SqliteSink(std::string path) : path_(std::move(path)) {}
   std::string describe() const override { return fmt::format("SQLite {}", path_); }
 
   void begin_run(const RunInfo& run) override {
+    check_writable_path(path_);
     db_ = std::make_unique<Db>(path_, true);
     // WAL lets `wattscope list` and other readers see committed batches while the run goes on; NORMAL sync is
     // durable across a process crash, which is the failure a monitor must survive.
