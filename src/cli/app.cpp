@@ -23,6 +23,7 @@
 #include "report/report.hpp"
 #include "server/live.hpp"
 #include "server/server.hpp"
+#include "server/token.hpp"
 #include "sinks/store.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 #include "wattscope/version.hpp"
@@ -358,18 +359,6 @@ struct ServeFlags {
   std::string db;
 };
 
-std::string read_token(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("--token-file '{}': cannot read it", path));
-  std::string token;
-  std::getline(in, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
-    token.pop_back();
-  if (token.size() < 16)
-    throw UsageError(fmt::format("--token-file '{}': the token must be at least 16 characters", path));
-  return token;
-}
-
 int cmd_serve(const RecordFlags& rf, const ServeFlags& f) {
   ListenAddress addr;
   try {
@@ -378,7 +367,11 @@ int cmd_serve(const RecordFlags& rf, const ServeFlags& f) {
     throw UsageError(e.what());
   }
   std::string token;
-  if (!f.token_file.empty()) token = read_token(f.token_file);
+  try {
+    if (!f.token_file.empty()) token = read_token_file(f.token_file);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
   if (!addr.loopback() && token.empty())
     throw UsageError(fmt::format("--listen {} is reachable from other machines: pass --token-file FILE holding a "
                                  "secret; every request must then send 'Authorization: Bearer <secret>'",

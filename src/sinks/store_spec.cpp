@@ -21,6 +21,8 @@ StoreSpec parse_store(std::string_view text) {
         fmt::format("'{}': this build has no MySQL/MariaDB store (configure with -DWATTSCOPE_MYSQL=ON)", text));
 #endif
   }
+  if (text == "csv:") throw std::invalid_argument("'csv:' names no directory; use csv:DIR, e.g. csv:runs");
+  if (text == "sqlite:") throw std::invalid_argument("'sqlite:' names no file; use sqlite:PATH, e.g. sqlite:lab.db");
   if (text.starts_with("csv:")) return {StoreSpec::Kind::Csv, std::string(text.substr(4))};
   if (text.starts_with("sqlite:")) return {StoreSpec::Kind::Sqlite, std::string(text.substr(7))};
   if (auto p = text.find("://"); p != std::string_view::npos)

@@ -26,6 +26,7 @@ MysqlUrl parse_mysql_url(std::string_view text) {
     rest.remove_prefix(10);
   else
     throw bad("not a mysql:// URL");
+  const size_t scheme_len = text.size() - rest.size();
   MysqlUrl u;
   const auto at = rest.find('@');
   if (at == std::string_view::npos || at == 0) throw bad("no user");
@@ -34,7 +35,7 @@ MysqlUrl parse_mysql_url(std::string_view text) {
     throw std::invalid_argument(fmt::format("'{}...': a password does not belong in the URL (it would show in the "
                                             "process list and shell history); put it in WATTSCOPE_MYSQL_PASSWORD or "
                                             "the [client] section of ~/.my.cnf",
-                                            text.substr(0, 8 + u.user.find(':'))));
+                                            text.substr(0, scheme_len + u.user.find(':'))));
   rest.remove_prefix(at + 1);
   const auto slash = rest.find('/');
   if (slash == std::string_view::npos) throw bad("no database");

@@ -46,6 +46,7 @@ NvmlSource::Options NvmlSource::Options::from_env(const std::string& gpus_flag) 
   std::optional<std::string> cvd;
   if (const char* c = std::getenv("CUDA_VISIBLE_DEVICES")) cvd = c;
   o.selection = parse_gpu_selection(gpus_flag, cvd);
+  if (!o.selection.warning.empty()) spdlog::warn("{}", o.selection.warning);
   return o;
 }
 
