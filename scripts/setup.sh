@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcpp-httplib-dev prometheus wrk curl
   time procps chromium python3
+  clang libclang-rt-14-dev libfuzzer-14-dev llvm
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

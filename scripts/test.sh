@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: the normal build, then the AddressSanitizer + UBSan build.
+# Sets up, builds and runs every test: the normal build, then the AddressSanitizer + UBSan build, then a minute of
+# fuzzing every parser of outside input (scripts/fuzz.sh; a crash fails the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -13,4 +14,5 @@ for kind in release asan; do
   ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$dir" -j 2 --output-on-failure --timeout 300 || status=1
 done
+scripts/fuzz.sh || status=1
 exit $status

@@ -61,15 +61,9 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   if (!f.csv.empty()) o.stores.push_back({StoreSpec::Kind::Csv, f.csv});
   if (o.stores.empty() && require_store) throw UsageError("--no-db without --csv would store nothing; add --csv DIR");
   for (const auto& t : f.tags) {
-    const auto eq = t.find('=');
-    if (eq == std::string::npos || eq == 0) throw UsageError(fmt::format("--tag '{}': expected KEY=VALUE", t));
-    // Keys and values follow the task-name rules (no control characters, valid UTF-8, bounded): they are data
-    // shown in summaries, reports and labels.
-    flag_value(fmt::format("--tag '{}'", t.substr(0, eq)), [&] {
-      validate_task_name(t.substr(0, eq));
-      if (eq + 1 < t.size()) validate_task_name(t.substr(eq + 1));
-    });
-    o.tags[t.substr(0, eq)] = t.substr(eq + 1);
+    // Keys become JSON keys and may become labels; values are printable UTF-8 (no control characters).
+    auto [key, value] = flag_value(fmt::format("--tag '{}'", excerpt(t)), [&] { return parse_tag(t); });
+    o.tags[std::move(key)] = std::move(value);
   }
   o.procfs_root = f.procfs_root;
   o.sysfs_root = f.sysfs_root;

@@ -6,12 +6,15 @@
 
 #include <fmt/format.h>
 
+#include "core/text.hpp"
+
 namespace wattscope {
 
 namespace {
 std::invalid_argument bad(std::string_view text, std::string_view why) {
-  return std::invalid_argument(fmt::format(
-      "'{}' is not a valid duration ({}); use a number and a unit, e.g. 1s, 250ms, 10ms, 500us, 2m", text, why));
+  return std::invalid_argument(
+      fmt::format("'{}' is not a valid duration ({}); use a number and a unit, e.g. 1s, 250ms, 10ms, 500us, 2m",
+                  excerpt(text), excerpt(why)));
 }
 } // namespace
 
@@ -46,7 +49,10 @@ std::chrono::nanoseconds parse_duration(std::string_view text) {
   double ns = value * scale;
   if (ns <= 0) throw bad(text, "must be greater than zero");
   if (ns > 1e18) throw bad(text, "too large");
-  return std::chrono::nanoseconds(static_cast<int64_t>(std::llround(ns)));
+  // "0.4ns" is greater than zero but rounds to nothing.
+  const int64_t rounded = std::llround(ns);
+  if (rounded < 1) throw bad(text, "shorter than the 1ns resolution");
+  return std::chrono::nanoseconds(rounded);
 }
 
 std::string format_duration(std::chrono::nanoseconds d) {
@@ -68,7 +74,8 @@ CommitPolicy parse_commit_every(std::string_view text) {
     int64_t rows = 0;
     auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), rows);
     if (ec != std::errc() || rows <= 0)
-      throw std::invalid_argument(fmt::format("--commit-every '{}': a row count must be a positive integer", text));
+      throw std::invalid_argument(
+          fmt::format("--commit-every '{}': a row count must be a positive integer", excerpt(text)));
     p.rows = rows;
     return p;
   }
@@ -76,7 +83,7 @@ CommitPolicy parse_commit_every(std::string_view text) {
     p.interval = parse_duration(text);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(
-        fmt::format("--commit-every '{}': expected a row count (e.g. 1000) or a duration (e.g. 5s)", text));
+        fmt::format("--commit-every '{}': expected a row count (e.g. 1000) or a duration (e.g. 5s)", excerpt(text)));
   }
   return p;
 }

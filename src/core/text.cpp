@@ -1,5 +1,6 @@
 #include "core/text.hpp"
 
+#include <cctype>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -7,32 +8,93 @@
 namespace wattscope {
 
 namespace {
+// Well-formed UTF-8 as Unicode defines it (Table 3-7): no overlong forms, no surrogates, nothing above U+10FFFF.
+// Anything looser lets two byte strings show as one name, or fails later in a JSON encoder.
 bool valid_utf8(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xbf; // the range of the second byte
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      if (c == 0xe0) lo = 0xa0; // overlong below U+0800
+      if (c == 0xed) hi = 0x9f; // surrogates U+D800-U+DFFF
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      if (c == 0xf0) lo = 0x90; // overlong below U+10000
+      if (c == 0xf4) hi = 0x8f; // above U+10FFFF
+    } else {
+      return false; // a continuation byte, an overlong lead (c0, c1) or f5-ff
+    }
+    if (i + len > s.size()) return false;
+    const auto second = static_cast<unsigned char>(s[i + 1]);
+    if (second < lo || second > hi) return false;
+    for (size_t k = 2; k < len; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
     i += len;
   }
   return true;
+}
+
+// Printable UTF-8 of at most max_bytes; `what` names the text in messages.
+void validate_text(std::string_view what, std::string_view text, size_t max_bytes) {
+  if (text.size() > max_bytes)
+    throw std::invalid_argument(
+        fmt::format("{} is {} bytes long; the limit is {} bytes", what, text.size(), max_bytes));
+  for (size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f)
+      throw std::invalid_argument(
+          fmt::format("{} has a control character (byte 0x{:02x} at position {}); use printable text", what, c, i));
+  }
+  if (!valid_utf8(text)) throw std::invalid_argument(fmt::format("{} is not valid UTF-8", what));
 }
 } // namespace
 
 void validate_task_name(std::string_view task) {
   if (task.empty()) throw std::invalid_argument("task name is empty; pass --task NAME");
-  if (task.size() > kMaxTaskNameBytes)
-    throw std::invalid_argument(
-        fmt::format("task name is {} bytes long; the limit is {} bytes", task.size(), kMaxTaskNameBytes));
-  for (size_t i = 0; i < task.size(); ++i) {
-    auto c = static_cast<unsigned char>(task[i]);
-    if (c < 0x20 || c == 0x7f)
-      throw std::invalid_argument(
-          fmt::format("task name has a control character (byte 0x{:02x} at position {}); use printable text", c, i));
+  validate_text("task name", task, kMaxTaskNameBytes);
+}
+
+std::pair<std::string, std::string> parse_tag(std::string_view text) {
+  const auto eq = text.find('=');
+  if (eq == std::string_view::npos || eq == 0) throw std::invalid_argument("expected KEY=VALUE");
+  const std::string_view key = text.substr(0, eq), value = text.substr(eq + 1);
+  if (key.size() > kMaxTagKeyBytes)
+    throw std::invalid_argument(fmt::format("the key is {} bytes long; the limit is {}", key.size(), kMaxTagKeyBytes));
+  for (char c : key)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+      throw std::invalid_argument("a key is letters, digits, '_', '-' and '.'");
+  validate_text("the value", value, kMaxTagValueBytes);
+  return {std::string(key), std::string(value)};
+}
+
+std::string excerpt(std::string_view text, size_t max_bytes) {
+  bool cut = false;
+  if (text.size() > max_bytes) {
+    size_t n = max_bytes;
+    while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xc0) == 0x80) // not inside a UTF-8 sequence
+      --n;
+    text = text.substr(0, n);
+    cut = true;
   }
-  if (!valid_utf8(task)) throw std::invalid_argument("task name is not valid UTF-8");
+  std::string out;
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c == 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out.push_back(ch);
+  }
+  if (cut) out += "...";
+  return out;
 }
 
 std::string file_safe(std::string_view text) {

@@ -3,14 +3,23 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace wattscope {
 
 inline constexpr size_t kMaxTaskNameBytes = 128;
+inline constexpr size_t kMaxTagKeyBytes = 64;
+inline constexpr size_t kMaxTagValueBytes = 1024;
 
 // Throws std::invalid_argument naming the problem: empty, too long, control characters, invalid UTF-8.
 void validate_task_name(std::string_view task);
+// --tag KEY=VALUE: a key of letters, digits, '_', '-' and '.' (it becomes a JSON key and may become a label), a
+// value of printable UTF-8. Throws std::invalid_argument naming the problem.
+std::pair<std::string, std::string> parse_tag(std::string_view text);
+// Outside text quoted in an error message: control characters as \xNN, cut to about max_bytes with "...", so a
+// binary file or a megabyte-long cell cannot flood or drive the terminal.
+std::string excerpt(std::string_view text, size_t max_bytes = 40);
 // A task name made safe for a file name: anything outside [A-Za-z0-9._-] becomes '_'.
 std::string file_safe(std::string_view text);
 // The command as a user could paste it back into a shell.

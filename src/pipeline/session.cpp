@@ -33,7 +33,8 @@ void Session::open() {
     if (const char* v = std::getenv(var)) tags[var] = v;
   for (const auto& [k, v] : opts_.tags)
     tags[k] = v;
-  run_.tags = tags.dump();
+  // Environment values are not ours: bytes that are not UTF-8 become U+FFFD rather than stopping the run.
+  run_.tags = tags.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 
   devices_ = std::make_shared<std::vector<GpuDevice>>();
   std::vector<Event> notices;
@@ -106,7 +107,7 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   RunSummary s = acc_->summary();
   run_.samples = s.samples;
   run_.total_energy_j = s.total_energy_j();
-  run_.summary = s.to_json().dump();
+  run_.summary = s.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   for (auto& w : writers_)
     all_stored_ = w->finish(run_) && all_stored_;
   return run_;

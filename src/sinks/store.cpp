@@ -12,24 +12,6 @@
 
 namespace wattscope {
 
-StoreSpec parse_store(std::string_view text) {
-  if (text.empty()) throw std::invalid_argument("empty store name; pass a SQLite file path or csv:DIR");
-  if (text.starts_with("mysql://") || text.starts_with("mariadb://")) {
-#ifdef WATTSCOPE_HAVE_MYSQL
-    (void)parse_mysql_url(text); // validated now, so a bad URL fails before anything starts
-    return {StoreSpec::Kind::Mysql, std::string(text)};
-#else
-    throw std::invalid_argument(
-        fmt::format("'{}': this build has no MySQL/MariaDB store (configure with -DWATTSCOPE_MYSQL=ON)", text));
-#endif
-  }
-  if (text.starts_with("csv:")) return {StoreSpec::Kind::Csv, std::string(text.substr(4))};
-  if (text.starts_with("sqlite:")) return {StoreSpec::Kind::Sqlite, std::string(text.substr(7))};
-  if (auto p = text.find("://"); p != std::string_view::npos)
-    throw std::invalid_argument(fmt::format("'{}': unknown store scheme '{}'", text, text.substr(0, p)));
-  return {StoreSpec::Kind::Sqlite, std::string(text)};
-}
-
 std::unique_ptr<Sink> open_sink(const StoreSpec& spec, bool spill_on_outage) {
   (void)spill_on_outage; // only MySQL spills
   switch (spec.kind) {

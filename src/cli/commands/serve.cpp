@@ -1,6 +1,5 @@
 // wattscope serve: sample continuously; Prometheus /metrics, a live dashboard and a JSON API from memory.
 #include <cstdio>
-#include <fstream>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -14,22 +13,11 @@
 #include "pipeline/session.hpp"
 #include "server/live.hpp"
 #include "server/server.hpp"
+#include "server/token.hpp"
 
 namespace wattscope {
 
 namespace {
-
-std::string read_token(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UsageError(fmt::format("--token-file '{}': cannot read it", path));
-  std::string token;
-  std::getline(in, token);
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' '))
-    token.pop_back();
-  if (token.size() < 16)
-    throw UsageError(fmt::format("--token-file '{}': the token must be at least 16 characters", path));
-  return token;
-}
 
 class ServeCommand final : public Command {
 public:
@@ -56,7 +44,8 @@ public:
   int run(CLI::App&, const CliContext& ctx) override {
     const ListenAddress addr = flag_value("--listen", [&] { return parse_listen(listen_); });
     std::string token;
-    if (!token_file_.empty()) token = read_token(token_file_);
+    // Bounded read, regular files only, visible characters, no group/world-writable file or directory (as ssh).
+    if (!token_file_.empty()) token = flag_value("", [&] { return read_token_file(token_file_); });
     if (!addr.loopback() && token.empty())
       throw UsageError(fmt::format("--listen {} is reachable from other machines: pass --token-file FILE holding a "
                                    "secret; every request must then send 'Authorization: Bearer <secret>'",

@@ -8,11 +8,16 @@
 
 #include <fmt/format.h>
 
+#include "core/text.hpp"
+
 namespace wattscope {
 
 CsvReader::CsvReader(const std::string& path) : path_(path) {
   f_ = std::fopen(path.c_str(), "rb");
   if (!f_) throw std::runtime_error(fmt::format("cannot open '{}': {}", path, std::strerror(errno)));
+}
+CsvReader::CsvReader(std::FILE* f, std::string name) : f_(f), path_(std::move(name)) {
+  if (!f_) throw std::runtime_error(fmt::format("cannot read '{}'", path_));
 }
 CsvReader::~CsvReader() {
   if (f_) std::fclose(f_);
@@ -23,6 +28,14 @@ int CsvReader::get() {
   return c;
 }
 
+// After a CR: whether an LF (consumed) or the end of the file follows.
+bool CsvReader::at_line_end() {
+  const int n = get();
+  if (n == '\n' || n == EOF) return true;
+  std::ungetc(n, f_);
+  return false;
+}
+
 bool CsvReader::next(std::vector<std::string>& fields, std::vector<bool>& quoted) {
   fields.clear();
   quoted.clear();
@@ -31,7 +44,11 @@ bool CsvReader::next(std::vector<std::string>& fields, std::vector<bool>& quoted
   if (c == EOF) return false;
   std::string cur;
   bool in_quotes = false, was_quoted = false;
+  size_t record_bytes = 0;
   for (;; c = get()) {
+    if (++record_bytes > kMaxCsvRecordBytes)
+      throw std::runtime_error(fmt::format("{}:{}: a record longer than {} MiB; this is not a wattscope CSV file",
+                                           path_, record_line_, kMaxCsvRecordBytes >> 20));
     if (in_quotes) {
       if (c == EOF) throw std::runtime_error(fmt::format("{}:{}: unterminated quoted field", path_, record_line_));
       if (c == '"') {
@@ -54,8 +71,8 @@ bool CsvReader::next(std::vector<std::string>& fields, std::vector<bool>& quoted
       quoted.push_back(was_quoted);
       cur.clear();
       was_quoted = false;
-    } else if (c == '\n' || c == EOF) {
-      if (!cur.empty() && cur.back() == '\r') cur.pop_back();
+    } else if (c == '\n' || c == EOF || (c == '\r' && at_line_end())) {
+      // A record ends at LF or CRLF (RFC 4180, and what a spreadsheet saves); a CR inside quotes is data.
       fields.push_back(std::move(cur));
       quoted.push_back(was_quoted);
       return true;
@@ -67,8 +84,13 @@ bool CsvReader::next(std::vector<std::string>& fields, std::vector<bool>& quoted
 }
 
 void read_table_csv(const std::string& path, TableId id, const std::function<void(std::span<const Value>)>& fn) {
-  const Table& t = table(id);
   CsvReader in(path);
+  read_table_csv(in, id, fn);
+}
+
+void read_table_csv(CsvReader& in, TableId id, const std::function<void(std::span<const Value>)>& fn) {
+  const Table& t = table(id);
+  const std::string& path = in.path();
   std::vector<std::string> fields;
   std::vector<bool> quoted;
   if (!in.next(fields, quoted)) throw std::runtime_error(fmt::format("{}: empty file, expected a header line", path));
@@ -103,8 +125,8 @@ void read_table_csv(const std::string& path, TableId id, const std::function<voi
         int64_t v = 0;
         auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
         if (ec != std::errc() || end != s.data() + s.size())
-          throw std::runtime_error(
-              fmt::format("{}:{}: column '{}': '{}' is not an integer", path, in.line(), t.columns[c].name, s));
+          throw std::runtime_error(fmt::format("{}:{}: column '{}': '{}' is not an integer", path, in.line(),
+                                               t.columns[c].name, excerpt(s)));
         row[c] = Value(v);
         break;
       }
@@ -113,7 +135,7 @@ void read_table_csv(const std::string& path, TableId id, const std::function<voi
         auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
         if (ec != std::errc() || end != s.data() + s.size())
           throw std::runtime_error(
-              fmt::format("{}:{}: column '{}': '{}' is not a number", path, in.line(), t.columns[c].name, s));
+              fmt::format("{}:{}: column '{}': '{}' is not a number", path, in.line(), t.columns[c].name, excerpt(s)));
         row[c] = Value(v);
         break;
       }

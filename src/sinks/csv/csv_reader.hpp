@@ -10,10 +10,15 @@
 
 namespace wattscope {
 
+// A longer record (line) is refused rather than read into memory whole: wattscope writes nothing near this long.
+inline constexpr size_t kMaxCsvRecordBytes = size_t{16} << 20;
+
 // Streams an RFC 4180 file. Errors name the file and line.
 class CsvReader {
 public:
   explicit CsvReader(const std::string& path);
+  // An open stream (the fuzz target's fmemopen'ed bytes), closed at destruction; name is for messages.
+  CsvReader(std::FILE* f, std::string name);
   ~CsvReader();
   CsvReader(const CsvReader&) = delete;
   CsvReader& operator=(const CsvReader&) = delete;
@@ -23,6 +28,7 @@ public:
 
 private:
   int get();
+  bool at_line_end();
   std::FILE* f_ = nullptr;
   std::string path_;
   size_t line_ = 1;
@@ -32,5 +38,6 @@ private:
 // Reads a wattscope table file: checks the header against the schema and converts cells to typed values.
 // fn gets each row; throws std::runtime_error "FILE:LINE: problem" on a missing column or a broken row.
 void read_table_csv(const std::string& path, TableId table, const std::function<void(std::span<const Value>)>& fn);
+void read_table_csv(CsvReader& in, TableId table, const std::function<void(std::span<const Value>)>& fn);
 
 } // namespace wattscope

@@ -1,5 +1,6 @@
 #include "sources/nvml/gpu_selection.hpp"
 
+#include <charconv>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -23,19 +24,33 @@ std::vector<std::string> split_list(const std::string& s) {
   }
   return out;
 }
-bool is_index(const std::string& t) {
+bool is_digits(const std::string& t) {
   if (t.empty()) return false;
   for (char c : t)
     if (c < '0' || c > '9') return false;
   return true;
+}
+// The index a token of digits names, or nullopt when it is beyond kMaxGpuIndex (however many digits it has).
+std::optional<int> index_of(const std::string& t) {
+  int v = 0;
+  auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (ec != std::errc() || end != t.data() + t.size() || v > kMaxGpuIndex) return std::nullopt;
+  return v;
+}
+// "GPU-" or "MIG-" and at least one character of the UUID: a bare prefix would match every device.
+bool is_uuid(const std::string& t) {
+  return t.size() > 4 && (t.starts_with("GPU-") || t.starts_with("MIG-"));
 }
 } // namespace
 
 bool GpuSelection::selects(int index, const std::string& uuid) const {
   if (all) return true;
   for (const auto& t : tokens) {
-    if (is_index(t) && std::stoi(t) == index) return true;
-    if (!is_index(t) && !uuid.empty() && uuid.rfind(t, 0) == 0) return true; // CUDA accepts UUID prefixes too
+    if (is_digits(t)) {
+      if (index_of(t) == index) return true;
+    } else if (!uuid.empty() && uuid.starts_with(t)) {
+      return true; // CUDA accepts UUID prefixes too
+    }
   }
   return false;
 }
@@ -48,7 +63,10 @@ GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<st
     sel.all = false;
     if (flag == "none") return sel;
     for (auto& t : split_list(flag)) {
-      if (t.empty() || (!is_index(t) && t.rfind("GPU-", 0) != 0 && t.rfind("MIG-", 0) != 0))
+      if (is_digits(t) && !index_of(t))
+        throw std::invalid_argument(fmt::format("--gpus '{}': GPU index '{}' is out of range; indices run from 0 to {}",
+                                                flag, t, kMaxGpuIndex));
+      if (!is_digits(t) && !is_uuid(t))
         throw std::invalid_argument(fmt::format(
             "--gpus '{}': '{}' is neither a GPU index nor a GPU-/MIG- UUID; use all, 0,2 or GPU-…", flag, t));
       sel.tokens.push_back(t);
@@ -63,8 +81,18 @@ GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<st
   sel.all = false;
   // CUDA stops at the first invalid entry; "-1" or "" hides every device.
   for (auto& t : split_list(*cuda_visible)) {
-    if (t.empty() || t.rfind("-", 0) == 0) break;
-    if (!is_index(t) && t.rfind("GPU-", 0) != 0 && t.rfind("MIG-", 0) != 0) break;
+    if (t.empty() || t.starts_with("-")) break;
+    if (is_digits(t) && !index_of(t)) {
+      // Not a typo the user can see: the variable came from a scheduler or a script. Record every GPU rather than
+      // refuse the job or guess which GPUs it meant.
+      sel.all = true;
+      sel.tokens.clear();
+      sel.warning = fmt::format("CUDA_VISIBLE_DEVICES: GPU index '{}' is out of range (0 to {}); recording all GPUs "
+                                "(pass --gpus to choose)",
+                                t, kMaxGpuIndex);
+      return sel;
+    }
+    if (!is_digits(t) && !is_uuid(t)) break;
     sel.tokens.push_back(t);
   }
   return sel;

@@ -300,6 +300,7 @@ NvmlSource::Options NvmlSource::Options::from_env(const std::string& gpus_flag) 
   std::optional<std::string> cvd;
   if (const char* c = std::getenv("CUDA_VISIBLE_DEVICES")) cvd = c;
   o.selection = parse_gpu_selection(gpus_flag, cvd);
+  if (!o.selection.warning.empty()) spdlog::warn("{}", o.selection.warning);
   return o;
 }
 
@@ -441,7 +442,7 @@ void NvmlSource::describe(RunInfo& run) const {
   if (tags.is_discarded() || !tags.is_object()) tags = nlohmann::json::object();
   if (!driver_version_.empty()) tags["nvidia_driver"] = driver_version_;
   if (!nvml_version_.empty()) tags["nvml_version"] = nvml_version_;
-  run.tags = tags.dump();
+  run.tags = tags.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 bool NvmlSource::ok(Dev& d, Call c, Return rc, Frame& frame) {
