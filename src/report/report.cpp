@@ -11,7 +11,7 @@
 
 #include "cli/summary.hpp"
 #include "core/time_util.hpp"
-#include "report/assets.hpp"
+#include "web/assets.hpp"
 #include "report/downsample.hpp"
 #include "wattscope/version.hpp"
 
