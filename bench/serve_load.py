@@ -46,20 +46,27 @@ def hostile(host, port, token, n_slow, n_idle, n_sse, n_readers, seconds, reopen
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if kind == "sse":  # a client that never reads: keep its receive window small so its buffers fill early
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.setblocking(False)
         try:
-            s.connect((host, port))
-        except BlockingIOError:
-            pass
+            if kind in ("sse", "reader"):  # event streams ask at once, before the other clients crowd in
+                s.settimeout(5)
+                s.connect((host, port))
+                s.sendall(sse_request)
+                s.setblocking(False)
+            else:
+                s.setblocking(False)
+                try:
+                    s.connect((host, port))
+                except BlockingIOError:
+                    pass
         except OSError:
             stats["connect_failed"] += 1
             s.close()
             reopen.append((time.monotonic() + reopen_after, kind, idx))
             return
-        c = {"kind": kind, "sock": s, "sent": 0, "idx": idx, "next": time.monotonic(), "got": b""}
+        c = {"kind": kind, "sock": s, "sent": 0, "idx": idx, "next": time.monotonic(), "parked": kind == "sse"}
         conns[s.fileno()] = c
-        # Event-stream clients first wait to be writable (connected) to send their request.
-        sel.register(s, selectors.EVENT_READ | (selectors.EVENT_WRITE if kind in ("sse", "reader") else 0), c)
+        if kind != "sse":  # a never-reading stream is only watched for the server closing it (POLLRDHUP, below)
+            sel.register(s, selectors.EVENT_READ, c)
         stats["opened"] += 1
 
     def close_one(c, reason):
@@ -105,19 +112,6 @@ def hostile(host, port, token, n_slow, n_idle, n_sse, n_readers, seconds, reopen
         for key, ev in sel.select(timeout=0.05):
             c = key.data
             s = c["sock"]
-            if ev & selectors.EVENT_WRITE:  # connected: send the event-stream request once
-                req = sse_request
-                try:
-                    s.send(req)
-                except OSError:
-                    close_one(c, "closed_by_server")
-                    continue
-                if c["kind"] == "sse":  # never reads: watch only for the server closing it (POLLRDHUP, below)
-                    sel.unregister(s)
-                    c["parked"] = True
-                else:
-                    sel.modify(s, selectors.EVENT_READ, c)
-                continue
             try:
                 data = s.recv(65536)
             except BlockingIOError:

@@ -10,7 +10,6 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -165,7 +164,7 @@ struct HttpServer::Impl {
   bool stopping = false;
 
   // io thread only:
-  std::unordered_set<std::shared_ptr<Conn>> conns;
+  std::unordered_map<Conn*, std::shared_ptr<Conn>> conns;
   std::unordered_map<std::string, int> per_address;
   int heavy_in_flight = 0;
   std::atomic<int> streams{0}; // read by the watcher: no subscriber, no JSON made
@@ -346,6 +345,7 @@ struct HttpServer::Impl {
 
     void close() {
       if (state == State::closed) return;
+      const auto keep = shared_from_this(); // forget() may drop the last other reference
       if (state == State::streaming) --srv.streams;
       state = State::closed;
       beast::error_code ignored;
@@ -391,7 +391,7 @@ struct HttpServer::Impl {
     if (static_cast<int>(conns.size()) >= max_connections && !evict_for_total()) return refuse(s);
     s.set_option(tcp::no_delay(true), ec); // headers and body go out in separate writes
     auto c = std::make_shared<Conn>(*this, std::move(s), address);
-    conns.insert(c);
+    conns.emplace(c.get(), c);
     ++per_address[address];
     c->start_read();
   }
@@ -401,7 +401,7 @@ struct HttpServer::Impl {
   // every connection of the address is busy.
   bool evict_from(const std::string& address) {
     Conn* victim = nullptr;
-    for (const auto& c : conns)
+    for (const auto& [p, c] : conns)
       if (c->address == address && c->waiting() && (!victim || c->since < victim->since))
         victim = c.get();
     if (!victim) return false;
@@ -413,7 +413,7 @@ struct HttpServer::Impl {
   bool evict_for_total() {
     Conn* victim = nullptr;
     int victim_held = 0;
-    for (const auto& c : conns) {
+    for (const auto& [p, c] : conns) {
       if (!c->waiting()) continue;
       const int held = per_address[c->address];
       if (!victim || held > victim_held || (held == victim_held && c->since < victim->since)) {
@@ -440,12 +440,7 @@ struct HttpServer::Impl {
   void forget(Conn* c) {
     auto it = per_address.find(c->address);
     if (it != per_address.end() && --it->second <= 0) per_address.erase(it);
-    // Erase by pointer; a handler still holding the shared_ptr keeps the object alive until it returns.
-    for (auto i = conns.begin(); i != conns.end(); ++i)
-      if (i->get() == c) {
-        conns.erase(i);
-        break;
-      }
+    conns.erase(c); // a handler still holding a shared_ptr keeps the object alive until it returns
   }
 
   // Header deadlines and stalled writers, checked a few times a second over every connection (a thousand at most).
@@ -456,7 +451,7 @@ struct HttpServer::Impl {
       date = http_date(std::time(nullptr));
       const auto now = Clock::now();
       std::vector<std::shared_ptr<Conn>> late, stalled;
-      for (const auto& c : conns)
+      for (const auto& [p, c] : conns)
         if (c->write_in_flight && now - c->write_since > opts.stalled_write_timeout)
           stalled.push_back(c);
         else if ((c->state == Conn::State::reading && now - c->since > opts.header_timeout) ||
@@ -471,7 +466,7 @@ struct HttpServer::Impl {
   }
 
   void broadcast(const std::shared_ptr<const StreamMessage>& m) {
-    for (const auto& c : conns)
+    for (const auto& [p, c] : conns)
       if (c->state == Conn::State::streaming) c->send_event(m);
   }
 
@@ -496,7 +491,9 @@ struct HttpServer::Impl {
     acceptor.close(ignored);
     sweep_timer.cancel();
     accept_retry.cancel();
-    std::vector<std::shared_ptr<Conn>> all(conns.begin(), conns.end());
+    std::vector<std::shared_ptr<Conn>> all;
+    for (const auto& [p, c] : conns)
+      all.push_back(c);
     for (const auto& c : all)
       c->close();
     io.stop();
