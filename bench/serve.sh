@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Load figures for `wattscope serve` with 8 fake GPUs at a 1 s interval: /metrics latency at 500 req/s and at full
 # speed (wrk), 50 event-stream clients held for BENCH_SECONDS (default 60) with every tick counted, and serve's own
-# CPU share and peak RSS over the whole run.
+# CPU share and peak RSS over the whole run. Then, on a token-protected serve: /metrics timed while 120 slow-header
+# (no token), 2,000 idle and 100 never-reading event-stream clients hang on at once (bench/serve_load.py, loopback,
+# BENCH_LOAD_SECONDS each, default 30), and serve's CPU per dashboard page load in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -48,6 +50,31 @@ hz=$(getconf CLK_TCK)
 awk -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" -v hz="$hz" \
   'BEGIN { printf "serve CPU over the whole benchmark (wrk load included): %.2f%% of one core\n", 100 * (c1 - c0) / hz / (t1 - t0) }'
 echo "serve peak RSS: $(awk '/VmHWM/ {printf "%.1f MiB", $2 / 1024}' /proc/$pid/status)"
+kill -TERM "$pid"; wait "$pid" || true
+
+echo
+echo "== hostile clients against a token-protected serve (bench/serve_load.py)"
+load_secs=${BENCH_LOAD_SECONDS:-30}
+token=s3cret-bench-token-0123456789
+echo "$token" > "$out/token"
+WATTSCOPE_NVML_LIBRARY="$PWD/build/fakes/libnvidia-ml-fake.so" WATTSCOPE_FAKE_NVML_SCENARIO="$out/s.json" \
+  build/wattscope serve --listen 127.0.0.1:0 --interval 1s --token-file "$out/token" 2> "$out/serve2.err" &
+pid=$!
+for _ in $(seq 100); do grep -q "serving on" "$out/serve2.err" && break; sleep 0.1; done
+url=$(grep -oE "http://127.0.0.1:[0-9]+" "$out/serve2.err" | head -1)
+sleep 2
+for mode in "held:0" "reconnecting 1 s after each close:1"; do
+  echo "-- misbehaving clients ${mode%:*}"
+  cpu0=$(read_cpu); t0=$(date +%s.%N)
+  python3 bench/serve_load.py --url "$url" --token "$token" --seconds "$load_secs" --rate 50 --reopen-after "${mode##*:}"
+  cpu1=$(read_cpu); t1=$(date +%s.%N)
+  awk -v c0="$cpu0" -v c1="$cpu1" -v t0="$t0" -v t1="$t1" -v hz="$hz" \
+    'BEGIN { printf "serve CPU meanwhile: %.1f%% of one core\n", 100 * (c1 - c0) / hz / (t1 - t0) }'
+done
+echo "serve threads: $(ls /proc/$pid/task | wc -l)"
+echo
+echo "== dashboard page load in headless Chromium (accepts br, gzip): serve CPU per load"
+node bench/dashboard_load.mjs "$url" "$pid" "$token"
 kill -TERM "$pid"; wait "$pid" || true
 
 echo

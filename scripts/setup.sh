@@ -11,7 +11,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libsqlite3-dev sqlite3
   libmariadb-dev mariadb-server mariadb-client
   libgtest-dev libgmock-dev libbenchmark-dev
-  libcpp-httplib-dev prometheus wrk curl
+  libboost1.81-dev zlib1g-dev prometheus wrk curl
   time procps chromium python3
   clang libclang-rt-14-dev libfuzzer-14-dev llvm
 )

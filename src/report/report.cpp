@@ -9,7 +9,7 @@
 #include "pipeline/run_view.hpp"
 #include "core/output_file.hpp"
 #include "core/time_util.hpp"
-#include "report/assets.hpp"
+#include "web/assets.hpp"
 #include "report/downsample.hpp"
 #include "wattscope/version.hpp"
 

@@ -104,16 +104,4 @@ std::string read_token_file(const std::string& path) {
   }
 }
 
-bool constant_time_equal(std::string_view a, std::string_view b) {
-  // Every byte of the longer string is visited whatever the contents; only the lengths decide the branches.
-  const size_t n = a.size() > b.size() ? a.size() : b.size();
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < n; ++i) {
-    const auto x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
-    const auto y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
-    diff |= static_cast<unsigned char>(x ^ y);
-  }
-  return diff == 0;
-}
-
 } // namespace wattscope

@@ -2,6 +2,8 @@
 // whoever can change the file can read every node's data.
 #pragma once
 
+#include "server/auth.hpp" // constant_time_equal, for comparing a token read here
+
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -21,7 +23,5 @@ std::string read_token_file(const std::string& path);
 // "\r\n" is dropped. Throws std::invalid_argument naming the problem and its byte position.
 std::string parse_token(std::string_view contents);
 
-// Equality whose time depends only on the lengths, so a client cannot find a token byte by byte from response times.
-bool constant_time_equal(std::string_view a, std::string_view b);
 
 } // namespace wattscope

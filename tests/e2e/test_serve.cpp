@@ -12,12 +12,13 @@
 #include <set>
 #include <thread>
 
-#include <httplib.h>
 #include <nlohmann/json.hpp>
 
 #include "../support/sysfs_fixtures.hpp"
+#include "http_client.hpp"
 
 using namespace wstest;
+namespace http = wstest::http;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -87,10 +88,8 @@ public:
     pid_ = -1;
     return rc;
   }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(5, 0);
-    return c;
+  http::Response get(const std::string& target, const http::Headers& headers = {}) const {
+    return http::get(port_, target, headers, 5s);
   }
   int port() const { return port_; }
   const TempDir& dir() const { return dir_; }
@@ -113,11 +112,11 @@ std::string sample_line(const std::string& metrics, const std::string& prefix) {
 
 TEST(Serve, MetricsCarryTheDevicesValuesAndPassPromtool) {
   Serve s({"--task", "a \"quoted\" \\ task"});
-  auto r = s.client().Get("/metrics");
+  auto r = s.get("/metrics");
   ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);
-  EXPECT_NE(r->get_header_value("Content-Type").find("text/plain; version=0.0.4"), std::string::npos);
-  const std::string& m = r->body;
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.header("content-type").find("text/plain; version=0.0.4"), std::string::npos);
+  const std::string& m = r.body;
   const std::string power0 = sample_line(m, "wattscope_gpu_power_watts{gpu=\"0\"");
   EXPECT_NE(power0.find("uuid=\"GPU-0000\",name=\"NVIDIA H100 \\\"SXM\\\"\",host=\""), std::string::npos) << power0;
   EXPECT_TRUE(power0.ends_with("} 250")) << power0;
@@ -135,10 +134,10 @@ TEST(Serve, MetricsCarryTheDevicesValuesAndPassPromtool) {
   EXPECT_NE(m.find("wattscope_sampler_ticks_total "), std::string::npos);
   EXPECT_NE(m.find("wattscope_build_info{version="), std::string::npos);
   // Serving without --db stores nothing, and says so where runs are asked for.
-  auto runs = s.client().Get("/api/v1/runs");
+  auto runs = s.get("/api/v1/runs");
   ASSERT_TRUE(runs);
-  EXPECT_EQ(runs->status, 404);
-  EXPECT_NE(runs->body.find("without --db"), std::string::npos);
+  EXPECT_EQ(runs.status, 404);
+  EXPECT_NE(runs.body.find("without --db"), std::string::npos);
   write_file(s.dir() / "metrics.txt", m);
   auto check = run({"/bin/sh", "-c", "promtool check metrics < " + (s.dir() / "metrics.txt")});
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
@@ -147,40 +146,39 @@ TEST(Serve, MetricsCarryTheDevicesValuesAndPassPromtool) {
 
 TEST(Serve, JsonApiAndItsErrors) {
   Serve s({"--db", "serve.db"});
-  auto c = s.client();
-  auto cur = c.Get("/api/v1/current");
+  auto cur = s.get("/api/v1/current");
   ASSERT_TRUE(cur);
-  auto j = json::parse(cur->body);
+  auto j = json::parse(cur.body);
   ASSERT_EQ(j["gpus"].size(), 2u);
   EXPECT_EQ(j["gpus"][0]["power_w"], 250.0);
   EXPECT_EQ(j["run"]["task"], "serve");
-  auto h = c.Get("/api/v1/history?range=1h&step=1s");
+  auto h = s.get("/api/v1/history?range=1h&step=1s");
   ASSERT_TRUE(h);
-  EXPECT_EQ(h->status, 200);
-  auto hj = json::parse(h->body);
+  EXPECT_EQ(h.status, 200);
+  auto hj = json::parse(h.body);
   EXPECT_GE(hj["ts_ms"].size(), 1u);
   EXPECT_EQ(hj["gpus"][1]["power_w"][0], 125.5);
   for (const char* bad :
        {"/api/v1/history?range=abc", "/api/v1/history?range=0s", "/api/v1/history?range=1h&step=2h",
         "/api/v1/history?range=24h&step=1ms", "/api/v1/history?when=now", "/api/v1/runs/a%20b;DROP"}) {
-    auto r = c.Get(bad);
+    auto r = s.get(bad);
     ASSERT_TRUE(r) << bad;
-    EXPECT_EQ(r->status, 400) << bad;
-    EXPECT_TRUE(json::parse(r->body).contains("error")) << bad;
+    EXPECT_EQ(r.status, 400) << bad;
+    EXPECT_TRUE(json::parse(r.body).contains("error")) << bad;
   }
-  auto nf = c.Get("/api/v2/everything");
+  auto nf = s.get("/api/v2/everything");
   ASSERT_TRUE(nf);
-  EXPECT_EQ(nf->status, 404);
-  EXPECT_NE(json::parse(nf->body)["error"].get<std::string>().find("no such path"), std::string::npos);
-  auto runs = c.Get("/api/v1/runs");
+  EXPECT_EQ(nf.status, 404);
+  EXPECT_NE(json::parse(nf.body)["error"].get<std::string>().find("no such path"), std::string::npos);
+  auto runs = s.get("/api/v1/runs");
   ASSERT_TRUE(runs);
-  EXPECT_EQ(runs->status, 200);
-  auto rj = json::parse(runs->body);
+  EXPECT_EQ(runs.status, 200);
+  auto rj = json::parse(runs.body);
   ASSERT_EQ(rj.size(), 1u);
-  auto one = c.Get("/api/v1/runs/" + rj[0]["run_id"].get<std::string>());
+  auto one = s.get("/api/v1/runs/" + rj[0]["run_id"].get<std::string>());
   ASSERT_TRUE(one);
-  EXPECT_EQ(json::parse(one->body)["task"], "serve");
-  EXPECT_EQ(c.Get("/api/v1/runs/nosuchrun")->status, 404);
+  EXPECT_EQ(json::parse(one.body)["task"], "serve");
+  EXPECT_EQ(s.get("/api/v1/runs/nosuchrun").status, 404);
   EXPECT_EQ(s.stop(), 0);
   // SIGTERM finalised the run in the store.
   EXPECT_NE(scalar(s.dir() / "serve.db", "SELECT end_ms FROM runs"), "");
@@ -206,19 +204,17 @@ TEST(Serve, EventStreamPushesEachFrameAndSlowClientsBlockNobody) {
   int garbage = raw("\x16\x03\x01 not http at all\r\n\r\n");
   // Meanwhile another client gets three frames from the stream, and /metrics answers promptly.
   int frames = 0;
-  auto c = s.client();
-  c.Get("/api/v1/events", [&](const char* data, size_t len) {
-    std::string chunk(data, len);
-    for (size_t p = chunk.find("data: "); p != std::string::npos; p = chunk.find("data: ", p + 1))
+  http::stream(s.port(), "/api/v1/events", {}, [&](std::string_view chunk) {
+    for (size_t p = chunk.find("data: "); p != std::string_view::npos; p = chunk.find("data: ", p + 1))
       ++frames;
     return frames < 4;
   });
   EXPECT_GE(frames, 4);
   for (int i = 0; i < 20; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = s.client().Get("/metrics");
+    auto r = s.get("/metrics");
     ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(r.status, 200);
     EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
   }
   for (int fd : stuck)
@@ -245,16 +241,15 @@ TEST(Serve, BeyondLoopbackOnlyWithAToken) {
   const std::string token = "s3cret-token-0123456789";
   write_file(dir / "token", token + "\n");
   Serve s({"--token-file", dir / "token"});
-  auto c = s.client();
-  auto no = c.Get("/metrics");
+  auto no = s.get("/metrics");
   ASSERT_TRUE(no);
-  EXPECT_EQ(no->status, 401);
-  auto wrong = c.Get("/metrics", {{"Authorization", "Bearer nope"}});
-  EXPECT_EQ(wrong->status, 401);
-  auto yes = c.Get("/metrics", {{"Authorization", "Bearer " + token}});
+  EXPECT_EQ(no.status, 401);
+  auto wrong = s.get("/metrics", {{"Authorization", "Bearer nope"}});
+  EXPECT_EQ(wrong.status, 401);
+  auto yes = s.get("/metrics", {{"Authorization", "Bearer " + token}});
   ASSERT_TRUE(yes);
-  EXPECT_EQ(yes->status, 200);
-  EXPECT_NE(yes->body.find("wattscope_gpu_power_watts"), std::string::npos);
+  EXPECT_EQ(yes.status, 200);
+  EXPECT_NE(yes.body.find("wattscope_gpu_power_watts"), std::string::npos);
 }
 
 TEST(Serve, ARealPrometheusScrapesIt) {
@@ -278,14 +273,12 @@ TEST(Serve, ARealPrometheusScrapesIt) {
       start({"/usr/bin/prometheus", "--config.file=" + (prom / "prometheus.yml"),
              "--storage.tsdb.path=" + (prom / "data"), "--web.listen-address=127.0.0.1:" + std::to_string(prom_port)},
             {}, prom.path(), prom / "out", prom / "err");
-  httplib::Client p("127.0.0.1", prom_port);
-  p.set_read_timeout(5, 0);
   json result;
   for (int i = 0; i < 60 && result.empty(); ++i) {
     std::this_thread::sleep_for(500ms);
-    auto r = p.Get("/api/v1/query?query=wattscope_gpu_power_watts");
-    if (!r || r->status != 200) continue;
-    auto j = json::parse(r->body, nullptr, false);
+    auto r = http::get(prom_port, "/api/v1/query?query=wattscope_gpu_power_watts", {}, 5s);
+    if (!r || r.status != 200) continue;
+    auto j = json::parse(r.body, nullptr, false);
     if (!j.is_discarded() && j["data"]["result"].size() == 2) result = j["data"]["result"];
   }
   kill(pid, SIGTERM);
@@ -308,7 +301,7 @@ TEST(Serve, DeployFilesWorkWithIt) {
   two_socket_rapl(sys.path());
   Serve s({"--sysfs-root", sys.path()});
   std::this_thread::sleep_for(1500ms); // PCIe throughput comes from the 1 s slow thread
-  const std::string metrics = s.client().Get("/metrics")->body;
+  const std::string metrics = s.get("/metrics").body;
   const json dash = json::parse(read_file(src + "/deploy/grafana-dashboard.json"));
   std::set<std::string> used;
   const std::regex name("wattscope_[a-z_]+");

@@ -1,0 +1,40 @@
+// Query strings of the JSON API, parsed by free functions that never throw and never allocate without bound, so a
+// fuzz target can call them with any bytes. Errors name the parameter and show the offending value printable.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace wattscope::query {
+
+struct Param {
+  std::string name;  // percent-decoded
+  std::string value; // percent-decoded ('+' is a space)
+};
+
+// What went wrong, as a sentence for the client ("parameter 'range': ...").
+struct Error {
+  std::string message;
+};
+
+// "a=1&b=x%20y" -> {a, 1}, {b, x y}. An empty query gives no parameters; "a" alone is {a, ""}. At most
+// kMaxParams parameters; a bad percent escape or too many parameters is an Error.
+constexpr size_t kMaxParams = 16;
+std::variant<std::vector<Param>, Error> parse(std::string_view raw);
+
+// /api/v1/history's parameters: range (default 1 h, at most 31 days) and step (default range / 300 but at least 1 ms;
+// at most range, at most 10000 steps). Any other parameter, or one given twice, is an Error.
+struct HistoryQuery {
+  std::chrono::nanoseconds range;
+  std::chrono::nanoseconds step;
+};
+std::variant<HistoryQuery, Error> parse_history(std::string_view raw);
+
+// `text` for an error message: printable ASCII kept, quotes and backslashes escaped, every other byte as \xHH,
+// cut at `max_chars` with "..." so a long value cannot make a long answer.
+std::string printable(std::string_view text, size_t max_chars = 64);
+
+} // namespace wattscope::query

@@ -1,0 +1,43 @@
+// The files `serve` sends as they are: the dashboard and plotly.js. Each body is compressed once (plotly.js at build
+// time, the dashboard when the table is built, a few kB), never per request, and carries a strong validator so a
+// browser revalidates with a 304 or, for the versioned plotly URL, never asks again.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wattscope {
+
+struct StaticFile {
+  std::string path;          // as requested: "/", "/assets/plotly-<hash>.min.js"
+  std::string content_type;
+  std::string cache_control; // "no-cache" (revalidate each time) or "public, max-age=31536000, immutable"
+  std::string_view identity; // the body as is
+  std::string_view gzip;     // the body gzip-compressed
+  std::string etag;          // of the identity body, quoted; the gzip body's is etag_gzip
+  std::string etag_gzip;
+};
+
+class StaticFiles {
+public:
+  // Builds the table. Throws std::runtime_error when the dashboard lacks its plotly.js placeholder.
+  StaticFiles();
+  StaticFiles(const StaticFiles&) = delete;
+  StaticFiles& operator=(const StaticFiles&) = delete;
+  const StaticFile* find(std::string_view path) const;
+  const std::string& plotly_url() const { return plotly_url_; }
+
+private:
+  std::string dashboard_, dashboard_gzip_, plotly_url_;
+  std::vector<StaticFile> files_;
+};
+
+// Accept-Encoding allows gzip: "gzip" or "x-gzip" or "*" with a q-value above 0 ("gzip;q=0" refuses it).
+bool accepts_gzip(std::string_view accept_encoding);
+// If-None-Match lists `etag` ("*" matches anything; weak comparison, so W/"x" matches "x", RFC 9110 13.1.2).
+bool etag_listed(std::string_view if_none_match, std::string_view etag);
+// gzip (RFC 1952) of `data` at zlib's best compression, without a timestamp.
+std::string gzip_compress(std::string_view data);
+
+} // namespace wattscope

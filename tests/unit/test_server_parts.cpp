@@ -1,0 +1,138 @@
+// The pieces of serve's HTTP side that take client bytes: query strings, the bearer token, Accept-Encoding and
+// If-None-Match. Free functions, tested here on their edge cases (a fuzz target can call the same functions).
+#include <gtest/gtest.h>
+
+#include <variant>
+
+#include "server/auth.hpp"
+#include "server/query.hpp"
+#include "server/static_files.hpp"
+
+using namespace wattscope;
+using namespace std::chrono_literals;
+
+namespace {
+std::string error_of(std::string_view raw) {
+  auto r = query::parse_history(raw);
+  return std::holds_alternative<query::Error>(r) ? std::get<query::Error>(r).message : "";
+}
+} // namespace
+
+TEST(Query, SplitsAndDecodes) {
+  auto r = query::parse("range=1h&step=30s&x=a%20b+c&flag&&");
+  ASSERT_TRUE(std::holds_alternative<std::vector<query::Param>>(r));
+  const auto& p = std::get<std::vector<query::Param>>(r);
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(p[0].name, "range");
+  EXPECT_EQ(p[0].value, "1h");
+  EXPECT_EQ(p[2].value, "a b c");
+  EXPECT_EQ(p[3].name, "flag");
+  EXPECT_EQ(p[3].value, "");
+  EXPECT_TRUE(std::get<std::vector<query::Param>>(query::parse("")).empty());
+  EXPECT_EQ(std::get<std::vector<query::Param>>(query::parse("a=%41%4a%6b")).at(0).value, "AJk");
+}
+
+TEST(Query, BadEscapesAndTooManyParametersAreErrors) {
+  for (const char* bad : {"range=%", "range=%4", "range=%zz", "ra%g1nge=1h"})
+    EXPECT_TRUE(std::holds_alternative<query::Error>(query::parse(bad))) << bad;
+  std::string many;
+  for (int i = 0; i < 17; ++i)
+    many += "a" + std::to_string(i) + "=1&";
+  EXPECT_TRUE(std::holds_alternative<query::Error>(query::parse(many)));
+}
+
+TEST(Query, HistoryDefaultsAndLimits) {
+  auto ok = std::get<query::HistoryQuery>(query::parse_history(""));
+  EXPECT_EQ(ok.range, 1h);
+  EXPECT_EQ(ok.step, 12s); // 1 h / 300
+  ok = std::get<query::HistoryQuery>(query::parse_history("range=10m&step=1s"));
+  EXPECT_EQ(ok.range, 10min);
+  EXPECT_EQ(ok.step, 1s);
+  EXPECT_EQ(std::get<query::HistoryQuery>(query::parse_history("range=100ms")).step, 1ms);
+  EXPECT_NE(error_of("range=745h").find("31 days"), std::string::npos);
+  EXPECT_NE(error_of("range=1h&step=2h").find("'step'"), std::string::npos);
+  EXPECT_NE(error_of("range=24h&step=1ms").find("10000"), std::string::npos);
+  EXPECT_NE(error_of("when=now").find("unknown query parameter 'when'"), std::string::npos);
+  EXPECT_NE(error_of("range=1h&range=2h").find("twice"), std::string::npos);
+}
+
+TEST(Query, ErrorsNameTheParameterAndShowTheValuePrintable) {
+  // Issue 10: range=%00 used to answer with the message "'" (the NUL ended the C string).
+  const std::string nul = error_of("range=%00");
+  EXPECT_NE(nul.find("'range'"), std::string::npos) << nul;
+  EXPECT_NE(nul.find("'\\x00'"), std::string::npos) << nul;
+  const std::string zero = error_of("step=0s");
+  EXPECT_NE(zero.find("'step'"), std::string::npos) << zero;
+  EXPECT_NE(zero.find("greater than zero"), std::string::npos) << zero;
+  const std::string quote = error_of("range=1h%27%22%5C%0a");
+  EXPECT_NE(quote.find("1h\\'\\\"\\\\\\x0a"), std::string::npos) << quote;
+  // A long value is cut: the answer stays short.
+  const std::string longv = error_of("range=" + std::string(10000, '9') + "x");
+  EXPECT_LT(longv.size(), 300u) << longv;
+  EXPECT_NE(longv.find("..."), std::string::npos);
+  const std::string name = error_of("%ff%01=1");
+  EXPECT_NE(name.find("'\\xff\\x01'"), std::string::npos) << name;
+}
+
+TEST(Auth, ConstantTimeEqual) {
+  EXPECT_TRUE(constant_time_equal("", ""));
+  EXPECT_TRUE(constant_time_equal("abcdef", "abcdef"));
+  EXPECT_FALSE(constant_time_equal("abcdef", "abcdeg"));
+  EXPECT_FALSE(constant_time_equal("abcdef", "abcde"));
+  EXPECT_FALSE(constant_time_equal(std::string_view("abc\0", 4), "abc"));
+  EXPECT_FALSE(constant_time_equal("", "a"));
+}
+
+TEST(Auth, BearerHeader) {
+  const std::string t = "s3cret-token-0123456789";
+  EXPECT_TRUE(bearer_matches("Bearer " + t, t));
+  EXPECT_TRUE(bearer_matches("bearer " + t, t));
+  EXPECT_TRUE(bearer_matches("BEARER " + t + " ", t));
+  EXPECT_FALSE(bearer_matches("Bearer " + t + "x", t));
+  EXPECT_FALSE(bearer_matches("Basic " + t, t));
+  EXPECT_FALSE(bearer_matches(t, t));
+  EXPECT_FALSE(bearer_matches("", t));
+  EXPECT_FALSE(bearer_matches("Bearer ", "")); // no token configured never matches
+}
+
+TEST(StaticFiles, AcceptEncoding) {
+  EXPECT_TRUE(accepts_gzip("gzip, deflate, br"));
+  EXPECT_TRUE(accepts_gzip("br;q=1.0, GZIP;q=0.5"));
+  EXPECT_TRUE(accepts_gzip("x-gzip"));
+  EXPECT_TRUE(accepts_gzip("*"));
+  EXPECT_FALSE(accepts_gzip(""));
+  EXPECT_FALSE(accepts_gzip("br"));
+  EXPECT_FALSE(accepts_gzip("identity"));
+  EXPECT_FALSE(accepts_gzip("gzip;q=0"));
+  EXPECT_FALSE(accepts_gzip("gzip; q=0.000, br"));
+  EXPECT_FALSE(accepts_gzip("*, gzip;q=0"));
+  EXPECT_FALSE(accepts_gzip("*;q=0"));
+  EXPECT_TRUE(accepts_gzip("gzip;q=0.001"));
+  EXPECT_FALSE(accepts_gzip("gzipx, xgzip"));
+}
+
+TEST(StaticFiles, IfNoneMatch) {
+  EXPECT_TRUE(etag_listed("\"abc\"", "\"abc\""));
+  EXPECT_TRUE(etag_listed("\"x\", W/\"abc\"", "\"abc\""));
+  EXPECT_TRUE(etag_listed("*", "\"abc\""));
+  EXPECT_FALSE(etag_listed("\"abcd\"", "\"abc\""));
+  EXPECT_FALSE(etag_listed("abc", "\"abc\""));
+  EXPECT_FALSE(etag_listed("", "\"abc\""));
+}
+
+TEST(StaticFiles, TableServesTheDashboardWithAVersionedPlotlyUrl) {
+  StaticFiles files;
+  const StaticFile* dash = files.find("/");
+  ASSERT_NE(dash, nullptr);
+  EXPECT_NE(dash->identity.find(files.plotly_url()), std::string_view::npos);
+  EXPECT_EQ(dash->identity.find("{{"), std::string_view::npos);
+  EXPECT_EQ(dash->cache_control, "no-cache");
+  EXPECT_EQ(dash->gzip.substr(0, 2), "\x1f\x8b");
+  const StaticFile* js = files.find(files.plotly_url());
+  ASSERT_NE(js, nullptr);
+  EXPECT_NE(js->cache_control.find("immutable"), std::string::npos);
+  EXPECT_EQ(js->gzip.substr(0, 2), "\x1f\x8b");
+  EXPECT_LT(js->gzip.size(), js->identity.size() / 2);
+  EXPECT_NE(js->etag, js->etag_gzip);
+  EXPECT_EQ(files.find("/assets/nothing.js"), nullptr);
+}
