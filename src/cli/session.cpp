@@ -90,10 +90,7 @@ void Session::open() {
 void Session::start() {
   for (auto& w : writers_)
     w->start();
-  std::vector<Source*> raw;
-  for (auto& s : sources_)
-    raw.push_back(s.get());
-  sampler_ = std::make_unique<Sampler>(std::move(raw), opts_.interval, [this](Frame& f) {
+  sampler_ = std::make_unique<Sampler>(sources_, opts_.interval, [this](Frame& f) {
     acc_->process(f);
     auto shared = std::make_shared<const Frame>(std::move(f));
     for (auto& w : writers_)

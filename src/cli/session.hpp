@@ -57,7 +57,7 @@ public:
 private:
   SessionOptions opts_;
   RunInfo run_;
-  std::vector<std::unique_ptr<Source>> sources_;
+  std::vector<std::shared_ptr<Source>> sources_; // shared with the sampler: a worker stuck in a driver may outlive it
   std::shared_ptr<std::vector<GpuDevice>> devices_;
   std::unique_ptr<Accounting> acc_;
   std::vector<std::unique_ptr<SinkWriter>> writers_;

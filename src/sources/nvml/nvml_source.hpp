@@ -59,6 +59,7 @@ public:
   std::string_view name() const override { return "nvml"; }
   bool open() override;
   void sample(Frame& frame) noexcept override;
+  bool may_block() const override { return true; } // a GPU falling off the bus can hang NVML for seconds
   std::string status() const override { return status_; }
   std::vector<GpuDevice> devices() const override;
   void describe(RunInfo& run) const override;
