@@ -110,8 +110,12 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   run_.samples = s.samples;
   run_.total_energy_j = s.total_energy_j();
   run_.summary = s.to_json().dump();
+  // Every store drains side by side under one deadline; past it, rows go to a spill file (MySQL) and the run ends.
+  const auto drain_deadline = SteadyClock::now() + opts_.drain_timeout;
   for (auto& w : writers_)
-    all_stored_ = w->finish(run_) && all_stored_;
+    w->begin_finish(run_);
+  for (auto& w : writers_)
+    all_stored_ = w->finish(run_, drain_deadline) && all_stored_;
   return run_;
 }
 

@@ -21,6 +21,9 @@ public:
   virtual void write(const RowBatch& batch) = 0;
   // Writes the final runs row (end time, exit status, totals).
   virtual void end_run(const RunInfo& run) = 0;
+  // Called from another thread when the end-of-run drain is out of time: make the call in progress, and every later
+  // one, give up on the store at once, keeping the rows elsewhere if the store can (MySQL: its spill file).
+  virtual void abandon() noexcept {}
 };
 
 using RowFn = std::function<void(std::span<const Value>)>;
