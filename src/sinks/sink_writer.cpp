@@ -9,8 +9,9 @@ namespace {
 constexpr size_t kBacklogWarnFrames = 100'000;
 constexpr auto kRetryDelay = std::chrono::milliseconds(500);
 // After the drain's deadline: time for an abandoned store to move what it holds to its spill file (a local SQLite
-// write: milliseconds) and for a MySQL connect already under way to time out (its connect timeout is 2 s).
-constexpr auto kAbandonGrace = std::chrono::milliseconds(2500);
+// write: milliseconds), or for a MySQL reconnect already under way, which nothing interrupts, to time out (its connect
+// timeout is 3 s; against a frozen server it gave up after 3.0 s, measured with the mariadb client).
+constexpr auto kAbandonGrace = std::chrono::milliseconds(3500);
 
 // Memory one queued frame holds, for the backlog warning.
 size_t frame_bytes(const Frame& f) {
