@@ -81,7 +81,7 @@ TEST(Stalls, HungNvmlLeavesItsGpusMissingWhileTheCpuKeepsItsSchedule) {
   // One event when NVML went late, one when it answered again: not one per tick.
   ASSERT_EQ(num(db, "SELECT COUNT(*) FROM events WHERE kind = 'source-late' AND source = 'nvml'"), 1) << err;
   ASSERT_EQ(num(db, "SELECT COUNT(*) FROM events WHERE kind = 'source-recovered' AND source = 'nvml'"), 1) << err;
-  EXPECT_NE(err.find("nvml did not answer within 75 ms"), std::string::npos) << err;
+  EXPECT_NE(err.find("nvml did not answer within 250 ms"), std::string::npos) << err;
   const long long late = num(db, "SELECT e.ts_ms FROM events e WHERE kind = 'source-late'");
   const long long back = num(db, "SELECT e.ts_ms FROM events e WHERE kind = 'source-recovered'");
   const long long late_tick = num(db, "SELECT tick FROM cpu_samples WHERE ts_ms = " + std::to_string(late));

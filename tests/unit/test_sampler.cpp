@@ -30,10 +30,9 @@ TEST(GridSchedule, LateTickDoesNotShiftLaterOnes) {
 }
 
 TEST(SourceDeadline, AFractionOfTheIntervalWithinBounds) {
-  EXPECT_EQ(source_deadline(100ms), 75ms);
   EXPECT_EQ(source_deadline(1s), 750ms);
-  EXPECT_EQ(source_deadline(10ms), 50ms); // a healthy driver at a very short interval is still heard
-  EXPECT_EQ(source_deadline(1h), 1s);     // a long interval does not hold a frame back for long
+  EXPECT_EQ(source_deadline(100ms), 250ms); // a busy machine's late thread wake-up is not taken for a hang
+  EXPECT_EQ(source_deadline(1h), 1s);       // a long interval does not hold a frame back for long
 }
 
 namespace {
@@ -187,7 +186,7 @@ TEST(Sampler, AHungDriverCostsOnlyItsOwnSamples) {
   auto drv = std::make_shared<DriverSource>();
   auto hw = std::make_shared<InlineGpuSource>();
   drv->hang_on_call = 5;
-  drv->hang = 600ms; // 30 intervals
+  drv->hang = 1000ms; // 50 intervals
   std::mutex mu;
   std::vector<Seen> seen;
   Sampler s({cpu, drv, hw}, 20ms, [&](Frame& f) {
@@ -200,12 +199,13 @@ TEST(Sampler, AHungDriverCostsOnlyItsOwnSamples) {
     seen.push_back(std::move(x));
   });
   s.start();
-  std::this_thread::sleep_for(1200ms);
+  std::this_thread::sleep_for(1600ms);
   s.stop();
   std::lock_guard lock(mu);
-  ASSERT_GE(seen.size(), 20u);
-  // The inline sources kept the grid: no slot skipped for the hang (a few for a loaded machine at most).
-  EXPECT_LE(s.stats().skipped.load(), 10) << "the hang stalled the tick";
+  ASSERT_GE(seen.size(), 30u);
+  // The inline sources kept the grid: the hang cost the slots of its first tick's 250 ms deadline, not its 1000 ms
+  // (a few more for a loaded machine).
+  EXPECT_LE(s.stats().skipped.load(), 20) << "the hang stalled the tick";
   int64_t late_tick = -1, recovered_tick = -1;
   for (const auto& x : seen) {
     for (const auto& e : x.events) {
@@ -221,8 +221,8 @@ TEST(Sampler, AHungDriverCostsOnlyItsOwnSamples) {
   }
   ASSERT_GE(late_tick, 0);
   ASSERT_GT(recovered_tick, late_tick);
-  // ~600 ms at 20 ms: the driver's devices are missing for about 30 ticks, and frames kept coming meanwhile.
-  EXPECT_GE(recovered_tick - late_tick, 20);
+  // ~1000 ms at 20 ms: the driver's devices are missing for about 50 ticks, and frames kept coming meanwhile.
+  EXPECT_GE(recovered_tick - late_tick, 40);
   int during = 0;
   for (const auto& x : seen) {
     const bool driver_answered = std::count(x.gpus.begin(), x.gpus.end(), 0) == 1;
@@ -236,7 +236,7 @@ TEST(Sampler, AHungDriverCostsOnlyItsOwnSamples) {
       EXPECT_TRUE(driver_answered) << "tick " << x.tick;
     }
   }
-  EXPECT_GE(during, (recovered_tick - late_tick) * 3 / 4) << "frames kept their schedule during the hang";
+  EXPECT_GE(during, (recovered_tick - late_tick) / 2) << "frames kept their schedule during the hang";
   // Not asked again while it was busy: one call per answered tick, plus the hung one.
   EXPECT_LE(drv->calls.load(), static_cast<int>(seen.size()) - during + 2);
   EXPECT_GE(s.stats().late.load(), during);
@@ -252,11 +252,11 @@ TEST(Sampler, StopDoesNotWaitForAHungDriverAndKeepsItAlive) {
     std::atomic<int> n{0};
     Sampler s({std::make_shared<SleepySource>(), drv}, 20ms, [&](Frame&) { n++; });
     s.start();
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(500ms); // the hang starts on tick 2 (~40 ms); its deadline ends that tick at ~290 ms
     const auto t = SteadyClock::now();
     s.stop();
     EXPECT_LT(SteadyClock::now() - t, 500ms);
-    EXPECT_GE(n.load(), 5);
+    EXPECT_GE(n.load(), 8); // the ticks went on without the driver
   }
   // The sampler is gone and so is our reference; the worker still inside sample() holds the source.
   DriverSource* raw = drv.get();
