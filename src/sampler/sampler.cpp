@@ -80,8 +80,8 @@ void Sampler::start() {
     });
   }
   // Tick 0 waits until every worker runs: a thread still being created on a loaded machine reads its device late,
-  // and the energy counter's first reading with it (one loaded run's counter began ~27 ms after the tick's time: a
-  // 1 % gap to the power integral over 2 s at 300 W).
+  // and the energy counter's first reading with it (in one loaded run the counter and the power integral parted by
+  // 1 % over 2 s at 300 W, as if the first reading came ~27 ms after the tick's time).
   for (auto& w : workers_) {
     std::unique_lock lock(w->mu);
     w->done.wait_for(lock, std::chrono::seconds(1), [&] { return w->ready; });
