@@ -85,10 +85,7 @@ void Session::open() {
 void Session::start() {
   for (auto& w : writers_)
     w->start();
-  std::vector<Source*> raw;
-  for (auto& s : sources_)
-    raw.push_back(s.get());
-  sampler_ = std::make_unique<Sampler>(std::move(raw), opts_.interval, [this](Frame& f) {
+  sampler_ = std::make_unique<Sampler>(sources_, opts_.interval, [this](Frame& f) {
     acc_->process(f);
     auto shared = std::make_shared<const Frame>(std::move(f));
     for (auto& w : writers_)
@@ -108,8 +105,12 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   run_.samples = s.samples;
   run_.total_energy_j = s.total_energy_j();
   run_.summary = s.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  // Every store drains side by side under one deadline; past it, rows go to a spill file (MySQL) and the run ends.
+  const auto drain_deadline = SteadyClock::now() + opts_.drain_timeout;
   for (auto& w : writers_)
-    all_stored_ = w->finish(run_) && all_stored_;
+    w->begin_finish(run_);
+  for (auto& w : writers_)
+    all_stored_ = w->finish(run_, drain_deadline) && all_stored_;
   return run_;
 }
 

@@ -25,6 +25,7 @@ struct SessionOptions {
   std::chrono::nanoseconds interval = std::chrono::seconds(1);
   std::vector<StoreSpec> stores;
   CommitPolicy commit;
+  std::chrono::nanoseconds drain_timeout = kDefaultDrainTimeout; // how long the end of a run waits for its stores
   std::string procfs_root = "/proc";
   std::string sysfs_root = "/sys";
   std::string gpus; // --gpus: "" (CUDA_VISIBLE_DEVICES or all), "all", "0,2", "GPU-…"
@@ -54,7 +55,7 @@ public:
 private:
   SessionOptions opts_;
   RunInfo run_;
-  std::vector<std::unique_ptr<Source>> sources_;
+  std::vector<std::shared_ptr<Source>> sources_; // shared with the sampler: a worker stuck in a driver may outlive it
   std::shared_ptr<std::vector<GpuDevice>> devices_;
   std::unique_ptr<Accounting> acc_;
   std::vector<std::unique_ptr<SinkWriter>> writers_;

@@ -1,10 +1,18 @@
 // One thread on a fixed steady-clock grid: tick N is due at t0 + N * interval, so a late tick never shifts later ones.
+//
+// Sources that only read procfs/sysfs run inline on the sampler thread. A source that may block inside a vendor
+// library (Source::may_block: NVML, and later ROCm SMI and Level Zero) runs on a worker thread of its own, woken once
+// per tick and never otherwise. The tick waits for it until a deadline inside the tick (source_deadline); one still
+// busy then leaves its devices out of that frame (missing, never 0 or a repeat) with one `source-late` event, is not
+// asked again while it stays busy, and says `source-recovered` when it answers on time again. So a GPU that hangs the
+// driver for seconds costs its own samples only: the CPU, RAPL and the other sources keep their schedule.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -28,9 +36,20 @@ private:
   std::chrono::nanoseconds interval_;
 };
 
+// How long a tick waits for a source that may block: three quarters of the interval, at least 250 ms, at most 1 s;
+// tick 0 waits up to 2 s (the first answered tick settles each device's energy method). A source still busy is not
+// waited for again, so the deadline is paid once per stall and can afford to be generous; and it must be, because a
+// job that saturates every core delays thread wake-ups: under a load of 9 on 2 cores, a 50 ms deadline dropped 5 of
+// 78 GPU samples of a healthy (fake) NVML at a 50 ms interval. At most 1 s: no healthy NVML tick takes that long,
+// and past it the frame goes out for the live view. Below a 333 ms interval the first tick of a stall overruns and
+// skips a few slots (2 at 100 ms) instead of the whole stall.
+std::chrono::nanoseconds source_deadline(std::chrono::nanoseconds interval);
+inline constexpr std::chrono::nanoseconds kFirstTickDeadline = std::chrono::seconds(2);
+
 struct SamplerStats {
   std::atomic<int64_t> ticks{0};
   std::atomic<int64_t> skipped{0};      // grid slots missed because a tick overran
+  std::atomic<int64_t> late{0};         // (source, tick) pairs left out because the source was still busy
   std::atomic<int64_t> last_tick_ns{0}; // CPU-side duration of the latest tick (sources + hand-off)
   std::atomic<int64_t> total_tick_ns{0};
 };
@@ -38,19 +57,28 @@ struct SamplerStats {
 class Sampler {
 public:
   using FrameHandler = std::function<void(Frame&)>;
-  Sampler(std::vector<Source*> sources, std::chrono::nanoseconds interval, FrameHandler on_frame);
+  // Shared ownership: a worker stuck in a driver call when the run ends is left behind (detached) and keeps its
+  // source alive until the call returns, so nothing it touches is freed under it.
+  Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval, FrameHandler on_frame);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
   void start(); // first tick at once
-  void stop();  // lets the tick in progress finish, then joins
+  // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
+  // waited for: it is detached and ends when the call returns.
+  void stop();
   const SamplerStats& stats() const { return stats_; }
   std::chrono::nanoseconds interval() const { return interval_; }
 
 private:
+  struct Worker;
   void loop();
-  std::vector<Source*> sources_;
+  void ask(Worker& w, Frame& frame);
+  void collect(Worker& w, Frame& frame, SteadyClock::time_point deadline);
+
+  std::vector<std::shared_ptr<Source>> inline_;
+  std::vector<std::shared_ptr<Worker>> workers_;
   std::chrono::nanoseconds interval_;
   FrameHandler on_frame_;
   std::thread thread_;

@@ -26,6 +26,9 @@ public:
     begin_run(run);
     end_run(run);
   }
+  // Called from another thread when the end-of-run drain is out of time: make the call in progress, and every later
+  // one, give up on the store at once, keeping the rows elsewhere if the store can (MySQL: its spill file).
+  virtual void abandon() noexcept {}
 };
 
 using RowFn = std::function<void(std::span<const Value>)>;

@@ -5,120 +5,244 @@
 namespace wattscope {
 
 namespace {
-// Frames queued beyond this mean the store has fallen far behind; we say so (once) but keep every frame.
+// Frames queued beyond this mean the store has fallen far behind; we say so (and at every doubling) but keep them all.
 constexpr size_t kBacklogWarnFrames = 100'000;
 constexpr auto kRetryDelay = std::chrono::milliseconds(500);
-constexpr int kFinalAttempts = 5;
+// After the drain's deadline: time for an abandoned store to move what it holds to its spill file (a local SQLite
+// write: milliseconds), or for a MySQL reconnect already under way, which nothing interrupts, to time out (its connect
+// timeout is 3 s; against a frozen server it gave up after 3.0 s, measured with the mariadb client).
+constexpr auto kAbandonGrace = std::chrono::milliseconds(3500);
+
+// Memory one queued frame holds, for the backlog warning.
+size_t frame_bytes(const Frame& f) {
+  size_t n = sizeof(Frame) + 2 * sizeof(void*) * 2; // the frame and its shared_ptr control block and queue slot
+  n += f.cpu.core_util_pct.capacity() * sizeof(OptF) + f.cpu.zones.capacity() * sizeof(PowerZoneSample);
+  n += f.gpus.capacity() * sizeof(GpuSample) + f.events.capacity() * sizeof(Event);
+  for (const auto& e : f.events)
+    n += e.kind.capacity() + e.source.capacity() + e.detail.capacity();
+  return n;
+}
 } // namespace
+
+struct SinkWriter::State {
+  std::unique_ptr<Sink> sink;
+  CommitPolicy policy;
+  std::string run_id;
+  std::shared_ptr<const std::vector<GpuDevice>> devices;
+  std::mutex mu;
+  std::condition_variable cv;      // wakes the writer
+  std::condition_variable done_cv; // wakes finish()
+  // Guarded by mu.
+  std::deque<FramePtr> queue;
+  size_t warn_at = kBacklogWarnFrames;
+  bool idle = false; // the writer sleeps until a frame or the end arrives
+  bool stopping = false;
+  bool abandoned = false;
+  bool done = false;
+  bool stored = true; // every row reached the store (or its spill file) and the final run row was written
+  std::optional<RunInfo> final_run;
+  // Samples (frames) handed over and committed; the difference is what a writer left behind takes with it.
+  std::atomic<int64_t> frames_pushed{0};
+  std::atomic<int64_t> frames_stored{0};
+  WriterStats stats;
+  bool failing = false; // writer thread only
+};
 
 SinkWriter::SinkWriter(std::unique_ptr<Sink> sink, CommitPolicy policy, std::string run_id,
                        std::shared_ptr<const std::vector<GpuDevice>> devices)
-    : sink_(std::move(sink)), policy_(policy), run_id_(std::move(run_id)), devices_(std::move(devices)) {
-  if (policy_.rows == 0 && policy_.interval.count() == 0) policy_.interval = std::chrono::seconds(1);
+    : state_(std::make_shared<State>()) {
+  state_->sink = std::move(sink);
+  state_->policy = policy;
+  state_->run_id = std::move(run_id);
+  state_->devices = std::move(devices);
+  if (policy.rows == 0 && policy.interval.count() == 0) state_->policy.interval = std::chrono::seconds(1);
 }
 
 SinkWriter::~SinkWriter() {
+  if (!thread_.joinable()) return;
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    std::lock_guard lock(state_->mu);
+    state_->stopping = true; // no final run row: the run was not finished (start-up failed, or an exception)
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  state_->cv.notify_all();
+  finish(RunInfo{}, SteadyClock::now() + kDefaultDrainTimeout);
+}
+
+const WriterStats& SinkWriter::stats() const {
+  return state_->stats;
+}
+std::string SinkWriter::describe() const {
+  return state_->sink->describe();
 }
 
 void SinkWriter::start() {
-  thread_ = std::thread([this] { loop(); });
+  // The thread holds the state: if it has to be left behind at the end, nothing it uses is freed under it.
+  thread_ = std::thread([s = state_] { loop(*s); });
 }
 
 void SinkWriter::push(FramePtr frame) {
-  bool warn = false;
+  State& s = *state_;
+  s.frames_pushed.fetch_add(1, std::memory_order_relaxed);
+  size_t warn = 0, bytes = 0;
+  bool wake = false;
   {
-    std::lock_guard lock(mu_);
-    queue_.push_back(std::move(frame));
-    warn = queue_.size() == kBacklogWarnFrames;
+    std::lock_guard lock(s.mu);
+    if (s.queue.size() + 1 == s.warn_at) {
+      warn = s.warn_at;
+      bytes = warn * frame_bytes(*frame);
+      s.warn_at *= 2;
+    }
+    s.queue.push_back(std::move(frame));
+    // Woken for the first frame after an idle spell, or when a commit by row count falls due; not for every frame.
+    wake = s.idle || (s.policy.rows > 0 && static_cast<int64_t>(s.queue.size()) >= s.policy.rows);
   }
-  if (warn) spdlog::warn("{} is falling behind: {} samples waiting in memory", sink_->describe(), kBacklogWarnFrames);
-  if (policy_.rows > 0) cv_.notify_one();
+  if (warn)
+    spdlog::warn("{} is falling behind: {} samples (about {} MiB) wait in memory; none is dropped", s.sink->describe(),
+                 warn, bytes >> 20);
+  if (wake) s.cv.notify_one();
 }
 
-bool SinkWriter::try_commit(RowBatch& batch) {
+bool SinkWriter::try_commit(State& s, RowBatch& batch, int64_t frames) {
   try {
-    sink_->write(batch);
-    stats_.rows_written.fetch_add(static_cast<int64_t>(batch.sample_rows()), std::memory_order_relaxed);
-    stats_.batches.fetch_add(1, std::memory_order_relaxed);
+    s.sink->write(batch);
+    s.stats.rows_written.fetch_add(static_cast<int64_t>(batch.sample_rows()), std::memory_order_relaxed);
+    s.stats.batches.fetch_add(1, std::memory_order_relaxed);
+    s.frames_stored.fetch_add(frames, std::memory_order_relaxed);
     batch.clear();
-    if (failing_) spdlog::info("{} is writable again; the rows held back are stored", sink_->describe());
-    failing_ = false;
+    if (s.failing) spdlog::info("{} is writable again; the rows held back are stored", s.sink->describe());
+    s.failing = false;
     return true;
   } catch (const std::exception& e) {
-    stats_.failures.fetch_add(1, std::memory_order_relaxed);
-    if (!failing_) spdlog::error("cannot write to {}: {}; keeping the rows and retrying", sink_->describe(), e.what());
-    failing_ = true;
+    s.stats.failures.fetch_add(1, std::memory_order_relaxed);
+    if (!s.failing)
+      spdlog::error("cannot write to {}: {}; keeping the rows and retrying", s.sink->describe(), e.what());
+    s.failing = true;
     return false;
   }
 }
 
-void SinkWriter::loop() {
+void SinkWriter::loop(State& s) {
   RowBatch batch;
+  int64_t batch_frames = 0;
   std::vector<FramePtr> taken;
   auto last_commit = SteadyClock::now();
-  const auto wake_every = policy_.interval.count() ? std::min<std::chrono::nanoseconds>(policy_.interval, kRetryDelay)
-                                                   : std::chrono::nanoseconds(kRetryDelay);
+  auto last_attempt = last_commit;
+  auto finished = [&](bool stored) {
+    std::lock_guard lock(s.mu);
+    s.stored = s.stored && stored;
+    s.done = true;
+    s.done_cv.notify_all();
+  };
   for (;;) {
-    bool stopping = false;
+    bool stopping = false, abandoned = false;
     {
-      std::unique_lock lock(mu_);
-      cv_.wait_for(lock, wake_every, [&] {
-        return stopping_ || (policy_.rows > 0 && !failing_ &&
-                             static_cast<int64_t>(queue_.size() + batch.sample_rows()) >= policy_.rows);
-      });
-      stopping = stopping_;
-      taken.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
-      queue_.clear();
+      std::unique_lock lock(s.mu);
+      const auto rows_due = [&] {
+        return s.policy.rows > 0 && !s.failing &&
+               static_cast<int64_t>(s.queue.size() + batch.sample_rows()) >= s.policy.rows;
+      };
+      if (s.stopping) {
+        if (s.failing && !s.abandoned) // retry, spaced, until it works or the drain's deadline abandons the store
+          s.cv.wait_until(lock, last_attempt + kRetryDelay, [&] { return s.abandoned; });
+      } else if (batch.empty() && s.queue.empty()) {
+        s.idle = true; // nothing to store: sleep until a frame or the end arrives, without periodic wake-ups
+        s.cv.wait(lock, [&] { return s.stopping || !s.queue.empty(); });
+        s.idle = false;
+      } else if (s.failing || s.policy.interval.count() > 0) {
+        const auto wake_at = s.failing ? last_attempt + kRetryDelay : last_commit + s.policy.interval;
+        s.cv.wait_until(lock, wake_at, [&] { return s.stopping || rows_due(); });
+      } else {
+        s.cv.wait(lock, [&] { return s.stopping || rows_due(); });
+      }
+      stopping = s.stopping;
+      abandoned = s.abandoned;
+      taken.assign(std::make_move_iterator(s.queue.begin()), std::make_move_iterator(s.queue.end()));
+      s.queue.clear();
     }
-    // Rows reference device strings owned by devices_ and the run id owned by this writer: both outlive the batch.
+    // Rows reference device strings owned by `devices` and the run id owned by the state: both outlive the batch.
     for (const auto& f : taken)
-      append_frame_rows(run_id_, *f, *devices_, batch);
+      append_frame_rows(s.run_id, *f, *s.devices, batch);
+    batch_frames += static_cast<int64_t>(taken.size());
     taken.clear();
     const auto now = SteadyClock::now();
-    const bool due = (policy_.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= policy_.rows) ||
-                     (policy_.interval.count() > 0 && now - last_commit >= policy_.interval);
-    if (!batch.empty() && (due || stopping)) {
-      if (try_commit(batch)) last_commit = now;
-    }
-    if (stopping) {
-      std::lock_guard lock(mu_);
-      if (queue_.empty() && batch.empty()) return;
-      if (queue_.empty() && failing_) {
-        // Final drain: a few spaced retries, then report what could not be stored.
-        for (int i = 0; i < kFinalAttempts && !batch.empty(); ++i) {
-          std::this_thread::sleep_for(kRetryDelay);
-          if (try_commit(batch)) break;
-        }
-        if (!batch.empty()) {
-          spdlog::error("{}: {} rows could not be stored", sink_->describe(), batch.sample_rows());
-          return;
-        }
+    const bool due = s.failing ? now - last_attempt >= kRetryDelay || abandoned
+                               : (s.policy.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= s.policy.rows) ||
+                                     (s.policy.interval.count() > 0 && now - last_commit >= s.policy.interval) ||
+                                     stopping;
+    if (!batch.empty() && due) {
+      last_attempt = now;
+      if (try_commit(s, batch, batch_frames)) {
+        last_commit = now;
+        batch_frames = 0;
       }
     }
+    if (!stopping) continue;
+    bool more = false;
+    {
+      std::lock_guard lock(s.mu);
+      more = !s.queue.empty();
+    }
+    if (more) continue;
+    if (!batch.empty()) {
+      if (!abandoned) continue; // retried above until the deadline
+      spdlog::error("{}: {} rows could not be stored", s.sink->describe(), batch.sample_rows());
+      finished(false);
+      return;
+    }
+    std::optional<RunInfo> final_run;
+    {
+      std::lock_guard lock(s.mu);
+      final_run = s.final_run;
+    }
+    bool ok = true;
+    if (final_run) {
+      try {
+        s.sink->end_run(*final_run);
+      } catch (const std::exception& e) {
+        spdlog::error("cannot finalise the run in {}: {}", s.sink->describe(), e.what());
+        ok = false;
+      }
+    }
+    finished(ok);
+    return;
   }
 }
 
-bool SinkWriter::finish(const RunInfo& final_run) {
+void SinkWriter::begin_finish(const RunInfo& final_run) {
   {
-    std::lock_guard lock(mu_);
-    stopping_ = true;
+    std::lock_guard lock(state_->mu);
+    if (state_->final_run || !thread_.joinable()) return;
+    state_->final_run = final_run;
+    state_->stopping = true;
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  if (failing_) return false;
-  try {
-    sink_->end_run(final_run);
-  } catch (const std::exception& e) {
-    spdlog::error("cannot finalise the run in {}: {}", sink_->describe(), e.what());
-    return false;
+  state_->cv.notify_all();
+}
+
+bool SinkWriter::finish(const RunInfo& final_run, SteadyClock::time_point deadline) {
+  if (!thread_.joinable()) return false;
+  if (!final_run.run_id.empty()) begin_finish(final_run);
+  State& s = *state_;
+  std::unique_lock lock(s.mu);
+  if (!s.done_cv.wait_until(lock, deadline, [&] { return s.done; })) {
+    s.abandoned = true;
+    lock.unlock();
+    s.cv.notify_all();
+    spdlog::warn("{} did not finish storing the run in time; giving up on it", s.sink->describe());
+    s.sink->abandon();
+    lock.lock();
+    if (!s.done_cv.wait_for(lock, kAbandonGrace, [&] { return s.done; })) {
+      // Stuck in a call nothing can interrupt: the thread is left behind and its rows go with the process.
+      const int64_t lost = s.frames_pushed.load() - s.frames_stored.load();
+      lock.unlock();
+      spdlog::error("{} is stuck in a write; {} samples it had not stored are lost", s.sink->describe(), lost);
+      thread_.detach();
+      return false;
+    }
   }
-  return true;
+  const bool stored = s.stored;
+  lock.unlock();
+  thread_.join();
+  return stored;
 }
 
 } // namespace wattscope

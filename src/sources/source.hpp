@@ -46,6 +46,9 @@ public:
   virtual bool open() = 0;
   // Fills this source's part of the frame. Never throws and never blocks on anything but the device itself.
   virtual void sample(Frame& frame) noexcept = 0;
+  // true for a vendor library that can block inside the driver: sampled on its own thread against a deadline, and then
+  // it writes only frame.gpus and frame.events.
+  virtual bool may_block() const { return false; }
   virtual SourceStatus status() const = 0;
   virtual std::vector<GpuDevice> devices() const { return {}; }
   virtual void describe(RunInfo& /*run*/) const {}

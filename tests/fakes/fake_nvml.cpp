@@ -13,6 +13,10 @@
 // "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k = lost_at_tick on, every per-tick call on that device
 // answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count of every entry point is written as JSON to
 // WATTSCOPE_FAKE_NVML_CALLS, if set.
+//
+// A driver that hangs (a GPU falling off the bus): "hang": {"at_tick": 10, "ms": 3000}, or a list of them. On a
+// device, the first per-tick call with k = at_tick on that device blocks for `ms` before it answers; at the top level,
+// the first such call on any device does (NVML as a whole). Each entry hangs once.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +26,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +43,7 @@ constexpr Return kArgumentVersionMismatch = 25;
 struct FakeDevice {
   json spec;
   std::map<std::string, long long, std::less<>> calls; // per metric
+  std::vector<bool> hung;                               // per entry of its "hang"
 };
 
 struct State {
@@ -46,8 +52,25 @@ struct State {
   json scenario;
   std::vector<FakeDevice> devices;
   std::map<std::string, long long, std::less<>> symbol_calls;
+  std::vector<bool> hung; // per entry of the scenario's top-level "hang"
   double t0 = 0;
 } g;
+
+// Milliseconds a call with count k should block for, per a "hang" spec (an object or a list); each entry once.
+long long hang_ms(const json& owner, std::vector<bool>& hung, long long k) {
+  auto h = owner.find("hang");
+  if (h == owner.end()) return 0;
+  const size_t n = h->is_array() ? h->size() : 1;
+  hung.resize(n);
+  long long ms = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const json& e = h->is_array() ? (*h)[i] : *h;
+    if (hung[i] || e.value("at_tick", -1LL) != k) continue;
+    hung[i] = true;
+    ms += e.value("ms", 0LL);
+  }
+  return ms;
+}
 
 double now_s() {
   timespec ts{};
@@ -92,7 +115,7 @@ double eval(const json& v, long long k, double t) {
 
 // The value of a per-tick metric, advancing its call count; NOT_SUPPORTED / GPU_IS_LOST as the scenario says.
 Return metric(Device d, std::string_view name, double& out) {
-  std::lock_guard lock(g.mu);
+  std::unique_lock lock(g.mu);
   if (!g.initialised) return kErrorUninitialized;
   FakeDevice* fd = dev(d);
   if (!fd) return kErrorInvalidArgument;
@@ -100,6 +123,11 @@ Return metric(Device d, std::string_view name, double& out) {
   if (c == fd->calls.end()) c = fd->calls.emplace(std::string(name), 0).first;
   const long long k = c->second++;
   const json& spec = fd->spec;
+  if (const long long ms = hang_ms(spec, fd->hung, k) + hang_ms(g.scenario, g.hung, k); ms > 0) {
+    lock.unlock(); // like the driver: this caller waits, the fake stays usable from other threads
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    lock.lock();
+  }
   if (auto lost = spec.find("lost_at_tick"); lost != spec.end() && k >= lost->get<long long>()) return kErrorGpuIsLost;
   if (auto un = spec.find("unsupported"); un != spec.end())
     for (const auto& u : *un)
@@ -147,8 +175,9 @@ Return init() {
   if (g.scenario.is_discarded()) return kErrorUnknown;
   if (int e = g.scenario.value("init_error", 0)) return e;
   g.devices.clear();
+  g.hung.clear();
   for (const auto& d : g.scenario.value("devices", json::array()))
-    g.devices.push_back({d, {}});
+    g.devices.push_back({d, {}, {}});
   g.initialised = true;
   g.t0 = now_s();
   return kSuccess;

@@ -127,8 +127,21 @@ void MariaDb::start() {
   throw std::runtime_error("MariaDB did not start: " + read_file(dir_ / "error.log"));
 }
 
+void MariaDb::freeze() {
+  if (pid_ <= 0 || frozen_) return;
+  ::kill(pid_, SIGSTOP);
+  frozen_ = true;
+}
+
+void MariaDb::thaw() {
+  if (pid_ <= 0 || !frozen_) return;
+  ::kill(pid_, SIGCONT);
+  frozen_ = false;
+}
+
 void MariaDb::stop() {
   if (pid_ <= 0) return;
+  thaw(); // a stopped process would not act on SIGTERM
   ::kill(pid_, SIGTERM);
   wait_exit(pid_);
   pid_ = -1;
@@ -136,6 +149,7 @@ void MariaDb::stop() {
 
 void MariaDb::kill() {
   if (pid_ <= 0) return;
+  frozen_ = false; // SIGKILL ends a stopped process too
   ::kill(pid_, SIGKILL);
   wait_exit(pid_);
   pid_ = -1;

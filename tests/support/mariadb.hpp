@@ -18,6 +18,10 @@ public:
   void start();
   void stop(); // clean shutdown (SIGTERM)
   void kill(); // SIGKILL: the server vanishes mid-conversation
+  // SIGSTOP / SIGCONT: a server that hangs, its connections open, answering nothing (as a host that froze). stop(),
+  // kill() and the destructor thaw it first.
+  void freeze();
+  void thaw();
   std::string url(const std::string& db = "wattscope") const;
   std::string socket_url(const std::string& db = "wattscope") const;
   // Runs SQL as root over the socket; returns rows tab-separated, one per line.
@@ -29,6 +33,7 @@ private:
   int port_ = 0;
   int port_lock_ = -1;
   int pid_ = -1;
+  bool frozen_ = false;
 };
 
 } // namespace wstest

@@ -61,6 +61,34 @@ TEST(Accounting, IntegratesPowerWithTheTrapezoidRuleWhenNoCounter) {
   EXPECT_DOUBLE_EQ(*s.gpus[0].power_w.peak, 200.0);
 }
 
+TEST(Accounting, EnergySpansTicksTheDeviceMissed) {
+  // A source that was late (a hung driver) leaves the device out of ticks 3-7: the counter delta on its return covers
+  // the gap, and the trapezoid bridges it from the last answered tick (labelled "integrated").
+  Accounting counted(one_gpu()), integrated(one_gpu());
+  const auto t0 = SteadyClock::now();
+  for (int64_t k = 0; k <= 10; ++k) {
+    Frame a = frame(k, t0, 100ms), b = frame(k, t0, 100ms);
+    if (k < 3 || k > 7) {
+      GpuSample s;
+      s.energy_counter_uj = 1'000'000 + k * 25'000'000; // 250 W: 25 J per 100 ms
+      a.gpus.push_back(s);
+      GpuSample p;
+      p.power_w = 250;
+      b.gpus.push_back(p);
+    }
+    counted.process(a);
+    integrated.process(b);
+    if (k == 8) {
+      EXPECT_DOUBLE_EQ(*a.gpus[0].energy_j, 200.0);
+      EXPECT_NEAR(*b.gpus[0].energy_j, 250 * 0.8, 1e-9);
+    }
+  }
+  EXPECT_DOUBLE_EQ(counted.summary().gpus[0].energy_j, 250.0);
+  EXPECT_EQ(counted.summary().gpus[0].samples, 6);
+  EXPECT_NEAR(integrated.summary().gpus[0].energy_j, 250 * 1.0, 1e-9);
+  EXPECT_EQ(counted.summary().skipped_ticks, 0); // the frames came; only the device was missing
+}
+
 TEST(Accounting, EventsAreNumberedInOrder) {
   Accounting acc({});
   acc.add_event({0, 0, "source-missing", "nvml", "no library"});

@@ -1,14 +1,17 @@
 #include "sinks/mysql/mysql_store.hpp"
 
 #include <mysql.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -133,8 +136,14 @@ public:
       throw MysqlError(err, msg);
     }
     mysql_autocommit(db_, 0);
+    std::lock_guard lock(fd_mu_);
+    fd_ = mysql_get_socket(db_);
   }
   void close() {
+    {
+      std::lock_guard lock(fd_mu_);
+      fd_ = -1;
+    }
     for (auto& [k, st] : stmts_)
       mysql_stmt_close(st);
     stmts_.clear();
@@ -192,10 +201,20 @@ public:
   }
   MYSQL* get() { return db_; }
   const MysqlUrl& url() const { return url_; }
+  // From another thread: a call waiting on the server (a frozen one answers nothing until its read timeout) fails at
+  // once as a lost connection. Shutting the socket down is what mariadb_cancel() does, minus its unlocked read of
+  // the connection's internals while this thread may be replacing them. A connect under way is not reached: its own
+  // timeout bounds it.
+  void cancel() noexcept {
+    std::lock_guard lock(fd_mu_);
+    if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  }
 
 private:
   MysqlUrl url_;
   MYSQL* db_ = nullptr;
+  std::mutex fd_mu_; // guards fd_: the socket stays open (mysql_close has not run) while fd_ holds it
+  int fd_ = -1;
   std::map<std::string, MYSQL_STMT*> stmts_;
 };
 
@@ -325,6 +344,7 @@ public:
   }
 
   void write(const RowBatch& batch) override {
+    if (abandoned_ && !down_) go_down(fmt::format("MySQL {} did not take the end of the run in time", url_.text()));
     if (down_ && !try_recover()) {
       spill_->write(batch);
       return;
@@ -332,34 +352,42 @@ public:
     try {
       write_batch(conn_, batch);
     } catch (const MysqlError& e) {
-      if (!is_outage(e.err)) throw std::runtime_error(e.what()); // the writer keeps the batch and retries
+      // The writer keeps the batch and retries a store that refuses it; once abandoned, it goes to the spill file.
+      if (!is_outage(e.err) && !abandoned_) throw std::runtime_error(e.what());
       go_down(e.what());
       spill_->write(batch);
     }
   }
 
+  void abandon() noexcept override {
+    abandoned_ = true;
+    conn_.cancel();
+  }
+
   void end_run(const RunInfo& run) override {
     run_ = run;
     // The run is over: a few spaced attempts to bring the spilled rows home before giving up for now.
-    for (int i = 0; down_ && i < 4; ++i) {
+    for (int i = 0; down_ && !abandoned_ && i < 4; ++i) {
       next_attempt_ = {};
       if (try_recover()) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
+    if (abandoned_ && !down_) go_down(fmt::format("MySQL {} did not take the end of the run in time", url_.text()));
     if (!down_) {
       try {
         upsert_run(run);
         return;
       } catch (const MysqlError& e) {
-        if (!is_outage(e.err)) throw std::runtime_error(e.what());
+        if (!is_outage(e.err) && !abandoned_) throw std::runtime_error(e.what());
         go_down(e.what());
       }
     }
     spill_->end_run(run);
     spill_.reset();
-    spdlog::error("MySQL {} is still unreachable: the whole run is kept in {}; once the server is back, replay it "
+    spdlog::error("MySQL {} {}: the rows it has not stored are kept in {}; once the server answers, replay them "
                   "with: wattscope export --from {} --to {}",
-                  url_.text(), spill_path_, spill_path_, "mysql://" + url_.text());
+                  url_.text(), abandoned_ ? "did not answer in time at the end of the run" : "is still unreachable",
+                  spill_path_, spill_path_, "mysql://" + url_.text());
   }
 
 private:
@@ -375,8 +403,11 @@ private:
     backoff_ = std::chrono::milliseconds(250);
     next_attempt_ = SteadyClock::now() + backoff_;
     open_spill();
-    spdlog::warn("{}; recording into the spill file {} and replaying it into MySQL when the server answers again", why,
-                 spill_path_);
+    if (abandoned_)
+      spdlog::warn("{}; the rest of the run goes to the spill file {}", why, spill_path_);
+    else
+      spdlog::warn("{}; recording into the spill file {} and replaying it into MySQL when the server answers again",
+                   why, spill_path_);
   }
 
   // The spill file is a SQLite store of this run: begun (schema and run row) before any batch goes in. Reopening an
@@ -394,7 +425,7 @@ private:
   // Reconnects (with backoff) and replays the spill file, in order. true when MySQL is usable again.
   bool try_recover() {
     const auto now = SteadyClock::now();
-    if (now < next_attempt_) return false;
+    if (now < next_attempt_ || abandoned_) return false;
     try {
       conn_.connect();
       ensure_schema(conn_);
@@ -432,6 +463,7 @@ private:
   bool spill_on_outage_ = true;
   std::chrono::milliseconds backoff_{250};
   SteadyClock::time_point next_attempt_{};
+  std::atomic<bool> abandoned_{false}; // set from the finishing thread (abandon)
 };
 
 class MysqlReader final : public StoreReader {
