@@ -8,6 +8,7 @@
 
 #include "pipeline/run_view.hpp"
 #include "core/output_file.hpp"
+#include "core/metrics.hpp"
 #include "core/time_util.hpp"
 #include "web/assets.hpp"
 #include "report/downsample.hpp"
@@ -18,22 +19,27 @@ namespace wattscope {
 namespace {
 
 struct SeriesSpec {
-  const char* column;
-  double scale; // to the unit shown
+  std::string_view column;
+  double scale; // stored value x scale = the unit shown (display_unit in the registry)
 };
-// GPU series plotted, in the units a paper would use.
-constexpr SeriesSpec kGpuSeries[] = {{"power_w", 1},
-                                     {"util_gpu_pct", 1},
-                                     {"util_mem_pct", 1},
-                                     {"mem_used_bytes", 1.0 / (1 << 30)},
-                                     {"temp_gpu_c", 1},
-                                     {"temp_mem_c", 1},
-                                     {"clock_sm_mhz", 1},
-                                     {"clock_mem_mhz", 1},
-                                     {"pcie_tx_bytes_per_s", 1e-6},
-                                     {"pcie_rx_bytes_per_s", 1e-6}};
-constexpr SeriesSpec kCpuSeries[] = {
-    {"util_pct", 1}, {"mem_used_bytes", 1.0 / (1 << 30)}, {"package_power_w", 1}, {"dram_power_w", 1}};
+// The series plotted: the registry's metrics flagged kChart, in the units a paper would use.
+template <class S> std::vector<SeriesSpec> charted(std::span<const MetricDef<S>> metrics) {
+  std::vector<SeriesSpec> out;
+  for (const auto& m : metrics)
+    if (m.info.flags & kChart) out.push_back({m.info.column, m.info.display_scale});
+  return out;
+}
+const std::vector<SeriesSpec> kGpuSeries = charted(kGpuMetrics);
+const std::vector<SeriesSpec> kCpuSeries = charted(kCpuMetrics);
+
+// What the page needs to draw a series it has no curated chart for: its name and unit, from the registry.
+template <class S> nlohmann::json series_meta(std::span<const MetricDef<S>> metrics) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& m : metrics)
+    if (m.info.flags & kChart)
+      out[std::string(m.info.column)] = {{"display", m.info.display}, {"unit", m.info.display_unit}};
+  return out;
+}
 
 int column_index(const Table& t, std::string_view name) {
   for (size_t i = 0; i < t.columns.size(); ++i)
@@ -114,7 +120,7 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   for (auto& [idx, downs] : gpu) {
     nlohmann::json series = nlohmann::json::object();
     for (size_t i = 0; i < std::size(kGpuSeries); ++i)
-      if (downs[i].seen() > 0) series[kGpuSeries[i].column] = series_json(downs[i]);
+      if (downs[i].seen() > 0) series[std::string(kGpuSeries[i].column)] = series_json(downs[i]);
     std::string name;
     for (const auto& g : summary["gpus"])
       if (g.value("index", -1) == idx) name = g.value("name", std::string());
@@ -139,7 +145,7 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   });
   nlohmann::json cpu_series = nlohmann::json::object();
   for (size_t i = 0; i < std::size(kCpuSeries); ++i)
-    if (cpu[i].seen() > 0) cpu_series[kCpuSeries[i].column] = series_json(cpu[i]);
+    if (cpu[i].seen() > 0) cpu_series[std::string(kCpuSeries[i].column)] = series_json(cpu[i]);
 
   const Table& et = table(TableId::Events);
   nlohmann::json events = nlohmann::json::array();
@@ -164,6 +170,7 @@ nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>&
     rs.push_back(run_data(store, r, opts));
   return {{"generated", iso_utc_ms(wall_now_ms())},
           {"wattscope_version", kVersion},
+          {"metrics", {{"gpu", series_meta(kGpuMetrics)}, {"cpu", series_meta(kCpuMetrics)}}},
           {"source", store.describe()},
           {"assumptions",
            {{"co2_g_per_kwh", opts.co2_g_per_kwh},

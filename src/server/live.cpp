@@ -312,6 +312,9 @@ std::string LiveState::metrics_text() const {
     x.sample("", static_cast<double>(sampler_->ticks.load()));
     x.family("wattscope_sampler_skipped_ticks_total", "counter", "Grid slots skipped because a tick overran.");
     x.sample("", static_cast<double>(sampler_->skipped.load()));
+    x.family("wattscope_sampler_late_total", "counter",
+             "Ticks a source that may block (a vendor library) missed its deadline; its devices were left out.");
+    x.sample("", static_cast<double>(sampler_->late.load()));
   }
   if (!latest_) return x.take();
   const Frame& f = *latest_;

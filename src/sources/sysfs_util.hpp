@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/fd.hpp"
+
 namespace wattscope::sysfs {
 
 // The file's first line without trailing blanks; "" when it cannot be read.
@@ -32,6 +34,10 @@ inline std::optional<int64_t> parse_i64(std::string_view s) {
 }
 
 // An integer attribute read with pread from an fd kept open across ticks (sysfs regenerates it from offset 0).
+inline std::optional<int64_t> pread_i64(int fd);
+inline std::optional<int64_t> pread_i64(const UniqueFd& fd) {
+  return pread_i64(fd.get());
+}
 inline std::optional<int64_t> pread_i64(int fd) {
   if (fd < 0) return std::nullopt;
   char buf[32];

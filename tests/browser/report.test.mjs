@@ -27,7 +27,7 @@ function scenario(n) {
         energy_mj: { sine_integral: { base: 300000 + 10000 * i, amp: 80000, period_s: 0.7 } },
         util_gpu: { linear: [10 + i, 3] }, util_mem: 40, mem_used_bytes: { linear: [1e9, 1e8] },
         mem_total_bytes: 85899345920, temp_gpu: 60 + i, temp_mem: 70, clock_sm: 1980, clock_mem: 2619,
-        pcie_width: 16, pcie_tx_kbs: 1000, pcie_rx_kbs: 2000,
+        pcie_width: 16, pcie_tx_kbs: 1000, pcie_rx_kbs: 2000, util_enc: { linear: [5, 1] }, util_dec: 12,
       },
     });
   }
@@ -123,6 +123,13 @@ for (const gpus of [0, 1, 8]) {
     if (gpus) {
       const power = cs.find((c) => c.key === 'gpu_power');
       assert.equal(power.want, gpus);
+      // Registry metrics without a curated chart (the video engines) get one of their own, titled by the registry.
+      for (const key of ['gpu_util_enc_pct', 'gpu_util_dec_pct']) {
+        const c = cs.find((x) => x.key === key);
+        assert.ok(c, `chart ${key}: ${JSON.stringify(cs.map((x) => x.key))}`);
+        assert.equal(c.want, gpus, key);
+      }
+      assert.match(await page.textContent('[data-chart="gpu_util_enc_pct"]'), /Encoder utilisation/);
     } else {
       assert.match(await page.textContent('main'), /No GPU was recorded in this run/);
     }

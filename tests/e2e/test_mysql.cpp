@@ -107,7 +107,8 @@ TEST(Mysql, RoundTripReadsBackLikeTheOtherStores) {
   // The MySQL copy and the CSV copy of the run hold the same rows, read back through each store's reader.
   setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
   EXPECT_EQ(dump_store(db.url()), dump_store("csv:" + (dir / "csv")));
-  EXPECT_EQ(db.sql("SELECT value FROM meta WHERE `key` = 'schema_version'"), "2\n");
+  EXPECT_EQ(db.sql("SELECT value FROM meta WHERE `key` = 'schema_version'"),
+            fmt::format("{}\n", wattscope::kSchemaVersion));
   auto shown = run({wstest::wattscope(), "show", "--db", db.url(), "--json"}, env_for(dir), dir.path());
   ASSERT_EQ(shown.exit_code, 0) << shown.err;
   auto j = json::parse(shown.out);
@@ -120,6 +121,15 @@ TEST(Mysql, RoundTripReadsBackLikeTheOtherStores) {
   // InnoDB, utf8mb4, the time-order key and the host/time index.
   EXPECT_NE(db.sql("SHOW CREATE TABLE gpu_samples").find("ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"), std::string::npos);
   EXPECT_NE(db.sql("SHOW CREATE TABLE runs").find("KEY `runs_by_host_time` (`host`,`start_ms`)"), std::string::npos);
+  // Readers refuse a store from a newer wattscope, or one whose version is not a number, rather than misread it.
+  db.sql("UPDATE meta SET `value` = '99' WHERE `key` = 'schema_version'");
+  auto newer = run({wstest::wattscope(), "show", "--db", db.url()}, env_for(dir), dir.path());
+  EXPECT_NE(newer.exit_code, 0);
+  EXPECT_NE(newer.err.find("schema version 99, newer than this wattscope's"), std::string::npos) << newer.err;
+  db.sql("UPDATE meta SET `value` = 'x9' WHERE `key` = 'schema_version'");
+  auto garbled = run({wstest::wattscope(), "list", "--db", db.url()}, env_for(dir), dir.path());
+  EXPECT_NE(garbled.exit_code, 0);
+  EXPECT_NE(garbled.err.find("'x9', which is not a version number"), std::string::npos) << garbled.err;
 }
 
 TEST(Mysql, OlderSchemaIsMigratedForward) {
@@ -132,7 +142,8 @@ TEST(Mysql, OlderSchemaIsMigratedForward) {
          "INSERT INTO cpu_samples VALUES ('old', 0, 1, 2.5, 3, 4);");
   auto r = run({wstest::wattscope(), "run", "--db", db.url(), "--", "true"}, env_for(dir), dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(db.sql("SELECT value FROM meta WHERE `key` = 'schema_version'"), "2\n");
+  EXPECT_EQ(db.sql("SELECT value FROM meta WHERE `key` = 'schema_version'"),
+            fmt::format("{}\n", wattscope::kSchemaVersion));
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = 'wattscope' AND "
                    "table_name = 'cpu_samples' AND column_name IN ('package_power_w', 'power_method')"),
             "2\n");

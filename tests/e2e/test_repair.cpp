@@ -51,7 +51,7 @@ std::unique_ptr<Killed> record_and_kill(int rows) {
   auto k = std::make_unique<Killed>();
   write_file(k->dir / "scenario.json", scenario().dump());
   const int pid = start({wattscope(), "record", "--task", "killed", "--interval", "50ms", "--commit-every", "100ms",
-                         "--db", k->db()},
+                         "--db", k->db(), "--csv", k->dir / "csv"},
                         k->env(), k->dir.path(), k->dir / "out", k->dir / "err");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   for (;;) {
@@ -121,4 +121,15 @@ TEST(Repair, UnfinishedRunIsShownFromItsSamplesThenFinalised) {
   auto again = k->ws({"repair", "--db", k->db()});
   EXPECT_EQ(again.exit_code, 0);
   EXPECT_NE(again.err.find("nothing to repair"), std::string::npos) << again.err;
+
+  // The CSV copy of the same run is repaired the same way: only its runs file is rewritten.
+  auto csv_before = json::parse(k->ws({"show", "--csv", k->dir / "csv", "--json"}).out);
+  EXPECT_FALSE(csv_before["finished"].get<bool>());
+  EXPECT_GT(csv_before["samples"].get<int>(), 0);
+  auto csv_repaired = k->ws({"repair", "--db", "csv:" + k->dir / "csv"});
+  ASSERT_EQ(csv_repaired.exit_code, 0) << csv_repaired.err;
+  auto csv_after = json::parse(k->ws({"show", "--csv", k->dir / "csv", "--json"}).out);
+  EXPECT_TRUE(csv_after["finished"].get<bool>());
+  EXPECT_EQ(csv_after["samples"], csv_before["samples"]);
+  EXPECT_TRUE(csv_after["total_energy_j"].is_number());
 }

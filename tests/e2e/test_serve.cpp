@@ -43,7 +43,9 @@ json scenario() {
              {"pcie_width", 16},
              {"pcie_width_max", 16},
              {"clock_events", 4},
-             {"power_avg_mw", 240000}};
+             {"power_avg_mw", 240000},
+             {"util_enc", 12},
+             {"util_dec", 3}};
   json m1 = m0;
   m1["power_instant_mw"] = 125500;
   m1["fan_pct"] = 30;
@@ -122,6 +124,9 @@ TEST(Serve, MetricsCarryTheDevicesValuesAndPassPromtool) {
   EXPECT_TRUE(power0.ends_with("} 250")) << power0;
   EXPECT_NE(sample_line(m, "wattscope_gpu_power_watts{gpu=\"1\"").find("} 125.5"), std::string::npos);
   EXPECT_NE(sample_line(m, "wattscope_gpu_utilization_ratio{gpu=\"0\"").find("} 0.97"), std::string::npos);
+  // Families generated from the metric registry: the video engines, added through it alone.
+  EXPECT_NE(sample_line(m, "wattscope_gpu_encoder_utilization_ratio{gpu=\"0\"").find("} 0.12"), std::string::npos);
+  EXPECT_NE(sample_line(m, "wattscope_gpu_decoder_utilization_ratio{gpu=\"0\"").find("} 0.03"), std::string::npos);
   EXPECT_NE(sample_line(m, "wattscope_gpu_memory_used_bytes{gpu=\"0\"").find("} 42949672960"), std::string::npos);
   EXPECT_NE(sample_line(m, "wattscope_gpu_clock_hertz{gpu=\"0\"").find("clock=\"sm\"} 1980000000"), std::string::npos);
   EXPECT_NE(m.find("# TYPE wattscope_gpu_energy_joules_total counter"), std::string::npos);

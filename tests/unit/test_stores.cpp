@@ -346,7 +346,7 @@ TEST(CsvReader, BrokenFilesNameTheLine) {
       r += ",";
     return r + "\n";
   };
-  expect_error("run_id,tick,ts_ms\nr,1,2\n", "column 'util_pct' is missing");
+  expect_error("run_id,ts_ms,util_pct\nr,1,2\n", "column 'tick' is missing");
   expect_error(header + "\n" + row("r", "1,2,3.5,4,5", width) + row("r", "2,3,x,4,5", width),
                "f.csv:3: column 'util_pct': 'x' is not a number");
   expect_error(header + "\n" + row("r", "1,2,3.5,4", width - 1),
@@ -356,6 +356,20 @@ TEST(CsvReader, BrokenFilesNameTheLine) {
   // Quoted newlines keep line numbers right.
   expect_error(header + "\n" + row("\"a\nb\"", "1,2,3,4,5", width) + row("r", "1.5,2,3,4,5", width),
                "f.csv:4: column 'tick'");
+}
+
+// A CSV file written before a column existed reads it as missing; only key columns are required.
+TEST(Stores, OlderCsvFileReadsNewerColumnsAsMissing) {
+  wstest::TempDir dir;
+  wstest::write_file(dir / "g.csv", "run_id,tick,ts_ms,gpu_index,power_w\nr,0,5,1,250.5\n");
+  size_t rows = 0;
+  read_table_csv(dir / "g.csv", TableId::GpuSamples, [&](std::span<const Value> row) {
+    ++rows;
+    EXPECT_EQ(value_real(row[column_index(TableId::GpuSamples, "power_w")]), 250.5);
+    EXPECT_EQ(value_int(row[column_index(TableId::GpuSamples, "gpu_index")]), 1);
+    EXPECT_TRUE(is_null(row[column_index(TableId::GpuSamples, "util_enc_pct")]));
+  });
+  EXPECT_EQ(rows, 1u);
 }
 
 TEST(Stores, OlderSchemaIsMigratedForward) {

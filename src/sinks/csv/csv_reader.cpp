@@ -1,5 +1,7 @@
 #include "sinks/csv/csv_reader.hpp"
 
+#include <algorithm>
+
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -94,13 +96,14 @@ void read_table_csv(CsvReader& in, TableId id, const std::function<void(std::spa
   std::vector<std::string> fields;
   std::vector<bool> quoted;
   if (!in.next(fields, quoted)) throw std::runtime_error(fmt::format("{}: empty file, expected a header line", path));
-  // Map schema columns to file positions; a missing column is an error, an extra one is ignored.
+  // Map schema columns to file positions by name. A key column must be there; any other column a file lacks (one
+  // written by an older wattscope, before that column existed) reads as missing. An extra column is ignored.
   std::vector<int> pos(t.columns.size(), -1);
   for (size_t i = 0; i < fields.size(); ++i)
     for (size_t c = 0; c < t.columns.size(); ++c)
       if (fields[i] == t.columns[c].name) pos[c] = static_cast<int>(i);
   for (size_t c = 0; c < t.columns.size(); ++c)
-    if (pos[c] < 0)
+    if (pos[c] < 0 && std::find(t.primary_key.begin(), t.primary_key.end(), t.columns[c].name) != t.primary_key.end())
       throw std::runtime_error(
           fmt::format("{}:1: column '{}' is missing from the header of this {} file", path, t.columns[c].name, t.name));
   const size_t width = fields.size();
@@ -111,6 +114,10 @@ void read_table_csv(CsvReader& in, TableId id, const std::function<void(std::spa
       throw std::runtime_error(
           fmt::format("{}:{}: {} fields, the header has {}", path, in.line(), fields.size(), width));
     for (size_t c = 0; c < t.columns.size(); ++c) {
+      if (pos[c] < 0) {
+        row[c] = Value();
+        continue;
+      }
       const std::string& s = fields[static_cast<size_t>(pos[c])];
       const bool q = quoted[static_cast<size_t>(pos[c])];
       if (s.empty() && !q) {

@@ -137,6 +137,12 @@ public:
       if (touched[i]) files_[i].committed = end[i];
   }
 
+  // `wattscope repair`: the run's files are already here; only its runs file is rewritten.
+  void finalise_run(const RunInfo& run) override {
+    run_ = run;
+    write_runs_file(run);
+  }
+
   void end_run(const RunInfo& run) override {
     // The samples reach the disk before the runs row that says the run is complete.
     for (size_t i = 0; i < kTableCount; ++i) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <charconv>
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -224,11 +226,12 @@ void ensure_schema(Conn& c) {
   try {
     c.exec("CREATE TABLE IF NOT EXISTS `meta` (`key` VARCHAR(64) NOT NULL PRIMARY KEY, `value` MEDIUMTEXT) "
            "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4");
-    const int stored = std::stoi(c.value("SELECT `value` FROM `meta` WHERE `key`='schema_version'").value_or("0"));
-    if (stored > kSchemaVersion)
-      throw MysqlError(0, fmt::format("MySQL {} has wattscope schema version {}, newer than this wattscope's {}; "
-                                      "upgrade wattscope",
-                                      c.url().text(), stored, kSchemaVersion));
+    try {
+      check_schema_version(c.value("SELECT `value` FROM `meta` WHERE `key`='schema_version'"),
+                           fmt::format("MySQL {}", c.url().text()));
+    } catch (const std::runtime_error& e) {
+      throw MysqlError(0, e.what()); // a configuration error: not an outage to spill through
+    }
     for (const auto& t : all_tables()) {
       c.exec(create_table_sql(t));
       // Forward migration: add the columns this version has and the stored table lacks. The stored columns come
@@ -474,13 +477,21 @@ public:
     } catch (const MysqlError& e) {
       throw std::runtime_error(e.what());
     }
+    // A store written by a newer wattscope (or with a version that is not a number) is refused, not misread. A
+    // database without the meta table holds no wattscope runs yet: the queries below say so.
+    std::optional<std::string> version;
+    try {
+      version = conn_.value("SELECT `value` FROM `meta` WHERE `key`='schema_version'");
+    } catch (const MysqlError&) {
+    }
+    check_schema_version(version, fmt::format("MySQL {}", url_.text()));
   }
   std::string describe() const override { return "MySQL " + url_.text(); }
 
   std::vector<RunInfo> runs() override {
     std::vector<RunInfo> out;
     const Table& t = table(TableId::Runs);
-    query(t, fmt::format("SELECT {} FROM `runs` ORDER BY `start_ms`, `run_id`", column_list(t)), nullptr,
+    query(t, fmt::format("SELECT {} FROM `runs` ORDER BY `start_ms`, `run_id`", select_list(TableId::Runs)), nullptr,
           [&](std::span<const Value> row) { out.push_back(run_from_row(row)); });
     return out;
   }
@@ -490,11 +501,31 @@ public:
     std::string order;
     for (size_t i = 0; i < t.primary_key.size(); ++i)
       order += fmt::format("{}`{}`", i ? ", " : "", t.primary_key[i]);
-    query(t, fmt::format("SELECT {} FROM `{}` WHERE `run_id` = ? ORDER BY {}", column_list(t), t.name, order),
+    query(t, fmt::format("SELECT {} FROM `{}` WHERE `run_id` = ? ORDER BY {}", select_list(id), t.name, order),
           &run.run_id, fn);
   }
 
 private:
+  // The table's columns by name in this version's order; one an older store lacks reads as NULL. The names come
+  // from the schema, never from the user.
+  std::string select_list(TableId id) {
+    const Table& t = table(id);
+    auto& have = columns_[static_cast<size_t>(id)];
+    if (!have) {
+      try {
+        have = conn_.columns(std::string(t.name));
+      } catch (const MysqlError&) {
+        have = std::vector<std::string>{}; // no such table: the query below says so
+      }
+    }
+    std::string cols;
+    for (size_t i = 0; i < t.columns.size(); ++i) {
+      const bool stored = have->empty() || std::find(have->begin(), have->end(), t.columns[i].name) != have->end();
+      cols += fmt::format("{}{}`{}`", i ? ", " : "", stored ? "" : "NULL AS ", t.columns[i].name);
+    }
+    return cols;
+  }
+  std::array<std::optional<std::vector<std::string>>, kTableCount> columns_;
   // A prepared SELECT of a table's columns; the run id is a bound parameter, never spliced into SQL.
   void query(const Table& t, const std::string& sql, const std::string* run_id, const RowFn& fn) {
     try {

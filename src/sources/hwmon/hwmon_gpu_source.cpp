@@ -27,18 +27,13 @@ std::string uevent_value(const fs::path& uevent, const std::string& key) {
   return {};
 }
 
-int open_if(const fs::path& p) {
-  return fs::exists(p) ? ::open(p.c_str(), O_RDONLY | O_CLOEXEC) : -1;
+UniqueFd open_if(const fs::path& p) {
+  return UniqueFd(fs::exists(p) ? ::open(p.c_str(), O_RDONLY | O_CLOEXEC) : -1);
 }
 
 } // namespace
 
-HwmonGpuSource::~HwmonGpuSource() {
-  for (auto& c : cards_)
-    for (int fd : {c.power_input_uw, c.power_average_uw, c.energy_uj, c.temp_edge_mc, c.temp_mem_mc, c.sclk_hz,
-                   c.mclk_hz, c.busy_pct, c.mem_busy_pct, c.vram_used, c.vram_total, c.gt_cur_mhz, c.power_cap_uw})
-      if (fd >= 0) ::close(fd);
-}
+HwmonGpuSource::~HwmonGpuSource() = default; // each Card closes its own files
 
 bool HwmonGpuSource::open() {
   const fs::path drm = fs::path(root_) / "class/drm";
@@ -88,9 +83,9 @@ bool HwmonGpuSource::open() {
         const fs::path input = hw / fmt::format("temp{}_input", i);
         if (!fs::exists(input)) continue;
         const std::string label = sysfs::read_line(hw / fmt::format("temp{}_label", i));
-        if (label == "mem" && c.temp_mem_mc < 0)
+        if (label == "mem" && !c.temp_mem_mc)
           c.temp_mem_mc = open_if(input);
-        else if ((label == "edge" || label.empty() || label == "pkg") && c.temp_edge_mc < 0)
+        else if ((label == "edge" || label.empty() || label == "pkg") && !c.temp_edge_mc)
           c.temp_edge_mc = open_if(input);
       }
       for (int i = 1; i <= 4; ++i) {
@@ -107,8 +102,8 @@ bool HwmonGpuSource::open() {
     c.vram_total = open_if(dev / "mem_info_vram_total");
     c.gt_cur_mhz = open_if(drm / name / "gt_cur_freq_mhz");
     if (auto t = sysfs::pread_i64(c.vram_total)) c.info.mem_total_bytes = *t;
-    c.info.power_source = c.power_input_uw >= 0     ? "hwmon power1_input"
-                          : c.power_average_uw >= 0 ? "hwmon power1_average"
+    c.info.power_source = c.power_input_uw.valid()     ? "hwmon power1_input"
+                          : c.power_average_uw.valid() ? "hwmon power1_average"
                                                     : "";
     cards_.push_back(std::move(c));
   }
@@ -176,12 +171,12 @@ nlohmann::json HwmonGpuSource::report() const {
                    {"name", c.info.name},
                    {"uuid", c.info.uuid},
                    {"metrics",
-                    {{"power", c.power_input_uw >= 0 || c.power_average_uw >= 0},
-                     {"energy_counter", c.energy_uj >= 0},
-                     {"temperature", c.temp_edge_mc >= 0},
-                     {"busy", c.busy_pct >= 0},
-                     {"vram", c.vram_used >= 0},
-                     {"clocks", c.sclk_hz >= 0 || c.gt_cur_mhz >= 0}}}});
+                    {{"power", c.power_input_uw.valid() || c.power_average_uw.valid()},
+                     {"energy_counter", c.energy_uj.valid()},
+                     {"temperature", c.temp_edge_mc.valid()},
+                     {"busy", c.busy_pct.valid()},
+                     {"vram", c.vram_used.valid()},
+                     {"clocks", c.sclk_hz.valid() || c.gt_cur_mhz.valid()}}}});
   }
   return out;
 }
@@ -191,11 +186,7 @@ size_t HwmonGpuSource::release_claimed(const std::vector<std::string>& bus_ids) 
   for (auto it = cards_.begin(); it != cards_.end();) {
     const std::string id = normalize_pci_bus_id(it->info.pci_bus_id);
     if (!id.empty() && std::find(bus_ids.begin(), bus_ids.end(), id) != bus_ids.end()) {
-      for (int fd : {it->power_input_uw, it->power_average_uw, it->energy_uj, it->temp_edge_mc, it->temp_mem_mc,
-                     it->sclk_hz, it->mclk_hz, it->busy_pct, it->mem_busy_pct, it->vram_used, it->vram_total,
-                     it->gt_cur_mhz, it->power_cap_uw})
-        if (fd >= 0) ::close(fd);
-      it = cards_.erase(it);
+      it = cards_.erase(it); // closes its files
       ++dropped;
     } else {
       ++it;

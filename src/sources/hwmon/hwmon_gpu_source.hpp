@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fd.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -30,10 +31,11 @@ private:
   struct Card {
     GpuDevice info;
     std::string card; // card0
-    // Open files, -1 when the driver has no such file. Units as the kernel exports them.
-    int power_input_uw = -1, power_average_uw = -1, energy_uj = -1, temp_edge_mc = -1, temp_mem_mc = -1;
-    int sclk_hz = -1, mclk_hz = -1, busy_pct = -1, mem_busy_pct = -1, vram_used = -1, vram_total = -1;
-    int gt_cur_mhz = -1, power_cap_uw = -1;
+    // Open files, empty when the driver has no such file. Units as the kernel exports them. Move-only: a card is
+    // closed once, by whoever holds it last.
+    UniqueFd power_input_uw, power_average_uw, energy_uj, temp_edge_mc, temp_mem_mc;
+    UniqueFd sclk_hz, mclk_hz, busy_pct, mem_busy_pct, vram_used, vram_total;
+    UniqueFd gt_cur_mhz, power_cap_uw;
   };
   std::string root_;
   SourceStatus status_;

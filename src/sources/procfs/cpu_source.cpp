@@ -145,10 +145,7 @@ OptF util_between(const CpuTimes& a, const CpuTimes& b) {
 
 ProcfsCpuSource::ProcfsCpuSource(std::string procfs_root) : root_(std::move(procfs_root)) {}
 
-ProcfsCpuSource::~ProcfsCpuSource() {
-  if (stat_fd_ >= 0) ::close(stat_fd_);
-  if (meminfo_fd_ >= 0) ::close(meminfo_fd_);
-}
+ProcfsCpuSource::~ProcfsCpuSource() = default; // the UniqueFds close the files
 
 bool ProcfsCpuSource::read_fd(int fd, std::string& buf) noexcept {
   // procfs files are regenerated on each read from offset 0; pread keeps the fd open across ticks.
@@ -166,15 +163,15 @@ bool ProcfsCpuSource::read_fd(int fd, std::string& buf) noexcept {
 }
 
 bool ProcfsCpuSource::open() {
-  stat_fd_ = ::open((root_ + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
-  meminfo_fd_ = ::open((root_ + "/meminfo").c_str(), O_RDONLY | O_CLOEXEC);
+  stat_fd_.reset(::open((root_ + "/stat").c_str(), O_RDONLY | O_CLOEXEC));
+  meminfo_fd_.reset(::open((root_ + "/meminfo").c_str(), O_RDONLY | O_CLOEXEC));
   std::vector<std::string> missing;
-  if (stat_fd_ < 0) {
+  if (!stat_fd_) {
     missing.push_back(fmt::format("cannot open {}/stat; CPU utilisation will not be recorded", root_));
-  } else if (read_fd(stat_fd_, buf_) && parse_proc_stat(buf_, prev_)) {
+  } else if (read_fd(stat_fd_.get(), buf_) && parse_proc_stat(buf_, prev_)) {
     have_prev_ = true;
   }
-  if (meminfo_fd_ < 0) missing.push_back(fmt::format("cannot open {}/meminfo; host memory will not be recorded", root_));
+  if (!meminfo_fd_) missing.push_back(fmt::format("cannot open {}/meminfo; host memory will not be recorded", root_));
   if (missing.empty()) {
     status_ = SourceStatus::ok(fmt::format("{} logical CPUs", prev_.cores.size()), false);
   } else {
@@ -184,12 +181,12 @@ bool ProcfsCpuSource::open() {
     status_ = SourceStatus::missing(detail, "is --procfs-root right? Point it at the host's /proc (in a container: "
                                             "mount it read-only)");
   }
-  return stat_fd_ >= 0 || meminfo_fd_ >= 0;
+  return stat_fd_.valid() || meminfo_fd_.valid();
 }
 
 void ProcfsCpuSource::sample(Frame& frame) noexcept {
   try {
-    if (stat_fd_ >= 0 && read_fd(stat_fd_, buf_) && parse_proc_stat(buf_, cur_)) {
+    if (stat_fd_ && read_fd(stat_fd_.get(), buf_) && parse_proc_stat(buf_, cur_)) {
       if (have_prev_) {
         frame.cpu.util_pct = util_between(prev_.total, cur_.total);
         frame.cpu.core_util_pct.resize(cur_.cores.size());
@@ -200,7 +197,7 @@ void ProcfsCpuSource::sample(Frame& frame) noexcept {
       have_prev_ = true;
     }
     int64_t total = 0, avail = 0;
-    if (meminfo_fd_ >= 0 && read_fd(meminfo_fd_, buf_) && parse_meminfo(buf_, total, avail)) {
+    if (meminfo_fd_ && read_fd(meminfo_fd_.get(), buf_) && parse_meminfo(buf_, total, avail)) {
       frame.cpu.mem_total_bytes = total;
       frame.cpu.mem_used_bytes = total - avail;
     }

@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/fd.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -41,8 +42,8 @@ private:
   bool read_fd(int fd, std::string& buf) noexcept;
   std::string root_;
   SourceStatus status_;
-  int stat_fd_ = -1;
-  int meminfo_fd_ = -1;
+  UniqueFd stat_fd_;
+  UniqueFd meminfo_fd_;
   std::string buf_;
   ProcStat prev_;
   ProcStat cur_;

@@ -49,9 +49,7 @@ RaplSource::~RaplSource() {
   }
   cv_.notify_all();
   if (keeper_.joinable()) keeper_.join();
-  for (auto& z : zones_)
-    if (z.fd >= 0) ::close(z.fd);
-}
+} // each zone closes its own file
 
 bool RaplSource::open() {
   const fs::path base = fs::path(root_) / "class/powercap";
@@ -105,14 +103,13 @@ bool RaplSource::open() {
       auto v = sysfs::parse_i64(sysfs::read_line(fmt::format("{}/constraint_{}_max_power_uw", z.path, c)));
       if (v && *v > 0) z.max_power_w = std::max(z.max_power_w, static_cast<double>(*v) / 1e6);
     }
-    z.fd = ::open((z.path + "/energy_uj").c_str(), O_RDONLY | O_CLOEXEC);
+    z.fd.reset(::open((z.path + "/energy_uj").c_str(), O_RDONLY | O_CLOEXEC));
     std::optional<int64_t> raw;
-    if (z.fd < 0) {
+    if (!z.fd) {
       z.problem = errno == EACCES || errno == EPERM ? "no permission" : std::string("missing: ") + std::strerror(errno);
     } else if (!(raw = sysfs::pread_i64(z.fd))) {
       z.problem = errno == EACCES || errno == EPERM ? "no permission" : "unreadable energy_uj";
-      ::close(z.fd);
-      z.fd = -1;
+      z.fd.reset();
     } else {
       z.last_raw = *raw;
     }
@@ -192,7 +189,7 @@ void RaplSource::sample(Frame& frame) noexcept {
     bool any_pkg = false, any_dram = false, pkg_w_ok = true, dram_w_ok = true;
     frame.cpu.zones.reserve(zones_.size());
     for (auto& z : zones_) {
-      if (z.fd < 0) continue;
+      if (!z.fd) continue;
       PowerZoneSample s;
       s.zone = z.zone;
       s.domain = z.domain;

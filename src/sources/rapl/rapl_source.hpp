@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/fd.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -41,7 +42,7 @@ public:
     OptI socket;
     int64_t max_range_uj = 0;
     double max_power_w = 0; // from constraint_*_max_power_uw, 0 when unknown
-    int fd = -1;
+    UniqueFd fd; // energy_uj, kept open and read with pread
     std::string problem; // empty when readable
     // Guarded by mu_: updated by every poll, from the tick or the keeper.
     int64_t last_raw = -1;
