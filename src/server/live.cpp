@@ -116,11 +116,19 @@ LiveState::LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds i
   capacity_ = static_cast<size_t>(points) / stride_ + 1;
 }
 
-size_t LiveState::width() const {
-  return cpu_history().size() + gpu_history().size() * devices_.size();
+size_t LiveState::width() const { // under ring_mu_
+  return cpu_history().size() + gpu_history().size() * ring_gpus_.size();
 }
 
 void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
+  {
+    std::lock_guard ring(ring_mu_);
+    ring_gpus_.clear();
+    for (const auto& d : devices)
+      ring_gpus_.push_back(d.gpu_index);
+    ts_.clear();
+    values_.clear();
+  }
   std::lock_guard lock(mu_);
   run_ = run;
   devices_ = std::move(devices);
@@ -139,24 +147,25 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
       recent_events_.push_back(e);
       if (recent_events_.size() > 50) recent_events_.pop_front();
     }
-    if (static_cast<size_t>(f->tick) % stride_ == 0) {
-      ts_.push_back(f->ts_ms);
-      for (const auto* m : cpu_history())
-        values_.push_back(f_or_nan(m->get(f->cpu)));
-      for (const auto& d : devices_) {
-        const GpuSample* s = nullptr;
-        for (const auto& g : f->gpus)
-          if (g.gpu_index == d.gpu_index) s = &g;
-        for (const auto* m : gpu_history())
-          values_.push_back(s ? f_or_nan(m->get(*s)) : NAN);
-      }
-      while (ts_.size() > capacity_) {
-        ts_.pop_front();
-        values_.erase(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(width()));
-      }
-    }
   }
   cv_.notify_all();
+  if (static_cast<size_t>(f->tick) % stride_ == 0) {
+    std::lock_guard ring(ring_mu_);
+    ts_.push_back(f->ts_ms);
+    for (const auto* m : cpu_history())
+      values_.push_back(f_or_nan(m->get(f->cpu)));
+    for (const int idx : ring_gpus_) {
+      const GpuSample* s = nullptr;
+      for (const auto& g : f->gpus)
+        if (g.gpu_index == idx) s = &g;
+      for (const auto* m : gpu_history())
+        values_.push_back(s ? f_or_nan(m->get(*s)) : NAN);
+    }
+    while (ts_.size() > capacity_) {
+      ts_.pop_front();
+      values_.erase(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(width()));
+    }
+  }
 }
 
 void LiveState::stop() {
@@ -236,8 +245,12 @@ nlohmann::json LiveState::current_json() const {
 }
 
 nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chrono::nanoseconds step) const {
-  std::lock_guard lock(mu_);
-  const int64_t now = latest_ ? latest_->ts_ms : wall_now_ms();
+  int64_t now = 0;
+  {
+    std::lock_guard lock(mu_);
+    now = latest_ ? latest_->ts_ms : wall_now_ms();
+  }
+  std::lock_guard ring(ring_mu_); // only the ring: scrapes and event streams go on meanwhile
   const int64_t from = now - std::chrono::duration_cast<std::chrono::milliseconds>(range).count();
   const int64_t step_ms = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(step).count());
   const size_t w = width();
@@ -274,8 +287,8 @@ nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chro
   };
   nlohmann::json gpus = nlohmann::json::array();
   const size_t ncpu = cpu_history().size(), ngpu = gpu_history().size();
-  for (size_t g = 0; g < devices_.size(); ++g) {
-    nlohmann::json one = {{"index", devices_[g].gpu_index}};
+  for (size_t g = 0; g < ring_gpus_.size(); ++g) {
+    nlohmann::json one = {{"index", ring_gpus_[g]}};
     for (size_t k = 0; k < ngpu; ++k) {
       const auto& info = gpu_history()[k]->info;
       one[std::string(info.column)] = column(ncpu + g * ngpu + k, false);

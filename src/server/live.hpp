@@ -48,8 +48,14 @@ private:
   // A compact history point: the CPU metrics flagged kHistory in the registry, then per GPU the GPU ones.
   size_t width() const;
 
+  // Two locks, so no reader waits for another's work: mu_ guards the latest frame, devices, run and events (what
+  // /metrics, /api/v1/current and the event streams read, briefly); ring_mu_ guards the history ring, which
+  // /api/v1/history aggregates for milliseconds. A history request therefore never holds up a scrape. push() takes
+  // them one after the other, never both at once.
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  mutable std::mutex ring_mu_;
+  std::vector<int> ring_gpus_; // gpu_index of each GPU column group in the ring, fixed by set_run
   bool stop_ = false;
   RunInfo run_;
   std::vector<GpuDevice> devices_;
@@ -57,7 +63,7 @@ private:
   std::shared_ptr<const Frame> latest_;
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;
-  size_t stride_ = 1; // keep one frame in `stride_`
+  size_t stride_ = 1; // keep one frame in `stride_` (constant after construction)
   std::deque<int64_t> ts_;
   std::deque<float> values_;
   size_t capacity_;

@@ -4,7 +4,14 @@
 
 #include <variant>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
 #include "server/auth.hpp"
+#include "server/live.hpp"
 #include "server/query.hpp"
 #include "server/static_files.hpp"
 
@@ -135,4 +142,52 @@ TEST(StaticFiles, TableServesTheDashboardWithAVersionedPlotlyUrl) {
   EXPECT_LT(js->gzip.size(), js->identity.size() / 2);
   EXPECT_NE(js->etag, js->etag_gzip);
   EXPECT_EQ(files.find("/assets/nothing.js"), nullptr);
+}
+
+// A history request aggregates the whole ring (milliseconds over a day at 1 s with 8 GPUs); a scrape must not wait
+// for it. Compared with the duration of one aggregation measured in the same run, so a slow machine does not fail it.
+TEST(LiveState, AScrapeDoesNotWaitForAHistoryAggregation) {
+  using namespace std::chrono;
+  wattscope::LiveState live(seconds(200'000), seconds(1));
+  std::vector<wattscope::GpuDevice> devs(8);
+  for (int i = 0; i < 8; ++i)
+    devs[static_cast<size_t>(i)].gpu_index = i;
+  live.set_run(wattscope::RunInfo{}, devs);
+  for (int64_t t = 0; t < 200'000; ++t) {
+    auto f = std::make_shared<wattscope::Frame>();
+    f->tick = t;
+    f->ts_ms = 1'000'000 + t * 1000;
+    f->cpu.util_pct = 50;
+    for (int g = 0; g < 8; ++g) {
+      wattscope::GpuSample s;
+      s.gpu_index = g;
+      s.power_w = 300.0 + static_cast<double>(t % 7);
+      s.util_gpu_pct = 90;
+      f->gpus.push_back(s);
+    }
+    live.push(f);
+  }
+  auto t0 = steady_clock::now();
+  (void)live.history_json(hours(55), seconds(60));
+  const auto one = steady_clock::now() - t0;
+  const double first_ms = duration<double, std::milli>(one).count();
+  if (first_ms < 20) GTEST_SKIP() << "one aggregation took " << first_ms << " ms: too fast here to compare";
+  std::atomic<bool> stop{false};
+  std::thread history([&] {
+    while (!stop) (void)live.history_json(hours(55), seconds(60));
+  });
+  std::vector<double> waits;
+  for (int i = 0; i < 60; ++i) {
+    std::this_thread::sleep_for(milliseconds(3));
+    t0 = steady_clock::now();
+    (void)live.metrics_text();
+    waits.push_back(duration<double, std::milli>(steady_clock::now() - t0).count());
+  }
+  stop = true;
+  history.join();
+  std::nth_element(waits.begin(), waits.begin() + 30, waits.end());
+  // Sharing one lock, a scrape arriving at a random moment waits half an aggregation on average.
+  const double one_ms = duration<double, std::milli>(one).count();
+  EXPECT_LT(waits[30], one_ms / 4) << "median scrape " << waits[30] << " ms while one aggregation takes " << one_ms
+                                   << " ms";
 }
