@@ -39,8 +39,8 @@ template <class F> auto flag_value(std::string_view flag, F&& parse) -> decltype
 
 // What every command may know about the invocation, passed in (no globals).
 struct CliContext {
-  bool quiet = false;                          // -q: only errors on stderr
-  std::vector<std::string> after_separator;    // the words after the first "--" (run's command)
+  bool quiet = false;                       // -q: only errors on stderr
+  std::vector<std::string> after_separator; // the words after the first "--" (run's command)
   bool had_separator = false;
 };
 

@@ -1,5 +1,5 @@
-#include "cli/command.hpp"
 #include "cli/commands/commands.hpp"
+#include "cli/command.hpp"
 
 namespace wattscope {
 

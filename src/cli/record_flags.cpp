@@ -76,8 +76,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
 }
 
 void add_read_options(CLI::App& sub, ReadFlags& f) {
-  sub.add_option("--db", f.db, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
-      ->capture_default_str();
+  sub.add_option("--db", f.db, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")->capture_default_str();
   sub.add_option("--csv", f.csv, "Read a directory of wattscope CSV files instead");
   sub.add_flag("--json", f.json, "Print JSON instead of text");
 }

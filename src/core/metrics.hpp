@@ -25,7 +25,7 @@ enum class PromKind { Gauge, Counter };
 // Flags of a metric.
 inline constexpr unsigned kChart = 1u << 0;   // the report and the dashboard chart it
 inline constexpr unsigned kHistory = 1u << 1; // serve keeps it in its in-memory history (kept small: a few per device)
-inline constexpr unsigned kPeak = 1u << 2;    // history also keeps the bucket's peak (`<column>` with _peak before unit)
+inline constexpr unsigned kPeak = 1u << 2; // history also keeps the bucket's peak (`<column>` with _peak before unit)
 inline constexpr unsigned kMethodLabel = 1u << 3; // Prometheus: add method="<the device's energy_method>"
 inline constexpr unsigned kNoZones = 1u << 4; // Prometheus: exported only where no RAPL zone is (zones say it better)
 
@@ -141,7 +141,7 @@ enum class ZoneMetric : size_t { WATTSCOPE_ZONE_METRICS(WATTSCOPE_METRIC_ENUM) C
 
 namespace metrics_detail {
 #define WATTSCOPE_METRIC_DEF(S, m, t, unit, fam, kind, pscale, plabels, help, disp, dunit, dscale, flags)              \
-  MetricDef<S>{{#m, WATTSCOPE_METRIC_COLTYPE_##t, unit, fam, PromKind::kind, pscale, plabels, help, disp, dunit,     \
+  MetricDef<S>{{#m, WATTSCOPE_METRIC_COLTYPE_##t, unit, fam, PromKind::kind, pscale, plabels, help, disp, dunit,       \
                 dscale, flags},                                                                                        \
                WATTSCOPE_METRIC_PTRS_##t(S, m)},
 #define WATTSCOPE_GPU_DEF(...) WATTSCOPE_METRIC_DEF(GpuSample, __VA_ARGS__)

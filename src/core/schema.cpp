@@ -41,19 +41,24 @@ constexpr std::string_view kDeviceKey[] = {"run_id", "gpu_index"};
 
 // Sample tables: identity columns, then the registry's metrics in registry order (core/metrics.hpp).
 #define WATTSCOPE_COLUMN(m, t, ...) C{#m, WATTSCOPE_METRIC_COLTYPE_##t},
-constexpr C kCpuCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I},
-                          WATTSCOPE_CPU_METRICS(WATTSCOPE_COLUMN){"power_method", T}};
+constexpr C kCpuCols[] = {
+    {"run_id", T}, {"tick", I}, {"ts_ms", I}, WATTSCOPE_CPU_METRICS(WATTSCOPE_COLUMN){"power_method", T}};
 constexpr std::string_view kTickKey[] = {"run_id", "tick"};
 
 constexpr C kCoreCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I}, {"core", I}, {"util_pct", R}};
 constexpr std::string_view kCoreKey[] = {"run_id", "tick", "core"};
 
-constexpr C kZoneCols[] = {{"run_id", T}, {"tick", I},   {"ts_ms", I}, {"zone", T},
-                           {"socket", I}, {"domain", T}, WATTSCOPE_ZONE_METRICS(WATTSCOPE_COLUMN)};
+constexpr C kZoneCols[] = {{"run_id", T},
+                           {"tick", I},
+                           {"ts_ms", I},
+                           {"zone", T},
+                           {"socket", I},
+                           {"domain", T},
+                           WATTSCOPE_ZONE_METRICS(WATTSCOPE_COLUMN)};
 constexpr std::string_view kZoneKey[] = {"run_id", "tick", "domain"};
 
-constexpr C kGpuCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I}, {"gpu_index", I}, {"uuid", T}, {"name", T},
-                          {"vendor", T}, WATTSCOPE_GPU_METRICS(WATTSCOPE_COLUMN)};
+constexpr C kGpuCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I},  {"gpu_index", I},
+                          {"uuid", T},   {"name", T}, {"vendor", T}, WATTSCOPE_GPU_METRICS(WATTSCOPE_COLUMN)};
 constexpr std::string_view kGpuKey[] = {"run_id", "tick", "gpu_index"};
 #undef WATTSCOPE_COLUMN
 

@@ -27,11 +27,8 @@ DoctorReport doctor_report(const SessionOptions& opts) {
     const Source& s = *all[i];
     const SourceStatus st = s.status();
     const std::string name(s.name());
-    sources.push_back({{"name", name},
-                       {"status", st.state_name()},
-                       {"detail", st.detail},
-                       {"fix", st.fix},
-                       {"details", s.report()}});
+    sources.push_back(
+        {{"name", name}, {"status", st.state_name()}, {"detail", st.detail}, {"fix", st.fix}, {"details", s.report()}});
     if (opened[i] && st.is_ok() && st.measures_power) measuring.push_back(name);
     text += fmt::format("  {:<10} {:<14} {}\n", name, st.state_name(), st.detail);
     if (opened[i])

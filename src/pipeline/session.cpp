@@ -55,10 +55,10 @@ void Session::open() {
       if (s->name() != "hwmon-gpu") notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
       continue;
     }
-    if (const size_t n = s->release_claimed(claimed))
+    if (const size_t n = s->release_claimed(claimed)) {
       spdlog::debug("{}: {} GPU(s) left to the backend that already records them", s->name(), n);
-    const auto devs = s->devices();
-    if (devs.empty() && s->name() == "hwmon-gpu") continue; // every card it found is recorded by a richer backend
+      if (s->devices().empty()) continue; // every device it found is recorded by a richer backend
+    }
     spdlog::debug("{}: {}", s->name(), st.line());
     s->describe(run_);
     int next_index = 0;

@@ -12,26 +12,29 @@ namespace wattscope {
 
 namespace {
 constexpr SourceEntry kSources[] = {
-    {"procfs", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+    {"procfs",
+     [](const SessionOptions& o) -> std::unique_ptr<Source> {
        return std::make_unique<ProcfsCpuSource>(o.procfs_root);
      }},
-    {"rapl", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+    {"rapl",
+     [](const SessionOptions& o) -> std::unique_ptr<Source> {
        return std::make_unique<RaplSource>(o.sysfs_root, o.interval);
      }},
     // After procfs and RAPL: it reads the utilisation they filled, and steps aside where RAPL measured.
-    {"cpu-estimate", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+    {"cpu-estimate",
+     [](const SessionOptions& o) -> std::unique_ptr<Source> {
        if (!o.cpu_tdp_w) return nullptr;
        return std::make_unique<CpuEstimateSource>(*o.cpu_tdp_w);
      }},
 #ifdef WATTSCOPE_HAVE_NVML
-    {"nvml", [](const SessionOptions& o) -> std::unique_ptr<Source> {
+    {"nvml",
+     [](const SessionOptions& o) -> std::unique_ptr<Source> {
        return std::make_unique<NvmlSource>(NvmlSource::Options::from_env(o.gpus));
      }},
 #endif
     // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.
-    {"hwmon-gpu", [](const SessionOptions& o) -> std::unique_ptr<Source> {
-       return std::make_unique<HwmonGpuSource>(o.sysfs_root);
-     }},
+    {"hwmon-gpu",
+     [](const SessionOptions& o) -> std::unique_ptr<Source> { return std::make_unique<HwmonGpuSource>(o.sysfs_root); }},
 };
 } // namespace
 

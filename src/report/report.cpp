@@ -6,13 +6,13 @@
 
 #include <fmt/format.h>
 
-#include "pipeline/run_view.hpp"
-#include "core/output_file.hpp"
 #include "core/metrics.hpp"
+#include "core/output_file.hpp"
 #include "core/time_util.hpp"
-#include "web/assets.hpp"
+#include "pipeline/run_view.hpp"
 #include "report/downsample.hpp"
 #include "wattscope/version.hpp"
+#include "web/assets.hpp"
 
 namespace wattscope {
 
@@ -39,12 +39,6 @@ template <class S> nlohmann::json series_meta(std::span<const MetricDef<S>> metr
     if (m.info.flags & kChart)
       out[std::string(m.info.column)] = {{"display", m.info.display}, {"unit", m.info.display_unit}};
   return out;
-}
-
-int column_index(const Table& t, std::string_view name) {
-  for (size_t i = 0; i < t.columns.size(); ++i)
-    if (t.columns[i].name == name) return static_cast<int>(i);
-  throw std::logic_error("no column " + std::string(name));
 }
 
 // Compact numbers: time to the millisecond, values to 4 significant digits (plenty for a chart; the exact figures
@@ -77,9 +71,10 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   int64_t rows_read = 0;
 
   // GPUs: one downsampler per device and series, fed while the rows stream by; total power per tick on the side.
-  const Table& gt = table(TableId::GpuSamples);
-  const int g_ts = column_index(gt, "ts_ms"), g_tick = column_index(gt, "tick"), g_idx = column_index(gt, "gpu_index");
-  std::vector<int> g_cols;
+  constexpr TableId gt = TableId::GpuSamples;
+  const size_t g_ts = column_index(gt, "ts_ms"), g_tick = column_index(gt, "tick"),
+               g_idx = column_index(gt, "gpu_index"), g_power = column_index(gt, "power_w");
+  std::vector<size_t> g_cols;
   for (const auto& s : kGpuSeries)
     g_cols.push_back(column_index(gt, s.column));
   std::map<int64_t, std::vector<MinMaxDownsampler>> gpu;
@@ -108,7 +103,7 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
       cur_tick = tick;
       cur_t = t;
     }
-    if (auto p = value_real(row[g_cols[0]])) {
+    if (auto p = value_real(row[g_power])) { // total GPU power per tick, whatever the charted series are
       cur_sum += *p;
       cur_any = true;
     }
@@ -127,9 +122,9 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
     gpus.push_back({{"index", idx}, {"name", name}, {"series", series}});
   }
 
-  const Table& ct = table(TableId::CpuSamples);
-  const int c_ts = column_index(ct, "ts_ms");
-  std::vector<int> c_cols;
+  constexpr TableId ct = TableId::CpuSamples;
+  const size_t c_ts = column_index(ct, "ts_ms");
+  std::vector<size_t> c_cols;
   for (const auto& s : kCpuSeries)
     c_cols.push_back(column_index(ct, s.column));
   std::vector<MinMaxDownsampler> cpu;
@@ -147,13 +142,15 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   for (size_t i = 0; i < std::size(kCpuSeries); ++i)
     if (cpu[i].seen() > 0) cpu_series[std::string(kCpuSeries[i].column)] = series_json(cpu[i]);
 
-  const Table& et = table(TableId::Events);
+  constexpr TableId et = TableId::Events;
+  const size_t e_ts = column_index(et, "ts_ms"), e_kind = column_index(et, "kind"),
+               e_source = column_index(et, "source"), e_detail = column_index(et, "detail");
   nlohmann::json events = nlohmann::json::array();
   store.scan(TableId::Events, run, [&](std::span<const Value> row) {
-    events.push_back({{"t", round_t(t_of(row[column_index(et, "ts_ms")]))},
-                      {"kind", std::string(value_text(row[column_index(et, "kind")]))},
-                      {"source", std::string(value_text(row[column_index(et, "source")]))},
-                      {"detail", std::string(value_text(row[column_index(et, "detail")]))}});
+    events.push_back({{"t", round_t(t_of(row[e_ts]))},
+                      {"kind", std::string(value_text(row[e_kind]))},
+                      {"source", std::string(value_text(row[e_source]))},
+                      {"detail", std::string(value_text(row[e_detail]))}});
   });
 
   nlohmann::json total = nlohmann::json::object();

@@ -41,8 +41,7 @@ struct Sampler::Worker {
   std::thread thread;
 };
 
-Sampler::Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval,
-                 FrameHandler on_frame)
+Sampler::Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval, FrameHandler on_frame)
     : interval_(interval), on_frame_(std::move(on_frame)) {
   for (auto& s : sources) {
     if (s->may_block()) {

@@ -73,14 +73,14 @@ std::variant<std::vector<Param>, Error> parse(std::string_view raw) {
       if (amp == raw.size()) break;
       continue; // "a=1&&b=2": an empty pair means nothing
     }
-    if (params.size() == kMaxParams)
-      return Error{fmt::format("at most {} query parameters are accepted", kMaxParams)};
+    if (params.size() == kMaxParams) return Error{fmt::format("at most {} query parameters are accepted", kMaxParams)};
     const size_t eq = pair.find('=');
     const std::string_view name = pair.substr(0, eq);
     const std::string_view value = eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1);
     Param p;
     if (!decode(name, p.name))
-      return Error{fmt::format("query parameter '{}': bad percent escape (use %XX with two hex digits)", printable(name))};
+      return Error{
+          fmt::format("query parameter '{}': bad percent escape (use %XX with two hex digits)", printable(name))};
     if (!decode(value, p.value))
       return Error{fmt::format("query parameter '{}': bad percent escape in value '{}' (use %XX with two hex digits)",
                                printable(p.name), printable(value))};
@@ -117,7 +117,8 @@ std::variant<HistoryQuery, Error> parse_history(std::string_view raw) {
   }
   HistoryQuery q{range.value_or(std::chrono::hours(1)), step.value_or(std::chrono::nanoseconds(0))};
   if (q.range > std::chrono::hours(24 * 31))
-    return Error{fmt::format("query parameter 'range': '{}' is more than 31 days", printable(format_duration(q.range)))};
+    return Error{
+        fmt::format("query parameter 'range': '{}' is more than 31 days", printable(format_duration(q.range)))};
   if (q.step.count() == 0) q.step = std::max<std::chrono::nanoseconds>(q.range / 300, std::chrono::milliseconds(1));
   if (q.step > q.range)
     return Error{fmt::format("query parameter 'step': '{}' exceeds the range '{}'", format_duration(q.step),

@@ -80,17 +80,28 @@ struct Response {
 
 std::string_view reason(int status) {
   switch (status) {
-  case 200: return "OK";
-  case 204: return "No Content";
-  case 304: return "Not Modified";
-  case 400: return "Bad Request";
-  case 401: return "Unauthorized";
-  case 404: return "Not Found";
-  case 405: return "Method Not Allowed";
-  case 413: return "Content Too Large";
-  case 431: return "Request Header Fields Too Large";
-  case 503: return "Service Unavailable";
-  default: return "Error";
+  case 200:
+    return "OK";
+  case 204:
+    return "No Content";
+  case 304:
+    return "Not Modified";
+  case 400:
+    return "Bad Request";
+  case 401:
+    return "Unauthorized";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 413:
+    return "Content Too Large";
+  case 431:
+    return "Request Header Fields Too Large";
+  case 503:
+    return "Service Unavailable";
+  default:
+    return "Error";
   }
 }
 
@@ -199,17 +210,16 @@ struct HttpServer::Impl {
       since = Clock::now();
       parser.emplace();
       parser->header_limit(static_cast<std::uint32_t>(srv.opts.max_header_bytes));
-      http::async_read_header(sock, buf, *parser, [self = shared_from_this()](beast::error_code ec, size_t) {
-        self->on_header(ec);
-      });
+      http::async_read_header(sock, buf, *parser,
+                              [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
     }
 
     void on_header(beast::error_code ec) {
       if (state == State::closed) return;
       if (ec == http::error::header_limit || ec == http::error::buffer_overflow)
-        return reply(json_error(431, fmt::format("the request header block is larger than {} bytes",
-                                                 srv.opts.max_header_bytes)),
-                     false, true);
+        return reply(
+            json_error(431, fmt::format("the request header block is larger than {} bytes", srv.opts.max_header_bytes)),
+            false, true);
       if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::connection_reset ||
           ec == asio::error::operation_aborted)
         return close();
@@ -317,10 +327,10 @@ struct HttpServer::Impl {
       // instead of after megabytes of autotuned buffer (and memory) per connection.
       beast::error_code ignored;
       sock.set_option(asio::socket_base::send_buffer_size(16 * 1024), ignored);
-      std::string h = fmt::format("HTTP/1.{} 200 OK\r\nDate: {}\r\nContent-Type: text/event-stream\r\n"
-                                  "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n{}\r\n",
-                                  http11 ? 1 : 0, srv.date,
-                                  http11 ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n");
+      std::string h =
+          fmt::format("HTTP/1.{} 200 OK\r\nDate: {}\r\nContent-Type: text/event-stream\r\n"
+                      "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\n{}\r\n",
+                      http11 ? 1 : 0, srv.date, http11 ? "Transfer-Encoding: chunked\r\n" : "Connection: close\r\n");
       push(std::make_shared<std::string>(std::move(h)));
       send_event(std::make_shared<const StreamMessage>(std::move(first)));
       ++srv.streams;
@@ -402,8 +412,7 @@ struct HttpServer::Impl {
   bool evict_from(const std::string& address) {
     Conn* victim = nullptr;
     for (const auto& [p, c] : conns)
-      if (c->address == address && c->waiting() && (!victim || c->since < victim->since))
-        victim = c.get();
+      if (c->address == address && c->waiting() && (!victim || c->since < victim->since)) victim = c.get();
     if (!victim) return false;
     victim->close();
     return true;
@@ -515,8 +524,7 @@ struct HttpServer::Impl {
       return c->reply(std::move(r), false, true);
     }
     // No request here has a body; one that announces a body would leave it unread in the stream.
-    if (has_body)
-      return c->reply(json_error(413, "requests to serve carry no body"), head, true);
+    if (has_body) return c->reply(json_error(413, "requests to serve carry no body"), head, true);
     const bool keep = req.keep_alive() && req.version() == 11;
     const std::string_view target = req.target();
     const size_t q = target.find('?');
@@ -545,9 +553,8 @@ struct HttpServer::Impl {
       auto parsed = query::parse_history(query);
       if (auto* e = std::get_if<query::Error>(&parsed)) return send(json_error(400, e->message));
       const auto hq = std::get<query::HistoryQuery>(parsed);
-      return heavy(c, head, keep, [this, hq] {
-        return content(live.history_json(hq.range, hq.step).dump(), "application/json");
-      });
+      return heavy(c, head, keep,
+                   [this, hq] { return content(live.history_json(hq.range, hq.step).dump(), "application/json"); });
     }
     constexpr std::string_view runs_prefix = "/api/v1/runs";
     if (path == runs_prefix || path.starts_with("/api/v1/runs/")) {

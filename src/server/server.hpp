@@ -33,8 +33,8 @@ struct ServerOptions {
   std::string token;              // empty: no authentication (loopback only)
   std::optional<StoreSpec> store; // for /api/v1/runs
   // Against misbehaving clients; the defaults hold a Prometheus, a few dozen dashboards and a reverse proxy.
-  int max_connections = 1024;            // lowered at bind() to what the open-file limit allows
-  int max_connections_per_address = 256; // a browser opens up to 6 per host, plus one event stream per tab
+  int max_connections = 1024;                     // lowered at bind() to what the open-file limit allows
+  int max_connections_per_address = 256;          // a browser opens up to 6 per host, plus one event stream per tab
   std::chrono::milliseconds header_timeout{5000}; // whole request header block; also the keep-alive idle time
   std::chrono::milliseconds stalled_write_timeout{5000}; // a client that takes no byte for this long is dropped
   size_t max_header_bytes = 8 * 1024;                    // larger header blocks get 431

@@ -10,7 +10,7 @@
 namespace wattscope {
 
 struct StaticFile {
-  std::string path;          // as requested: "/", "/assets/plotly-<hash>.min.js"
+  std::string path; // as requested: "/", "/assets/plotly-<hash>.min.js"
   std::string content_type;
   std::string cache_control; // "no-cache" (revalidate each time) or "public, max-age=31536000, immutable"
   std::string_view identity; // the body as is

@@ -23,5 +23,4 @@ std::string read_token_file(const std::string& path);
 // "\r\n" is dropped. Throws std::invalid_argument naming the problem and its byte position.
 std::string parse_token(std::string_view contents);
 
-
 } // namespace wattscope

@@ -165,10 +165,10 @@ void SinkWriter::loop(State& s) {
     batch_frames += static_cast<int64_t>(taken.size());
     taken.clear();
     const auto now = SteadyClock::now();
-    const bool due = s.failing ? now - last_attempt >= kRetryDelay || abandoned
-                               : (s.policy.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= s.policy.rows) ||
-                                     (s.policy.interval.count() > 0 && now - last_commit >= s.policy.interval) ||
-                                     stopping;
+    const bool due = s.failing
+                         ? now - last_attempt >= kRetryDelay || abandoned
+                         : (s.policy.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= s.policy.rows) ||
+                               (s.policy.interval.count() > 0 && now - last_commit >= s.policy.interval) || stopping;
     if (!batch.empty() && due) {
       last_attempt = now;
       if (try_commit(s, batch, batch_frames)) {

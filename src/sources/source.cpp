@@ -8,8 +8,7 @@ std::string normalize_pci_bus_id(std::string_view id) {
     out.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c));
   // A domain wider than four digits (NVML pads it to eight) keeps its last four.
   const auto colon = out.find(':');
-  if (colon != std::string::npos && colon > 4 && out.find(':', colon + 1) != std::string::npos)
-    out.erase(0, colon - 4);
+  if (colon != std::string::npos && colon > 4 && out.find(':', colon + 1) != std::string::npos) out.erase(0, colon - 4);
   return out;
 }
 

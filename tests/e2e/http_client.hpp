@@ -34,11 +34,21 @@ struct Response {
   }
 };
 
-// A blocking TCP connection to 127.0.0.1:port; rcvbuf > 0 sets SO_RCVBUF first. -1 on failure.
-inline int connect_loopback(int port, int rcvbuf = 0) {
+// A blocking TCP connection to 127.0.0.1:port; rcvbuf > 0 sets SO_RCVBUF first; `source` (any 127.x.y.z, all of
+// them this machine's loopback) makes it come from another address. -1 on failure.
+inline int connect_loopback(int port, int rcvbuf = 0, const char* source = nullptr) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
   if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+  if (source) {
+    sockaddr_in src{};
+    src.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &src.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
+      close(fd);
+      return -1;
+    }
+  }
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));

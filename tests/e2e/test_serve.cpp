@@ -66,16 +66,7 @@ public:
                   {"WATTSCOPE_FAKE_NVML_SCENARIO", dir_ / "scenario.json"},
                   {"CUDA_VISIBLE_DEVICES", "\x01"}},
                  dir_.path(), dir_ / "out", dir_ / "err");
-    const std::regex re("serving on http://127\\.0\\.0\\.1:([0-9]+)/");
-    for (int i = 0; i < 100 && port_ == 0; ++i) {
-      std::smatch m;
-      const std::string err = read_file(dir_ / "err");
-      if (std::regex_search(err, m, re))
-        port_ = std::stoi(m[1].str());
-      else
-        std::this_thread::sleep_for(50ms);
-    }
-    if (port_ == 0) throw std::runtime_error("serve did not start: " + read_file(dir_ / "err"));
+    port_ = wait_for_serve_port(dir_ / "err", 100);
     std::this_thread::sleep_for(300ms); // a few ticks
   }
   ~Serve() {

@@ -41,18 +41,10 @@ public:
       write_file(dir_ / "token", kToken + "\n");
       args.insert(args.end(), {"--token-file", dir_ / "token"});
     }
-    pid_ = start(args, {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()}, {"WATTSCOPE_FAKE_NVML_SCENARIO", dir_ / "scenario.json"}},
-                 dir_.path(), dir_ / "out", dir_ / "err");
-    const std::regex re("serving on http://127\\.0\\.0\\.1:([0-9]+)/");
-    for (int i = 0; i < 200 && port_ == 0; ++i) {
-      std::smatch m;
-      const std::string err = read_file(dir_ / "err");
-      if (std::regex_search(err, m, re))
-        port_ = std::stoi(m[1].str());
-      else
-        std::this_thread::sleep_for(50ms);
-    }
-    if (port_ == 0) throw std::runtime_error("serve did not start: " + read_file(dir_ / "err"));
+    pid_ =
+        start(args, {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()}, {"WATTSCOPE_FAKE_NVML_SCENARIO", dir_ / "scenario.json"}},
+              dir_.path(), dir_ / "out", dir_ / "err");
+    port_ = wait_for_serve_port(dir_ / "err", 200);
     std::this_thread::sleep_for(300ms);
   }
   ~Serve() {
@@ -74,27 +66,6 @@ void raise_fd_limit() {
   getrlimit(RLIMIT_NOFILE, &rl);
   rl.rlim_cur = rl.rlim_max;
   setrlimit(RLIMIT_NOFILE, &rl);
-}
-
-// A connection from `source` (any 127.x.y.z: all of them are this machine's loopback).
-int connect_from(const char* source, int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in src{};
-  src.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &src.sin_addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0) {
-    close(fd);
-    return -1;
-  }
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
 }
 
 // The status of the response that arrives on `fd` within `timeout` (0: none).
@@ -252,7 +223,7 @@ TEST(ServeUnderLoad, AnAddressOverItsConnectionCapIsRefusedOthersAreNot) {
   EXPECT_EQ(read_status(again, 2s), 503);
   EXPECT_LT(Clock::now() - t0, 1s);
   close(again);
-  const int other = connect_from("127.0.0.2", s.port());
+  const int other = http::connect_loopback(s.port(), 0, "127.0.0.2");
   ASSERT_GE(other, 0);
   http::send_all(other, http::request_text("GET", "/metrics", {}, true));
   EXPECT_EQ(read_status(other, 2s), 200);
@@ -272,7 +243,8 @@ TEST(ServeUnderLoad, IdleServeRunsAFewThreadsNotAPool) {
   Serve s(/*with_token=*/false);
   ASSERT_EQ(http::get(s.port(), "/metrics").status, 200);
   int threads = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(s.pid()) + "/task"))
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(s.pid()) + "/task"))
     ++threads;
   // The sampler's, the stores', the network thread and the event-stream watcher: a handful, not 96 workers.
   EXPECT_LE(threads, 16);
@@ -300,8 +272,8 @@ TEST(ServeAssets, PlotlyGoesOutPrecompressedWithValidatorsAndA304) {
   EXPECT_NE(gz.header("cache-control").find("immutable"), std::string::npos) << gz.header("cache-control");
   EXPECT_NE(gz.header("cache-control").find("max-age=31536000"), std::string::npos);
   EXPECT_EQ(gz.header("vary"), "Accept-Encoding");
-  const std::string original = read_file(std::string(WATTSCOPE_SOURCE_DIR) +
-                                         "/node_modules/plotly.js-dist-min/plotly.min.js");
+  const std::string original =
+      read_file(std::string(WATTSCOPE_SOURCE_DIR) + "/node_modules/plotly.js-dist-min/plotly.min.js");
   EXPECT_LT(gz.body.size(), original.size() / 2);
   EXPECT_TRUE(gunzip(gz.body) == original) << "the gzip body is not plotly.min.js";
 

@@ -100,10 +100,10 @@ TEST(Stalls, HungNvmlLeavesItsGpusMissingWhileTheCpuKeepsItsSchedule) {
     EXPECT_EQ(num(db, "SELECT COUNT(*)" + where + " AND tick >= " + std::to_string(late_tick) + " AND tick < " +
                           std::to_string(back_tick)),
               0);
-    EXPECT_EQ(num(db, "SELECT COUNT(*)" + where + " AND (tick < " + std::to_string(late_tick) + " OR tick >= " +
-                          std::to_string(back_tick) + ")"),
-              num(db, "SELECT COUNT(*) FROM cpu_samples WHERE tick < " + std::to_string(late_tick) + " OR tick >= " +
-                          std::to_string(back_tick)));
+    EXPECT_EQ(num(db, "SELECT COUNT(*)" + where + " AND (tick < " + std::to_string(late_tick) +
+                          " OR tick >= " + std::to_string(back_tick) + ")"),
+              num(db, "SELECT COUNT(*) FROM cpu_samples WHERE tick < " + std::to_string(late_tick) +
+                          " OR tick >= " + std::to_string(back_tick)));
     EXPECT_EQ(num(db, "SELECT COUNT(*)" + where + " AND (power_w IS NULL OR power_w = 0)"), 0);
 
     // Energy adds up across the gap: the counter delta spans it, so energy = power x time between the first and the
@@ -135,6 +135,5 @@ TEST(Stalls, TheEndOfARunDoesNotWaitForAHungDriver) {
   EXPECT_GE(num(db, "SELECT COUNT(*) FROM cpu_samples"), 8);
   EXPECT_EQ(num(db, "SELECT COUNT(*) FROM gpu_samples"), 3); // ticks 0-2; the 4th call never came back
   EXPECT_EQ(num(db, "SELECT COUNT(*) FROM events WHERE kind = 'source-late'"), 1);
-  EXPECT_NE(r->result.err.find("still inside a driver call at the end of the run"), std::string::npos)
-      << r->result.err;
+  EXPECT_NE(r->result.err.find("still inside a driver call at the end of the run"), std::string::npos) << r->result.err;
 }

@@ -43,7 +43,7 @@ constexpr Return kArgumentVersionMismatch = 25;
 struct FakeDevice {
   json spec;
   std::map<std::string, long long, std::less<>> calls; // per metric
-  std::vector<bool> hung;                               // per entry of its "hang"
+  std::vector<bool> hung;                              // per entry of its "hang"
 };
 
 struct State {

@@ -1,5 +1,9 @@
 #include "support.hpp"
 
+#include <chrono>
+#include <regex>
+#include <thread>
+
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/wait.h>
@@ -126,6 +130,17 @@ std::string scalar(const std::string& db, const std::string& sql) {
   auto rows = query(db, sql);
   if (rows.empty() || rows[0].empty() || !rows[0][0]) return "";
   return *rows[0][0];
+}
+
+int wait_for_serve_port(const std::string& err_file, int tries) {
+  static const std::regex re("serving on http://127\\.0\\.0\\.1:([0-9]+)/");
+  for (int i = 0; i < tries; ++i) {
+    std::smatch m;
+    const std::string err = read_file(err_file);
+    if (std::regex_search(err, m, re)) return std::stoi(m[1].str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  throw std::runtime_error("serve did not start: " + read_file(err_file));
 }
 
 } // namespace wstest

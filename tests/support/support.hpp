@@ -38,6 +38,9 @@ Result run(const std::vector<std::string>& argv, const std::map<std::string, std
 int start(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, const std::string& cwd,
           const std::string& out_file, const std::string& err_file);
 int wait_exit(int pid);
+// The port a `wattscope serve --listen 127.0.0.1:0` started with start() announced on its stderr file ("serving on
+// http://127.0.0.1:PORT/"), waiting up to `tries` x 50 ms. Throws with that stderr when it never says.
+int wait_for_serve_port(const std::string& err_file, int tries = 200);
 
 std::string wattscope();                                // path of the binary under test
 std::string fake_nvml(const std::string& variant = ""); // "", "noenergy", "legacy", "broken"

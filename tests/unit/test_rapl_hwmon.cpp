@@ -145,6 +145,25 @@ TEST(CpuEstimate, OnlyWhereRaplMeasuredNothingAndLabelled) {
   EXPECT_FALSE(no_util.cpu.package_power_w); // no utilisation, no guess
 }
 
+// A card a richer backend already records (claimed by PCI bus id, in NVML's spelling) is dropped, files closed.
+TEST(HwmonGpu, ACardClaimedByAnotherBackendIsDropped) {
+  EXPECT_EQ(normalize_pci_bus_id("00000000:03:00.0"), "0000:03:00.0");
+  EXPECT_EQ(normalize_pci_bus_id("0000:3B:00.0"), "0000:3b:00.0");
+  EXPECT_EQ(normalize_pci_bus_id("3b:00.0"), "3b:00.0");
+  TempDir root;
+  amd_and_intel_gpus(root.path());
+  HwmonGpuSource src(root.path());
+  ASSERT_TRUE(src.open()) << src.status().line();
+  EXPECT_EQ(src.release_claimed({normalize_pci_bus_id("00000000:18:00.0")}), 0u); // not one of its cards
+  EXPECT_EQ(src.release_claimed({normalize_pci_bus_id("00000000:03:00.0")}), 1u);
+  auto devs = src.devices();
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].vendor, "intel");
+  Frame f;
+  src.sample(f);
+  ASSERT_EQ(f.gpus.size(), 1u);
+}
+
 TEST(HwmonGpu, AmdAndIntelLayouts) {
   TempDir root;
   amd_and_intel_gpus(root.path());

@@ -171,10 +171,11 @@ TEST(LiveState, AScrapeDoesNotWaitForAHistoryAggregation) {
   (void)live.history_json(hours(55), seconds(60));
   const auto one = steady_clock::now() - t0;
   const double first_ms = duration<double, std::milli>(one).count();
-  if (first_ms < 20) GTEST_SKIP() << "one aggregation took " << first_ms << " ms: too fast here to compare";
+  if (first_ms < 4) GTEST_SKIP() << "one aggregation took " << first_ms << " ms: too fast here to compare";
   std::atomic<bool> stop{false};
   std::thread history([&] {
-    while (!stop) (void)live.history_json(hours(55), seconds(60));
+    while (!stop)
+      (void)live.history_json(hours(55), seconds(60));
   });
   std::vector<double> waits;
   for (int i = 0; i < 60; ++i) {

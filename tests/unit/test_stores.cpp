@@ -113,15 +113,20 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
   EXPECT_TRUE(table_by_name("events"));
   EXPECT_FALSE(table_by_name("nope"));
   const std::vector<std::pair<std::string_view, std::string_view>> unit_suffix = {
-      {"W", "_w"}, {"J", "_j"}, {"%", "_pct"}, {"bytes", "_bytes"}, {"C", "_c"}, {"MHz", "_mhz"},
-      {"B/s", "_bytes_per_s"}};
+      {"W", "_w"}, {"J", "_j"},     {"%", "_pct"},          {"bytes", "_bytes"},
+      {"C", "_c"}, {"MHz", "_mhz"}, {"B/s", "_bytes_per_s"}};
   // Unitless by nature: a lane count, a P-state number, a bit mask.
   const std::vector<std::string_view> unitless = {"pcie_link_width", "pcie_link_width_max", "pstate",
                                                   "throttle_reasons"};
-  const std::vector<std::string_view> not_measurements = {
-      "run_id", "task", "command", "host", "cpu_model", "exit_status", "samples", "tags", "wattscope_version",
-      "summary", "gpu_index", "vendor", "uuid", "name", "pci_bus_id", "energy_method", "power_source", "tick",
-      "core", "zone", "socket", "domain", "power_method", "seq", "kind", "source", "detail"};
+  const std::vector<std::string_view> not_measurements = {"run_id",        "task",         "command",
+                                                          "host",          "cpu_model",    "exit_status",
+                                                          "samples",       "tags",         "wattscope_version",
+                                                          "summary",       "gpu_index",    "vendor",
+                                                          "uuid",          "name",         "pci_bus_id",
+                                                          "energy_method", "power_source", "tick",
+                                                          "core",          "zone",         "socket",
+                                                          "domain",        "power_method", "seq",
+                                                          "kind",          "source",       "detail"};
   auto check = [&](std::string_view column, std::string_view unit) {
     if (std::find(unitless.begin(), unitless.end(), column) != unitless.end()) {
       EXPECT_TRUE(unit.empty() || unit == "lanes") << column;
@@ -217,8 +222,8 @@ TEST(Stores, CsvColumnsMatchTheSqlTables) {
     ASSERT_EQ(sqlite3_prepare_v2(db, fmt::format("PRAGMA table_info({})", t.name).c_str(), -1, &st, nullptr),
               SQLITE_OK);
     while (sqlite3_step(st) == SQLITE_ROW)
-      sql_columns += (sql_columns.empty() ? "" : ",") +
-                     std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
+      sql_columns +=
+          (sql_columns.empty() ? "" : ",") + std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
     sqlite3_finalize(st);
     EXPECT_FALSE(sql_columns.empty()) << t.name;
     EXPECT_EQ(header, sql_columns) << file;
@@ -417,8 +422,8 @@ TEST(Stores, EncoderColumnsAreAddedToAVersion2Store) {
   EXPECT_EQ(wstest::scalar(db, "SELECT util_enc_pct IS NULL AND util_dec_pct IS NULL FROM gpu_samples WHERE "
                                "run_id='old-run'"),
             "1");
-  EXPECT_EQ(wstest::scalar(db, fmt::format("SELECT util_enc_pct FROM gpu_samples WHERE run_id='{}' AND gpu_index=0",
-                                           run.run_id)),
+  EXPECT_EQ(wstest::scalar(
+                db, fmt::format("SELECT util_enc_pct FROM gpu_samples WHERE run_id='{}' AND gpu_index=0", run.run_id)),
             "37.0");
   EXPECT_EQ(wstest::scalar(db, fmt::format("SELECT util_dec_pct IS NULL FROM gpu_samples WHERE run_id='{}' AND "
                                            "gpu_index=0",

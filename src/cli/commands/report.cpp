@@ -72,7 +72,8 @@ public:
   }
   int run(CLI::App&, const CliContext& ctx) override {
     if (out_.empty()) throw UsageError("-o FILE.html is required: where to write the report");
-    std::unique_ptr<StoreReader> reader = !csv_.empty() ? csv_reader_for(csv_, runs_) : open_reader(store_flag("--db", db_));
+    std::unique_ptr<StoreReader> reader =
+        !csv_.empty() ? csv_reader_for(csv_, runs_) : open_reader(store_flag("--db", db_));
     std::vector<RunInfo> runs;
     if (runs_.empty()) runs.push_back(as_shown(*reader, resolve_run(*reader, "")));
     for (const auto& id : runs_)

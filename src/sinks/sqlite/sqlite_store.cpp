@@ -7,8 +7,8 @@
 #include <array>
 #include <filesystem>
 #include <optional>
-#include <vector>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 

@@ -104,7 +104,7 @@ bool HwmonGpuSource::open() {
     if (auto t = sysfs::pread_i64(c.vram_total)) c.info.mem_total_bytes = *t;
     c.info.power_source = c.power_input_uw.valid()     ? "hwmon power1_input"
                           : c.power_average_uw.valid() ? "hwmon power1_average"
-                                                    : "";
+                                                       : "";
     cards_.push_back(std::move(c));
   }
   if (cards_.empty()) {

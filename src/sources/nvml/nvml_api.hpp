@@ -139,7 +139,7 @@ enum class Need { Required, Optional };
      nvmlDeviceGetCurrentClocksEventReasons, nvmlDeviceGetCurrentClocksThrottleReasons)                                \
   X1(device_field_values, Optional, (Device d, int count, FieldValue* values), (d, count, values),                     \
      nvmlDeviceGetFieldValues)                                                                                         \
-  X1(device_encoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us), (d, pct, period_us), \
-     nvmlDeviceGetEncoderUtilization)                                                                                  \
-  X1(device_decoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us), (d, pct, period_us), \
-     nvmlDeviceGetDecoderUtilization)
+  X1(device_encoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us),                     \
+     (d, pct, period_us), nvmlDeviceGetEncoderUtilization)                                                             \
+  X1(device_decoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us),                     \
+     (d, pct, period_us), nvmlDeviceGetDecoderUtilization)

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <type_traits>
-#include <cstring>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -101,7 +101,8 @@ Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
   if (drop) { // rare: only on the tick a field first answers NOT_SUPPORTED
     std::vector<unsigned int> keep;
     for (int i = 0; i < n; ++i)
-      if (fv[i].nvmlReturn != kErrorNotSupported && fv[i].nvmlReturn != kErrorNoPermission) keep.push_back(fv[i].fieldId);
+      if (fv[i].nvmlReturn != kErrorNotSupported && fv[i].nvmlReturn != kErrorNoPermission)
+        keep.push_back(fv[i].fieldId);
     d.fields = std::move(keep);
   }
   return kSuccess;
@@ -384,13 +385,12 @@ bool NvmlSource::open() {
     devs_.push_back(std::move(d));
   }
   if (devs_.empty()) {
-    status_ = count == 0 ? SourceStatus::missing("NVML found no NVIDIA GPU",
-                                                 "none needed unless this machine has one")
-                         : SourceStatus::missing(fmt::format("none of the {} NVIDIA GPUs is selected ({} = {})", count,
-                                                             opts_.selection.origin,
-                                                             opts_.selection.origin == "--gpus" ? "the flag"
-                                                                                                : "its value"),
-                                                 "check CUDA_VISIBLE_DEVICES or pass --gpus all");
+    status_ = count == 0
+                  ? SourceStatus::missing("NVML found no NVIDIA GPU", "none needed unless this machine has one")
+                  : SourceStatus::missing(fmt::format("none of the {} NVIDIA GPUs is selected ({} = {})", count,
+                                                      opts_.selection.origin,
+                                                      opts_.selection.origin == "--gpus" ? "the flag" : "its value"),
+                                          "check CUDA_VISIBLE_DEVICES or pass --gpus all");
     return false;
   }
   status_ = SourceStatus::ok(fmt::format("{} of {} NVIDIA GPUs via {} (driver {})", devs_.size(), count, lib_->path(),
@@ -409,8 +409,8 @@ SourceStatus NvmlSource::status() const {
   // call off for good).
   st.measures_power = false;
   for (const auto& d : devs_) {
-    const bool instant = d.on[cFieldValues] && std::find(d.fields.begin(), d.fields.end(), kFieldPowerInstant) !=
-                                                   d.fields.end();
+    const bool instant =
+        d.on[cFieldValues] && std::find(d.fields.begin(), d.fields.end(), kFieldPowerInstant) != d.fields.end();
     st.measures_power = st.measures_power || (!d.lost && (instant || d.on[cPowerUsage]));
   }
   return st;
@@ -418,8 +418,8 @@ SourceStatus NvmlSource::status() const {
 
 std::vector<std::string> NvmlSource::doctor_lines() const {
   std::vector<std::string> out;
-  out.push_back(fmt::format("library {} · driver {} · NVML {}", lib_ ? lib_->path() : "", driver_version_,
-                            nvml_version_));
+  out.push_back(
+      fmt::format("library {} · driver {} · NVML {}", lib_ ? lib_->path() : "", driver_version_, nvml_version_));
   for (const auto& d : devs_) {
     std::string off;
     for (const auto& c : kCalls)

@@ -42,8 +42,8 @@ public:
     OptI socket;
     int64_t max_range_uj = 0;
     double max_power_w = 0; // from constraint_*_max_power_uw, 0 when unknown
-    UniqueFd fd; // energy_uj, kept open and read with pread
-    std::string problem; // empty when readable
+    UniqueFd fd;            // energy_uj, kept open and read with pread
+    std::string problem;    // empty when readable
     // Guarded by mu_: updated by every poll, from the tick or the keeper.
     int64_t last_raw = -1;
     int64_t total_uj = 0;
