@@ -128,11 +128,10 @@ ChildResult wait_child(pid_t pid) {
       }
       return r;
     }
+    // SIGCHLD is blocked from before the fork, so an exit between wait4 and here stays pending and ends the wait at
+    // once: no periodic re-check, and no wake-up while the child runs (issue 12).
     siginfo_t info{};
-    struct timespec ts {
-      0, 200'000'000
-    }; // re-check the child even if a SIGCHLD was coalesced
-    int sig = sigtimedwait(&set, &info, &ts);
+    int sig = sigwaitinfo(&set, &info);
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
       // si_code <= 0 means a process sent it (kill, sigqueue); a terminal's signal comes from the kernel and
       // already went to the child's process group.
@@ -144,18 +143,20 @@ ChildResult wait_child(pid_t pid) {
 std::optional<int> wait_for_stop(std::optional<std::chrono::nanoseconds> duration) {
   sigset_t set = control_set();
   const auto end = std::chrono::steady_clock::now() + duration.value_or(std::chrono::nanoseconds(0));
+  // One wait for the whole duration (or for ever): the thread wakes only for a signal or the end, never to poll.
   for (;;) {
-    auto left = std::chrono::nanoseconds(200'000'000);
-    if (duration) {
-      left =
-          std::min(left, std::chrono::duration_cast<std::chrono::nanoseconds>(end - std::chrono::steady_clock::now()));
-      if (left.count() <= 0) return std::nullopt;
-    }
-    struct timespec ts {
-      static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)
-    };
     siginfo_t info{};
-    int sig = sigtimedwait(&set, &info, &ts);
+    int sig;
+    if (duration) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      struct timespec ts {
+        static_cast<time_t>(left.count() / 1'000'000'000), static_cast<long>(left.count() % 1'000'000'000)
+      };
+      sig = sigtimedwait(&set, &info, &ts);
+    } else {
+      sig = sigwaitinfo(&set, &info);
+    }
     if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return sig;
   }
 }

@@ -1,5 +1,7 @@
 #include "pipeline/sources.hpp"
 
+#include <algorithm>
+
 #include "pipeline/session.hpp"
 #include "sources/hwmon/hwmon_gpu_source.hpp"
 #include "sources/procfs/cpu_source.hpp"
@@ -29,7 +31,11 @@ constexpr SourceEntry kSources[] = {
 #ifdef WATTSCOPE_HAVE_NVML
     {"nvml",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
-       return std::make_unique<NvmlSource>(NvmlSource::Options::from_env(o.gpus));
+       auto opts = NvmlSource::Options::from_env(o.gpus);
+       // PCIe throughput is read once a second, or once an interval where ticks are further apart: a reading nobody
+       // takes is a wake-up without work (issue 12).
+       opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
+       return std::make_unique<NvmlSource>(std::move(opts));
      }},
 #endif
     // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.

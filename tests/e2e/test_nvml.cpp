@@ -2,7 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -356,4 +360,39 @@ TEST(Nvml, GpusFlagOverridesCudaVisibleDevices) {
             "1,3");
   auto all = run_fake(scenario(4), {"run", "--gpus", "all", "--", "true"}, {{"CUDA_VISIBLE_DEVICES", "0"}});
   EXPECT_EQ(scalar(all->db(), "SELECT count(DISTINCT gpu_index) FROM gpu_samples"), "4");
+}
+
+namespace {
+// Voluntary context switches of every thread of `pid`: each is a wake-up after a wait.
+long wakeups(int pid) {
+  long n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream in(t.path() / "status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) n += std::stol(line.substr(24));
+  }
+  return n;
+}
+} // namespace
+
+// Issue 12: between ticks nothing wakes. With a tick every hour, record's threads (the waiting main thread, the
+// sampler, the NVML worker, PCIe throughput's reader, the store's writer) sleep through a 4 s window. Before, the
+// main thread polled every 200 ms and the PCIe reader read every second: about 24 wake-ups.
+TEST(NvmlFake, RecordDoesNotWakeBetweenTicks) {
+  TempDir dir;
+  write_file(dir / "scenario.json", scenario(2).dump());
+  std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                                            {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                                            {"CUDA_VISIBLE_DEVICES", "\x01"}};
+  const int pid = start({wattscope(), "record", "--interval", "1h", "--duration", "10s", "--db", dir / "w.db"}, env,
+                        dir.path(), dir / "out", dir / "err");
+  std::this_thread::sleep_for(std::chrono::seconds(3)); // tick 0 taken and committed
+  const long before = wakeups(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  const long after = wakeups(pid);
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit(pid), 0) << read_file(dir / "err");
+  EXPECT_LE(after - before, 2) << "wake-ups in 4 s with no tick due";
+  EXPECT_EQ(scalar(dir / "w.db", "SELECT COUNT(*) FROM gpu_samples"), "2"); // it did record tick 0
 }

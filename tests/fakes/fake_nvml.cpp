@@ -17,6 +17,11 @@
 // A driver that hangs (a GPU falling off the bus): "hang": {"at_tick": 10, "ms": 3000}, or a list of them. On a
 // device, the first per-tick call with k = at_tick on that device blocks for `ms` before it answers; at the top level,
 // the first such call on any device does (NVML as a whole). Each entry hangs once.
+//
+// What calls cost (bench/overhead.py's driver-like runs): "call_cost_us": 20 gives every entry point that cost, or
+// {"default": 20, "nvmlDeviceGetPcieThroughput": 20000} per symbol. A cost under 1 ms is spent on the CPU (like an
+// ioctl into the driver); 1 ms or more is slept (like the driver waiting on the GPU, as PCIe throughput does).
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +59,8 @@ struct State {
   std::map<std::string, long long, std::less<>> symbol_calls;
   std::vector<bool> hung; // per entry of the scenario's top-level "hang"
   double t0 = 0;
+  double default_cost_us = 0;
+  std::map<std::string, double, std::less<>> cost_us; // per symbol
 } g;
 
 // Milliseconds a call with count k should block for, per a "hang" spec (an object or a list); each entry once.
@@ -78,12 +85,30 @@ double now_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// Spends a call's cost ("call_cost_us"), outside the lock like a driver call.
+void spend(double us) {
+  if (us <= 0) return;
+  if (us >= 1000) {
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long long>(us)));
+    return;
+  }
+  const double until = now_s() + us * 1e-6;
+  while (now_s() < until) {
+  }
+}
+
 void count_call(std::string_view symbol) {
-  std::lock_guard lock(g.mu);
-  // Heterogeneous lookup: no string is built per call, so the fake stays cheap and benchmark ratios mean something.
-  auto it = g.symbol_calls.find(symbol);
-  if (it == g.symbol_calls.end()) it = g.symbol_calls.emplace(std::string(symbol), 0).first;
-  it->second++;
+  double cost = 0;
+  {
+    std::lock_guard lock(g.mu);
+    // Heterogeneous lookup: no string is built per call, so the fake stays cheap and benchmark ratios mean something.
+    auto it = g.symbol_calls.find(symbol);
+    if (it == g.symbol_calls.end()) it = g.symbol_calls.emplace(std::string(symbol), 0).first;
+    it->second++;
+    auto c = g.cost_us.find(symbol);
+    cost = c != g.cost_us.end() ? c->second : g.default_cost_us;
+  }
+  spend(cost);
 }
 
 FakeDevice* dev(Device d) {
@@ -178,6 +203,19 @@ Return init() {
   g.hung.clear();
   for (const auto& d : g.scenario.value("devices", json::array()))
     g.devices.push_back({d, {}, {}});
+  g.default_cost_us = 0;
+  g.cost_us.clear();
+  if (auto c = g.scenario.find("call_cost_us"); c != g.scenario.end()) {
+    if (c->is_number()) g.default_cost_us = c->get<double>();
+    if (c->is_object())
+      for (const auto& [symbol, us] : c->items()) {
+        if (!us.is_number()) continue;
+        if (symbol == "default")
+          g.default_cost_us = us.get<double>();
+        else
+          g.cost_us[symbol] = us.get<double>();
+      }
+  }
   g.initialised = true;
   g.t0 = now_s();
   return kSuccess;

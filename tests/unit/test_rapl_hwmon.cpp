@@ -5,6 +5,7 @@
 #include "../support/sysfs_fixtures.hpp"
 #include "sources/hwmon/hwmon_gpu_source.hpp"
 #include "sources/rapl/rapl_source.hpp"
+#include "sources/sysfs_util.hpp"
 
 using namespace wattscope;
 using namespace wstest;
@@ -209,4 +210,20 @@ TEST(HwmonGpu, NoCards) {
   write_file(root / "class/drm/card0/device/uevent", "DRIVER=nvidia\n");
   HwmonGpuSource src(root.path());
   EXPECT_FALSE(src.open());
+}
+
+// The directory-name parsers that replaced std::regex: what sysfs holds, and names that only look like it.
+TEST(SysfsNames, CardsAndRaplZones) {
+  EXPECT_EQ(sysfs::numbered("card0", "card"), 0);
+  EXPECT_EQ(sysfs::numbered("card12", "card"), 12);
+  EXPECT_FALSE(sysfs::numbered("card0-DP-1", "card"));
+  EXPECT_FALSE(sysfs::numbered("card", "card"));
+  EXPECT_FALSE(sysfs::numbered("renderD128", "card"));
+  EXPECT_FALSE(sysfs::numbered("card99999999999", "card")); // std::stoi threw out_of_range here
+  EXPECT_EQ(sysfs::rapl_zone_dir("intel-rapl:1"), (std::pair{1, -1}));
+  EXPECT_EQ(sysfs::rapl_zone_dir("intel-rapl:0:2"), (std::pair{0, 2}));
+  EXPECT_FALSE(sysfs::rapl_zone_dir("intel-rapl:0:"));
+  EXPECT_FALSE(sysfs::rapl_zone_dir("intel-rapl:0:1:2"));
+  EXPECT_FALSE(sysfs::rapl_zone_dir("intel-rapl:x"));
+  EXPECT_FALSE(sysfs::rapl_zone_dir("intel-rapl-mmio:0"));
 }

@@ -100,6 +100,8 @@ private:
 
 // Rows per multi-row INSERT: one statement step amortises the VDBE setup over many rows (+25-40% rows/s here).
 constexpr size_t kRowsPerInsert = 64;
+// The writer's page cache (negative: KiB). See begin_run.
+constexpr std::string_view kCachePragma = "PRAGMA cache_size=-2048;";
 
 void bind_row(Db& db, sqlite3_stmt* st, std::span<const Value> row, int first = 1) {
   for (size_t i = 0; i < row.size(); ++i) {
@@ -219,8 +221,11 @@ public:
     // WAL lets `wattscope list` and other readers see committed batches while the run goes on; NORMAL sync is
     // durable across a process crash, which is the failure a monitor must survive.
     // 16 KiB pages suit the WITHOUT ROWID sample tables (rows of ~200 bytes clustered by run and tick); the page
-    // size only takes effect on a new database. A 64 MiB page cache keeps the b-tree tops in memory.
-    db_->exec("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA cache_size=-65536;");
+    // size only takes effect on a new database. The page cache is bounded at 2 MiB (kCachePragma): a run only
+    // appends, so a write touches the right-most path of each b-tree (a few pages per table) and the cache needs no
+    // more, while a larger one grows with the file up to its size (at 64 MiB, RSS reached ~100 MiB; issue 12).
+    db_->exec(
+        fmt::format("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; {}", kCachePragma));
     ensure_schema(*db_);
     for (size_t i = 0; i < kTableCount; ++i) {
       const Table& t = all_tables()[i];
@@ -234,7 +239,9 @@ public:
       // OR REPLACE: the runs row is rewritten at the end; replayed sample batches are idempotent on their key.
       const std::string head = fmt::format("INSERT OR REPLACE INTO {} ({}) VALUES ", t.name, column_list(t));
       insert_[i] = db_->prepare(head + one);
-      insert_many_[i] = db_->prepare(head + many);
+      // The many-row form is prepared on first use: a 64-row statement takes ~1 ms to compile, and a run at 1 s with
+      // commits every second never fills one (issue 12: start-up is part of what a run costs).
+      many_sql_[i] = head + many;
     }
     upsert_run(run);
   }
@@ -249,6 +256,7 @@ public:
         const std::span<const Value> cells(rows.cells);
         size_t r = 0;
         for (; r + kRowsPerInsert <= rows.rows(); r += kRowsPerInsert) {
+          if (!insert_many_[t]) insert_many_[t] = db_->prepare(many_sql_[t]);
           bind_row(*db_, insert_many_[t], cells.subspan(r * ncol, kRowsPerInsert * ncol));
           db_->check(sqlite3_step(insert_many_[t]), "insert");
           sqlite3_reset(insert_many_[t]);
@@ -264,7 +272,7 @@ public:
       for (auto* st : insert_)
         sqlite3_reset(st);
       for (auto* st : insert_many_)
-        sqlite3_reset(st);
+        if (st) sqlite3_reset(st);
       sqlite3_exec(db_->get(), "ROLLBACK;", nullptr, nullptr, nullptr);
       throw;
     }
@@ -288,6 +296,7 @@ private:
   std::unique_ptr<Db> db_;
   std::array<sqlite3_stmt*, kTableCount> insert_{};
   std::array<sqlite3_stmt*, kTableCount> insert_many_{};
+  std::array<std::string, kTableCount> many_sql_;
 };
 
 class SqliteReader final : public StoreReader {

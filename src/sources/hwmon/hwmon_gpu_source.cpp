@@ -9,7 +9,6 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -37,13 +36,11 @@ HwmonGpuSource::~HwmonGpuSource() = default; // each Card closes its own files
 
 bool HwmonGpuSource::open() {
   const fs::path drm = fs::path(root_) / "class/drm";
-  static const std::regex kCard(R"(card(\d+))");
   std::vector<std::pair<int, std::string>> found;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(drm, ec)) {
-    std::smatch m;
     const std::string n = e.path().filename().string();
-    if (std::regex_match(n, m, kCard)) found.emplace_back(std::stoi(m[1].str()), n);
+    if (const auto num = sysfs::numbered(n, "card")) found.emplace_back(*num, n);
   }
   std::sort(found.begin(), found.end());
   for (const auto& [num, name] : found) {

@@ -95,6 +95,8 @@ bool parse_meminfo(std::string_view text, int64_t& total_bytes, int64_t& availab
     size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
     std::string_view key = line.substr(0, colon);
+    // Only five of ~55 lines matter, and the two that usually suffice come first: stop there (issue 12).
+    if (key != "MemTotal" && key != "MemAvailable" && key != "MemFree" && key != "Buffers" && key != "Cached") continue;
     size_t pos = colon + 1;
     bool ok = true;
     auto kb = static_cast<int64_t>(next_u64(line, pos, ok));
@@ -109,6 +111,7 @@ bool parse_meminfo(std::string_view text, int64_t& total_bytes, int64_t& availab
       buffers_kb = kb;
     else if (key == "Cached")
       cached_kb = kb;
+    if (total_bytes >= 0 && available_bytes >= 0) break;
   }
   // Kernels before 3.14 have no MemAvailable; free + buffers + cache is the classic approximation.
   if (available_bytes < 0 && free_kb >= 0) available_bytes = (free_kb + buffers_kb + cached_kb) * 1024;

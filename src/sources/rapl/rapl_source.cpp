@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -54,18 +53,17 @@ RaplSource::~RaplSource() {
 bool RaplSource::open() {
   const fs::path base = fs::path(root_) / "class/powercap";
   std::error_code ec;
-  static const std::regex kZoneDir(R"(intel-rapl:(\d+)(:(\d+))?)");
   std::vector<std::string> dirs;
   for (const auto& e : fs::directory_iterator(base, ec)) {
     const std::string n = e.path().filename().string();
-    if (std::regex_match(n, kZoneDir)) dirs.push_back(n);
+    if (sysfs::rapl_zone_dir(n)) dirs.push_back(n);
   }
   // Also the sub-zones that are only nested inside their package directory (sysfs lists them flat under the class
   // directory too, but a copied tree may not).
   for (const auto& d : std::vector<std::string>(dirs))
     for (const auto& e : fs::directory_iterator(base / d, ec)) {
       const std::string n = e.path().filename().string();
-      if (std::regex_match(n, kZoneDir) && std::find(dirs.begin(), dirs.end(), n) == dirs.end()) dirs.push_back(n);
+      if (sysfs::rapl_zone_dir(n) && std::find(dirs.begin(), dirs.end(), n) == dirs.end()) dirs.push_back(n);
     }
   std::sort(dirs.begin(), dirs.end());
   if (dirs.empty()) {
@@ -80,10 +78,10 @@ bool RaplSource::open() {
   for (const auto& d : dirs) {
     Zone z;
     z.domain = d;
-    std::smatch m;
-    std::regex_match(d, m, kZoneDir);
-    const bool sub = m[2].matched;
-    z.path = (sub && !fs::exists(base / d)) ? (base / ("intel-rapl:" + m[1].str()) / d).string() : (base / d).string();
+    const auto [pkg, subzone] = *sysfs::rapl_zone_dir(d);
+    const bool sub = subzone >= 0;
+    z.path =
+        (sub && !fs::exists(base / d)) ? (base / fmt::format("intel-rapl:{}", pkg) / d).string() : (base / d).string();
     z.raw_name = sysfs::read_line(z.path + "/name");
     if (z.raw_name.empty()) z.raw_name = d;
     if (z.raw_name.rfind("package", 0) == 0) {

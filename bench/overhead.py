@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""What `wattscope record` costs the machine it watches, against the floor (bench/nvml_floor.c: the same NVML calls,
+nothing else) and a Python/ctypes monitor (bench/pymon.py), all three on the same 8 simulated GPUs at the same time.
+
+For each interval (1 s, 100 ms, 10 ms) and round, the three start together, once for a long and once for a short
+duration (in random order), and each is timed by the kernel (wait4: user + system CPU, peak RSS, voluntary context
+switches, which count wake-ups). Two figures per program:
+  - whole run: CPU over the long run, start-up and shut-down included, as % of one core;
+  - per tick: (CPU long - CPU short) / (ticks long - ticks short), the steady cost of one more tick, start-up cancelled.
+Ratios are against the floor in the same round; the median over rounds is printed.
+
+    bench/overhead.py [--build DIR] [--rounds N] [--scale X] [--driver-like] [--gpus N]
+
+--driver-like makes the fake NVML spend what real calls take (20 us of CPU per call, 20 ms asleep for PCIe
+throughput), so the ratio is against a driver-like floor. --scale multiplies the durations (default 1: 60/15 s at 1 s,
+30/8 s at 100 ms, 20/5 s at 10 ms).
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INTERVALS = [(1000, 60, 15), (100, 30, 8), (10, 20, 5)]  # ms, long s, short s
+
+
+def scenario(path, gpus, driver_like):
+    devs = []
+    for i in range(gpus):
+        devs.append({"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{i}", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
+                     "metrics": {"power_instant_mw": 312000, "power_avg_mw": 300000,
+                                 "energy_mj": {"linear": [1000000, 300]}, "util_gpu": 97, "util_mem": 41,
+                                 "mem_used_bytes": 75161927680, "mem_total_bytes": 85899345920, "temp_gpu": 64,
+                                 "temp_mem": 71, "clock_sm": 1980, "clock_gfx": 1980, "clock_mem": 2619,
+                                 "pcie_width": 16, "pcie_width_max": 16, "pcie_tx_kbs": 1000, "pcie_rx_kbs": 2000,
+                                 "fan_pct": 0, "pstate": 0, "power_limit_mw": 700000, "clock_events": 0,
+                                 "util_enc": 0, "util_dec": 0}})
+    s = {"devices": devs}
+    if driver_like:
+        s["call_cost_us"] = {"default": 20, "nvmlDeviceGetPcieThroughput": 20000}
+    with open(path, "w") as f:
+        json.dump(s, f)
+
+
+def run_timed(argv, env, result, key):
+    """Starts argv, samples its thread count once mid-run, and stores wait4's figures in result[key]."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    threads = []
+
+    def sample():
+        time.sleep(3)
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                for line in f:
+                    if line.startswith("Threads:"):
+                        threads.append(int(line.split()[1]))
+        except OSError:
+            pass
+
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace")
+    if p.returncode != 0:
+        sys.exit(f"{argv[0]} failed ({p.returncode}): {err}")
+    result[key] = {"cpu_s": ru.ru_utime + ru.ru_stime, "rss_kib": ru.ru_maxrss, "nvcsw": ru.ru_nvcsw,
+                   "threads": threads[0] if threads else None}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--driver-like", action="store_true")
+    ap.add_argument("--intervals", default="1000,100,10", help="milliseconds, comma-separated")
+    args = ap.parse_args()
+    wanted = {int(x) for x in args.intervals.split(",")}
+    tmp = tempfile.mkdtemp(prefix="wattscope-overhead-")
+    scen = os.path.join(tmp, "scenario.json")
+    scenario(scen, args.gpus, args.driver_like)
+    env = dict(os.environ, WATTSCOPE_NVML_LIBRARY=os.path.join(args.build, "fakes", "libnvidia-ml-fake.so"),
+               WATTSCOPE_FAKE_NVML_SCENARIO=scen)
+    programs = {
+        "wattscope": lambda ms, s, tag: [os.path.join(args.build, "wattscope"), "-q", "record", "--task", "overhead",
+                                         "--interval", f"{ms}ms", "--duration", f"{s}s", "--db",
+                                         os.path.join(tmp, f"{tag}.db")],
+        "floor": lambda ms, s, tag: [os.path.join(args.build, "bench", "nvml_floor"), str(ms), str(s)],
+        "python": lambda ms, s, tag: ["/usr/bin/python3", os.path.join(ROOT, "bench", "pymon.py"), str(ms), str(s),
+                                      os.path.join(tmp, f"{tag}.csv")],
+    }
+    print(f"{args.gpus} simulated GPUs{' with driver-like call costs' if args.driver_like else ''}; "
+          f"{args.rounds} rounds; medians. CPU as % of one core.")
+    print(f"{'interval':>8} {'program':>9} | {'whole run':>10} {'÷ floor':>8} | {'per tick':>10} {'÷ floor':>8} | "
+          f"{'peak RSS':>9} {'threads':>7} {'wake-ups/tick':>13}")
+    for ms, long_s, short_s in INTERVALS:
+        if ms not in wanted:
+            continue
+        long_s, short_s = long_s * args.scale, short_s * args.scale
+        rows = {name: [] for name in programs}
+        for r in range(args.rounds):
+            figures = {}
+            for length in random.sample(["long", "short"], 2):
+                secs = long_s if length == "long" else short_s
+                threads = []
+                for name, argv in programs.items():
+                    tag = f"{name}-{ms}-{r}-{length}"
+                    threads.append(threading.Thread(target=run_timed,
+                                                    args=(argv(ms, secs, tag), env, figures, (name, length))))
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+            ticks_long, ticks_short = long_s * 1000 / ms, short_s * 1000 / ms
+            for name in programs:
+                lo, sh = figures[(name, "long")], figures[(name, "short")]
+                rows[name].append({
+                    "whole_pct": 100 * lo["cpu_s"] / long_s,
+                    "tick_us": 1e6 * max(lo["cpu_s"] - sh["cpu_s"], 0) / (ticks_long - ticks_short),
+                    "rss_mib": lo["rss_kib"] / 1024, "threads": lo["threads"],
+                    "wakeups": (lo["nvcsw"] - sh["nvcsw"]) / (ticks_long - ticks_short)})
+        floor = rows["floor"]
+        for name in programs:
+            rs = rows[name]
+            whole = statistics.median(x["whole_pct"] for x in rs)
+            tick = statistics.median(x["tick_us"] for x in rs)
+            whole_ratio = statistics.median(x["whole_pct"] / f["whole_pct"] for x, f in zip(rs, floor))
+            tick_ratio = statistics.median(x["tick_us"] / max(f["tick_us"], 1e-3) for x, f in zip(rs, floor))
+            label = f"{ms} ms" if ms < 1000 else f"{ms // 1000} s"
+            print(f"{label:>8} {name:>9} | {whole:9.3f}% {whole_ratio:7.1f}x | {tick:8.1f}us {tick_ratio:7.1f}x | "
+                  f"{statistics.median(x['rss_mib'] for x in rs):7.1f}Mi {rs[0]['threads'] or '-':>7} "
+                  f"{statistics.median(x['wakeups'] for x in rs):13.1f}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
