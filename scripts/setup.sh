@@ -12,7 +12,7 @@ packages=(
   libmariadb-dev mariadb-server mariadb-client
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev zlib1g-dev prometheus wrk curl
-  time procps chromium python3
+  time procps chromium python3 python3-psutil
   clang libclang-rt-14-dev libfuzzer-14-dev llvm
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
