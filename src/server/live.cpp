@@ -1,6 +1,8 @@
 #include "server/live.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -111,13 +113,63 @@ const std::vector<const MetricDef<GpuSample>*>& gpu_history() {
 } // namespace
 
 LiveState::LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds interval) {
-  const int64_t points = std::max<int64_t>(1, retain / interval);
-  stride_ = static_cast<size_t>((points + static_cast<int64_t>(kMaxPoints) - 1) / static_cast<int64_t>(kMaxPoints));
-  capacity_ = static_cast<size_t>(points) / stride_ + 1;
+  using std::chrono::milliseconds;
+  const auto step = std::max<std::chrono::nanoseconds>(
+      {interval, retain / static_cast<int64_t>(kCoarsePoints), std::chrono::milliseconds(1)});
+  coarse_step_ = std::chrono::ceil<milliseconds>(step);
+  coarse_cap_ = static_cast<size_t>(retain / coarse_step_) + 1;
 }
 
 size_t LiveState::width() const { // under ring_mu_
   return cpu_history().size() + gpu_history().size() * ring_gpus_.size();
+}
+
+void LiveState::Ring::reset(size_t capacity, size_t w, bool coarse) {
+  cap = capacity;
+  width = w;
+  head = size = 0;
+  ts.assign(cap, 0);
+  mean.assign(cap * w, NAN);
+  peak.assign(coarse ? cap * w : 0, NAN);
+  n.assign(coarse ? cap : 0, 0);
+  // assign keeps an earlier run's larger buffers: give back what this one does not need.
+  ts.shrink_to_fit();
+  mean.shrink_to_fit();
+  peak.shrink_to_fit();
+  n.shrink_to_fit();
+}
+
+size_t LiveState::Ring::add() {
+  const size_t slot = head;
+  head = (head + 1) % cap;
+  size = std::min(size + 1, cap);
+  return slot;
+}
+
+size_t LiveState::history_bytes() const {
+  std::lock_guard ring(ring_mu_);
+  auto bytes = [](const Ring& r) {
+    return r.ts.capacity() * sizeof(int64_t) + (r.mean.capacity() + r.peak.capacity()) * sizeof(float) +
+           r.n.capacity() * sizeof(uint32_t);
+  };
+  return bytes(fine_) + bytes(coarse_) + bucket_sum_.capacity() * sizeof(double) +
+         bucket_n_.capacity() * sizeof(uint32_t) + bucket_peak_.capacity() * sizeof(float);
+}
+
+void LiveState::flush_bucket() {
+  if (bucket_frames_ == 0) return;
+  const size_t slot = coarse_.add();
+  const size_t w = coarse_.width;
+  coarse_.ts[slot] = bucket_ts_ms_;
+  coarse_.n[slot] = bucket_frames_;
+  for (size_t k = 0; k < w; ++k) {
+    coarse_.mean[slot * w + k] = bucket_n_[k] ? static_cast<float>(bucket_sum_[k] / bucket_n_[k]) : NAN;
+    coarse_.peak[slot * w + k] = bucket_n_[k] ? bucket_peak_[k] : NAN;
+  }
+  std::fill(bucket_sum_.begin(), bucket_sum_.end(), 0.0);
+  std::fill(bucket_n_.begin(), bucket_n_.end(), 0);
+  std::fill(bucket_peak_.begin(), bucket_peak_.end(), -INFINITY);
+  bucket_frames_ = 0;
 }
 
 void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
@@ -126,8 +178,13 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
     ring_gpus_.clear();
     for (const auto& d : devices)
       ring_gpus_.push_back(d.gpu_index);
-    ts_.clear();
-    values_.clear();
+    const size_t w = width();
+    fine_.reset(kFinePoints, w, false);
+    coarse_.reset(coarse_cap_, w, true);
+    bucket_sum_.assign(w, 0.0);
+    bucket_n_.assign(w, 0);
+    bucket_peak_.assign(w, -INFINITY);
+    bucket_frames_ = 0;
   }
   std::lock_guard lock(mu_);
   run_ = run;
@@ -149,22 +206,35 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
     }
   }
   cv_.notify_all();
-  if (static_cast<size_t>(f->tick) % stride_ == 0) {
-    std::lock_guard ring(ring_mu_);
-    ts_.push_back(f->ts_ms);
-    for (const auto* m : cpu_history())
-      values_.push_back(f_or_nan(m->get(f->cpu)));
-    for (const int idx : ring_gpus_) {
-      const GpuSample* s = nullptr;
-      for (const auto& g : f->gpus)
-        if (g.gpu_index == idx) s = &g;
-      for (const auto* m : gpu_history())
-        values_.push_back(s ? f_or_nan(m->get(*s)) : NAN);
-    }
-    while (ts_.size() > capacity_) {
-      ts_.pop_front();
-      values_.erase(values_.begin(), values_.begin() + static_cast<std::ptrdiff_t>(width()));
-    }
+  std::lock_guard ring(ring_mu_);
+  const size_t w = fine_.width;
+  if (fine_.cap == 0) return; // no run set yet
+  const size_t slot = fine_.add();
+  fine_.ts[slot] = f->ts_ms;
+  float* out = &fine_.mean[slot * w];
+  size_t k = 0;
+  for (const auto* m : cpu_history())
+    out[k++] = f_or_nan(m->get(f->cpu));
+  for (const int idx : ring_gpus_) {
+    const GpuSample* s = nullptr;
+    for (const auto& g : f->gpus)
+      if (g.gpu_index == idx) s = &g;
+    for (const auto* m : gpu_history())
+      out[k++] = s ? f_or_nan(m->get(*s)) : NAN;
+  }
+  // The same values into the coarse bucket; a frame past the bucket's end closes it first.
+  const int64_t step_ms = coarse_step_.count();
+  if (bucket_frames_ > 0 && f->ts_ms >= bucket_start_ms_ + step_ms) flush_bucket();
+  if (bucket_frames_ == 0) {
+    bucket_start_ms_ = f->ts_ms - f->ts_ms % step_ms;
+    bucket_ts_ms_ = f->ts_ms;
+  }
+  ++bucket_frames_;
+  for (size_t i = 0; i < w; ++i) {
+    if (std::isnan(out[i])) continue;
+    bucket_sum_[i] += out[i];
+    ++bucket_n_[i];
+    bucket_peak_[i] = std::max(bucket_peak_[i], out[i]);
   }
 }
 
@@ -262,22 +332,42 @@ nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chro
   std::vector<int64_t> bucket_ts; // each bucket is stamped with its first point's time, never before any data
   std::vector<std::vector<Acc>> buckets;
   int64_t current = -1;
-  for (size_t i = 0; i < ts_.size(); ++i) {
-    if (ts_[i] < from) continue;
-    const int64_t b = (ts_[i] - from) / step_ms;
+  // One point of either ring: its mean values weigh by the frames they average, peaks by their peak.
+  auto add = [&](int64_t ts, const float* mean, const float* peak, uint32_t frames) {
+    if (ts < from) return;
+    const int64_t b = (ts - from) / step_ms;
     if (b != current) {
       current = b;
-      bucket_ts.push_back(ts_[i]);
+      bucket_ts.push_back(ts);
       buckets.emplace_back(w);
     }
     for (size_t k = 0; k < w; ++k) {
-      const float v = values_[i * w + k];
+      const float v = mean[k];
       if (std::isnan(v)) continue;
       auto& a = buckets.back()[k];
-      a.sum += v;
-      ++a.n;
-      a.peak = std::max(a.peak, static_cast<double>(v));
+      a.sum += static_cast<double>(v) * frames;
+      a.n += static_cast<int>(frames);
+      a.peak = std::max(a.peak, static_cast<double>(peak ? peak[k] : v));
     }
+  };
+  // Older than the fine ring: coarse points, then the bucket being filled; then every fine point. The one coarse
+  // bucket that straddles the fine ring's start is counted whole, so a few of its frames weigh twice in one step:
+  // a gap there would be worse.
+  const int64_t fine_from = fine_.size ? fine_.ts[fine_.at(0)] : INT64_MAX;
+  for (size_t i = 0; i < coarse_.size; ++i) {
+    const size_t slot = coarse_.at(i);
+    if (coarse_.ts[slot] >= fine_from) break;
+    add(coarse_.ts[slot], &coarse_.mean[slot * w], &coarse_.peak[slot * w], coarse_.n[slot]);
+  }
+  if (bucket_frames_ > 0 && bucket_ts_ms_ < fine_from) {
+    std::vector<float> mean(w), peak(bucket_peak_.begin(), bucket_peak_.end());
+    for (size_t k = 0; k < w; ++k)
+      mean[k] = bucket_n_[k] ? static_cast<float>(bucket_sum_[k] / bucket_n_[k]) : NAN;
+    add(bucket_ts_ms_, mean.data(), peak.data(), bucket_frames_);
+  }
+  for (size_t i = 0; i < fine_.size; ++i) {
+    const size_t slot = fine_.at(i);
+    add(fine_.ts[slot], &fine_.mean[slot * w], nullptr, 1);
   }
   auto column = [&](size_t k, bool peak) {
     nlohmann::json out = nlohmann::json::array();

@@ -21,7 +21,9 @@ namespace wattscope {
 
 class LiveState {
 public:
-  // retain: how much history to keep; at most kMaxPoints points are kept (older frames decimated on the way in).
+  // retain: how much history to keep. The history is two rings of fixed size (see below), so memory does not grow
+  // with uptime: the latest kFinePoints frames as they came, and, back to `retain`, averages and peaks over
+  // coarse_step() buckets (retain / kCoarsePoints, at least one interval).
   LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds interval);
 
   void set_run(const RunInfo& run, std::vector<GpuDevice> devices);
@@ -42,11 +44,26 @@ public:
 
   const RunInfo& run() const { return run_; }
   const std::vector<GpuDevice>& devices() const { return devices_; }
-  static constexpr size_t kMaxPoints = 200'000;
+  static constexpr size_t kFinePoints = 3600;   // 1 h at 1 s
+  static constexpr size_t kCoarsePoints = 2880; // 24 h in 30 s buckets
+  std::chrono::milliseconds coarse_step() const { return coarse_step_; }
+  // Bytes the two rings hold (allocated once, at set_run): 4 B per value, plus a timestamp (and a count) per point.
+  size_t history_bytes() const;
 
 private:
   // A compact history point: the CPU metrics flagged kHistory in the registry, then per GPU the GPU ones.
   size_t width() const;
+  // A ring of points, `width` floats each, allocated once; the oldest point is overwritten.
+  struct Ring {
+    size_t cap = 0, width = 0, head = 0, size = 0; // head: the slot the next point goes to
+    std::vector<int64_t> ts;
+    std::vector<float> mean, peak; // peak and n: coarse ring only
+    std::vector<uint32_t> n;       // frames averaged into the point
+    void reset(size_t capacity, size_t w, bool coarse);
+    size_t at(size_t i) const { return (head + cap - size + i) % cap; } // slot of the i-th oldest point
+    size_t add();                                                       // slot for a new point
+  };
+  void flush_bucket(); // under ring_mu_: the coarse bucket being filled becomes a coarse point
 
   // Two locks, so no reader waits for another's work: mu_ guards the latest frame, devices, run and events (what
   // /metrics, /api/v1/current and the event streams read, briefly); ring_mu_ guards the history ring, which
@@ -63,10 +80,16 @@ private:
   std::shared_ptr<const Frame> latest_;
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;
-  size_t stride_ = 1; // keep one frame in `stride_` (constant after construction)
-  std::deque<int64_t> ts_;
-  std::deque<float> values_;
-  size_t capacity_;
+  // Under ring_mu_.
+  std::chrono::milliseconds coarse_step_{1000};
+  size_t coarse_cap_ = 1;
+  Ring fine_, coarse_;
+  // The coarse bucket being filled: per value its sum, count and peak; the bucket's first frame time and frames.
+  int64_t bucket_start_ms_ = 0, bucket_ts_ms_ = 0;
+  uint32_t bucket_frames_ = 0;
+  std::vector<double> bucket_sum_;
+  std::vector<uint32_t> bucket_n_;
+  std::vector<float> bucket_peak_;
 };
 
 } // namespace wattscope

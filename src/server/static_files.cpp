@@ -114,7 +114,7 @@ std::string gzip_compress(std::string_view data) {
 
 StaticFiles::StaticFiles() {
   const std::string_view plotly = assets::plotly_js();
-  const std::string plotly_hash = fnv1a64_hex(plotly);
+  const std::string plotly_hash(assets::plotly_js_hash()); // hashed at build time: start-up reads none of its pages
   plotly_url_ = "/assets/plotly-" + plotly_hash + ".min.js";
   dashboard_ = std::string(assets::dashboard_html());
   const size_t at = dashboard_.find(kPlotlyPlaceholder);

@@ -25,6 +25,9 @@ std::string_view plotly_js() {
 std::string_view plotly_js_gzip() {
   return span(wattscope_asset_plotly_gz_begin, wattscope_asset_plotly_gz_end);
 }
+std::string_view plotly_js_hash() {
+  return WATTSCOPE_PLOTLY_HASH;
+}
 std::string_view report_template() {
   return span(wattscope_asset_report_begin, wattscope_asset_report_end);
 }

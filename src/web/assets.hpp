@@ -8,6 +8,7 @@
 namespace wattscope::assets {
 std::string_view plotly_js();       // plotly.js-dist-min, pinned in package-lock.json
 std::string_view plotly_js_gzip();  // the same, `gzip -9n` at build time
+std::string_view plotly_js_hash();  // 16 hex digits of its SHA-256, taken at build time
 std::string_view report_template(); // web/report.html
 std::string_view dashboard_html();  // web/dashboard.html
 } // namespace wattscope::assets

@@ -192,3 +192,67 @@ TEST(LiveState, AScrapeDoesNotWaitForAHistoryAggregation) {
   EXPECT_LT(waits[30], one_ms / 4) << "median scrape " << waits[30] << " ms while one aggregation takes " << one_ms
                                    << " ms";
 }
+
+namespace {
+std::shared_ptr<Frame> frame_at(int64_t t, int gpus) {
+  auto f = std::make_shared<Frame>();
+  f->tick = t;
+  f->ts_ms = 1'000'000'000 + t * 1000;
+  f->cpu.util_pct = 50;
+  for (int g = 0; g < gpus; ++g) {
+    GpuSample s;
+    s.gpu_index = g;
+    s.power_w = 300.0 + static_cast<double>(t % 60) + g; // a saw-tooth: known mean and peak per minute
+    s.util_gpu_pct = 90;
+    f->gpus.push_back(s);
+  }
+  return f;
+}
+} // namespace
+
+// Issue 12: serve's history is bounded whatever the uptime. A day, and then a second day, at 1 s with 8 GPUs: the rings
+// hold the same bytes after both, under 4 MiB (the old ring kept every frame: 86,400 x the width, ~27 MB), and
+// history older than --retain is gone.
+TEST(LiveState, HistoryMemoryIsFlatOverDays) {
+  LiveState live(24h, 1s);
+  std::vector<GpuDevice> devs(8);
+  for (int i = 0; i < 8; ++i)
+    devs[static_cast<size_t>(i)].gpu_index = i;
+  live.set_run(RunInfo{}, devs);
+  const size_t allocated = live.history_bytes();
+  EXPECT_LT(allocated, 4u << 20);
+  int64_t t = 0;
+  for (; t < 86'400; ++t)
+    live.push(frame_at(t, 8));
+  EXPECT_EQ(live.history_bytes(), allocated);
+  for (; t < 2 * 86'400; ++t)
+    live.push(frame_at(t, 8));
+  EXPECT_EQ(live.history_bytes(), allocated);
+  const auto h = live.history_json(48h, 1h);
+  ASSERT_FALSE(h["ts_ms"].empty());
+  const int64_t now_ms = 1'000'000'000 + (t - 1) * 1000;
+  EXPECT_GE(h["ts_ms"][0].get<int64_t>(), now_ms - 24 * 3'600'000 - 2 * live.coarse_step().count());
+}
+
+// Averages and peaks come out right from both rings: an hour-wide step over the coarse past, and a minute-wide step
+// over the last hour (fine), against the saw-tooth's mean 329.5 + g and peak 359 + g, computed here.
+TEST(LiveState, HistoryAveragesAndPeaksFromBothRings) {
+  LiveState live(24h, 1s);
+  std::vector<GpuDevice> devs(2);
+  devs[1].gpu_index = 1;
+  live.set_run(RunInfo{}, devs);
+  const int64_t n = 12 * 3600;
+  for (int64_t t = 0; t < n; ++t)
+    live.push(frame_at(t, 2));
+  for (const auto& [range, step] :
+       {std::pair{12h, std::chrono::nanoseconds(1h)}, std::pair{1h, std::chrono::nanoseconds(1min)}}) {
+    const auto h = live.history_json(range, step);
+    const auto& g1 = h["gpus"][1];
+    ASSERT_GE(g1["power_w"].size(), 3u);
+    // Whole buckets only (the first and last may be partial): each holds whole minutes of the saw-tooth.
+    for (size_t b = 1; b + 1 < g1["power_w"].size(); ++b) {
+      EXPECT_NEAR(g1["power_w"][b].get<double>(), 330.5, 0.01) << "bucket " << b;
+      EXPECT_DOUBLE_EQ(g1["power_peak_w"][b].get<double>(), 360.0) << "bucket " << b;
+    }
+  }
+}
