@@ -48,30 +48,37 @@ def scenario(path, gpus, driver_like):
         json.dump(s, f)
 
 
-def run_timed(argv, env, result, key):
-    """Starts argv, samples its thread count once mid-run, and stores wait4's figures in result[key]."""
-    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    threads = []
-
-    def sample():
-        time.sleep(3)
+def watch(pid, out):
+    """Polls /proc/PID/status every 0.2 s until the process is gone: its peak RSS (VmHWM) and thread count. wait4's
+    ru_maxrss cannot serve: Linux carries the forking parent's high-water mark across exec, so every child of this
+    Python harness would report at least the harness's own RSS."""
+    while True:
         try:
-            with open(f"/proc/{p.pid}/status") as f:
-                for line in f:
-                    if line.startswith("Threads:"):
-                        threads.append(int(line.split()[1]))
+            with open(f"/proc/{pid}/status") as f:
+                st = dict(line.split(":", 1) for line in f if ":" in line)
         except OSError:
-            pass
+            return
+        if "VmHWM" not in st:  # a zombie: exited, not yet reaped
+            return
+        out["hwm_kib"] = max(out.get("hwm_kib", 0), int(st["VmHWM"].split()[0]))
+        out["threads"] = max(out.get("threads", 0), int(st["Threads"]))
+        time.sleep(0.2)
 
-    t = threading.Thread(target=sample, daemon=True)
+
+def run_timed(argv, env, result, key):
+    """Runs argv to its end; stores wait4's CPU figures, and the peak RSS and threads watched in /proc."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen = {}
+    t = threading.Thread(target=watch, args=(p.pid, seen), daemon=True)
     t.start()
     _, status, ru = os.wait4(p.pid, 0)
+    t.join()
     p.returncode = os.waitstatus_to_exitcode(status)
     err = p.stderr.read().decode(errors="replace")
     if p.returncode != 0:
         sys.exit(f"{argv[0]} failed ({p.returncode}): {err}")
-    result[key] = {"cpu_s": ru.ru_utime + ru.ru_stime, "rss_kib": ru.ru_maxrss, "nvcsw": ru.ru_nvcsw,
-                   "threads": threads[0] if threads else None}
+    result[key] = {"cpu_s": ru.ru_utime + ru.ru_stime, "rss_kib": seen.get("hwm_kib", 0), "nvcsw": ru.ru_nvcsw,
+                   "threads": seen.get("threads")}
 
 
 def main():

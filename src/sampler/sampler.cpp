@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/thread_name.hpp"
 #include "core/time_util.hpp"
 
 namespace wattscope {
@@ -62,6 +63,7 @@ void Sampler::start() {
   for (auto& w : workers_) {
     // The thread holds the worker (and through it the source): a detached thread never outlives what it uses.
     w->thread = std::thread([w] {
+      name_this_thread("ws-" + std::string(w->source->name()));
       std::unique_lock lock(w->mu);
       w->ready = true;
       w->done.notify_all();
@@ -85,7 +87,10 @@ void Sampler::start() {
     std::unique_lock lock(w->mu);
     w->done.wait_for(lock, std::chrono::seconds(1), [&] { return w->ready; });
   }
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    name_this_thread("ws-sampler");
+    loop();
+  });
 }
 
 void Sampler::stop() {

@@ -147,7 +147,10 @@ size_t LiveState::Ring::add() {
 }
 
 size_t LiveState::history_bytes() const {
-  std::lock_guard ring(ring_mu_);
+  return history_bytes_.load(std::memory_order_relaxed);
+}
+
+size_t LiveState::ring_bytes() const { // under ring_mu_
   auto bytes = [](const Ring& r) {
     return r.ts.capacity() * sizeof(int64_t) + (r.mean.capacity() + r.peak.capacity()) * sizeof(float) +
            r.n.capacity() * sizeof(uint32_t);
@@ -185,6 +188,7 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
     bucket_n_.assign(w, 0);
     bucket_peak_.assign(w, -INFINITY);
     bucket_frames_ = 0;
+    history_bytes_.store(ring_bytes(), std::memory_order_relaxed);
   }
   std::lock_guard lock(mu_);
   run_ = run;
@@ -419,6 +423,9 @@ std::string LiveState::metrics_text() const {
              "Ticks a source that may block (a vendor library) missed its deadline; its devices were left out.");
     x.sample("", static_cast<double>(sampler_->late.load()));
   }
+  x.family("wattscope_history_bytes", "gauge",
+           "Memory held by the in-memory history (fixed when the run starts; bounded by --retain).");
+  x.sample("", static_cast<double>(history_bytes()));
   if (!latest_) return x.take();
   const Frame& f = *latest_;
   std::vector<std::pair<const GpuSample*, std::string>> gs;

@@ -2,6 +2,7 @@
 // request ever reaches NVML or sysfs (DCGM's watch-table idea): a scrape or a page view only reads this.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -63,7 +64,9 @@ private:
     size_t at(size_t i) const { return (head + cap - size + i) % cap; } // slot of the i-th oldest point
     size_t add();                                                       // slot for a new point
   };
-  void flush_bucket(); // under ring_mu_: the coarse bucket being filled becomes a coarse point
+  void flush_bucket();                   // under ring_mu_: the coarse bucket being filled becomes a coarse point
+  size_t ring_bytes() const;             // under ring_mu_
+  std::atomic<size_t> history_bytes_{0}; // read by scrapes without ring_mu_
 
   // Two locks, so no reader waits for another's work: mu_ guards the latest frame, devices, run and events (what
   // /metrics, /api/v1/current and the event streams read, briefly); ring_mu_ guards the history ring, which

@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/thread_name.hpp"
 #include "pipeline/run_view.hpp"
 #include "server/auth.hpp"
 #include "server/query.hpp"
@@ -672,7 +673,10 @@ void HttpServer::bind() {
 
 void HttpServer::run() {
   auto& s = *impl_;
-  s.watcher = std::thread([&s] { s.watch(); });
+  s.watcher = std::thread([&s] {
+    name_this_thread("ws-events");
+    s.watch();
+  });
   asio::post(s.io, [&s] {
     if (s.stopping) return;
     s.accept();

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/thread_name.hpp"
+
 namespace wattscope {
 
 namespace {
@@ -77,7 +79,10 @@ std::string SinkWriter::describe() const {
 
 void SinkWriter::start() {
   // The thread holds the state: if it has to be left behind at the end, nothing it uses is freed under it.
-  thread_ = std::thread([s = state_] { loop(*s); });
+  thread_ = std::thread([s = state_] {
+    name_this_thread("ws-writer");
+    loop(*s);
+  });
 }
 
 void SinkWriter::push(FramePtr frame) {

@@ -9,6 +9,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/duration.hpp"
+#include "core/thread_name.hpp"
 #include "pipeline/run_view.hpp"
 #include "pipeline/session.hpp"
 #include "server/live.hpp"
@@ -68,7 +69,10 @@ public:
     http.bind();
     session.start();
     live.set_sampler(session.sampler_stats());
-    std::thread server([&http] { http.run(); });
+    std::thread server([&http] {
+      name_this_thread("ws-http");
+      http.run();
+    });
     spdlog::info("serving on http://{}:{}/ (dashboard), /metrics, /api/v1/...; recording run {}{}", addr.host,
                  http.port(), session.run().run_id, token.empty() ? "" : "; requests need the bearer token");
     const std::optional<int> sig = wait_for_stop(std::nullopt);

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/schema.hpp"
+#include "core/thread_name.hpp"
 
 namespace wattscope {
 
@@ -398,7 +399,11 @@ bool NvmlSource::open() {
                              true);
   for (const auto& d : devs_)
     if (d.on[cPcieThroughput]) slow_wanted_ = true;
-  if (slow_wanted_) slow_thread_ = std::thread([this] { slow_loop(); });
+  if (slow_wanted_)
+    slow_thread_ = std::thread([this] {
+      name_this_thread("ws-nvml-pcie");
+      slow_loop();
+    });
   return true;
 }
 

@@ -1,5 +1,6 @@
 #include "sources/rapl/rapl_source.hpp"
 
+#include "core/thread_name.hpp"
 #include "sources/sysfs_util.hpp"
 
 #include <fcntl.h>
@@ -144,7 +145,10 @@ bool RaplSource::open() {
   safe = std::max<std::chrono::nanoseconds>(safe, std::chrono::milliseconds(10));
   if (interval_ > safe) {
     keeper_period_ = safe;
-    keeper_ = std::thread([this] { keeper_loop(); });
+    keeper_ = std::thread([this] {
+      name_this_thread("ws-rapl-keeper");
+      keeper_loop();
+    });
   }
   status_ = SourceStatus::ok(fmt::format("{} of {} RAPL zones readable", readable, zones_.size()), true);
   if (denied) {
