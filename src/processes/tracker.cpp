@@ -230,10 +230,20 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       // Not visible in this /proc (another pid namespace): kept under its pid with start time 0.
       g.in_run = true;
     } else {
-      // A neighbour: someone else's process on the same GPU. Its start time, where this /proc shows it.
-      for (const auto& s : seen)
-        if (s.pid == g.id.pid) g.id.start_time = static_cast<int64_t>(s.st.start_time);
+      // Started after this scan read /proc, or a neighbour (someone else's process on the same GPU): its parent
+      // chain says which.
       g.in_run = false;
+      PidStat st;
+      pid_t p = static_cast<pid_t>(g.id.pid);
+      for (int depth = 0; depth < 64 && p > 1; ++depth) {
+        if (!read_small_file(root + "/" + std::to_string(p) + "/stat", buf_) || !parse_pid_stat(buf_, st)) break;
+        if (depth == 0) g.id.start_time = static_cast<int64_t>(st.start_time);
+        if (tree.count(p)) {
+          g.in_run = true;
+          break;
+        }
+        p = static_cast<pid_t>(st.ppid);
+      }
     }
     gpu_score[g.id] += g.sm_pct.value_or(0) + (g.mem_used_bytes ? 1e-12 * static_cast<double>(*g.mem_used_bytes) : 0);
   }
