@@ -19,8 +19,8 @@ struct ProcessId {
   auto operator<=>(const ProcessId&) const = default;
 };
 
-// One row of the `processes` table. A process gets a row when first seen (last_tick missing) and another when it is
-// gone or the run ends; a store keeps the later one (SQL stores replace on the key; CSV readers keep the last).
+// One row of the `processes` table, written once: when the process is gone, or when the run ends. (So every store,
+// CSV included, holds one row per process; a run wattscope could not finish has its samples but no rows.)
 struct ProcessRow {
   ProcessId id;
   std::optional<int64_t> ppid;

@@ -80,6 +80,8 @@ std::vector<ProcessRow> ProcessTracker::final_rows() {
     r.comm = k.comm;
     r.unit = k.unit;
     r.unit_kind = k.unit_kind;
+    r.cmdline = k.cmdline;
+    r.uid = k.uid;
     r.last_tick = -1;
     out.push_back(std::move(r));
   }
@@ -211,6 +213,8 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       r.comm = k.comm;
       r.unit = k.unit;
       r.unit_kind = k.unit_kind;
+      r.cmdline = k.cmdline;
+      r.uid = k.uid;
       r.last_tick = -1; // gone: accounting sets the tick it was last seen at
       snap->rows.push_back(std::move(r));
     }
@@ -295,21 +299,14 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       }
       if (!k.rowed) {
         k.rowed = true;
-        ProcessRow r;
-        r.id = id;
-        r.ppid = k.ppid;
-        r.comm = k.comm;
-        r.unit = k.unit;
-        r.unit_kind = k.unit_kind;
         if (read_small_file(dir + "/cmdline", buf_)) {
           std::replace(buf_.begin(), buf_.end(), '\0', ' ');
           while (!buf_.empty() && buf_.back() == ' ')
             buf_.pop_back();
-          r.cmdline = buf_;
+          k.cmdline = buf_;
         }
         struct stat sb {};
-        if (::stat(dir.c_str(), &sb) == 0) r.uid = sb.st_uid;
-        snap->rows.push_back(std::move(r));
+        if (::stat(dir.c_str(), &sb) == 0) k.uid = sb.st_uid;
       }
     }
     snap->procs.push_back(std::move(p));

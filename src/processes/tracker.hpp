@@ -57,7 +57,9 @@ private:
     std::optional<int64_t> read_bytes, write_bytes;
     std::string comm;
     std::string unit, unit_kind;
-    bool rowed = false; // its `processes` row was sent
+    bool rowed = false; // sampled at least once: it gets a `processes` row when gone or at the end
+    std::string cmdline;
+    std::optional<int64_t> uid;
   };
   void loop();
 

@@ -118,13 +118,16 @@ TEST(ProcessTracker, FollowsTheTreeKeepsReapedTimeAndNeverMergesAReusedPid) {
   remove_proc(d, 101);
   proc(d, 101, 100, 9000, 3);
   s = t.scan();
-  bool old_gone = false, new_row = false;
-  for (const auto& r : s->rows) {
+  bool old_gone = false;
+  for (const auto& r : s->rows)
     if (r.id == ProcessId{101, 5001}) old_gone = r.last_tick.has_value();
-    if (r.id == ProcessId{101, 9000}) new_row = !r.last_tick.has_value();
-  }
   EXPECT_TRUE(old_gone);
-  EXPECT_TRUE(new_row);
+  bool new_final = false;
+  for (const auto& r : t.final_rows()) {
+    EXPECT_NE(r.id, (ProcessId{101, 5001})) << "the old 101 had its row already";
+    if (r.id == ProcessId{101, 9000}) new_final = r.cmdline == "worker --flag";
+  }
+  EXPECT_TRUE(new_final) << "the new 101 gets its own row";
   for (const auto& p : s->procs)
     if (p.id.pid == 101) {
       EXPECT_EQ(p.id.start_time, 9000);
