@@ -66,7 +66,8 @@ nlohmann::json RunSummary::to_json() const {
             {"zones", zj}}},
           {"gpus", gj},
           {"events", events},
-          {"total_energy_j", opt_json(total_energy_j())}};
+          {"total_energy_j", opt_json(total_energy_j())},
+          {"attribution", attribution.tracked ? attribution.to_json() : nlohmann::json()}};
 }
 
 Accounting::Accounting(std::vector<GpuDevice> devices) {
@@ -125,6 +126,7 @@ void Accounting::process(Frame& f) {
   summary_.events = next_event_seq_;
 
   summary_.samples++;
+  last_tick_ = f.tick;
   summary_.skipped_ticks = f.tick + 1 - summary_.samples;
   summary_.cpu_util_pct.add(f.cpu.util_pct);
   if (f.cpu.mem_used_bytes && (!summary_.cpu_mem_peak_bytes || *f.cpu.mem_used_bytes > *summary_.cpu_mem_peak_bytes))
@@ -162,6 +164,7 @@ void Accounting::process(Frame& f) {
         g.peak_mem_used_bytes = s.mem_used_bytes;
     }
   }
+  attributor_.process(f, f.cpu.power_method);
   for (const auto& ev : f.events)
     if (ev.kind == "device-lost")
       for (auto& g : summary_.gpus)
@@ -176,9 +179,20 @@ void Accounting::process(Frame& f) {
   }
 }
 
+void Accounting::resolve_process_rows(std::vector<ProcessRow>& rows, int64_t tick) const {
+  std::lock_guard lock(mu_);
+  attributor_.resolve_rows(rows, tick);
+}
+int64_t Accounting::last_tick() const {
+  std::lock_guard lock(mu_);
+  return last_tick_;
+}
+
 RunSummary Accounting::summary() const {
   std::lock_guard lock(mu_);
-  return summary_;
+  RunSummary out = summary_;
+  out.attribution = attributor_.summary();
+  return out;
 }
 
 } // namespace wattscope

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accounting/attribution.hpp"
 #include "core/frame.hpp"
 
 namespace wattscope {
@@ -58,6 +59,7 @@ struct RunSummary {
   OptF cpu_energy_j() const;      // package + DRAM (psys covers the platform and would count twice)
   std::vector<GpuSummary> gpus;
   int64_t events = 0;
+  AttributionSummary attribution; // who used the energy; tracked only when a process scan reached accounting
   OptF total_energy_j() const; // GPUs + CPU package + DRAM; missing when nothing measured energy
   nlohmann::json to_json() const;
 };
@@ -70,6 +72,9 @@ public:
   // Thread-safe: queue an event for the next frame (start-up notices, sink outages).
   void add_event(Event ev);
   RunSummary summary() const;
+  // The end of a run: the tick numbers of the final `processes` rows.
+  void resolve_process_rows(std::vector<ProcessRow>& rows, int64_t tick) const;
+  int64_t last_tick() const;
 
 private:
   struct EnergyState {
@@ -88,6 +93,8 @@ private:
   std::vector<Event> pending_events_;
   int64_t next_event_seq_ = 0;
   std::map<int, EnergyState> energy_;
+  Attributor attributor_;
+  int64_t last_tick_ = 0;
   RunSummary summary_;
 };
 

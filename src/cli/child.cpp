@@ -76,7 +76,7 @@ std::string resolve_command(const std::string& cmd) {
   throw CommandError(127, fmt::format("command not found: '{}'", cmd));
 }
 
-pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv) {
+pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv, int cgroup_procs_fd) {
   // A close-on-exec pipe tells the parent whether exec succeeded: EOF means it did, an errno means it did not.
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw CommandError(126, fmt::format("pipe: {}", std::strerror(errno)));
@@ -92,6 +92,8 @@ pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv)
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Into the run's cgroup before exec (write(2) is async-signal-safe); a failure leaves it where it was.
+    if (cgroup_procs_fd >= 0) (void)!::write(cgroup_procs_fd, "0", 1);
     ::execv(path.c_str(), args.data());
     int e = errno;
     (void)!::write(fds[1], &e, sizeof e);

@@ -26,6 +26,10 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
   sub.add_option("--cpu-tdp", f.cpu_tdp,
                  "Where RAPL measures nothing, estimate CPU package power as WATTS x utilisation (labelled "
                  "'estimated')");
+  // attribution (issue 13)
+  sub.add_option("--top-processes", f.top_processes,
+                 "record/serve: processes sampled per scan, the top N by CPU or GPU use (0: no process tracking)")
+      ->capture_default_str();
   sub.add_option("--procfs-root", f.procfs_root, "Where procfs is mounted (for containers and tests)")
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
@@ -72,6 +76,11 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   if (!(f.cpu_tdp >= 0 && f.cpu_tdp <= 10000))
     throw UsageError(fmt::format("--cpu-tdp {}: expected the CPU's TDP in watts, e.g. 280", f.cpu_tdp));
   if (f.cpu_tdp > 0) o.cpu_tdp_w = f.cpu_tdp;
+  // attribution (issue 13)
+  if (f.top_processes < 0 || f.top_processes > 100000)
+    throw UsageError(fmt::format("--top-processes {}: expected a number of processes from 0 to 100000", f.top_processes));
+  o.top_processes = static_cast<size_t>(f.top_processes);
+  if (command.empty() && f.top_processes == 0) o.track_processes = false;
   return o;
 }
 

@@ -26,6 +26,7 @@ struct RecordFlags {
   std::string gpus;
   std::vector<std::string> tags;
   double cpu_tdp = 0;
+  int top_processes = 20; // attribution (issue 13)
 };
 
 // run and record: every recording option.

@@ -3,10 +3,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/processes.hpp"
 
 namespace wattscope {
 
@@ -100,6 +103,11 @@ struct Frame {
   std::vector<Event> events;
   // Devices as finally known (energy method settled on the first tick); set on tick 0 only, stored in gpu_devices.
   std::vector<GpuDevice> device_rows;
+  // The process tracker's latest scan, on the first frame after it (at most one a second); accounting fills its
+  // attributed energy before the frame is shared. Null on the other frames.
+  std::shared_ptr<ProcessSnapshot> processes;
+  // The end of a run: a frame that carries only the final `processes` rows (no samples).
+  bool rows_only = false;
 };
 
 } // namespace wattscope

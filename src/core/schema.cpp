@@ -65,11 +65,32 @@ constexpr std::string_view kGpuKey[] = {"run_id", "tick", "gpu_index"};
 constexpr C kEventCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"kind", T}, {"source", T}, {"detail", T}};
 constexpr std::string_view kEventKey[] = {"run_id", "seq"};
 
+// ---- attribution (issue 13): one row per process of a run, its samples, its use of each GPU ----
+// A process is (pid, start_time): start_time in clock ticks after boot, so a reused pid is another process.
+constexpr C kProcessCols[] = {{"run_id", T},  {"pid", I},       {"start_time", I}, {"ppid", I},
+                              {"comm", T},    {"cmdline", T},   {"uid", I},        {"unit", T},
+                              {"unit_kind", T}, {"first_tick", I}, {"last_tick", I}};
+constexpr std::string_view kProcessKey[] = {"run_id", "pid", "start_time"};
+constexpr C kProcessSampleCols[] = {{"run_id", T},           {"tick", I},          {"ts_ms", I},
+                                    {"pid", I},              {"start_time", I},    {"cpu_pct", R},
+                                    {"rss_bytes", I},        {"pss_bytes", I},     {"uss_bytes", I},
+                                    {"read_bytes_per_s", R}, {"write_bytes_per_s", R}, {"cpu_energy_j", R}};
+constexpr std::string_view kProcessSampleKey[] = {"run_id", "tick", "pid", "start_time"};
+constexpr C kProcessGpuCols[] = {{"run_id", T},   {"tick", I},     {"ts_ms", I},   {"pid", I},      {"start_time", I},
+                                 {"gpu_index", I}, {"mem_used_bytes", I}, {"sm_pct", R}, {"mem_pct", R},
+                                 {"enc_pct", R},  {"dec_pct", R},  {"power_w", R}, {"energy_j", R}};
+constexpr std::string_view kProcessGpuKey[] = {"run_id", "tick", "pid", "start_time", "gpu_index"};
+// ---- end attribution ----
+
 const Table kTables[] = {
     {"runs", kRunCols, kRunKey, kRunIndex},         {"gpu_devices", kDeviceCols, kDeviceKey, {}},
     {"cpu_samples", kCpuCols, kTickKey, {}},        {"cpu_core_samples", kCoreCols, kCoreKey, {}},
     {"cpu_power_samples", kZoneCols, kZoneKey, {}}, {"gpu_samples", kGpuCols, kGpuKey, {}},
     {"events", kEventCols, kEventKey, {}},
+    // attribution (issue 13)
+    {"processes", kProcessCols, kProcessKey, {}},
+    {"process_samples", kProcessSampleCols, kProcessSampleKey, {}},
+    {"process_gpu_samples", kProcessGpuCols, kProcessGpuKey, {}},
 };
 static_assert(std::size(kTables) == kTableCount, "one Table per TableId");
 
@@ -244,6 +265,7 @@ GpuDevice device_from_row(std::span<const Value> row) {
 }
 
 void append_frame_rows(std::string_view run_id, const Frame& f, const std::vector<GpuDevice>& devices, RowBatch& out) {
+  if (f.rows_only) return append_process_rows(run_id, f, out);
   const Value rid(run_id);
   {
     auto& c = out.tables[static_cast<size_t>(TableId::CpuSamples)].cells;
@@ -303,7 +325,61 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
     e.push_back(text_or_null(ev.source));
     e.push_back(text_or_null(ev.detail));
   }
+  append_process_rows(run_id, f, out);
 }
+
+// ---- attribution (issue 13) ----
+void append_process_rows(std::string_view run_id, const Frame& f, RowBatch& out) {
+  if (!f.processes) return;
+  const Value rid(run_id);
+  auto& pr = out.tables[static_cast<size_t>(TableId::Processes)].cells;
+  for (const auto& r : f.processes->rows) {
+    pr.push_back(rid);
+    pr.emplace_back(r.id.pid);
+    pr.emplace_back(r.id.start_time);
+    pr.push_back(opt(r.ppid));
+    pr.push_back(text_or_null(r.comm));
+    pr.push_back(text_or_null(r.cmdline));
+    pr.push_back(opt(r.uid));
+    pr.push_back(text_or_null(r.unit));
+    pr.push_back(text_or_null(r.unit_kind));
+    pr.emplace_back(r.first_tick);
+    pr.push_back(opt(r.last_tick));
+  }
+  auto& ps = out.tables[static_cast<size_t>(TableId::ProcessSamples)].cells;
+  for (const auto& p : f.processes->procs) {
+    if (!p.sampled) continue;
+    ps.push_back(rid);
+    ps.emplace_back(f.tick);
+    ps.emplace_back(f.ts_ms);
+    ps.emplace_back(p.id.pid);
+    ps.emplace_back(p.id.start_time);
+    ps.push_back(opt(p.cpu_pct));
+    ps.push_back(opt(p.rss_bytes));
+    ps.push_back(opt(p.pss_bytes));
+    ps.push_back(opt(p.uss_bytes));
+    ps.push_back(opt(p.read_bytes_per_s));
+    ps.push_back(opt(p.write_bytes_per_s));
+    ps.push_back(opt(p.cpu_energy_j));
+  }
+  auto& pg = out.tables[static_cast<size_t>(TableId::ProcessGpuSamples)].cells;
+  for (const auto& g : f.processes->gpu_procs) {
+    pg.push_back(rid);
+    pg.emplace_back(f.tick);
+    pg.emplace_back(f.ts_ms);
+    pg.emplace_back(g.id.pid);
+    pg.emplace_back(g.id.start_time);
+    pg.emplace_back(int64_t{g.gpu_index});
+    pg.push_back(opt(g.mem_used_bytes));
+    pg.push_back(opt(g.sm_pct));
+    pg.push_back(opt(g.mem_pct));
+    pg.push_back(opt(g.enc_pct));
+    pg.push_back(opt(g.dec_pct));
+    pg.push_back(opt(g.power_w));
+    pg.push_back(opt(g.energy_j));
+  }
+}
+// ---- end attribution ----
 
 std::string new_run_id(int64_t start_ms) {
   std::random_device rd;

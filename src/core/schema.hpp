@@ -17,9 +17,10 @@
 namespace wattscope {
 
 // 2: cpu_samples power columns, cpu_power_samples, gpu_samples.vendor. 3: gpu_samples.util_enc_pct, util_dec_pct.
+// 4: processes, process_samples, process_gpu_samples (attribution, issue 13).
 // Older stores are migrated forward (a column this version has and the store lacks is added); a store written by a
 // newer version is refused.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 struct Column {
   std::string_view name;
@@ -41,6 +42,11 @@ enum class TableId : size_t {
   CpuPowerSamples,
   GpuSamples,
   Events,
+  // ---- attribution (issue 13): processes of a run and their samples ----
+  Processes,
+  ProcessSamples,
+  ProcessGpuSamples,
+  // ---- end attribution ----
   Count
 };
 inline constexpr size_t kTableCount = static_cast<size_t>(TableId::Count);
@@ -110,6 +116,11 @@ GpuDevice device_from_row(std::span<const Value> row);
 // Appends every sample row a frame produces. `devices` gives uuid/name per gpu_index; they must outlive `out`.
 void append_frame_rows(std::string_view run_id, const Frame& frame, const std::vector<GpuDevice>& devices,
                        RowBatch& out);
+
+// ---- attribution (issue 13) ----
+// The rows of frame.processes (processes, process_samples, process_gpu_samples); append_frame_rows calls it.
+void append_process_rows(std::string_view run_id, const Frame& frame, RowBatch& out);
+// ---- end attribution ----
 
 // A fresh run id: start time plus 32 random bits, e.g. 20261121-120301-3f9a1c2b. Unique across hosts in practice.
 std::string new_run_id(int64_t start_ms);

@@ -52,6 +52,7 @@ nlohmann::json run_json(const RunInfo& r) {
   j["gpus"] = s.value("gpus", nlohmann::json::array());
   j["total_energy_j"] = r.total_energy_j ? nlohmann::json(*r.total_energy_j) : nlohmann::json();
   j["events"] = s.value("events", 0);
+  j["attribution"] = s.value("attribution", nlohmann::json()); // issue 13: null when no process was tracked
   j["tags"] = parse_or_empty(r.tags);
   j["wattscope_version"] = r.version;
   return j;
@@ -124,6 +125,21 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     if (g.value("lost", false)) line += " · LOST during the run";
     out += line + "\n";
   }
+  // ---- attribution (issue 13) ----
+  if (auto a = s.find("attribution"); a != s.end() && a->is_object() && a->contains("devices")) {
+    for (const auto& [name, d] : (*a)["devices"].items()) {
+      const double total = num(d, "measured_j");
+      if (!(total > 0)) continue;
+      const std::string dev = name == "cpu" ? "the CPU" : "GPU " + name.substr(3);
+      const bool run_mode = !r.command.empty();
+      out += fmt::format("  {:<9} {}: {} of {}'s {}, {:.1f} %; other processes {:.1f} %; idle {:.1f} % [{}]\n",
+                         name == "cpu" ? "CPU" : "GPU " + name.substr(3), run_mode ? "your processes" : "processes",
+                         format_energy(num(d, "attributed_j")), dev, format_energy(total),
+                         100 * num(d, "attributed_j") / total, 100 * num(d, "other_j") / total,
+                         100 * num(d, "unattributed_j") / total, d.value("method", std::string()));
+    }
+  }
+  // ---- end attribution ----
   if (r.total_energy_j)
     out += fmt::format("  energy    {} total (GPUs{})\n", format_energy(*r.total_energy_j),
                        has_num(cpu, "energy_j") ? " + CPU package + DRAM" : "");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -72,6 +74,17 @@ void Session::open() {
     sources_.push_back(std::move(s));
   }
   acc_ = std::make_unique<Accounting>(*devices_);
+  if (opts_.track_processes) {
+    std::vector<std::shared_ptr<Source>> gpu;
+    for (const auto& s : sources_)
+      if (s->lists_gpu_processes()) gpu.push_back(s);
+    TrackerOptions t;
+    t.procfs_root = opts_.procfs_root;
+    t.period = std::max<std::chrono::nanoseconds>(opts_.interval, std::chrono::seconds(1));
+    t.top_processes = opts_.top_processes;
+    if (const long hz = ::sysconf(_SC_CLK_TCK); hz > 0) t.clock_ticks_per_s = hz;
+    tracker_ = std::make_unique<ProcessTracker>(t, std::move(gpu));
+  }
   for (auto& n : notices)
     acc_->add_event(std::move(n));
 
@@ -86,6 +99,7 @@ void Session::start() {
   for (auto& w : writers_)
     w->start();
   sampler_ = std::make_unique<Sampler>(sources_, opts_.interval, [this](Frame& f) {
+    if (tracker_) f.processes = tracker_->take();
     acc_->process(f);
     auto shared = std::make_shared<const Frame>(std::move(f));
     for (auto& w : writers_)
@@ -93,12 +107,45 @@ void Session::start() {
     if (opts_.on_frame) opts_.on_frame(shared);
   });
   sampler_->start();
+  if (tracker_ && opts_.command.empty()) tracker_->start_machine();
+}
+
+RunCgroup Session::make_cgroup() {
+  if (!tracker_) return {};
+  RunCgroup cg = make_run_cgroup(opts_.procfs_root, opts_.sysfs_root + "/fs/cgroup", "wattscope-" + run_.run_id);
+  if (cg.dir.empty())
+    spdlog::info("the run's processes are followed by parent pid only ({}): descendants that daemonise may be "
+                 "missed",
+                 cg.why_not);
+  return cg;
+}
+
+void Session::follow(pid_t child, const RunCgroup& cgroup) {
+  if (tracker_) tracker_->follow(child, cgroup.dir);
 }
 
 RunInfo Session::finish(std::optional<int64_t> exit_status) {
   if (finished_) return run_;
   finished_ = true;
+  if (tracker_) tracker_->stop(); // its last scan goes out with the sampler's last tick
   if (sampler_) sampler_->stop();
+  if (tracker_) {
+    // The final `processes` rows: every process still known, with the tick it was last seen at; and the rows of a
+    // scan no tick took.
+    auto end = std::make_shared<Frame>();
+    end->rows_only = true;
+    end->tick = acc_->last_tick();
+    end->processes = std::make_shared<ProcessSnapshot>();
+    if (auto left = tracker_->take()) end->processes->rows = std::move(left->rows);
+    for (auto& r : tracker_->final_rows())
+      end->processes->rows.push_back(std::move(r));
+    acc_->resolve_process_rows(end->processes->rows, end->tick);
+    if (!end->processes->rows.empty()) {
+      std::shared_ptr<const Frame> shared = std::move(end);
+      for (auto& w : writers_)
+        w->push(shared);
+    }
+  }
   run_.end_ms = wall_now_ms();
   run_.exit_status = exit_status;
   RunSummary s = acc_->summary();

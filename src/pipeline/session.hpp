@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "accounting/accounting.hpp"
+#include "processes/cgroup.hpp"
+#include "processes/tracker.hpp"
 #include "core/duration.hpp"
 #include "core/schema.hpp"
 #include "sampler/sampler.hpp"
@@ -34,6 +36,10 @@ struct SessionOptions {
   // Called on the sampler thread with every frame after accounting (serve's live state); must not block.
   std::function<void(const std::shared_ptr<const Frame>&)> on_frame;
   std::map<std::string, std::string> tags;
+  // ---- attribution (issue 13) ----
+  bool track_processes = true; // run: the command's tree (Session::follow); record/serve: the machine's top N
+  size_t top_processes = 20;   // --top-processes
+  // ---- end attribution ----
 };
 
 class Session {
@@ -51,6 +57,12 @@ public:
   bool all_stored() const { return all_stored_; }
   RunSummary summary() const { return acc_->summary(); }
   std::vector<GpuDevice> devices() const { return devices_ ? *devices_ : std::vector<GpuDevice>{}; }
+  // ---- attribution (issue 13) ----
+  // `run`: the run's own cgroup, made before the child starts (its cgroup.procs fd goes to spawn_child), then the
+  // child's tree followed from its pid. Without a cgroup, says once that daemonised descendants may be missed.
+  RunCgroup make_cgroup();
+  void follow(pid_t child, const RunCgroup& cgroup);
+  // ---- end attribution ----
 
 private:
   SessionOptions opts_;
@@ -60,6 +72,7 @@ private:
   std::unique_ptr<Accounting> acc_;
   std::vector<std::unique_ptr<SinkWriter>> writers_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<ProcessTracker> tracker_;
   bool all_stored_ = true;
   bool finished_ = false;
 };

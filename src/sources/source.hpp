@@ -61,6 +61,11 @@ public:
   virtual nlohmann::json report() const { return nullptr; }
   // The same details as lines of text for `wattscope doctor` (each source renders its own section).
   virtual std::vector<std::string> doctor_lines() const { return {}; }
+  // Per-process use of its GPUs (attribution): true when this source can list them. gpu_processes is called by the
+  // process tracker's thread, never the sampler's, at most once a second; it appends one sample per (process, GPU)
+  // with pid set and start_time 0 (the tracker resolves it), and the GPUs whose lists answered.
+  virtual bool lists_gpu_processes() const { return false; }
+  virtual void gpu_processes(std::vector<GpuProcessSample>& /*out*/, std::vector<int>& /*listed*/) noexcept {}
 };
 
 } // namespace wattscope

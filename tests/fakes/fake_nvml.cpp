@@ -21,6 +21,12 @@
 // What calls cost (bench/overhead.py's driver-like runs): "call_cost_us": 20 gives every entry point that cost, or
 // {"default": 20, "nvmlDeviceGetPcieThroughput": 20000} per symbol. A cost under 1 ms is spent on the CPU (like an
 // ioctl into the driver); 1 ms or more is slept (like the driver waiting on the GPU, as PCIe throughput does).
+//
+// Processes on a device (attribution): "processes": [{"pid_file": "/tmp/…/worker.pid" (or "pid": 1234),
+// "type": "compute" | "graphics", "mem_bytes": V, "sm": V, "mem": V, "enc": V, "dec": V}], V a value as above, k
+// counting that process's utilisation reads. A process is listed only while its pid file names a live (not zombie)
+// process, as the driver lists only live contexts; a value left out is NVML_VALUE_NOT_AVAILABLE (memory) or 0 (%).
+// "process_utilization": false makes both per-process utilisation calls answer NOT_SUPPORTED.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +53,7 @@ constexpr Return kArgumentVersionMismatch = 25;
 
 struct FakeDevice {
   json spec;
+  std::vector<long long> proc_calls; // per entry of its "processes": utilisation reads so far
   std::map<std::string, long long, std::less<>> calls; // per metric
   std::vector<bool> hung;                              // per entry of its "hang"
 };
@@ -202,7 +209,7 @@ Return init() {
   g.devices.clear();
   g.hung.clear();
   for (const auto& d : g.scenario.value("devices", json::array()))
-    g.devices.push_back({d, {}, {}});
+    g.devices.push_back({d, {}, {}, {}});
   g.default_cost_us = 0;
   g.cost_us.clear();
   if (auto c = g.scenario.find("call_cost_us"); c != g.scenario.end()) {
@@ -366,6 +373,156 @@ Return device_field_values(Device d, int count, FieldValue* values) {
     f.latencyUsec = 0;
   }
   return kSuccess;
+}
+} // namespace impl
+
+// ---- processes on a device ----
+
+// The pid a "processes" entry names now, when that process is alive (not a zombie); 0 otherwise.
+unsigned int live_pid(const json& p) {
+  long long pid = p.value("pid", 0LL);
+  if (auto f = p.find("pid_file"); f != p.end() && f->is_string()) {
+    std::ifstream in(f->get<std::string>());
+    if (!(in >> pid)) return 0;
+  }
+  if (pid <= 0) return 0;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return 0;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return 0;
+  const char state = line[close + 2];
+  return state == 'Z' || state == 'X' ? 0 : static_cast<unsigned int>(pid);
+}
+
+// Entries of the device's "processes" of one type that are alive now: (index in the list, pid).
+Return live_processes(Device d, const char* type, std::vector<std::pair<size_t, unsigned int>>& out) {
+  std::lock_guard lock(g.mu);
+  if (!g.initialised) return kErrorUninitialized;
+  FakeDevice* fd = dev(d);
+  if (!fd) return kErrorInvalidArgument;
+  if (auto lost = fd->spec.find("lost_at_tick"); lost != fd->spec.end()) {
+    auto c = fd->calls.find("power_mw");
+    if (c != fd->calls.end() && c->second >= lost->get<long long>()) return kErrorGpuIsLost;
+  }
+  const json procs = fd->spec.value("processes", json::array());
+  for (size_t i = 0; i < procs.size(); ++i)
+    if (procs[i].value("type", std::string("compute")) == type)
+      if (unsigned int pid = live_pid(procs[i])) out.emplace_back(i, pid);
+  return kSuccess;
+}
+
+double process_value(const json& p, const char* key, long long k, double fallback) {
+  auto v = p.find(key);
+  return v == p.end() ? fallback : eval(*v, k, now_s() - g.t0);
+}
+
+template <class Info> Return running_processes(Device d, const char* type, unsigned int* count, Info* infos) {
+  if (!count) return kErrorInvalidArgument;
+  std::vector<std::pair<size_t, unsigned int>> live;
+  if (Return rc = live_processes(d, type, live); rc != kSuccess) return rc;
+  const unsigned int room = *count;
+  *count = static_cast<unsigned int>(live.size());
+  if (live.size() > room || (!infos && !live.empty())) return kErrorInsufficientSize;
+  std::lock_guard lock(g.mu);
+  const json procs = dev(d)->spec.value("processes", json::array());
+  for (size_t i = 0; i < live.size(); ++i) {
+    Info info{};
+    info.pid = live[i].second;
+    const json& p = procs[live[i].first];
+    info.usedGpuMemory = p.contains("mem_bytes")
+                             ? static_cast<unsigned long long>(std::llround(process_value(p, "mem_bytes", 0, 0)))
+                             : kValueNotAvailable;
+    infos[i] = info;
+  }
+  return kSuccess;
+}
+
+struct FakeUtil {
+  unsigned int pid;
+  unsigned int sm, mem, enc, dec;
+};
+// One utilisation sample per live process of either type, advancing each one's count.
+Return process_samples(Device d, std::vector<FakeUtil>& out) {
+  std::vector<std::pair<size_t, unsigned int>> live;
+  if (Return rc = live_processes(d, "compute", live); rc != kSuccess) return rc;
+  if (Return rc = live_processes(d, "graphics", live); rc != kSuccess) return rc;
+  std::lock_guard lock(g.mu);
+  FakeDevice* fd = dev(d);
+  if (!fd->spec.value("process_utilization", true)) return kErrorNotSupported;
+  const json procs = fd->spec.value("processes", json::array());
+  fd->proc_calls.resize(procs.size());
+  for (const auto& [i, pid] : live) {
+    const long long k = fd->proc_calls[i]++;
+    auto pct = [&](const char* key) {
+      return static_cast<unsigned int>(std::llround(process_value(procs[i], key, k, 0)));
+    };
+    out.push_back({pid, pct("sm"), pct("mem"), pct("enc"), pct("dec")});
+  }
+  return kSuccess;
+}
+
+namespace impl {
+Return device_compute_processes(Device d, unsigned int* count, ProcessInfo* infos) {
+  return running_processes(d, "compute", count, infos);
+}
+Return device_compute_processes_v1(Device d, unsigned int* count, ProcessInfoV1* infos) {
+  return running_processes(d, "compute", count, infos);
+}
+Return device_graphics_processes(Device d, unsigned int* count, ProcessInfo* infos) {
+  return running_processes(d, "graphics", count, infos);
+}
+Return device_graphics_processes_v1(Device d, unsigned int* count, ProcessInfoV1* infos) {
+  return running_processes(d, "graphics", count, infos);
+}
+// Like the driver: a call without room only says how many samples there are (and consumes none).
+Return device_process_utilization(Device d, ProcessUtilizationSample* samples, unsigned int* count,
+                                  unsigned long long /*last_seen_us*/) {
+  if (!count) return kErrorInvalidArgument;
+  if (!samples) {
+    std::vector<std::pair<size_t, unsigned int>> live;
+    if (Return rc = live_processes(d, "compute", live); rc != kSuccess) return rc;
+    if (Return rc = live_processes(d, "graphics", live); rc != kSuccess) return rc;
+    *count = static_cast<unsigned int>(live.size());
+    return live.empty() ? kErrorNotFound : kErrorInsufficientSize;
+  }
+  std::vector<FakeUtil> u;
+  if (Return rc = process_samples(d, u); rc != kSuccess) return rc;
+  if (u.size() > *count) {
+    *count = static_cast<unsigned int>(u.size());
+    return kErrorInsufficientSize;
+  }
+  const auto ts = static_cast<unsigned long long>(now_s() * 1e6);
+  *count = static_cast<unsigned int>(u.size());
+  for (size_t i = 0; i < u.size(); ++i)
+    samples[i] = {u[i].pid, ts, u[i].sm, u[i].mem, u[i].enc, u[i].dec};
+  return u.empty() ? kErrorNotFound : kSuccess;
+}
+Return device_processes_utilization_info(Device d, ProcessesUtilizationInfo* info) {
+  if (!info) return kErrorInvalidArgument;
+  if (info->version != kProcessesUtilizationInfoVersion) return kArgumentVersionMismatch;
+  if (!info->procUtilArray) {
+    std::vector<std::pair<size_t, unsigned int>> live;
+    if (Return rc = live_processes(d, "compute", live); rc != kSuccess) return rc;
+    if (Return rc = live_processes(d, "graphics", live); rc != kSuccess) return rc;
+    {
+      std::lock_guard lock(g.mu);
+      if (!dev(d)->spec.value("process_utilization", true)) return kErrorNotSupported;
+    }
+    info->processSamplesCount = static_cast<unsigned int>(live.size());
+    return live.empty() ? kErrorNotFound : kErrorInsufficientSize;
+  }
+  std::vector<FakeUtil> u;
+  if (Return rc = process_samples(d, u); rc != kSuccess) return rc;
+  if (u.size() > info->processSamplesCount) {
+    info->processSamplesCount = static_cast<unsigned int>(u.size());
+    return kErrorInsufficientSize;
+  }
+  const auto ts = static_cast<unsigned long long>(now_s() * 1e6);
+  info->processSamplesCount = static_cast<unsigned int>(u.size());
+  for (size_t i = 0; i < u.size(); ++i)
+    info->procUtilArray[i] = {ts, u[i].pid, u[i].sm, u[i].mem, u[i].enc, u[i].dec, 0, 0};
+  return u.empty() ? kErrorNotFound : kSuccess;
 }
 } // namespace impl
 

@@ -63,6 +63,32 @@ Frame sample_frame(int64_t tick) {
   }
   if (tick == 1) f.events.push_back({0, f.ts_ms, "marker", "test", "epoch 1, \"quoted\"\nsecond line"});
   f.cpu.zones.push_back({"package", "intel-rapl:0", int64_t{0}, 41.5 + static_cast<double>(tick), 4.15 * tick});
+  if (tick == 1) { // attribution (issue 13): one process, its sample, its use of GPU 1
+    f.processes = std::make_shared<ProcessSnapshot>();
+    ProcessRow r;
+    r.id = {4242, 987654};
+    r.comm = "python";
+    r.cmdline = "python train.py --lr 3e-4";
+    r.unit = "slurm job 7";
+    r.unit_kind = "slurm-job";
+    r.first_tick = 0;
+    r.last_tick = 1;
+    f.processes->rows.push_back(r);
+    ProcessSample p;
+    p.id = r.id;
+    p.sampled = true;
+    p.cpu_pct = 0.1;
+    p.rss_bytes = 1 << 20; // pss, uss, io missing
+    p.cpu_energy_j = 0.0;
+    f.processes->procs.push_back(p);
+    GpuProcessSample g;
+    g.id = r.id;
+    g.gpu_index = 1;
+    g.sm_pct = 0.0;
+    g.mem_used_bytes = 1 << 30;
+    g.energy_j = 12.5;
+    f.processes->gpu_procs.push_back(g);
+  }
   return f;
 }
 
@@ -122,6 +148,9 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
                                                           "host",          "cpu_model",    "exit_status",
                                                           "samples",       "tags",         "wattscope_version",
                                                           "summary",       "gpu_index",    "vendor",
+                                                          // attribution (issue 13): identities and names
+                                                          "pid", "start_time", "ppid", "comm", "cmdline", "uid",
+                                                          "unit", "unit_kind", "first_tick", "last_tick",
                                                           "uuid",          "name",         "pci_bus_id",
                                                           "energy_method", "power_source", "tick",
                                                           "core",          "zone",         "socket",
@@ -190,7 +219,8 @@ TEST(Stores, SqliteAndCsvHoldTheSameRows) {
   auto a = dump(*rs, runs_s[0]);
   auto b = dump(*rc, runs_c[0]);
   EXPECT_EQ(a, b);
-  EXPECT_EQ(a.size(), 2u /*devices*/ + 5 /*cpu*/ + 10 /*cores*/ + 5 /*zones*/ + 10 /*gpu*/ + 1 /*event*/);
+  EXPECT_EQ(a.size(), 2u /*devices*/ + 5 /*cpu*/ + 10 /*cores*/ + 5 /*zones*/ + 10 /*gpu*/ + 1 /*event*/ +
+                          3 /*process, its sample, its GPU sample*/);
   // Missing stays missing; a measured zero stays zero.
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM cpu_samples WHERE util_pct IS NULL"), "1");
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples WHERE util_gpu_pct = 0"), "10");
@@ -418,7 +448,7 @@ TEST(Stores, EncoderColumnsAreAddedToAVersion2Store) {
   f.gpus[0].util_enc_pct = 37.0;
   append_frame_rows(run.run_id, f, devs, batch);
   sink->write(batch);
-  EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), "3");
+  EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion));
   EXPECT_EQ(wstest::scalar(db, "SELECT util_enc_pct IS NULL AND util_dec_pct IS NULL FROM gpu_samples WHERE "
                                "run_id='old-run'"),
             "1");

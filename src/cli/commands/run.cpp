@@ -10,6 +10,7 @@
 #include "core/text.hpp"
 #include "pipeline/run_view.hpp"
 #include "pipeline/session.hpp"
+#include "processes/cgroup.hpp"
 #include "report/report.hpp"
 
 namespace wattscope {
@@ -85,13 +86,19 @@ public:
     }
     session.start();
     ChildResult child;
+    RunCgroup cgroup = session.make_cgroup();
     try {
-      child = wait_child(spawn_child(path, command));
+      const pid_t pid = spawn_child(path, command, cgroup.procs_fd.get());
+      cgroup.procs_fd.reset();
+      session.follow(pid, cgroup);
+      child = wait_child(pid);
     } catch (const CommandError& e) {
       spdlog::error("{}", e.what());
       child.exit_code = e.exit_code;
     }
     RunInfo run = session.finish(child.exit_code);
+    if (!remove_run_cgroup(cgroup))
+      spdlog::info("processes the command started are still running in {}; it is left in place", cgroup.dir);
     std::string report_path;
     if (want_report) report_path = write_run_report(opts, run, report_);
     if (!ctx.quiet) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);

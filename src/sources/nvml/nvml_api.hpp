@@ -102,6 +102,46 @@ inline constexpr int kPcieUtilRx = 1;     // NVML_PCIE_UTIL_RX_BYTES (KB/s)
 
 inline constexpr unsigned int kStringBuffer = 96; // >= NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) and UUID/version sizes
 
+// ---- Processes on a device (attribution, issue 13) ----
+struct ProcessInfo { // nvmlProcessInfo_t (v2 layout), filled by the _v3 and _v2 running-process calls
+  unsigned int pid;
+  unsigned long long usedGpuMemory; // kValueNotAvailable where the driver cannot tell (Windows WDDM, some MIG setups)
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+struct ProcessInfoV1 { // nvmlProcessInfo_v1_t, filled by the unversioned calls of older drivers
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+};
+inline constexpr unsigned long long kValueNotAvailable = ~0ULL; // NVML_VALUE_NOT_AVAILABLE
+
+struct ProcessUtilizationSample { // nvmlProcessUtilizationSample_t
+  unsigned int pid;
+  unsigned long long timeStamp; // CPU timestamp in microseconds
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+};
+struct ProcessUtilizationInfoV1 { // nvmlProcessUtilizationInfo_v1_t
+  unsigned long long timeStamp;
+  unsigned int pid;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+  unsigned int jpgUtil;
+  unsigned int ofaUtil;
+};
+struct ProcessesUtilizationInfo { // nvmlProcessesUtilizationInfo_v1_t
+  unsigned int version;
+  unsigned int processSamplesCount;
+  unsigned long long lastSeenTimeStamp;
+  ProcessUtilizationInfoV1* procUtilArray;
+};
+inline constexpr unsigned int kProcessesUtilizationInfoVersion =
+    static_cast<unsigned int>(sizeof(ProcessesUtilizationInfo)) | (1u << 24);
+
 enum class Need { Required, Optional };
 
 } // namespace wattscope::nvml
@@ -142,4 +182,17 @@ enum class Need { Required, Optional };
   X1(device_encoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us),                     \
      (d, pct, period_us), nvmlDeviceGetEncoderUtilization)                                                             \
   X1(device_decoder_utilization, Optional, (Device d, unsigned int* pct, unsigned int* period_us),                     \
-     (d, pct, period_us), nvmlDeviceGetDecoderUtilization)
+     (d, pct, period_us), nvmlDeviceGetDecoderUtilization)                                                             \
+  X2(device_compute_processes, Optional, (Device d, unsigned int* count, ProcessInfo* infos), (d, count, infos),       \
+     nvmlDeviceGetComputeRunningProcesses_v3, nvmlDeviceGetComputeRunningProcesses_v2)                                 \
+  X1(device_compute_processes_v1, Optional, (Device d, unsigned int* count, ProcessInfoV1* infos), (d, count, infos),  \
+     nvmlDeviceGetComputeRunningProcesses)                                                                             \
+  X2(device_graphics_processes, Optional, (Device d, unsigned int* count, ProcessInfo* infos), (d, count, infos),      \
+     nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v2)                               \
+  X1(device_graphics_processes_v1, Optional, (Device d, unsigned int* count, ProcessInfoV1* infos),                    \
+     (d, count, infos), nvmlDeviceGetGraphicsRunningProcesses)                                                         \
+  X1(device_process_utilization, Optional,                                                                             \
+     (Device d, ProcessUtilizationSample* samples, unsigned int* count, unsigned long long last_seen_us),              \
+     (d, samples, count, last_seen_us), nvmlDeviceGetProcessUtilization)                                               \
+  X1(device_processes_utilization_info, Optional, (Device d, ProcessesUtilizationInfo * info), (d, info),              \
+     nvmlDeviceGetProcessesUtilizationInfo)

@@ -88,6 +88,8 @@ public:
   void describe(RunInfo& run) const override;
   // What doctor prints: library, versions, devices and which metrics each supports.
   nlohmann::json report() const override;
+  bool lists_gpu_processes() const override;
+  void gpu_processes(std::vector<GpuProcessSample>& out, std::vector<int>& listed) noexcept override;
 
 private:
   // Classifies a return code: true when the value may be used. Switches the metric off on NOT_SUPPORTED and
@@ -109,6 +111,17 @@ private:
   std::condition_variable slow_cv_;
   bool slow_stop_ = false;
   std::atomic<bool> slow_wanted_{false};
+
+  // Process calls (nvml_processes.cpp), made by the process tracker's thread only.
+  struct ProcState {
+    bool list_v3 = true;  // the _v3/_v2 running-process calls still answer; else the v1 struct
+    bool util_info = true; // nvmlDeviceGetProcessesUtilizationInfo still answers; else nvmlDeviceGetProcessUtilization
+    bool util_off = false; // no per-process utilisation on this device
+    bool off = false;      // no process list on this device
+    unsigned long long last_seen_us = 0;
+  };
+  std::mutex proc_mu_;
+  std::vector<ProcState> proc_state_;
 };
 
 } // namespace wattscope

@@ -1,0 +1,222 @@
+#include "accounting/attribution.hpp"
+
+#include <algorithm>
+
+namespace wattscope {
+
+double ProcessTotals::gpu_total_j() const {
+  double t = 0;
+  for (const auto& [i, j] : gpu_energy_j)
+    t += j;
+  return t;
+}
+
+void Attributor::adopt(ProcessSnapshot& snap, int64_t tick) {
+  sum_.tracked = true;
+  // CPU: busy time in the window is split by the processes' CPU time; what they do not account for is other
+  // processes' (outside the run's tree, kernel threads, processes gone between scans); idle time is nobody's.
+  cpu_share_.clear();
+  cpu_known_ = snap.cpu_total_s && *snap.cpu_total_s > 0 && snap.cpu_busy_s;
+  if (cpu_known_) {
+    const double total = *snap.cpu_total_s;
+    const double busy = std::clamp(*snap.cpu_busy_s, 0.0, total);
+    double mine = 0;
+    for (const auto& p : snap.procs)
+      if (p.in_run) mine += p.cpu_time_s;
+    const double counted = std::min(mine, busy);
+    cpu_attr_frac_ = counted / total;
+    cpu_other_frac_ = (busy - counted) / total;
+    if (mine > 0)
+      for (const auto& p : snap.procs)
+        if (p.in_run && p.cpu_time_s > 0) cpu_share_.emplace_back(p.id, cpu_attr_frac_ * p.cpu_time_s / mine);
+  }
+  // GPUs: by SM share; when no process is active, by memory held; else idle.
+  gpu_.clear();
+  for (int idx : snap.gpus_listed) {
+    GpuShares g;
+    for (const auto& p : snap.gpu_procs)
+      if (p.gpu_index == idx && p.sm_pct && *p.sm_pct > 0) g.shares.push_back({p.id, p.in_run, *p.sm_pct});
+    g.by_sm = !g.shares.empty();
+    if (!g.by_sm)
+      for (const auto& p : snap.gpu_procs)
+        if (p.gpu_index == idx && p.mem_used_bytes && *p.mem_used_bytes > 0)
+          g.shares.push_back({p.id, p.in_run, static_cast<double>(*p.mem_used_bytes)});
+    for (const auto& s : g.shares)
+      g.total += s.weight;
+    gpu_[idx] = std::move(g);
+  }
+  resolve_rows(snap.rows, tick);
+  for (const auto& p : snap.procs) {
+    if (!p.sampled && p.cpu_time_s <= 0) continue; // idle background processes are not kept in the summary
+    auto [it, fresh] = sum_.processes.try_emplace(p.id);
+    ProcessTotals& t = it->second;
+    if (fresh) {
+      t.first_tick = tick;
+      t.comm = p.comm;
+      t.unit = p.unit;
+      t.unit_kind = p.unit_kind;
+      t.in_run = p.in_run;
+    }
+    t.last_tick = tick;
+    if (p.rss_bytes && (!t.peak_rss_bytes || *p.rss_bytes > *t.peak_rss_bytes)) t.peak_rss_bytes = p.rss_bytes;
+  }
+  std::map<ProcessId, int64_t> gpu_mem;
+  for (const auto& g : snap.gpu_procs)
+    if (g.mem_used_bytes) gpu_mem[g.id] += *g.mem_used_bytes;
+  for (const auto& g : snap.gpu_procs) {
+    auto [it, fresh] = sum_.processes.try_emplace(g.id);
+    ProcessTotals& t = it->second;
+    if (fresh) {
+      t.first_tick = tick;
+      t.in_run = g.in_run;
+    }
+    t.last_tick = tick;
+    if (auto m = gpu_mem.find(g.id); m != gpu_mem.end() && (!t.peak_gpu_mem_bytes || m->second > *t.peak_gpu_mem_bytes))
+      t.peak_gpu_mem_bytes = m->second;
+  }
+}
+
+// Rows: first seen now; or gone, last seen at the latest tick that had them.
+void Attributor::resolve_rows(std::vector<ProcessRow>& rows, int64_t tick) const {
+  for (auto& r : rows) {
+    auto it = sum_.processes.find(r.id);
+    if (r.last_tick) {
+      r.first_tick = it != sum_.processes.end() ? it->second.first_tick : tick;
+      r.last_tick = it != sum_.processes.end() ? it->second.last_tick : tick;
+    } else {
+      r.first_tick = it != sum_.processes.end() ? it->second.first_tick : tick;
+    }
+  }
+}
+
+void Attributor::process(Frame& f, const char* cpu_power_method) {
+  if (f.processes) {
+    adopt(*f.processes, f.tick);
+    current_ = f.processes;
+  }
+  // CPU: package + DRAM energy of this interval.
+  double e_cpu = 0;
+  bool cpu_measured = false;
+  if (f.cpu.package_energy_j) {
+    e_cpu += *f.cpu.package_energy_j - last_pkg_j_.value_or(0);
+    last_pkg_j_ = f.cpu.package_energy_j;
+    cpu_measured = true;
+  }
+  if (f.cpu.dram_energy_j) {
+    e_cpu += *f.cpu.dram_energy_j - last_dram_j_.value_or(0);
+    last_dram_j_ = f.cpu.dram_energy_j;
+    cpu_measured = true;
+  }
+  if (cpu_measured) {
+    DeviceAttribution& d = sum_.devices["cpu"];
+    if (d.method.empty() || cpu_power_method)
+      d.method = cpu_power_method && std::string_view(cpu_power_method) == "estimated" ? "attributed (estimated)"
+                                                                                       : "attributed";
+    if (current_ && cpu_known_) {
+      const double a = e_cpu * cpu_attr_frac_;
+      const double o = e_cpu * cpu_other_frac_;
+      d.attributed_j += a;
+      d.other_j += o;
+      d.unattributed_j += e_cpu - a - o;
+      for (const auto& [id, frac] : cpu_share_)
+        sum_.processes[id].cpu_energy_j += e_cpu * frac;
+    } else {
+      d.unattributed_j += e_cpu;
+    }
+  }
+  for (const auto& s : f.gpus) {
+    if (!s.energy_j) continue;
+    double& last = last_gpu_j_[s.gpu_index];
+    const double e = *s.energy_j - last;
+    last = *s.energy_j;
+    DeviceAttribution& d = sum_.devices["gpu" + std::to_string(s.gpu_index)];
+    d.method = "attributed";
+    auto g = current_ ? gpu_.find(s.gpu_index) : gpu_.end();
+    if (g == gpu_.end() || g->second.total <= 0) {
+      d.unattributed_j += e;
+      continue;
+    }
+    double a = 0, o = 0;
+    for (const auto& sh : g->second.shares) {
+      const double part = e * sh.weight / g->second.total;
+      (sh.in_run ? a : o) += part;
+      sum_.processes[sh.id].gpu_energy_j[s.gpu_index] += part;
+    }
+    d.attributed_j += a;
+    d.other_j += o;
+    d.unattributed_j += e - a - o;
+    (g->second.by_sm ? d.sm_share_j : d.memory_share_j) += e;
+  }
+  if (f.processes) fill(*f.processes, f);
+}
+
+void Attributor::fill(ProcessSnapshot& snap, const Frame& f) {
+  for (auto& p : snap.procs) {
+    auto it = sum_.processes.find(p.id);
+    if (it != sum_.processes.end()) p.cpu_energy_j = it->second.cpu_energy_j;
+    else p.cpu_energy_j = 0.0;
+  }
+  for (auto& g : snap.gpu_procs) {
+    auto it = sum_.processes.find(g.id);
+    double j = 0;
+    if (it != sum_.processes.end())
+      if (auto e = it->second.gpu_energy_j.find(g.gpu_index); e != it->second.gpu_energy_j.end()) j = e->second;
+    g.energy_j = j;
+    for (const auto& s : f.gpus) {
+      if (s.gpu_index != g.gpu_index || !s.power_w) continue;
+      auto sh = gpu_.find(g.gpu_index);
+      double w = 0;
+      if (sh != gpu_.end() && sh->second.total > 0)
+        for (const auto& x : sh->second.shares)
+          if (x.id == g.id) w = x.weight / sh->second.total;
+      g.power_w = *s.power_w * w;
+    }
+  }
+}
+
+nlohmann::json AttributionSummary::to_json(size_t max_processes) const {
+  nlohmann::json devs = nlohmann::json::object();
+  for (const auto& [name, d] : devices) {
+    nlohmann::json j = {{"attributed_j", d.attributed_j},
+                        {"other_j", d.other_j},
+                        {"unattributed_j", d.unattributed_j},
+                        {"measured_j", d.measured_j()},
+                        {"method", d.method}};
+    if (name != "cpu") {
+      j["sm_share_j"] = d.sm_share_j;
+      j["memory_share_j"] = d.memory_share_j;
+    }
+    devs[name] = j;
+  }
+  std::vector<std::pair<double, const std::pair<const ProcessId, ProcessTotals>*>> rank;
+  for (const auto& e : processes)
+    rank.emplace_back(e.second.cpu_energy_j + e.second.gpu_total_j(), &e);
+  std::sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  nlohmann::json procs = nlohmann::json::array();
+  std::map<std::pair<std::string, std::string>, double> units;
+  for (const auto& [energy, e] : rank) {
+    const auto& [id, t] = *e;
+    if (!t.unit.empty()) units[{t.unit, t.unit_kind}] += energy;
+    if (procs.size() >= max_processes) continue;
+    nlohmann::json gpu = nlohmann::json::object();
+    for (const auto& [i, j] : t.gpu_energy_j)
+      gpu["gpu" + std::to_string(i)] = j;
+    procs.push_back({{"pid", id.pid},
+                     {"start_time", id.start_time},
+                     {"comm", t.comm},
+                     {"in_run", t.in_run},
+                     {"unit", t.unit.empty() ? nlohmann::json() : nlohmann::json(t.unit)},
+                     {"cpu_energy_j", t.cpu_energy_j},
+                     {"gpu_energy_j", t.gpu_total_j()},
+                     {"gpu_energy_by_device_j", gpu},
+                     {"peak_rss_bytes", t.peak_rss_bytes ? nlohmann::json(*t.peak_rss_bytes) : nlohmann::json()},
+                     {"peak_gpu_mem_bytes",
+                      t.peak_gpu_mem_bytes ? nlohmann::json(*t.peak_gpu_mem_bytes) : nlohmann::json()}});
+  }
+  nlohmann::json uj = nlohmann::json::array();
+  for (const auto& [u, j] : units)
+    uj.push_back({{"unit", u.first}, {"unit_kind", u.second}, {"energy_j", j}});
+  return {{"devices", devs}, {"processes", procs}, {"units", uj}, {"processes_total", processes.size()}};
+}
+
+} // namespace wattscope

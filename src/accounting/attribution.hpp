@@ -1,0 +1,83 @@
+// Who used the energy (docs/attribution.md). Every tick's energy per device is split by the latest process scan's
+// shares: a GPU's by its processes' SM utilisation, else by the memory they hold, else it stays unattributed (idle);
+// the CPU's (RAPL package + DRAM) by busy CPU time, idle time unattributed. Per device, attributed + other +
+// unattributed equals the measured energy: the unattributed part of each tick is what the other two leave.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/frame.hpp"
+
+namespace wattscope {
+
+struct DeviceAttribution {
+  double attributed_j = 0;   // the run's processes (`run`), or every process (`record`, `serve`)
+  double other_j = 0;        // other processes: neighbours on the GPU, busy CPU time outside the run
+  double unattributed_j = 0; // idle, or no process figures for the interval
+  double sm_share_j = 0;     // GPU: split by SM utilisation
+  double memory_share_j = 0; // GPU: split by memory held (no process active)
+  std::string method;        // "attributed", or "attributed (estimated)" for --cpu-tdp
+  double measured_j() const { return attributed_j + other_j + unattributed_j; }
+};
+
+struct ProcessTotals {
+  std::string comm;
+  std::string unit, unit_kind;
+  bool in_run = false;
+  double cpu_energy_j = 0;
+  std::map<int, double> gpu_energy_j; // per gpu_index
+  OptI peak_rss_bytes;
+  OptI peak_gpu_mem_bytes; // summed over GPUs at one scan
+  int64_t first_tick = 0;
+  int64_t last_tick = 0;
+  double gpu_total_j() const;
+};
+
+struct AttributionSummary {
+  bool tracked = false; // some process scan reached accounting
+  std::map<std::string, DeviceAttribution> devices; // "cpu", "gpu0", ...
+  std::map<ProcessId, ProcessTotals> processes;
+  nlohmann::json to_json(size_t max_processes = 50) const;
+};
+
+class Attributor {
+public:
+  // Attributes the frame's interval (frame.gpus' energy_j and the CPU energy must already be set), adopting
+  // frame.processes first when it carries a new scan, and fills that scan's energy fields and row ticks.
+  void process(Frame& frame, const char* cpu_power_method);
+  const AttributionSummary& summary() const { return sum_; }
+  // Sets first_tick / last_tick of rows of processes gone (or of every process, at the end of a run).
+  void resolve_rows(std::vector<ProcessRow>& rows, int64_t tick) const;
+
+private:
+  struct Share {
+    ProcessId id;
+    bool in_run;
+    double weight;
+  };
+  struct GpuShares {
+    std::vector<Share> shares;
+    double total = 0;
+    bool by_sm = false;
+  };
+  void adopt(ProcessSnapshot& snap, int64_t tick);
+  void fill(ProcessSnapshot& snap, const Frame& f);
+
+  std::shared_ptr<const ProcessSnapshot> current_;
+  // CPU: fraction of the interval's energy per process, and the run / other fractions.
+  std::vector<std::pair<ProcessId, double>> cpu_share_;
+  double cpu_attr_frac_ = 0, cpu_other_frac_ = 0;
+  bool cpu_known_ = false;
+  std::map<int, GpuShares> gpu_;
+  OptF last_pkg_j_, last_dram_j_;
+  std::map<int, double> last_gpu_j_;
+  std::map<int, OptF> gpu_power_w_; // the tick's measured power, for per-process power
+  AttributionSummary sum_;
+};
+
+} // namespace wattscope

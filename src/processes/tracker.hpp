@@ -1,0 +1,86 @@
+// Follows processes off the sampling thread, at most once a second whatever --interval is, and hands each scan to
+// accounting with the next frame (core/processes.hpp). `run`: the wrapped command's whole tree, found by parent pid
+// each scan (plus the members of its own cgroup, where one could be made), identified by (pid, start time). `record`
+// and `serve`: every process, grouped into units by cgroup, the top N sampled. The thread sleeps between scans and
+// does nothing until it has something to track.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/processes.hpp"
+#include "sources/source.hpp"
+
+namespace wattscope {
+
+struct TrackerOptions {
+  std::string procfs_root = "/proc";
+  std::chrono::nanoseconds period = std::chrono::seconds(1); // never shorter than 1 s
+  size_t top_processes = 20;                                   // machine mode: processes sampled per scan
+  long clock_ticks_per_s = 100;                                // sysconf(_SC_CLK_TCK)
+};
+
+class ProcessTracker {
+public:
+  // gpu_sources: the sources whose lists_gpu_processes() is true; shared, as the sampler shares them.
+  ProcessTracker(TrackerOptions opts, std::vector<std::shared_ptr<Source>> gpu_sources);
+  ~ProcessTracker();
+  ProcessTracker(const ProcessTracker&) = delete;
+  ProcessTracker& operator=(const ProcessTracker&) = delete;
+
+  // Machine mode, or run mode once follow() names the root. cgroup_dir: the run's own cgroup v2 directory, whose
+  // cgroup.procs lists daemonised descendants too; empty when none could be made.
+  void start_machine();
+  void follow(pid_t root, std::string cgroup_dir = {});
+  void stop(); // joins the thread; a last scan is taken so the end of the run is covered
+  // The latest scan not yet taken, or null.
+  std::shared_ptr<ProcessSnapshot> take();
+  // After stop(): a `processes` row for every process still known, marked gone (accounting sets its ticks).
+  std::vector<ProcessRow> final_rows();
+  // One scan now, on the caller's thread (the thread calls this; tests and benchmarks may too).
+  std::shared_ptr<ProcessSnapshot> scan();
+  const TrackerOptions& options() const { return opts_; }
+
+private:
+  struct Known {
+    uint64_t cpu_ticks = 0; // utime + stime + cutime + cstime at the last scan
+    int64_t ppid = 0;
+    std::optional<int64_t> read_bytes, write_bytes;
+    std::string comm;
+    std::string unit, unit_kind;
+    bool rowed = false; // sampled at least once: it gets a `processes` row when gone or at the end
+    std::string cmdline;
+    std::optional<int64_t> uid;
+  };
+  void loop();
+
+  TrackerOptions opts_;
+  std::vector<std::shared_ptr<Source>> gpu_sources_;
+  bool run_mode_ = false;
+  pid_t root_ = 0;
+  std::string cgroup_dir_;
+  // scan state: touched only by whoever scans (the thread, or the caller of scan() when no thread runs)
+  std::map<ProcessId, Known> known_;
+  bool first_scan_ = true;
+  std::optional<std::pair<uint64_t, uint64_t>> prev_cpu_; // busy, total ticks of /proc/stat
+  std::chrono::steady_clock::time_point prev_at_{};
+  std::string buf_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool started_ = false;
+  std::shared_ptr<ProcessSnapshot> latest_;
+  std::thread thread_;
+};
+
+} // namespace wattscope

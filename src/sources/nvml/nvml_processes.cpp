@@ -1,0 +1,188 @@
+// Which processes use each GPU, and how much (attribution, docs/attribution.md). These calls cost milliseconds on a
+// real driver, so the process tracker's thread makes them at most once a second; the sampling tick never does.
+//
+// Running processes: nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3 (or _v2, the same struct), else the
+// unversioned call with the older two-field struct. Utilisation: nvmlDeviceGetProcessesUtilizationInfo where the
+// driver has it, else nvmlDeviceGetProcessUtilization; both return the samples newer than the last timestamp seen,
+// which are averaged per pid.
+#include <algorithm>
+#include <map>
+
+#include <spdlog/spdlog.h>
+
+#include "sources/nvml/nvml_source.hpp"
+
+namespace wattscope {
+
+using namespace nvml;
+
+namespace {
+
+// The two-call idiom of NVML's list functions: ask with no buffer for the count, then with room for a few more (a
+// process may start in between). Fn(count*, T*) -> Return.
+template <class T, class Fn> Return list(Fn&& fn, std::vector<T>& out) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    unsigned int count = static_cast<unsigned int>(out.size());
+    const Return rc = fn(&count, out.empty() ? nullptr : out.data());
+    if (rc == kSuccess) {
+      out.resize(std::min<size_t>(count, out.size()));
+      return rc;
+    }
+    if (rc != kErrorInsufficientSize) return rc;
+    out.resize(count + 8);
+  }
+  return kErrorInsufficientSize;
+}
+
+struct Util {
+  double sm = 0, mem = 0, enc = 0, dec = 0;
+  int n = 0;
+};
+
+bool property_error(Return rc) { // a property of the device or driver, not of the moment
+  return rc == kErrorNotSupported || rc == kErrorFunctionNotFound || rc == kErrorNoPermission ||
+         rc == kErrorInvalidArgument;
+}
+
+} // namespace
+
+bool NvmlSource::lists_gpu_processes() const {
+  return lib_ && (lib_->device_compute_processes || lib_->device_compute_processes_v1 ||
+                  lib_->device_graphics_processes || lib_->device_graphics_processes_v1);
+}
+
+void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<int>& listed) noexcept {
+  try {
+    std::lock_guard lock(proc_mu_);
+    if (!lib_) return;
+    proc_state_.resize(devs_.size());
+    for (size_t i = 0; i < devs_.size(); ++i) {
+      Dev& d = devs_[i];
+      ProcState& ps = proc_state_[i];
+      {
+        std::lock_guard l(d.slow->mu); // the tick's lost flag is the sampler's; this is its mirror
+        if (d.slow->lost) continue;
+      }
+      if (ps.off) continue;
+      // pid -> memory held (bytes; missing where the driver cannot tell)
+      std::map<unsigned int, OptI> mem;
+      bool any_list = false;
+      auto take = [&](unsigned int pid, unsigned long long used) {
+        OptI bytes;
+        if (used != kValueNotAvailable) bytes = static_cast<int64_t>(used);
+        auto [it, fresh] = mem.emplace(pid, bytes);
+        // A process can be both a compute and a graphics client: its memory is the same allocation, listed twice.
+        if (!fresh && bytes && (!it->second || *bytes > *it->second)) it->second = bytes;
+      };
+      auto read_list = [&](auto v3, auto v1) {
+        if (ps.list_v3 && (*lib_).*v3) {
+          std::vector<ProcessInfo> infos;
+          const Return rc = list<ProcessInfo>(
+              [&](unsigned int* n, ProcessInfo* p) { return ((*lib_).*v3)(d.handle, n, p); }, infos);
+          if (rc == kSuccess) {
+            any_list = true;
+            for (const auto& p : infos)
+              take(p.pid, p.usedGpuMemory);
+            return;
+          }
+          if (!property_error(rc)) return;
+          ps.list_v3 = false; // the v2 struct is not understood here: the older call from now on
+        }
+        if ((*lib_).*v1) {
+          std::vector<ProcessInfoV1> infos;
+          const Return rc = list<ProcessInfoV1>(
+              [&](unsigned int* n, ProcessInfoV1* p) { return ((*lib_).*v1)(d.handle, n, p); }, infos);
+          if (rc == kSuccess) {
+            any_list = true;
+            for (const auto& p : infos)
+              take(p.pid, p.usedGpuMemory);
+          }
+        }
+      };
+      read_list(&Library::device_compute_processes, &Library::device_compute_processes_v1);
+      read_list(&Library::device_graphics_processes, &Library::device_graphics_processes_v1);
+      if (!any_list) {
+        if (!lib_->device_compute_processes && !lib_->device_compute_processes_v1) ps.off = true;
+        continue;
+      }
+
+      // Per-process utilisation since the last samples seen. NOT_FOUND: no process ran a kernel since then (0 %).
+      std::map<unsigned int, Util> util;
+      bool util_known = false;
+      unsigned long long newest = ps.last_seen_us;
+      if (!ps.util_off && ps.util_info && lib_->device_processes_utilization_info) {
+        std::vector<ProcessUtilizationInfoV1> buf;
+        ProcessesUtilizationInfo info{};
+        const Return rc = list<ProcessUtilizationInfoV1>(
+            [&](unsigned int* n, ProcessUtilizationInfoV1* p) {
+              info = {};
+              info.version = kProcessesUtilizationInfoVersion;
+              info.processSamplesCount = *n;
+              info.lastSeenTimeStamp = ps.last_seen_us;
+              info.procUtilArray = p;
+              const Return r = lib_->device_processes_utilization_info(d.handle, &info);
+              *n = info.processSamplesCount;
+              return r;
+            },
+            buf);
+        if (rc == kSuccess || rc == kErrorNotFound) {
+          util_known = true;
+          for (const auto& u : buf) {
+            auto& a = util[u.pid];
+            a.sm += u.smUtil, a.mem += u.memUtil, a.enc += u.encUtil, a.dec += u.decUtil, a.n++;
+            newest = std::max(newest, u.timeStamp);
+          }
+        } else if (property_error(rc)) {
+          ps.util_info = false;
+        }
+      } else {
+        ps.util_info = false;
+      }
+      if (!util_known && !ps.util_off && !ps.util_info) {
+        if (!lib_->device_process_utilization) {
+          ps.util_off = true;
+        } else {
+          std::vector<ProcessUtilizationSample> buf;
+          const Return rc = list<ProcessUtilizationSample>(
+              [&](unsigned int* n, ProcessUtilizationSample* p) {
+                return lib_->device_process_utilization(d.handle, p, n, ps.last_seen_us);
+              },
+              buf);
+          if (rc == kSuccess || rc == kErrorNotFound) {
+            util_known = true;
+            for (const auto& u : buf) {
+              auto& a = util[u.pid];
+              a.sm += u.smUtil, a.mem += u.memUtil, a.enc += u.encUtil, a.dec += u.decUtil, a.n++;
+              newest = std::max(newest, u.timeStamp);
+            }
+          } else if (property_error(rc)) {
+            ps.util_off = true;
+            spdlog::debug("GPU {}: no per-process utilisation ({}); its energy is split by memory held",
+                          d.info.gpu_index, error_name(rc));
+          }
+        }
+      }
+      ps.last_seen_us = newest;
+      listed.push_back(d.info.gpu_index);
+      for (const auto& [pid, bytes] : mem) {
+        GpuProcessSample g;
+        g.id.pid = pid;
+        g.gpu_index = d.info.gpu_index;
+        g.mem_used_bytes = bytes;
+        if (util_known) {
+          g.sm_pct = g.mem_pct = g.enc_pct = g.dec_pct = 0.0;
+          if (auto it = util.find(pid); it != util.end() && it->second.n > 0) {
+            const double n = it->second.n;
+            g.sm_pct = it->second.sm / n, g.mem_pct = it->second.mem / n;
+            g.enc_pct = it->second.enc / n, g.dec_pct = it->second.dec / n;
+          }
+        }
+        out.push_back(g);
+      }
+    }
+  } catch (...) {
+    // allocation failure: this scan keeps what it has
+  }
+}
+
+} // namespace wattscope

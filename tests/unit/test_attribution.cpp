@@ -1,0 +1,216 @@
+// Attribution parts (issue 13): units from cgroup paths, the process tracker on procfs fixture trees, and the energy
+// split, whose parts add up to the measured energy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../support/support.hpp"
+#include "accounting/accounting.hpp"
+#include "processes/procfs.hpp"
+#include "processes/tracker.hpp"
+
+using namespace wattscope;
+using namespace wstest;
+
+namespace {
+
+TEST(CgroupUnit, RecognisesSlurmPodsContainersServicesSessions) {
+  EXPECT_EQ(parse_cgroup_unit("0::/slurm/uid_1000/job_4242/step_0/task_0\n").name, "slurm job 4242");
+  EXPECT_EQ(parse_cgroup_unit("0::/system.slice/slurmstepd.scope/job_77/step_batch/user/task_0\n").kind, "slurm-job");
+  const Unit pod = parse_cgroup_unit("0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"
+                                     "1f2e3d4c_5b6a_7980_a1b2_c3d4e5f60718.slice/cri-containerd-"
+                                     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope\n");
+  EXPECT_EQ(pod.kind, "k8s-pod");
+  EXPECT_EQ(pod.name, "pod 1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718");
+  EXPECT_EQ(parse_cgroup_unit("0::/kubepods/besteffort/pod0a1b2c3d-aaaa-bbbb-cccc-111122223333/abc\n").name,
+            "pod 0a1b2c3d-aaaa-bbbb-cccc-111122223333");
+  const Unit docker = parse_cgroup_unit(
+      "0::/system.slice/docker-3fa9c1d2e4b5a6978800112233445566778899aabbccddeeff00112233445566.scope\n");
+  EXPECT_EQ(docker.kind, "container");
+  EXPECT_EQ(docker.name, "docker 3fa9c1d2e4b5");
+  EXPECT_EQ(parse_cgroup_unit("0::/machine.slice/libpod-aabbccddeeff00112233.scope/container\n").name,
+            "podman aabbccddeeff");
+  EXPECT_EQ(parse_cgroup_unit("12:cpu:/docker/aabbccddeeff00112233\n1:name=systemd:/docker/aabbccddeeff00112233\n")
+                .name,
+            "docker aabbccddeeff");
+  EXPECT_EQ(parse_cgroup_unit("0::/system.slice/nginx.service\n").name, "nginx.service");
+  EXPECT_EQ(parse_cgroup_unit("0::/user.slice/user-1000.slice/session-3.scope\n").kind, "user-session");
+  EXPECT_EQ(parse_cgroup_unit("0::/\n").kind, "");
+  EXPECT_EQ(parse_cgroup_unit("garbage").kind, "");
+}
+
+TEST(ProcfsParsers, StatWithSpacesInCommSmapsAndIo) {
+  PidStat st;
+  ASSERT_TRUE(parse_pid_stat("42 (my (odd) proc) S 7 42 42 0 -1 4194560 100 0 0 0 150 50 30 20 20 0 1 0 "
+                             "123456 1000 10 18446744073709551615",
+                             st));
+  EXPECT_EQ(st.comm, "my (odd) proc");
+  EXPECT_EQ(st.ppid, 7);
+  EXPECT_EQ(st.cpu_ticks(), 150u + 50 + 30 + 20);
+  EXPECT_EQ(st.start_time, 123456u);
+  EXPECT_FALSE(parse_pid_stat("42 (x) S 7", st));
+  const PidMemory m = parse_smaps_rollup("Rss:  100 kB\nPss:   60 kB\nPrivate_Clean: 10 kB\nPrivate_Dirty: 30 kB\n");
+  EXPECT_EQ(m.rss_bytes, 100 * 1024);
+  EXPECT_EQ(m.pss_bytes, 60 * 1024);
+  EXPECT_EQ(m.uss_bytes, 40 * 1024);
+  EXPECT_FALSE(parse_smaps_rollup("").rss_bytes.has_value()); // missing, not 0
+  const PidIo io = parse_pid_io("rchar: 5\nwchar: 6\nread_bytes: 4096\nwrite_bytes: 8192\n");
+  EXPECT_EQ(io.read_bytes, 4096);
+  EXPECT_EQ(io.write_bytes, 8192);
+}
+
+// A fixture /proc: stat lines with the fields the tracker reads.
+void proc(const TempDir& d, int pid, int ppid, uint64_t start, uint64_t utime, uint64_t cutime = 0,
+          const std::string& comm = "worker", const std::string& cgroup = "0::/system.slice/slurmstepd.scope/job_9\n") {
+  const std::string dir = d / ("proc/" + std::to_string(pid));
+  write_file(dir + "/stat", std::to_string(pid) + " (" + comm + ") S " + std::to_string(ppid) +
+                                " 1 1 0 -1 0 0 0 0 0 " + std::to_string(utime) + " 0 " + std::to_string(cutime) +
+                                " 0 20 0 1 0 " + std::to_string(start) + " 1000 10\n");
+  write_file(dir + "/cgroup", cgroup);
+  write_file(dir + "/smaps_rollup", "Rss: 8 kB\nPss: 4 kB\nPrivate_Clean: 1 kB\nPrivate_Dirty: 2 kB\n");
+  write_file(dir + "/cmdline", comm + std::string("\0--flag\0", 8));
+}
+void host_stat(const TempDir& d, uint64_t busy, uint64_t idle) {
+  write_file(d / "proc/stat", "cpu  " + std::to_string(busy) + " 0 0 " + std::to_string(idle) + " 0 0 0 0 0 0\n");
+}
+void remove_proc(const TempDir& d, int pid) {
+  std::filesystem::remove_all(d / ("proc/" + std::to_string(pid)));
+}
+
+TEST(ProcessTracker, FollowsTheTreeKeepsReapedTimeAndNeverMergesAReusedPid) {
+  TempDir d;
+  host_stat(d, 1000, 1000);
+  proc(d, 100, 1, 5000, 10);    // the run's root
+  proc(d, 101, 100, 5001, 20);  // its child
+  proc(d, 102, 101, 5002, 30);  // a grandchild
+  proc(d, 200, 1, 10, 99);      // not the run's
+  TrackerOptions o;
+  o.procfs_root = d / "proc";
+  o.clock_ticks_per_s = 100;
+  ProcessTracker t(o, {});
+  // follow() starts a thread; the fixture is scanned by hand instead, in run mode.
+  t.follow(100);
+  t.stop();
+  t.take(); // the thread's scans of the same state
+  host_stat(d, 1300, 1100);
+  // 102 exits and 101 reaps it: 101's cutime now holds 102's whole 45 ticks, of which 30 were already counted.
+  remove_proc(d, 102);
+  proc(d, 101, 100, 5001, 25, 45);
+  auto s = t.scan();
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(s->run_mode);
+  ASSERT_TRUE(s->cpu_total_s && s->cpu_busy_s);
+  EXPECT_NEAR(*s->cpu_busy_s, 3.0, 1e-9);
+  EXPECT_NEAR(*s->cpu_total_s, 4.0, 1e-9);
+  double c101 = -1;
+  for (const auto& p : s->procs) {
+    EXPECT_NE(p.id.pid, 200) << "a process outside the tree";
+    if (p.id.pid == 101) c101 = p.cpu_time_s;
+  }
+  // 5 own ticks + 45 reaped - 30 already counted = 20 ticks = 0.2 s
+  EXPECT_NEAR(c101, 0.20, 1e-9);
+  bool gone_row = false;
+  for (const auto& r : s->rows)
+    if (r.id == ProcessId{102, 5002}) gone_row = r.last_tick.has_value();
+  EXPECT_TRUE(gone_row) << "the grandchild's final row";
+
+  // pid 101 is reused by a new process (another start time): a new identity, and a new row.
+  remove_proc(d, 101);
+  proc(d, 101, 100, 9000, 3);
+  s = t.scan();
+  bool old_gone = false;
+  for (const auto& r : s->rows)
+    if (r.id == ProcessId{101, 5001}) old_gone = r.last_tick.has_value();
+  EXPECT_TRUE(old_gone);
+  bool new_final = false;
+  for (const auto& r : t.final_rows()) {
+    EXPECT_NE(r.id, (ProcessId{101, 5001})) << "the old 101 had its row already";
+    if (r.id == ProcessId{101, 9000}) new_final = r.cmdline == "worker --flag";
+  }
+  EXPECT_TRUE(new_final) << "the new 101 gets its own row";
+  for (const auto& p : s->procs)
+    if (p.id.pid == 101) {
+      EXPECT_EQ(p.id.start_time, 9000);
+      EXPECT_NEAR(p.cpu_time_s, 0.03, 1e-9) << "the new process's time only";
+      EXPECT_EQ(p.unit, "slurm job 9");
+      EXPECT_EQ(p.rss_bytes, 8192);
+      EXPECT_EQ(p.uss_bytes, 3072);
+    }
+}
+
+Frame frame(int64_t tick, double gpu_j, double pkg_j) {
+  Frame f;
+  f.tick = tick;
+  GpuSample g;
+  g.gpu_index = 0;
+  g.power_w = 100;
+  g.energy_counter_uj = static_cast<int64_t>(gpu_j * 1e6);
+  f.gpus.push_back(g);
+  f.cpu.package_energy_j = pkg_j;
+  f.cpu.power_method = "counter";
+  return f;
+}
+
+TEST(Attributor, PartsAddUpToTheMeasuredEnergyPerDevice) {
+  GpuDevice dev;
+  dev.gpu_index = 0;
+  Accounting acc({dev});
+  auto f0 = frame(0, 1000, 50);
+  acc.process(f0);
+  auto f1 = frame(1, 1000.37, 50.9);
+  acc.process(f1); // no scan yet: unattributed
+  auto snap = std::make_shared<ProcessSnapshot>();
+  snap->run_mode = true;
+  snap->cpu_busy_s = 3;
+  snap->cpu_total_s = 8;
+  ProcessSample a;
+  a.id = {10, 1};
+  a.in_run = true;
+  a.sampled = true;
+  a.cpu_time_s = 2;
+  snap->procs.push_back(a);
+  snap->gpus_listed = {0};
+  GpuProcessSample ga, gn;
+  ga.id = {10, 1};
+  ga.in_run = true;
+  ga.sm_pct = 30;
+  gn.id = {77, 5};
+  gn.sm_pct = 10;
+  snap->gpu_procs = {ga, gn};
+  double gpu = 1000.37, pkg = 50.9;
+  for (int t = 2; t < 40; ++t) {
+    gpu += 0.1 * t + 1.0 / 3, pkg += 0.7 + t * 0.013;
+    auto f = frame(t, gpu, pkg);
+    if (t == 2) f.processes = snap;
+    if (t == 20) { // from here nobody is busy on the GPU, but the run's process holds memory
+      auto idle = std::make_shared<ProcessSnapshot>(*snap);
+      idle->gpu_procs[0].sm_pct = 0;
+      idle->gpu_procs[0].mem_used_bytes = 1 << 20;
+      idle->gpu_procs[1].sm_pct = 0;
+      f.processes = idle;
+    }
+    acc.process(f);
+    if (t == 2) {
+      ASSERT_TRUE(f.processes->gpu_procs[0].energy_j);
+      EXPECT_GT(*f.processes->gpu_procs[0].energy_j, 0) << "accounting filled the scan's energy";
+      EXPECT_NEAR(*f.processes->gpu_procs[0].power_w, 75, 1e-9);
+    }
+  }
+  const RunSummary s = acc.summary();
+  const auto& g = s.attribution.devices.at("gpu0");
+  const auto& c = s.attribution.devices.at("cpu");
+  ASSERT_EQ(s.gpus.size(), 1u);
+  EXPECT_NEAR(g.measured_j(), s.gpus[0].energy_j, 1e-9 * s.gpus[0].energy_j);
+  EXPECT_NEAR(c.measured_j(), *s.cpu_energy_j(), 1e-9 * *s.cpu_energy_j());
+  EXPECT_GT(g.unattributed_j, 0); // the interval before the first scan
+  EXPECT_GT(g.memory_share_j, 0);
+  EXPECT_GT(g.sm_share_j, 0);
+  // CPU: 2 of 8 CPU-seconds were the run's, 1 someone else's, 5 idle.
+  EXPECT_NEAR(c.attributed_j / c.other_j, 2.0, 1e-9);
+  EXPECT_NEAR((c.attributed_j + c.other_j) / (c.measured_j() - 50.9), 3.0 / 8, 1e-9);
+  const auto& mine = s.attribution.processes.at(ProcessId{10, 1});
+  EXPECT_NEAR(mine.cpu_energy_j, c.attributed_j, 1e-9);
+  EXPECT_NEAR(mine.gpu_total_j(), g.attributed_j, 1e-9);
+}
+
+} // namespace
