@@ -138,6 +138,7 @@ int main(int argc, char** argv) {
         pcie(dev[i], 1, &u);
       }
     }
+    if (tick == ticks) break; /* the last tick: no sleep after it */
     next.tv_nsec += (interval_ms % 1000) * 1000000L;
     next.tv_sec += interval_ms / 1000 + next.tv_nsec / 1000000000L;
     next.tv_nsec %= 1000000000L;
