@@ -2,7 +2,8 @@
 """What `wattscope record` costs the machine it watches, against the floor (bench/nvml_floor.c: the same NVML calls,
 nothing else) and a Python/ctypes monitor (bench/pymon.py), all three on the same 8 simulated GPUs at the same time.
 
-For each interval (1 s, 100 ms, 10 ms) and round, the three start together, once for a long and once for a short
+"wattscope" is `record` as a user runs it; "ws-devices" the same with --top-processes 0 (no process tracking), which
+does what the floor does. For each interval (1 s, 100 ms, 10 ms) and round, all four start together, once for a long and once for a short
 duration (in random order), and each is timed by the kernel (wait4: user + system CPU, peak RSS, voluntary context
 switches, which count wake-ups). Two figures per program:
   - whole run: CPU over the long run, start-up and shut-down included, as % of one core;
@@ -100,13 +101,18 @@ def main():
         "wattscope": lambda ms, s, tag: [os.path.join(args.build, "wattscope"), "-q", "record", "--task", "overhead",
                                          "--interval", f"{ms}ms", "--duration", f"{s}s", "--db",
                                          os.path.join(tmp, f"{tag}.db")],
+        # The same without process tracking (issue 13's scan of the machine's processes, at most once a second): what
+        # the device sampling itself costs, which is what the floor does.
+        "ws-devices": lambda ms, s, tag: [os.path.join(args.build, "wattscope"), "-q", "record", "--task", "overhead",
+                                          "--interval", f"{ms}ms", "--duration", f"{s}s", "--top-processes", "0",
+                                          "--db", os.path.join(tmp, f"{tag}.db")],
         "floor": lambda ms, s, tag: [os.path.join(args.build, "bench", "nvml_floor"), str(ms), str(s)],
         "python": lambda ms, s, tag: ["/usr/bin/python3", os.path.join(ROOT, "bench", "pymon.py"), str(ms), str(s),
                                       os.path.join(tmp, f"{tag}.csv")],
     }
     print(f"{args.gpus} simulated GPUs{' with driver-like call costs' if args.driver_like else ''}; "
           f"{args.rounds} rounds; medians. CPU as % of one core.")
-    print(f"{'interval':>8} {'program':>9} | {'whole run':>10} {'÷ floor':>8} | {'per tick':>10} {'÷ floor':>8} | "
+    print(f"{'interval':>8} {'program':>10} | {'whole run':>10} {'÷ floor':>8} | {'per tick':>10} {'÷ floor':>8} | "
           f"{'peak RSS':>9} {'threads':>7} {'wake-ups/tick':>13}")
     for ms, long_s, short_s in INTERVALS:
         if ms not in wanted:
@@ -142,7 +148,7 @@ def main():
             whole_ratio = statistics.median(x["whole_pct"] / f["whole_pct"] for x, f in zip(rs, floor))
             tick_ratio = statistics.median(x["tick_us"] / max(f["tick_us"], 1e-3) for x, f in zip(rs, floor))
             label = f"{ms} ms" if ms < 1000 else f"{ms // 1000} s"
-            print(f"{label:>8} {name:>9} | {whole:9.3f}% {whole_ratio:7.1f}x | {tick:8.1f}us {tick_ratio:7.1f}x | "
+            print(f"{label:>8} {name:>10} | {whole:9.3f}% {whole_ratio:7.1f}x | {tick:8.1f}us {tick_ratio:7.1f}x | "
                   f"{statistics.median(x['rss_mib'] for x in rs):7.1f}Mi {rs[0]['threads'] or '-':>7} "
                   f"{statistics.median(x['wakeups'] for x in rs):13.1f}")
         sys.stdout.flush()

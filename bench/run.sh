@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Prints the figures quoted in the README: micro-benchmarks (Google Benchmark), the NVML tick against its floor
-# as a ratio from the same run, and whole-process CPU share and peak RSS of `wattscope record` with 8 fake GPUs
-# at 1 Hz and 100 Hz, and rows/s into a private MariaDB server (batch sizes 1 to 10000, and ten million rows).
-# BENCH_SECONDS (default 60) sets how long each record runs; BENCH_MYSQL_10M=0 skips the ten-million-row run.
+# as a ratio from the same run, what `wattscope record` with 8 fake GPUs costs beside the floor and a Python monitor
+# at 1 s, 100 ms and 10 ms (bench/overhead.py), memory over a simulated day (bench/memory.py), and rows/s into a private MariaDB server (batch sizes 1 to 10000, and ten million rows).
+# BENCH_ROUNDS (default 2) sets overhead.py's rounds; BENCH_MEMORY_HOUR=1 adds an hour at 10 ms (~6 min);
+# BENCH_MYSQL_10M=0 skips the ten-million-row run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
 scripts/build.sh release >/dev/null
-secs=${BENCH_SECONDS:-60}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -32,29 +32,15 @@ WATTSCOPE_BENCH_REPORT_OUT="$out/report-1m.html" build/bench/wattscope_bench --b
 node bench/report_open.mjs "$out/report-1m.html"
 
 echo
-echo "== wattscope record, 8 fake GPUs, ${secs}s each"
-cat > "$out/s.json" <<'JSON'
-{"devices": [
-JSON
-for i in 0 1 2 3 4 5 6 7; do
-  sep=","; [ $i = 7 ] && sep=""
-  cat >> "$out/s.json" <<JSON
-{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-$i", "metrics": {"power_instant_mw": 312000, "power_avg_mw": 300000,
- "energy_mj": {"linear": [1000000, 300]}, "util_gpu": 97, "util_mem": 41, "mem_used_bytes": 75161927680,
- "mem_total_bytes": 85899345920, "temp_gpu": 64, "temp_mem": 71, "clock_sm": 1980, "clock_gfx": 1980, "clock_mem": 2619,
- "pcie_width": 16, "pcie_width_max": 16, "pcie_tx_kbs": 1000, "pcie_rx_kbs": 2000, "fan_pct": 0, "pstate": 0,
- "power_limit_mw": 700000, "clock_events": 0}}$sep
-JSON
-done
-echo "]}" >> "$out/s.json"
-for interval in 1s 10ms; do
-  /usr/bin/time -f "%U %S %e %M" -o "$out/time" \
-    env WATTSCOPE_NVML_LIBRARY="$PWD/build/fakes/libnvidia-ml-fake.so" WATTSCOPE_FAKE_NVML_SCENARIO="$out/s.json" \
-    build/wattscope -q record --task bench --interval "$interval" --duration "${secs}s" --db "$out/rec.db"
-  read -r user sys wall rss < "$out/time"
-  awk -v u="$user" -v s="$sys" -v w="$wall" -v r="$rss" -v i="$interval" \
-    'BEGIN { printf "interval %-5s CPU %.3f%% of one core (user %.2fs + sys %.2fs over %.1fs), peak RSS %.1f MiB\n", i, 100 * (u + s) / w, u, s, w, r / 1024 }'
-done
+echo "== what record costs beside the floor (bench/overhead.py: the same NVML calls in C) and a Python monitor"
+/usr/bin/python3 bench/overhead.py --rounds "${BENCH_ROUNDS:-2}"
+echo
+echo "== the same against a driver-like floor (the fake spends 20 us per call, 20 ms asleep per PCIe read)"
+/usr/bin/python3 bench/overhead.py --rounds 1 --driver-like --intervals 1000,100
+
+echo
+echo "== memory over long runs, fast-forwarded (bench/memory.py)"
+/usr/bin/python3 bench/memory.py ${BENCH_MEMORY_HOUR:+--hour}
 
 echo
 echo "== MySQL/MariaDB ingest: private server, one transaction per batch of gpu_samples rows"
