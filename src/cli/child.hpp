@@ -30,7 +30,9 @@ struct ChildResult {
 
 // Starts argv; throws CommandError when exec fails.
 // `path` comes from resolve_command; exec uses it directly so the forked child does no PATH search (no malloc).
-pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv);
+// `extra_env` ("NAME=value") is added to (or replaces in) the child's environment, e.g. WATTSCOPE_SOCKET.
+pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv,
+                  const std::vector<std::string>& extra_env = {});
 // Waits for the child; SIGINT/SIGTERM/SIGHUP sent to wattscope with kill(2) are passed on to it. (A terminal's
 // Ctrl-C already reaches the child through the process group, so it is not sent twice.)
 ChildResult wait_child(pid_t pid);

@@ -15,6 +15,8 @@ constexpr CommandEntry kCommands[] = {
      make_repair_command},
     {"export", "Copy runs between stores (SQLite, CSV, MySQL); also replays spill files", make_export_command},
     {"doctor", "Check what this machine can measure, and how to fix what it cannot", make_doctor_command},
+    // issue 15
+    {"mark", "Send a marker (phase begin/end, point, work done) to the wattscope running this command", make_mark_command},
 };
 } // namespace
 

@@ -19,7 +19,8 @@ namespace wattscope {
 // 2: cpu_samples power columns, cpu_power_samples, gpu_samples.vendor. 3: gpu_samples.util_enc_pct, util_dec_pct.
 // Older stores are migrated forward (a column this version has and the store lacks is added); a store written by a
 // newer version is refused.
-inline constexpr int kSchemaVersion = 3;
+// 4: phases, work (issue 15: markers).
+inline constexpr int kSchemaVersion = 4;
 
 struct Column {
   std::string_view name;
@@ -41,6 +42,10 @@ enum class TableId : size_t {
   CpuPowerSamples,
   GpuSamples,
   Events,
+  // --- issue 15: phases and work (markers)
+  Phases,
+  Work,
+  // --- end issue 15
   Count
 };
 inline constexpr size_t kTableCount = static_cast<size_t>(TableId::Count);

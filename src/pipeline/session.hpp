@@ -12,6 +12,8 @@
 #include "accounting/accounting.hpp"
 #include "core/duration.hpp"
 #include "core/schema.hpp"
+#include "phases/marker_socket.hpp"
+#include "phases/phase_tracker.hpp"
 #include "sampler/sampler.hpp"
 #include "sinks/sink_writer.hpp"
 #include "sinks/store.hpp"
@@ -34,6 +36,10 @@ struct SessionOptions {
   // Called on the sampler thread with every frame after accounting (serve's live state); must not block.
   std::function<void(const std::shared_ptr<const Frame>&)> on_frame;
   std::map<std::string, std::string> tags;
+  // Markers (issue 15): `run` listens in a private directory (its path goes to the child as WATTSCOPE_SOCKET);
+  // record/serve at --socket PATH. Neither: no socket.
+  bool private_marker_socket = false;
+  std::string marker_socket_path;
 };
 
 class Session {
@@ -51,6 +57,8 @@ public:
   bool all_stored() const { return all_stored_; }
   RunSummary summary() const { return acc_->summary(); }
   std::vector<GpuDevice> devices() const { return devices_ ? *devices_ : std::vector<GpuDevice>{}; }
+  // The marker socket's path, "" when there is none (issue 15).
+  std::string marker_socket() const { return markers_ ? markers_->path() : std::string(); }
 
 private:
   SessionOptions opts_;
@@ -60,6 +68,8 @@ private:
   std::unique_ptr<Accounting> acc_;
   std::vector<std::unique_ptr<SinkWriter>> writers_;
   std::unique_ptr<Sampler> sampler_;
+  std::unique_ptr<PhaseTracker> phases_;   // issue 15
+  std::unique_ptr<MarkerListener> markers_; // issue 15
   bool all_stored_ = true;
   bool finished_ = false;
 };

@@ -16,5 +16,7 @@ std::unique_ptr<Command> make_serve_command();
 std::unique_ptr<Command> make_export_command();
 std::unique_ptr<Command> make_doctor_command();
 std::unique_ptr<Command> make_repair_command();
+// issue 15
+std::unique_ptr<Command> make_mark_command();
 
 } // namespace wattscope

@@ -8,6 +8,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
+#include "pipeline/phase_view.hpp"
 #include "pipeline/run_view.hpp"
 #include "pipeline/session.hpp"
 #include "report/report.hpp"
@@ -68,6 +69,7 @@ public:
     if (command.empty()) throw UsageError("no command to run; usage: wattscope run [OPTIONS] -- CMD [ARGS...]");
     const bool want_report = sub.count("--report") > 0;
     SessionOptions opts = session_options(flags_, command);
+    opts.private_marker_socket = true; // the child's markers (wattscope mark, the Python helper): WATTSCOPE_SOCKET
     std::string path;
     try {
       path = resolve_command(command.front());
@@ -86,7 +88,9 @@ public:
     session.start();
     ChildResult child;
     try {
-      child = wait_child(spawn_child(path, command));
+      std::vector<std::string> env;
+      if (!session.marker_socket().empty()) env.push_back(std::string(kMarkerSocketEnv) + "=" + session.marker_socket());
+      child = wait_child(spawn_child(path, command, env));
     } catch (const CommandError& e) {
       spdlog::error("{}", e.what());
       child.exit_code = e.exit_code;
@@ -94,7 +98,17 @@ public:
     RunInfo run = session.finish(child.exit_code);
     std::string report_path;
     if (want_report) report_path = write_run_report(opts, run, report_);
-    if (!ctx.quiet) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    if (!ctx.quiet) {
+      std::string text = "wattscope: " + run_text(run, session.store_names());
+      // The phase table, read back from the first store (so it shows what was stored).
+      try {
+        auto reader = open_reader(opts.stores.front());
+        text += phase_text(load_phase_data(*reader, run), run);
+      } catch (const std::exception& e) {
+        spdlog::debug("phases not shown: {}", e.what());
+      }
+      std::fputs(text.c_str(), stderr);
+    }
     if (!session.all_stored()) spdlog::error("some samples could not be stored; see the errors above");
     if (!report_path.empty() && !ctx.quiet) std::fprintf(stderr, "  report    %s\n", report_path.c_str());
     if (!session.all_stored()) return child.exit_code ? child.exit_code : kRunOwnError;
