@@ -50,6 +50,12 @@ enum class TableId : size_t {
 };
 inline constexpr size_t kTableCount = static_cast<size_t>(TableId::Count);
 
+// Tables added after the first stores were written (issue 15: phases, work): an older store that lacks one reads
+// as having no rows in it, rather than as damaged.
+inline bool table_may_be_absent(TableId id) {
+  return id == TableId::Phases || id == TableId::Work;
+}
+
 // The schema_version a store holds (its text; nullopt when the store has none yet, which reads as 0). Throws
 // std::runtime_error naming `store` when it is not a number, or newer than this wattscope's (kSchemaVersion): such
 // a store is refused rather than misread.

@@ -16,13 +16,14 @@ using json = nlohmann::json;
 
 // JSON numbers that are integers, in int64 range (1e300 is a number, not an epoch index).
 std::optional<int64_t> integer(const json& j, std::string_view field) {
-  if (j.is_number_integer()) return j.get<int64_t>();
+  // Unsigned first: nlohmann counts an unsigned as an integer too, and get<int64_t> would wrap 2^64-1 to -1.
   if (j.is_number_unsigned()) {
     const auto u = j.get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       throw std::invalid_argument(fmt::format("'{}' is too large", field));
     return static_cast<int64_t>(u);
   }
+  if (j.is_number_integer()) return j.get<int64_t>();
   if (j.is_number_float()) {
     const double d = j.get<double>();
     // 2^53: past it a double no longer holds every integer, and an index or count that large is a mistake anyway.
