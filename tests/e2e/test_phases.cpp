@@ -1,0 +1,326 @@
+// Phases and work end to end (issue 15): children that send markers through `wattscope mark` and through the Python
+// helper, under the real binary with the fake NVML library; per-phase energy checked against the fake's counters.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/support.hpp"
+
+using namespace wstest;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr int kTicks = 400; // the fake's counter list is longer than any run here samples
+
+// Two GPUs whose energy counters (mJ) rise by different, uneven steps on every call, so a phase's figure shows
+// which ticks it was taken between.
+json scenario() {
+  json s = {{"driver_version", "550.54.15"}, {"nvml_version", "12.550.54.15"}, {"devices", json::array()}};
+  for (int i = 0; i < 2; ++i) {
+    json energy = json::array();
+    long long e = 5'000'000LL * (i + 1);
+    for (int k = 0; k < kTicks; ++k)
+      energy.push_back(e += 1000 + (k * 37 + i * 11) % 500);
+    s["devices"].push_back({{"name", "NVIDIA H100 80GB HBM3"},
+                            {"uuid", "GPU-" + std::to_string(2000 + i)},
+                            {"pci_bus_id", "00000000:" + std::to_string(20 + i) + ":00.0"},
+                            {"metrics",
+                             {{"power_mw", 200000 + 1000 * i},
+                              {"energy_mj", energy},
+                              {"util_gpu", 50},
+                              {"mem_used_bytes", 1 << 30},
+                              {"mem_total_bytes", 85899345920LL}}}});
+  }
+  return s;
+}
+
+struct Fixture {
+  TempDir dir;
+  json scen = scenario();
+  std::map<std::string, std::string> env;
+  Fixture() {
+    write_file(dir / "scenario.json", scen.dump());
+    env["WATTSCOPE_NVML_LIBRARY"] = fake_nvml();
+    env["WATTSCOPE_FAKE_NVML_SCENARIO"] = dir / "scenario.json";
+    env["CUDA_VISIBLE_DEVICES"] = "\x01";
+    env["WATTSCOPE_SOCKET"] = "\x01";
+    env["PYTHONDONTWRITEBYTECODE"] = "1";
+  }
+  std::string db() const { return dir / "wattscope.db"; }
+  Result wattscope_run(const std::vector<std::string>& child, std::map<std::string, std::string> extra = {}) {
+    std::vector<std::string> argv = {wattscope(), "run", "--interval", "50ms", "--task", "phases", "--"};
+    argv.insert(argv.end(), child.begin(), child.end());
+    auto e = env;
+    for (auto& [k, v] : extra)
+      e[k] = v;
+    return run(argv, e, dir.path());
+  }
+};
+
+std::string q(const std::string& s) {
+  return "'" + s + "'";
+}
+
+// Every phase's energy per GPU equals the fake's counter difference between its bracketing ticks, and those ticks
+// bracket it: the last sample at or before its begin, the first at or after its end.
+void expect_phase_energy_matches_the_counters(const Fixture& f) {
+  for (int gpu = 0; gpu < 2; ++gpu) {
+    auto samples = query(f.db(), "SELECT tick, ts_ms FROM gpu_samples WHERE gpu_index = " + std::to_string(gpu) +
+                                     " ORDER BY tick");
+    ASSERT_GE(samples.size(), 4u);
+    // Row k of a GPU's samples holds the fake's k-th counter reading (one read per tick).
+    auto row_of = [&](int64_t tick) {
+      for (size_t k = 0; k < samples.size(); ++k)
+        if (std::stoll(*samples[k][0]) == tick) return static_cast<int>(k);
+      ADD_FAILURE() << "no sample at tick " << tick;
+      return 0;
+    };
+    auto ts = [&](int row) { return std::stoll(*samples[static_cast<size_t>(row)][1]); };
+    const json& counter = f.scen["devices"][gpu]["metrics"]["energy_mj"];
+    for (const auto& p : query(f.db(), "SELECT name, start_ms, end_ms, start_tick, end_tick, device_energy_j, "
+                                       "energy_j FROM phases ORDER BY phase_id")) {
+      SCOPED_TRACE(*p[0] + " gpu" + std::to_string(gpu));
+      const int a = row_of(std::stoll(*p[3]));
+      const int b = row_of(std::stoll(*p[4]));
+      const int64_t start = std::stoll(*p[1]), end = std::stoll(*p[2]);
+      EXPECT_LE(ts(a), start);
+      if (a + 1 < static_cast<int>(samples.size())) {
+        EXPECT_GE(ts(a + 1), start);
+      }
+      // An end after the last tick (the run's last moments, or the run's end closing the phase) has no later tick:
+      // it is measured to the last one, as the run's own total is.
+      if (b + 1 < static_cast<int>(samples.size())) {
+        EXPECT_GE(ts(b), end);
+      }
+      if (b > 0) {
+        EXPECT_LE(ts(b - 1), end);
+      }
+      const double expected_j = (counter[b].get<double>() - counter[a].get<double>()) / 1000.0;
+      const json dev = json::parse(*p[5]);
+      ASSERT_TRUE(dev.contains("gpu" + std::to_string(gpu))) << *p[5];
+      EXPECT_NEAR(dev["gpu" + std::to_string(gpu)].get<double>(), expected_j, 1e-9);
+    }
+  }
+  // The phase total is the sum over whatever devices it lists.
+  for (const auto& p : query(f.db(), "SELECT device_energy_j, energy_j FROM phases")) {
+    double sum = 0;
+    const json devices = json::parse(*p[0]);
+    for (const auto& [k, v] : devices.items())
+      sum += v.get<double>();
+    EXPECT_NEAR(std::stod(*p[1]), sum, 1e-9);
+  }
+}
+
+} // namespace
+
+TEST(Phases, ShellChildMarksPhasesNestingAndWork) {
+  Fixture f;
+  const std::string w = q(wattscope());
+  const std::string script = w + " mark begin train && " + w + " mark begin epoch --index 0 && sleep 0.25 && " + w +
+                             " mark work 32 samples && " + w + " mark work 32 && " + w + " mark end epoch && " + w +
+                             " mark point checkpoint && " + w + " mark begin epoch --index 1 && sleep 0.25 && " + w +
+                             " mark work 1000 tokens && " + w + " mark end && " + w + " mark end train && sleep 0.15";
+  Result r = f.wattscope_run({"sh", "-c", script});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto phases = query(f.db(), "SELECT phase_id, name, \"index\", parent, closed_by_run_end, energy_method FROM phases "
+                              "ORDER BY phase_id");
+  ASSERT_EQ(phases.size(), 3u) << r.err;
+  EXPECT_EQ(*phases[0][1], "train");
+  EXPECT_FALSE(phases[0][2].has_value());
+  EXPECT_FALSE(phases[0][3].has_value());
+  EXPECT_EQ(*phases[1][1], "epoch");
+  EXPECT_EQ(*phases[1][2], "0");
+  EXPECT_EQ(*phases[1][3], "0");
+  EXPECT_EQ(*phases[2][2], "1");
+  EXPECT_EQ(*phases[2][3], "0");
+  for (const auto& p : phases) {
+    EXPECT_EQ(*p[4], "0");
+    EXPECT_EQ(*p[5], "counter");
+  }
+  auto work = query(f.db(), "SELECT amount, unit, phase_id FROM work ORDER BY seq");
+  ASSERT_EQ(work.size(), 3u);
+  EXPECT_EQ(*work[0][1], "samples");
+  EXPECT_EQ(*work[0][2], "1");
+  EXPECT_EQ(*work[1][1], "samples"); // the default unit
+  EXPECT_EQ(*work[2][0], "1000.0");
+  EXPECT_EQ(*work[2][1], "tokens");
+  EXPECT_EQ(*work[2][2], "2");
+  EXPECT_EQ(scalar(f.db(), "SELECT source FROM events WHERE kind = 'mark'"), "checkpoint");
+  expect_phase_energy_matches_the_counters(f);
+
+  // show --json: phases[] with work figures computed from the stored energy and amounts; the text has the table.
+  Result show = run({wattscope(), "show", "--json"}, {}, f.dir.path());
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  const json j = json::parse(show.out);
+  ASSERT_EQ(j["phases"].size(), 3u);
+  const json& e0 = j["phases"][1];
+  EXPECT_EQ(e0["name"], "epoch");
+  EXPECT_EQ(e0["work"]["amount"]["samples"].get<double>(), 64.0);
+  EXPECT_NEAR(e0["work"]["energy_per_unit_j"]["samples"].get<double>(), e0["energy_j"].get<double>() / 64.0, 1e-12);
+  EXPECT_NEAR(e0["work"]["throughput_per_s"]["samples"].get<double>(), 64.0 / e0["duration_s"].get<double>(), 1e-9);
+  // train holds both epochs' work.
+  EXPECT_EQ(j["phases"][0]["work"]["amount"]["samples"].get<double>(), 64.0);
+  EXPECT_EQ(j["phases"][0]["work"]["amount"]["tokens"].get<double>(), 1000.0);
+  EXPECT_EQ(j["work"]["amount"]["tokens"].get<double>(), 1000.0);
+  EXPECT_NEAR(j["work"]["energy_per_unit_j"]["samples"].get<double>(), j["total_energy_j"].get<double>() / 64.0,
+              1e-9);
+  ASSERT_EQ(j["marks"].size(), 1u);
+  EXPECT_EQ(j["marks"][0]["name"], "checkpoint");
+  Result text = run({wattscope(), "show"}, {}, f.dir.path());
+  EXPECT_NE(text.out.find("phases"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("epoch [1]"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("J/sample"), std::string::npos) << text.out;
+}
+
+TEST(Phases, PythonChildThroughTheHelper) {
+  Fixture f;
+  const std::string program = R"(
+import wattscope
+assert wattscope.enabled()
+
+class P:
+    def __init__(self, n): self.n = n
+    def numel(self): return self.n
+
+class Net:
+    def parameters(self): return [P(1000), P(24)]
+
+wattscope.describe_model(Net(), flops=2048)
+
+@wattscope.phase("evaluate")
+def evaluate():
+    import time; time.sleep(0.15)
+    wattscope.work(10, unit="images")
+
+import time
+with wattscope.phase("train"):
+    for epoch in range(2):
+        with wattscope.phase("epoch", index=epoch):
+            time.sleep(0.15)
+            wattscope.work(16)
+            wattscope.work(16)
+        wattscope.mark("checkpoint")
+evaluate()
+)";
+  Result r = f.wattscope_run({"python3", "-c", program},
+                             {{"PYTHONPATH", std::string(WATTSCOPE_SOURCE_DIR) + "/python"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto phases = query(f.db(), "SELECT name, \"index\", parent FROM phases ORDER BY phase_id");
+  ASSERT_EQ(phases.size(), 4u) << r.err;
+  EXPECT_EQ(*phases[0][0], "train");
+  EXPECT_EQ(*phases[1][0], "epoch");
+  EXPECT_EQ(*phases[1][1], "0");
+  EXPECT_EQ(*phases[1][2], "0");
+  EXPECT_EQ(*phases[2][1], "1");
+  EXPECT_EQ(*phases[3][0], "evaluate");
+  EXPECT_FALSE(phases[3][2].has_value());
+  EXPECT_EQ(scalar(f.db(), "SELECT sum(amount) FROM work WHERE unit = 'samples'"), "64.0");
+  EXPECT_EQ(scalar(f.db(), "SELECT phase_id FROM work WHERE unit = 'images'"), "3");
+  EXPECT_EQ(scalar(f.db(), "SELECT count(*) FROM events WHERE kind = 'mark' AND source = 'checkpoint'"), "2");
+  const json model = json::parse(scalar(f.db(), "SELECT detail FROM events WHERE kind = 'model'"));
+  EXPECT_EQ(model["parameters"], 1024);
+  EXPECT_EQ(model["flops"], 2048.0);
+  EXPECT_EQ(scalar(f.db(), "SELECT source FROM events WHERE kind = 'model'"), "Net");
+  expect_phase_energy_matches_the_counters(f);
+}
+
+TEST(Phases, APhaseLeftOpenEndsWithTheRun) {
+  Fixture f;
+  Result r = f.wattscope_run({"sh", "-c", q(wattscope()) + " mark begin forever && sleep 0.2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(scalar(f.db(), "SELECT name || ' ' || closed_by_run_end FROM phases"), "forever 1");
+  EXPECT_EQ(scalar(f.db(), "SELECT end_ms = (SELECT end_ms FROM runs) FROM phases"), "1");
+  expect_phase_energy_matches_the_counters(f);
+}
+
+TEST(Phases, MarkOutsideWattscopeIsANoOpAndBadArgumentsAreUsageErrors) {
+  TempDir dir;
+  const std::map<std::string, std::string> none = {{"WATTSCOPE_SOCKET", "\x01"}};
+  Result r = run({wattscope(), "mark", "begin", "epoch"}, none, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  r = run({wattscope(), "mark", "work", "32"}, {{"WATTSCOPE_SOCKET", dir / "gone.sock"}}, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = run({wattscope(), "mark", "--strict", "point", "x"}, none, dir.path());
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("WATTSCOPE_SOCKET is not set"), std::string::npos) << r.err;
+  for (const auto& bad : std::vector<std::vector<std::string>>{{"begin"},
+                                                               {"work", "lots"},
+                                                               {"work", "-5"},
+                                                               {"begin", "a\x1b[31m"},
+                                                               {"begin", std::string(300, 'n')},
+                                                               {"explode", "x"},
+                                                               {"begin", "e", "--index", "-2"}}) {
+    std::vector<std::string> argv = {wattscope(), "mark"};
+    argv.insert(argv.end(), bad.begin(), bad.end());
+    r = run(argv, none, dir.path());
+    EXPECT_EQ(r.exit_code, 2) << bad[0] << ": " << r.err;
+  }
+  // No file is left behind by any of it.
+  EXPECT_EQ(run({"/bin/sh", "-c", "ls -A | wc -l"}, {}, dir.path()).out, "0\n");
+}
+
+// A child that floods its socket with garbage: sampling goes on at its pace and the valid markers still count.
+TEST(Phases, GarbageOnTheSocketNeitherCrashesNorStallsSampling) {
+  Fixture f;
+  const std::string program = R"(
+import os, socket, time, json
+path = os.environ["WATTSCOPE_SOCKET"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.setblocking(False)
+def send(b):
+    try: s.sendto(b, path)
+    except OSError: pass
+send(b'{"kind":"begin","name":"real"}\n')
+junk = [b"{bad", b"\xff\xfe\x00", b"[" * 4000, b'{"kind":"begin","name":"\\u001b[2J"}', b'{"kind":"work","amount":1e400,"unit":"x"}',
+        b'{"kind":"nope"}', b"x" * 60000, b'{"kind":"end","name":"never-begun"}']
+deadline = time.time() + 0.6
+while time.time() < deadline:
+    for j in junk: send(j)
+time.sleep(0.1)
+send(b'{"kind":"end","name":"real"}\n')
+time.sleep(0.1)
+)";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result r = f.wattscope_run({"python3", "-c", program});
+  const double took_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(r.exit_code, 0) << r.err.substr(0, 2000);
+  EXPECT_EQ(scalar(f.db(), "SELECT name || ' ' || closed_by_run_end FROM phases"), "real 0");
+  // 50 ms ticks over at least 0.8 s of child: a stalled sampler would have far fewer; generous bound.
+  const int samples = std::stoi(scalar(f.db(), "SELECT count(*) FROM cpu_samples"));
+  EXPECT_GE(samples, static_cast<int>(0.8 / 0.05 / 2)) << "took " << took_s << " s";
+  EXPECT_NE(r.err.find("marker ignored"), std::string::npos);
+  EXPECT_LT(r.err.size(), 20000u) << "the log of rejected markers is rate-limited";
+}
+
+TEST(Phases, RecordListensOnTheSocketItIsGiven) {
+  Fixture f;
+  const std::string sock = f.dir / "m.sock";
+  auto env = f.env;
+  const int pid = start({wattscope(), "record", "--interval", "50ms", "--duration", "1500ms", "--task", "rec",
+                         "--socket", sock},
+                        env, f.dir.path(), f.dir / "out", f.dir / "err");
+  for (int i = 0; i < 100 && ::access(sock.c_str(), F_OK) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  struct stat st {};
+  ASSERT_EQ(::lstat(sock.c_str(), &st), 0) << read_file(f.dir / "err");
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(run({wattscope(), "mark", "--socket", sock, "--strict", "begin", "window"}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(run({wattscope(), "mark", "--socket", sock, "--strict", "work", "5", "steps"}).exit_code, 0);
+  EXPECT_EQ(run({wattscope(), "mark", "--socket", sock, "--strict", "end", "window"}).exit_code, 0);
+  EXPECT_EQ(wait_exit(pid), 0) << read_file(f.dir / "err");
+  EXPECT_EQ(scalar(f.db(), "SELECT name || ' ' || closed_by_run_end FROM phases"), "window 0");
+  EXPECT_EQ(scalar(f.db(), "SELECT amount || ' ' || unit || ' ' || phase_id FROM work"), "5.0 steps 0");
+  EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "the socket is removed at the end";
+  expect_phase_energy_matches_the_counters(f);
+}
