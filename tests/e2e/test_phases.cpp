@@ -324,3 +324,127 @@ TEST(Phases, RecordListensOnTheSocketItIsGiven) {
   EXPECT_NE(::access(sock.c_str(), F_OK), 0) << "the socket is removed at the end";
   expect_phase_energy_matches_the_counters(f);
 }
+
+// --- stats and compare over repeated runs: every expected figure is computed here, from the stored values.
+namespace {
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v)
+    s += x;
+  return s / static_cast<double>(v.size());
+}
+double sample_sd(const std::vector<double>& v) {
+  const double m = mean(v);
+  double ss = 0;
+  for (double x : v)
+    ss += (x - m) * (x - m);
+  return std::sqrt(ss / static_cast<double>(v.size() - 1));
+}
+// Student's t density integrated by Simpson's rule: independent of wattscope's incomplete-beta code.
+double two_sided_p(double t, double df) {
+  auto pdf = [df](double x) {
+    return std::exp(std::lgamma((df + 1) / 2) - std::lgamma(df / 2)) / std::sqrt(df * M_PI) *
+           std::pow(1 + x * x / df, -(df + 1) / 2);
+  };
+  const int n = 200000;
+  const double h = std::fabs(t) / n;
+  double s = pdf(0) + pdf(std::fabs(t));
+  for (int i = 1; i < n; ++i)
+    s += (i % 2 ? 4 : 2) * pdf(i * h);
+  return 1 - 2 * s * h / 3;
+}
+
+std::vector<double> column(const std::string& db, const std::string& sql) {
+  std::vector<double> out;
+  for (const auto& r : query(db, sql))
+    out.push_back(std::stod(*r[0]));
+  return out;
+}
+
+void record_runs(Fixture& f, const std::string& task, const std::vector<std::string>& sleeps) {
+  const std::string w = q(wattscope());
+  for (const auto& s : sleeps) {
+    std::vector<std::string> argv = {wattscope(), "run", "--interval", "50ms", "--task", task, "--", "sh", "-c",
+                                     w + " mark begin epoch && " + w + " mark work 100 samples && sleep " + s +
+                                         " && " + w + " mark end epoch"};
+    Result r = run(argv, f.env, f.dir.path());
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+}
+
+} // namespace
+
+TEST(Phases, StatsAgreeWithFiguresComputedFromTheStoredRuns) {
+  Fixture f;
+  record_runs(f, "A", {"0.2", "0.35", "0.5", "0.3"});
+  Result r = run({wattscope(), "stats", "--task", "A", "--json"}, {}, f.dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["n"], 4);
+  const auto energy = column(f.db(), "SELECT total_energy_j FROM runs WHERE task = 'A' ORDER BY start_ms");
+  ASSERT_EQ(energy.size(), 4u);
+  const json& e = j["metrics"]["energy_j"];
+  EXPECT_NEAR(e["mean"].get<double>(), mean(energy), 1e-9);
+  EXPECT_NEAR(e["sd"].get<double>(), sample_sd(energy), 1e-9);
+  const double half = 3.182446305284263 * sample_sd(energy) / 2.0; // t(0.975, 3) from the tables; √4 = 2
+  EXPECT_NEAR(e["ci95"][0].get<double>(), mean(energy) - half, 1e-6);
+  EXPECT_NEAR(e["ci95"][1].get<double>(), mean(energy) + half, 1e-6);
+  const auto duration = column(f.db(), "SELECT (end_ms - start_ms) / 1000.0 FROM runs WHERE task = 'A'");
+  EXPECT_NEAR(j["metrics"]["duration_s"]["mean"].get<double>(), mean(duration), 1e-9);
+  // Per device and per phase, from the samples and phases tables.
+  const auto gpu1 = column(f.db(), "SELECT max(energy_j) FROM gpu_samples g JOIN runs r USING (run_id) WHERE "
+                                   "r.task = 'A' AND gpu_index = 1 GROUP BY run_id ORDER BY r.start_ms");
+  EXPECT_NEAR(j["metrics"]["gpu1.energy_j"]["mean"].get<double>(), mean(gpu1), 1e-9);
+  const auto phase = column(f.db(), "SELECT p.energy_j FROM phases p JOIN runs r USING (run_id) WHERE r.task = 'A' "
+                                    "ORDER BY r.start_ms");
+  EXPECT_NEAR(j["metrics"]["phase.epoch.energy_j"]["mean"].get<double>(), mean(phase), 1e-9);
+  EXPECT_NEAR(j["metrics"]["phase.epoch.energy_j"]["sd"].get<double>(), sample_sd(phase), 1e-9);
+  std::vector<double> per_sample;
+  for (double x : energy)
+    per_sample.push_back(x / 100);
+  EXPECT_NEAR(j["metrics"]["work.samples.energy_per_unit_j"]["mean"].get<double>(), mean(per_sample), 1e-9);
+
+  // --last 2: the two latest runs only.
+  r = run({wattscope(), "stats", "--task", "A", "--last", "2", "--json"}, {}, f.dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json last = json::parse(r.out);
+  EXPECT_NEAR(last["metrics"]["energy_j"]["mean"].get<double>(), (energy[2] + energy[3]) / 2, 1e-9);
+  // Text, and mistakes.
+  r = run({wattscope(), "stats", "--task", "A"}, {}, f.dir.path());
+  EXPECT_NE(r.out.find("95 % CI"), std::string::npos);
+  EXPECT_EQ(run({wattscope(), "stats", "--task", "nope"}, {}, f.dir.path()).exit_code, 1);
+  EXPECT_EQ(run({wattscope(), "stats"}, {}, f.dir.path()).exit_code, 2);
+}
+
+TEST(Phases, CompareSaysWhetherADifferenceIsLargerThanNoise) {
+  Fixture f;
+  record_runs(f, "short", {"0.15", "0.2", "0.25"});
+  record_runs(f, "long", {"0.6", "0.65", "0.75"});
+  Result r = run({wattscope(), "compare", "short", "long", "--json"}, {}, f.dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  const auto a = column(f.db(), "SELECT total_energy_j FROM runs WHERE task = 'short' ORDER BY start_ms");
+  const auto b = column(f.db(), "SELECT total_energy_j FROM runs WHERE task = 'long' ORDER BY start_ms");
+  const double va = sample_sd(a) * sample_sd(a) / 3, vb = sample_sd(b) * sample_sd(b) / 3;
+  const double t = (mean(b) - mean(a)) / std::sqrt(va + vb);
+  const double df = (va + vb) * (va + vb) / (va * va / 2 + vb * vb / 2);
+  EXPECT_NEAR(j["welch"]["t"].get<double>(), t, 1e-9 * std::fabs(t));
+  EXPECT_NEAR(j["welch"]["df"].get<double>(), df, 1e-9 * df);
+  EXPECT_NEAR(j["welch"]["p"].get<double>(), two_sided_p(t, df), 1e-6);
+  EXPECT_EQ(j["significant"].get<bool>(), two_sided_p(t, df) < 0.05);
+  EXPECT_NEAR(j["difference_j"].get<double>(), mean(b) - mean(a), 1e-9);
+  EXPECT_NEAR(j["difference_pct"].get<double>(), 100 * (mean(b) - mean(a)) / mean(a), 1e-9);
+  r = run({wattscope(), "compare", "short", "long"}, {}, f.dir.path());
+  EXPECT_NE(r.out.find("task long (3 runs) uses"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("more energy than task short"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Welch"), std::string::npos) << r.out;
+  // Two single runs: the difference, and no verdict.
+  const auto ids = query(f.db(), "SELECT run_id FROM runs ORDER BY start_ms");
+  r = run({wattscope(), "compare", *ids[0][0], *ids[5][0], "--json"}, {}, f.dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json single = json::parse(r.out);
+  EXPECT_TRUE(single["significant"].is_null());
+  EXPECT_TRUE(single["welch"].is_null());
+  EXPECT_NE(single["verdict"].get<std::string>().find("at least 2 runs"), std::string::npos);
+}

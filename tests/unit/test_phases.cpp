@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <cmath>
 
 #include "../support/support.hpp"
 #include "core/fd.hpp"
@@ -378,4 +379,74 @@ TEST(MarkerSocket, SendingWithNobodyListeningDropsAtOnce) {
   EXPECT_GT(sent, 0);
   EXPECT_GT(dropped, 0);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)); // generous: no send waited
+}
+
+// --- statistics over repeated runs: checked against published tables and against a computation written apart.
+#include "phases/stats.hpp"
+
+namespace {
+// Student's t density, integrated numerically (Simpson's rule on a fine grid): a second opinion on the CDF that
+// shares nothing with the incomplete-beta code under test.
+double t_pdf(double x, double df) {
+  return std::exp(std::lgamma((df + 1) / 2) - std::lgamma(df / 2)) / std::sqrt(df * M_PI) *
+         std::pow(1 + x * x / df, -(df + 1) / 2);
+}
+double two_sided_p_by_integration(double t, double df) {
+  // P(|T| > |t|) = 1 - 2 * integral_0^|t| pdf
+  const int n = 200000;
+  const double h = std::fabs(t) / n;
+  double s = t_pdf(0, df) + t_pdf(std::fabs(t), df);
+  for (int i = 1; i < n; ++i)
+    s += (i % 2 ? 4 : 2) * t_pdf(i * h, df);
+  return 1 - 2 * s * h / 3;
+}
+} // namespace
+
+TEST(Stats, StudentTQuantilesMatchTheTables) {
+  // t(0.975, df), from any table of Student's t (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2).
+  const std::pair<double, double> table[] = {{1, 12.706}, {2, 4.303}, {3, 3.182}, {4, 2.776},
+                                             {9, 2.262},  {10, 2.228}, {30, 2.042}, {100, 1.984}};
+  for (const auto& [df, t] : table)
+    EXPECT_NEAR(student_t_quantile(0.975, df), t, 1.5e-3) << "df " << df;
+  EXPECT_NEAR(student_t_quantile(0.95, 5), 2.015, 1.5e-3);
+  EXPECT_DOUBLE_EQ(student_t_cdf(0, 7), 0.5);
+  EXPECT_NEAR(student_t_cdf(student_t_quantile(0.975, 6.3), 6.3), 0.975, 1e-12);
+  EXPECT_NEAR(student_t_quantile(0.025, 4), -student_t_quantile(0.975, 4), 1e-12);
+}
+
+TEST(Stats, SummaryIsMeanSampleSdAndTheTInterval) {
+  const std::vector<double> xs = {101.5, 98.25, 103.0, 99.75, 100.5};
+  const SampleSummary s = summarize(xs);
+  EXPECT_EQ(s.n, 5u);
+  EXPECT_NEAR(s.mean, 503.0 / 5, 1e-12);
+  // Squared deviations from 100.6: 0.81 + 5.5225 + 5.76 + 0.7225 + 0.01 = 12.825 (Python: statistics.variance)
+  EXPECT_NEAR(*s.sd, std::sqrt(12.825 / 4), 1e-12);
+  const double half = 2.776445105 * *s.sd / std::sqrt(5.0);
+  EXPECT_NEAR(*s.ci_low, s.mean - half, 1e-6);
+  EXPECT_NEAR(*s.ci_high, s.mean + half, 1e-6);
+  const SampleSummary one = summarize({42});
+  EXPECT_EQ(one.mean, 42);
+  EXPECT_FALSE(one.sd.has_value());
+  EXPECT_FALSE(one.ci_low.has_value());
+  EXPECT_EQ(summarize({}).n, 0u);
+}
+
+TEST(Stats, WelchTestAgreesWithAnIndependentComputation) {
+  const std::vector<double> a = {1210, 1195, 1230, 1202, 1221};
+  const std::vector<double> b = {1150, 1188, 1131, 1176};
+  const auto w = welch_t_test(a, b);
+  ASSERT_TRUE(w.has_value());
+  // Python's statistics module: means 1211.6 and 1161.25, sample variances 199.3 and 658.25.
+  const double va = 199.3 / 5, vb = 658.25 / 4;
+  EXPECT_NEAR(w->t, (1161.25 - 1211.6) / std::sqrt(va + vb), 1e-9);
+  EXPECT_NEAR(w->df, (va + vb) * (va + vb) / (va * va / 4 + vb * vb / 3), 1e-9);
+  EXPECT_NEAR(w->p, two_sided_p_by_integration(w->t, w->df), 1e-7);
+  EXPECT_LT(w->p, 0.05);
+  // Overlapping samples: no evidence of a difference.
+  const auto same = welch_t_test({10, 12, 11, 13}, {11, 12, 10, 13});
+  EXPECT_NEAR(same->p, two_sided_p_by_integration(same->t, same->df), 1e-7);
+  EXPECT_GT(same->p, 0.5);
+  EXPECT_FALSE(welch_t_test({1}, {1, 2}).has_value());
+  EXPECT_EQ(welch_t_test({5, 5}, {5, 5})->p, 1);
+  EXPECT_EQ(welch_t_test({5, 5}, {6, 6})->p, 0);
 }

@@ -18,5 +18,7 @@ std::unique_ptr<Command> make_doctor_command();
 std::unique_ptr<Command> make_repair_command();
 // issue 15
 std::unique_ptr<Command> make_mark_command();
+std::unique_ptr<Command> make_stats_command();
+std::unique_ptr<Command> make_compare_command();
 
 } // namespace wattscope
