@@ -21,6 +21,7 @@ constexpr CommandEntry kCommands[] = {
      make_stats_command},
     {"compare", "Whether two runs or tasks differ in energy by more than run-to-run noise (Welch's t-test)",
      make_compare_command},
+    {"import", "Turn a log you already have (nvidia-smi --query-gpu CSV) into a run", make_import_command},
 };
 } // namespace
 

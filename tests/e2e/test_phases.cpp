@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <ctime>
+#include <map>
 #include <cmath>
 #include <thread>
 
@@ -447,4 +449,200 @@ TEST(Phases, CompareSaysWhetherADifferenceIsLargerThanNoise) {
   EXPECT_TRUE(single["significant"].is_null());
   EXPECT_TRUE(single["welch"].is_null());
   EXPECT_NE(single["verdict"].get<std::string>().find("at least 2 runs"), std::string::npos);
+}
+
+// --- import of nvidia-smi logs: each fixture is read here with code of the test's own, and the stored run must hold
+// the same values, with energy the trapezoid integral of power over the timestamps (labelled integrated).
+namespace {
+
+struct LogRow {
+  int64_t ts_ms;
+  std::string key;
+  std::optional<double> power_w;
+};
+
+// The fixture's rows, read the simple way: comma-split, timestamp "YYYY/MM/DD HH:MM:SS.mmm" as UTC.
+std::vector<LogRow> read_log(const std::string& path, std::vector<std::string> header = {}) {
+  std::vector<LogRow> out;
+  std::string text = read_file(path);
+  std::vector<std::string> lines;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string l = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    pos = nl == std::string::npos ? text.size() : nl + 1;
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+    if (!l.empty()) lines.push_back(l);
+  }
+  auto split = [](const std::string& l) {
+    std::vector<std::string> f;
+    std::string cur;
+    for (char c : l + ",") {
+      if (c == ',') {
+        const size_t a = cur.find_first_not_of(' '), b = cur.find_last_not_of(' ');
+        f.push_back(a == std::string::npos ? "" : cur.substr(a, b - a + 1));
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    return f;
+  };
+  size_t first = 0;
+  if (header.empty()) header = split(lines[first++]);
+  auto col = [&](const std::string& prefix) {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i].rfind(prefix, 0) == 0 && (header[i].size() == prefix.size() || header[i][prefix.size()] == ' '))
+        return static_cast<int>(i);
+    return -1;
+  };
+  const int ts = col("timestamp"), power = col("power.draw");
+  int key = col("index");
+  if (key < 0) key = col("uuid");
+  if (key < 0) key = col("pci.bus_id");
+  for (size_t i = first; i < lines.size(); ++i) {
+    if (lines[i].rfind("timestamp", 0) == 0) continue;
+    auto f = split(lines[i]);
+    std::tm tm{};
+    int ms = 0;
+    std::sscanf(f[ts].c_str(), "%d/%d/%d %d:%d:%d.%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+                &tm.tm_sec, &ms);
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    LogRow r{static_cast<int64_t>(timegm(&tm)) * 1000 + ms, key >= 0 ? f[key] : "", std::nullopt};
+    if (!f[power].empty() && f[power][0] != '[') r.power_w = std::stod(f[power]);
+    out.push_back(r);
+  }
+  return out;
+}
+
+// Per GPU key: the trapezoid integral of power over the rows that have it.
+std::map<std::string, double> trapezoid(const std::vector<LogRow>& rows) {
+  std::map<std::string, double> energy;
+  std::map<std::string, std::pair<int64_t, double>> last;
+  for (const auto& r : rows) {
+    if (!r.power_w) continue;
+    auto it = last.find(r.key);
+    if (it != last.end())
+      energy[r.key] += 0.5 * (*r.power_w + it->second.second) * static_cast<double>(r.ts_ms - it->second.first) / 1000;
+    else
+      energy[r.key] += 0;
+    last[r.key] = {r.ts_ms, *r.power_w};
+  }
+  return energy;
+}
+
+const std::string kFixtures = std::string(WATTSCOPE_SOURCE_DIR) + "/tests/fixtures/nvidia-smi/";
+
+void expect_import_matches(const std::string& fixture, size_t gpus, size_t ticks,
+                           std::vector<std::string> columns = {}) {
+  SCOPED_TRACE(fixture);
+  TempDir dir;
+  std::vector<std::string> argv = {wattscope(), "import", "nvidia-smi", kFixtures + fixture, "--task", "imported",
+                                   "--utc"};
+  std::string cols;
+  for (const auto& c : columns)
+    cols += (cols.empty() ? "" : ",") + c;
+  if (!columns.empty()) {
+    argv.push_back("--columns");
+    argv.push_back(cols);
+  }
+  Result r = run(argv, {{"TZ", "Pacific/Auckland"}}, dir.path()); // --utc: the machine's zone must not matter
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string db = dir / "wattscope.db";
+  const auto rows = read_log(kFixtures + fixture, columns);
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_devices"), std::to_string(gpus));
+  EXPECT_EQ(scalar(db, "SELECT count(DISTINCT tick) FROM gpu_samples"), std::to_string(ticks));
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_samples"), std::to_string(rows.size()));
+  EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT energy_method) FROM gpu_devices"), "integrated");
+  EXPECT_EQ(scalar(db, "SELECT start_ms FROM runs"), std::to_string(rows.front().ts_ms));
+  EXPECT_EQ(scalar(db, "SELECT end_ms FROM runs"), std::to_string(rows.back().ts_ms));
+  // Power, row by row in file order (missing stays NULL), and the energy each GPU ends with.
+  const auto by_tick_gpu = query(db, "SELECT power_w, ts_ms FROM gpu_samples ORDER BY tick, gpu_index");
+  ASSERT_EQ(by_tick_gpu.size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i].power_w) {
+      ASSERT_TRUE(by_tick_gpu[i][0].has_value()) << "row " << i;
+      EXPECT_NEAR(std::stod(*by_tick_gpu[i][0]), *rows[i].power_w, 1e-9) << "row " << i;
+    } else {
+      EXPECT_FALSE(by_tick_gpu[i][0].has_value()) << "row " << i;
+    }
+  }
+  double total = 0;
+  for (const auto& [k, e] : trapezoid(rows))
+    total += e;
+  // A poll's rows share its first row's time; in these logs each GPU's offset within a poll is constant, so the
+  // integral over each GPU's own timestamps is the same.
+  EXPECT_NEAR(std::stod(scalar(db, "SELECT total_energy_j FROM runs")), total, 1e-6);
+}
+
+} // namespace
+
+TEST(Import, NvidiaSmiLogsOfSeveralFormats) {
+  expect_import_matches("a100x2_units.csv", 2, 6);
+  expect_import_matches("h100_nounits.csv", 1, 7);
+  expect_import_matches("t4_not_supported.csv", 1, 6);
+  expect_import_matches("appended_crlf.csv", 2, 5);
+  expect_import_matches("noheader_nounits.csv", 1, 4, {"timestamp", "index", "power.draw", "utilization.gpu"});
+}
+
+TEST(Import, UnitsMissingValuesAndDeviceFactsAreStoredAsTheLogSaysThem) {
+  TempDir dir;
+  Result r = run({wattscope(), "import", "nvidia-smi", kFixtures + "a100x2_units.csv", "--task", "a", "--utc",
+                  "--host", "dgx-07"},
+                 {}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string db = dir / "wattscope.db";
+  EXPECT_EQ(scalar(db, "SELECT mem_used_bytes FROM gpu_samples WHERE tick = 1 AND gpu_index = 1"),
+            std::to_string(31246LL * 1048576));
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_samples WHERE fan_pct IS NULL"), "12"); // [N/A]
+  EXPECT_EQ(scalar(db, "SELECT clock_sm_mhz || ' ' || pstate || ' ' || temp_gpu_c FROM gpu_samples WHERE tick = 2 "
+                       "AND gpu_index = 0"),
+            "1410 0 41.0");
+  EXPECT_EQ(scalar(db, "SELECT uuid || ' ' || pci_bus_id || ' ' || name FROM gpu_devices WHERE gpu_index = 1"),
+            "GPU-4b2c1e1a-7f0d-2b9e-1c3f-8d0a6e5b1c21 00000000:0F:00.0 NVIDIA A100-SXM4-40GB");
+  EXPECT_EQ(scalar(db, "SELECT host || ' ' || task FROM runs"), "dgx-07 a");
+  r = run({wattscope(), "import", "nvidia-smi", kFixtures + "h100_nounits.csv", "--task", "h", "--utc"}, {},
+          dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(scalar(db, "SELECT throttle_reasons FROM gpu_samples s JOIN runs USING (run_id) WHERE task = 'h' AND "
+                       "tick = 2"),
+            "4");
+  EXPECT_EQ(scalar(db, "SELECT mem_used_bytes FROM gpu_samples s JOIN runs USING (run_id) WHERE task = 'h' AND "
+                       "tick = 1"),
+            std::to_string(60211LL * 1048576));
+  // Local time by default: the same log read in another zone starts at another UTC instant.
+  TempDir other;
+  ASSERT_EQ(run({wattscope(), "import", "nvidia-smi", kFixtures + "h100_nounits.csv", "--task", "h"},
+                {{"TZ", "UTC+3"}}, other.path())
+                .exit_code,
+            0);
+  EXPECT_EQ(std::stoll(scalar(other / "wattscope.db", "SELECT start_ms FROM runs")) -
+                std::stoll(scalar(db, "SELECT start_ms FROM runs WHERE task = 'h'")),
+            3 * 3600 * 1000);
+}
+
+TEST(Import, AMalformedLogIsRefusedWithItsLineAndNothingIsStored) {
+  TempDir dir;
+  const std::pair<std::string, std::string> cases[] = {
+      {"bad_cut_short.csv", "line 5: 2 fields where the header has 3"},
+      {"bad_number.csv", "line 3: column 'power.draw [W]': 'sixty W' is not a number"},
+      {"bad_timestamp.csv", "line 4: timestamp '15.01.2024 10:00:02' is not a date and time"},
+      {"noheader_nounits.csv", "line 1: no 'timestamp' column"},
+  };
+  for (const auto& [file, message] : cases) {
+    Result r = run({wattscope(), "import", "nvidia-smi", kFixtures + file, "--task", "bad"}, {}, dir.path());
+    EXPECT_EQ(r.exit_code, 1) << file;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(file), std::string::npos) << r.err;
+  }
+  EXPECT_NE(::access((dir / "wattscope.db").c_str(), F_OK), 0) << "a refused log leaves no store behind";
+  write_file(dir / "empty.csv", "");
+  Result r = run({wattscope(), "import", "nvidia-smi", dir / "empty.csv", "--task", "e"}, {}, dir.path());
+  EXPECT_NE(r.err.find("empty"), std::string::npos) << r.err;
+  write_file(dir / "header_only.csv", "timestamp, power.draw [W]\n");
+  r = run({wattscope(), "import", "nvidia-smi", dir / "header_only.csv", "--task", "e"}, {}, dir.path());
+  EXPECT_NE(r.err.find("no samples"), std::string::npos) << r.err;
+  r = run({wattscope(), "import", "dcgm", dir / "empty.csv", "--task", "e"}, {}, dir.path());
+  EXPECT_EQ(r.exit_code, 2);
 }

@@ -20,5 +20,6 @@ std::unique_ptr<Command> make_repair_command();
 std::unique_ptr<Command> make_mark_command();
 std::unique_ptr<Command> make_stats_command();
 std::unique_ptr<Command> make_compare_command();
+std::unique_ptr<Command> make_import_command();
 
 } // namespace wattscope
