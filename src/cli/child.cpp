@@ -92,7 +92,8 @@ pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv,
     const auto name_len = entry.find('=');
     bool replaced = false;
     for (const auto& x : extra_env)
-      if (name_len != std::string_view::npos && x.size() > name_len && x.compare(0, name_len + 1, entry.substr(0, name_len + 1)) == 0)
+      if (name_len != std::string_view::npos && x.size() > name_len &&
+          x.compare(0, name_len + 1, entry.substr(0, name_len + 1)) == 0)
         replaced = true;
     if (!replaced) envp.push_back(*e);
   }

@@ -97,16 +97,16 @@ struct GpuDevice {
 struct PhaseRecord {
   int64_t phase_id = 0; // per run, in order of `begin`
   std::string name;
-  OptI index;     // e.g. the epoch number, when the caller gave one
-  OptI parent;    // phase_id of the enclosing phase
+  OptI index;  // e.g. the epoch number, when the caller gave one
+  OptI parent; // phase_id of the enclosing phase
   int64_t start_ms = 0;
   int64_t end_ms = 0;
   int64_t start_tick = 0; // the ticks whose counters bracket the phase: energy = E(end_tick) - E(start_tick)
   int64_t end_tick = 0;
   // Per device ("gpu0", "cpu_package", "cpu_dram"), in joules over [start_tick, end_tick].
   std::vector<std::pair<std::string, double>> device_energy_j;
-  OptF energy_j;             // sum of device_energy_j; missing when no device measured energy
-  std::string energy_method; // counter | integrated | mixed (as the devices' methods are)
+  OptF energy_j;                  // sum of device_energy_j; missing when no device measured energy
+  std::string energy_method;      // counter | integrated | mixed (as the devices' methods are)
   bool closed_by_run_end = false; // no `end` arrived: the run's end closed it
 };
 struct WorkRecord {

@@ -70,22 +70,35 @@ constexpr std::string_view kEventKey[] = {"run_id", "seq"};
 // bracket it (start_tick: the last tick at or before its begin; end_tick: the first at or after its end), kept as a
 // JSON object {"gpu0": J, "cpu_package": J, ...} since the number of devices varies; energy_j is their sum.
 // attributed_energy_j is filled by attribution (issue 13) where it runs; missing otherwise.
-constexpr C kPhaseCols[] = {{"run_id", T},        {"phase_id", I},           {"name", T},
-                            {"index", I},         {"parent", I},             {"start_ms", I},
-                            {"end_ms", I},        {"start_tick", I},         {"end_tick", I},
-                            {"energy_j", R},      {"energy_method", T},      {"device_energy_j", T},
-                            {"attributed_energy_j", R}, {"closed_by_run_end", I}};
+constexpr C kPhaseCols[] = {{"run_id", T},
+                            {"phase_id", I},
+                            {"name", T},
+                            {"index", I},
+                            {"parent", I},
+                            {"start_ms", I},
+                            {"end_ms", I},
+                            {"start_tick", I},
+                            {"end_tick", I},
+                            {"energy_j", R},
+                            {"energy_method", T},
+                            {"device_energy_j", T},
+                            {"attributed_energy_j", R},
+                            {"closed_by_run_end", I}};
 constexpr std::string_view kPhaseKey[] = {"run_id", "phase_id"};
 constexpr C kWorkCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"amount", R}, {"unit", T}, {"phase_id", I}};
 constexpr std::string_view kWorkKey[] = {"run_id", "seq"};
 // --- end issue 15
 
 const Table kTables[] = {
-    {"runs", kRunCols, kRunKey, kRunIndex},         {"gpu_devices", kDeviceCols, kDeviceKey, {}},
-    {"cpu_samples", kCpuCols, kTickKey, {}},        {"cpu_core_samples", kCoreCols, kCoreKey, {}},
-    {"cpu_power_samples", kZoneCols, kZoneKey, {}}, {"gpu_samples", kGpuCols, kGpuKey, {}},
+    {"runs", kRunCols, kRunKey, kRunIndex},
+    {"gpu_devices", kDeviceCols, kDeviceKey, {}},
+    {"cpu_samples", kCpuCols, kTickKey, {}},
+    {"cpu_core_samples", kCoreCols, kCoreKey, {}},
+    {"cpu_power_samples", kZoneCols, kZoneKey, {}},
+    {"gpu_samples", kGpuCols, kGpuKey, {}},
     {"events", kEventCols, kEventKey, {}},
-    {"phases", kPhaseCols, kPhaseKey, {}},          {"work", kWorkCols, kWorkKey, {}}, // issue 15
+    {"phases", kPhaseCols, kPhaseKey, {}},
+    {"work", kWorkCols, kWorkKey, {}}, // issue 15
 };
 static_assert(std::size(kTables) == kTableCount, "one Table per TableId");
 

@@ -91,7 +91,7 @@ constexpr Known kKnown[] = {
 struct Column {
   std::string header; // as written, for messages
   Field field = Field::Ignored;
-  std::string unit;   // from "[W]" in the header; "" when none
+  std::string unit; // from "[W]" in the header; "" when none
 };
 
 std::string_view trim(std::string_view s) {
@@ -146,8 +146,7 @@ bool missing(std::string_view v) {
 
 // A number followed by an optional unit word, scaled to the column's stored unit: `scale_of(unit)` says what one
 // of that unit is in the stored unit (nullopt: not a unit of this column).
-template <class ScaleOf>
-double number(std::string_view v, const Column& c, int64_t line, ScaleOf scale_of) {
+template <class ScaleOf> double number(std::string_view v, const Column& c, int64_t line, ScaleOf scale_of) {
   double d = 0;
   const char* b = v.data();
   const char* e = v.data() + v.size();
@@ -194,8 +193,8 @@ std::optional<double> plain(std::string_view u) {
 int64_t parse_timestamp(std::string_view v, bool utc, int64_t line) {
   // nvidia-smi: "2024/01/15 10:23:45.123"; also ISO 8601 "2024-01-15T10:23:45.123Z" from other tools' rewrites.
   auto bad = [&] {
-    fail(line, fmt::format("timestamp '{}' is not a date and time (nvidia-smi writes 2024/01/15 10:23:45.123)",
-                           excerpt(v)));
+    fail(line,
+         fmt::format("timestamp '{}' is not a date and time (nvidia-smi writes 2024/01/15 10:23:45.123)", excerpt(v)));
   };
   bool zulu = false;
   if (!v.empty() && (v.back() == 'Z' || v.back() == 'z')) {
@@ -312,7 +311,8 @@ void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::
       switch (c.field) {
       case Field::Index: {
         const double d = number(v, c, line_no, plain);
-        if (d < 0 || d > 1023 || d != std::floor(d)) fail(line_no, fmt::format("index '{}' is not a GPU index", excerpt(v)));
+        if (d < 0 || d > 1023 || d != std::floor(d))
+          fail(line_no, fmt::format("index '{}' is not a GPU index", excerpt(v)));
         r.index = static_cast<int>(d);
         break;
       }
@@ -408,8 +408,7 @@ void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::
         break;
       }
     }
-    if (missing(fields[static_cast<size_t>(timestamp_col)]))
-      fail(line_no, "the timestamp is missing");
+    if (missing(fields[static_cast<size_t>(timestamp_col)])) fail(line_no, "the timestamp is missing");
     r.key = r.index ? std::to_string(*r.index) : !r.uuid.empty() ? r.uuid : r.pci_bus_id;
     ++data_rows;
     fn(r);

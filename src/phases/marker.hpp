@@ -18,10 +18,10 @@ inline constexpr size_t kMaxWorkUnitBytes = 32;
 struct Marker {
   enum class Kind { Begin, End, Point, Work, Model };
   Kind kind = Kind::Point;
-  std::string name;              // phase / point / model name; empty on an `end` that closes the innermost phase
-  std::optional<int64_t> index;  // begin: e.g. the epoch number
-  double amount = 0;             // work
-  std::string unit;              // work: samples, tokens, images, steps, ...
+  std::string name;                  // phase / point / model name; empty on an `end` that closes the innermost phase
+  std::optional<int64_t> index;      // begin: e.g. the epoch number
+  double amount = 0;                 // work
+  std::string unit;                  // work: samples, tokens, images, steps, ...
   std::optional<int64_t> parameters; // model
   std::optional<double> flops;       // model: per forward pass / sample, as the caller counts them
 };

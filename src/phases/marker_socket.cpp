@@ -75,8 +75,8 @@ MarkerListener MarkerListener::in_private_dir(Handler on_marker) {
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) // mode 0700
-    throw std::runtime_error(
-        fmt::format("cannot make a private directory for the marker socket under '{}': {}", base, std::strerror(errno)));
+    throw std::runtime_error(fmt::format("cannot make a private directory for the marker socket under '{}': {}", base,
+                                         std::strerror(errno)));
   std::string dir(buf.data());
   std::string path = dir + "/markers.sock";
   try {
@@ -92,9 +92,8 @@ MarkerListener MarkerListener::at_path(const std::string& path, Handler on_marke
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode))
-      throw std::runtime_error(
-          fmt::format("'{}' exists and is not a socket; wattscope will not replace it: choose another --socket path",
-                      path));
+      throw std::runtime_error(fmt::format(
+          "'{}' exists and is not a socket; wattscope will not replace it: choose another --socket path", path));
     // A socket file with a live listener answers; a stale one (a wattscope that was killed) refuses the connection.
     sockaddr_un addr{};
     UniqueFd probe(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));

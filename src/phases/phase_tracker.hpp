@@ -57,7 +57,7 @@ private:
   int64_t next_work_seq_ = 0;
   int64_t unmatched_ends_ = 0;
   std::optional<int64_t> last_tick_;
-  std::map<std::string, double> last_energy_;       // device -> energy_j since run start at last_tick_
+  std::map<std::string, double> last_energy_;        // device -> energy_j since run start at last_tick_
   std::map<std::string, std::string> energy_method_; // device -> counter | integrated | estimated
 };
 

@@ -95,8 +95,8 @@ SampleSummary summarize(const std::vector<double>& xs) {
   s.mean = mean_of(xs);
   if (xs.size() < 2) return s;
   s.sd = std::sqrt(variance(xs, s.mean));
-  const double half = student_t_quantile(0.975, static_cast<double>(xs.size() - 1)) * *s.sd /
-                      std::sqrt(static_cast<double>(xs.size()));
+  const double half =
+      student_t_quantile(0.975, static_cast<double>(xs.size() - 1)) * *s.sd / std::sqrt(static_cast<double>(xs.size()));
   s.ci_low = s.mean - half;
   s.ci_high = s.mean + half;
   return s;

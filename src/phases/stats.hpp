@@ -12,8 +12,8 @@ namespace wattscope {
 struct SampleSummary {
   size_t n = 0;
   double mean = 0;
-  std::optional<double> sd;      // sample standard deviation (n - 1); needs n >= 2
-  std::optional<double> ci_low;  // 95 % confidence interval of the mean: mean ± t(0.975, n-1) · sd / √n
+  std::optional<double> sd;     // sample standard deviation (n - 1); needs n >= 2
+  std::optional<double> ci_low; // 95 % confidence interval of the mean: mean ± t(0.975, n-1) · sd / √n
   std::optional<double> ci_high;
 };
 

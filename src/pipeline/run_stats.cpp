@@ -31,8 +31,8 @@ Figures run_figures(StoreReader& store, const RunInfo& stored) {
   for (const auto& p : d.phases) {
     auto [it, fresh] = by_name.try_emplace(p.name, std::optional<double>(0.0), 0.0);
     if (fresh) order.push_back(p.name);
-    it->second.first = p.energy_j && it->second.first ? std::optional<double>(*it->second.first + *p.energy_j)
-                                                       : std::nullopt;
+    it->second.first =
+        p.energy_j && it->second.first ? std::optional<double>(*it->second.first + *p.energy_j) : std::nullopt;
     it->second.second += static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
   }
   for (const auto& name : order) {
@@ -61,8 +61,8 @@ std::vector<RunInfo> task_runs(StoreReader& store, const std::string& task, std:
     out.push_back(std::move(r));
   }
   if (out.empty())
-    throw std::runtime_error(fmt::format("no finished runs of task '{}' in {}{}; 'wattscope list' shows the runs",
-                                         task, store.describe(),
+    throw std::runtime_error(fmt::format("no finished runs of task '{}' in {}{}; 'wattscope list' shows the runs", task,
+                                         store.describe(),
                                          unfinished ? fmt::format(" ({} unfinished)", unfinished) : ""));
   if (last && out.size() > *last) out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(*last));
   return out;

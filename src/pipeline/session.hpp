@@ -68,7 +68,7 @@ private:
   std::unique_ptr<Accounting> acc_;
   std::vector<std::unique_ptr<SinkWriter>> writers_;
   std::unique_ptr<Sampler> sampler_;
-  std::unique_ptr<PhaseTracker> phases_;   // issue 15
+  std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15
   bool all_stored_ = true;
   bool finished_ = false;

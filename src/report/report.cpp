@@ -156,8 +156,9 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
 
   nlohmann::json total = nlohmann::json::object();
   if (total_power.seen() > 0) total = series_json(total_power);
-  nlohmann::json out = {{"summary", summary}, {"gpus", gpus},        {"cpu", cpu_series},      {"total_gpu_power_w", total},
-                        {"events", events},   {"samples", cpu_rows}, {"rows_read", rows_read}, {"buckets", opts.buckets}};
+  nlohmann::json out = {{"summary", summary},         {"gpus", gpus},           {"cpu", cpu_series},
+                        {"total_gpu_power_w", total}, {"events", events},       {"samples", cpu_rows},
+                        {"rows_read", rows_read},     {"buckets", opts.buckets}};
   // Issue 15: phases (with their times since run start, for the bands on the charts), work, points and the model.
   nlohmann::json ph = phase_json(load_phase_data(store, run), run);
   for (auto& p : ph["phases"]) {

@@ -6,9 +6,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <map>
-#include <cmath>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -172,8 +172,7 @@ TEST(Phases, ShellChildMarksPhasesNestingAndWork) {
   EXPECT_EQ(j["phases"][0]["work"]["amount"]["samples"].get<double>(), 64.0);
   EXPECT_EQ(j["phases"][0]["work"]["amount"]["tokens"].get<double>(), 1000.0);
   EXPECT_EQ(j["work"]["amount"]["tokens"].get<double>(), 1000.0);
-  EXPECT_NEAR(j["work"]["energy_per_unit_j"]["samples"].get<double>(), j["total_energy_j"].get<double>() / 64.0,
-              1e-9);
+  EXPECT_NEAR(j["work"]["energy_per_unit_j"]["samples"].get<double>(), j["total_energy_j"].get<double>() / 64.0, 1e-9);
   ASSERT_EQ(j["marks"].size(), 1u);
   EXPECT_EQ(j["marks"][0]["name"], "checkpoint");
   Result text = run({wattscope(), "show"}, {}, f.dir.path());
@@ -212,8 +211,8 @@ with wattscope.phase("train"):
         wattscope.mark("checkpoint")
 evaluate()
 )";
-  Result r = f.wattscope_run({"python3", "-c", program},
-                             {{"PYTHONPATH", std::string(WATTSCOPE_SOURCE_DIR) + "/python"}});
+  Result r =
+      f.wattscope_run({"python3", "-c", program}, {{"PYTHONPATH", std::string(WATTSCOPE_SOURCE_DIR) + "/python"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto phases = query(f.db(), "SELECT name, \"index\", parent FROM phases ORDER BY phase_id");
   ASSERT_EQ(phases.size(), 4u) << r.err;
@@ -307,9 +306,9 @@ TEST(Phases, RecordListensOnTheSocketItIsGiven) {
   Fixture f;
   const std::string sock = f.dir / "m.sock";
   auto env = f.env;
-  const int pid = start({wattscope(), "record", "--interval", "50ms", "--duration", "1500ms", "--task", "rec",
-                         "--socket", sock},
-                        env, f.dir.path(), f.dir / "out", f.dir / "err");
+  const int pid =
+      start({wattscope(), "record", "--interval", "50ms", "--duration", "1500ms", "--task", "rec", "--socket", sock},
+            env, f.dir.path(), f.dir / "out", f.dir / "err");
   for (int i = 0; i < 100 && ::access(sock.c_str(), F_OK) != 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   struct stat st {};
@@ -367,9 +366,17 @@ std::vector<double> column(const std::string& db, const std::string& sql) {
 void record_runs(Fixture& f, const std::string& task, const std::vector<std::string>& sleeps) {
   const std::string w = q(wattscope());
   for (const auto& s : sleeps) {
-    std::vector<std::string> argv = {wattscope(), "run", "--interval", "50ms", "--task", task, "--", "sh", "-c",
-                                     w + " mark begin epoch && " + w + " mark work 100 samples && sleep " + s +
-                                         " && " + w + " mark end epoch"};
+    std::vector<std::string> argv = {wattscope(),
+                                     "run",
+                                     "--interval",
+                                     "50ms",
+                                     "--task",
+                                     task,
+                                     "--",
+                                     "sh",
+                                     "-c",
+                                     w + " mark begin epoch && " + w + " mark work 100 samples && sleep " + s + " && " +
+                                         w + " mark end epoch"};
     Result r = run(argv, f.env, f.dir.path());
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
@@ -538,8 +545,8 @@ void expect_import_matches(const std::string& fixture, size_t gpus, size_t ticks
                            std::vector<std::string> columns = {}) {
   SCOPED_TRACE(fixture);
   TempDir dir;
-  std::vector<std::string> argv = {wattscope(), "import", "nvidia-smi", kFixtures + fixture, "--task", "imported",
-                                   "--utc"};
+  std::vector<std::string> argv = {wattscope(), "import",   "nvidia-smi", kFixtures + fixture,
+                                   "--task",    "imported", "--utc"};
   std::string cols;
   for (const auto& c : columns)
     cols += (cols.empty() ? "" : ",") + c;
@@ -588,9 +595,9 @@ TEST(Import, NvidiaSmiLogsOfSeveralFormats) {
 
 TEST(Import, UnitsMissingValuesAndDeviceFactsAreStoredAsTheLogSaysThem) {
   TempDir dir;
-  Result r = run({wattscope(), "import", "nvidia-smi", kFixtures + "a100x2_units.csv", "--task", "a", "--utc",
-                  "--host", "dgx-07"},
-                 {}, dir.path());
+  Result r = run(
+      {wattscope(), "import", "nvidia-smi", kFixtures + "a100x2_units.csv", "--task", "a", "--utc", "--host", "dgx-07"},
+      {}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string db = dir / "wattscope.db";
   EXPECT_EQ(scalar(db, "SELECT mem_used_bytes FROM gpu_samples WHERE tick = 1 AND gpu_index = 1"),
@@ -613,8 +620,8 @@ TEST(Import, UnitsMissingValuesAndDeviceFactsAreStoredAsTheLogSaysThem) {
             std::to_string(60211LL * 1048576));
   // Local time by default: the same log read in another zone starts at another UTC instant.
   TempDir other;
-  ASSERT_EQ(run({wattscope(), "import", "nvidia-smi", kFixtures + "h100_nounits.csv", "--task", "h"},
-                {{"TZ", "UTC+3"}}, other.path())
+  ASSERT_EQ(run({wattscope(), "import", "nvidia-smi", kFixtures + "h100_nounits.csv", "--task", "h"}, {{"TZ", "UTC+3"}},
+                other.path())
                 .exit_code,
             0);
   EXPECT_EQ(std::stoll(scalar(other / "wattscope.db", "SELECT start_ms FROM runs")) -

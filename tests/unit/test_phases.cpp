@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include <cmath>
 
 #include "../support/support.hpp"
 #include "core/fd.hpp"
@@ -67,8 +67,7 @@ TEST(MarkerParser, RefusesBadInputWithAReason) {
   EXPECT_NE(error_of(R"({"kind":"begin","name":""})").find("empty"), std::string::npos);
   EXPECT_NE(error_of(R"({"kind":"begin","name":"a\u001b[31mred"})").find("control character"), std::string::npos);
   EXPECT_NE(error_of("{\"kind\":\"begin\",\"name\":\"\xff\xfe\"}").find("not a JSON object"), std::string::npos);
-  EXPECT_NE(error_of(R"({"kind":"begin","name":")" + std::string(200, 'x') + "\"}").find("limit"),
-            std::string::npos);
+  EXPECT_NE(error_of(R"({"kind":"begin","name":")" + std::string(200, 'x') + "\"}").find("limit"), std::string::npos);
   EXPECT_NE(error_of(R"({"kind":"begin","name":"e","index":-1})").find("negative"), std::string::npos);
   EXPECT_NE(error_of(R"({"kind":"begin","name":"e","index":1.5})").find("whole number"), std::string::npos);
   EXPECT_NE(error_of(R"({"kind":"begin","name":"e","index":1e300})").find("whole number"), std::string::npos);
@@ -296,7 +295,8 @@ TEST(MarkerSocket, HostileInputIsCountedAndTheGoodMarkersStillArrive) {
   EXPECT_TRUE(send_raw(l.path(), std::string(kMaxMarkerLineBytes + 10, 'x')));
   EXPECT_TRUE(send_raw(l.path(), std::string("\0\0\0\xff", 4)));
   // Several lines in one datagram: the bad one is skipped, the good ones are read.
-  EXPECT_TRUE(send_raw(l.path(), "{\"kind\":\"mark\",\"name\":\"a\"}\n[1]\n{\"kind\":\"work\",\"amount\":2,\"unit\":\"steps\"}\n"));
+  EXPECT_TRUE(send_raw(
+      l.path(), "{\"kind\":\"mark\",\"name\":\"a\"}\n[1]\n{\"kind\":\"work\",\"amount\":2,\"unit\":\"steps\"}\n"));
   ASSERT_TRUE(got.wait_for(2));
   l.stop();
   EXPECT_EQ(got.markers[0].name, "a");
@@ -404,7 +404,7 @@ double two_sided_p_by_integration(double t, double df) {
 
 TEST(Stats, StudentTQuantilesMatchTheTables) {
   // t(0.975, df), from any table of Student's t (e.g. NIST/SEMATECH e-Handbook 1.3.6.7.2).
-  const std::pair<double, double> table[] = {{1, 12.706}, {2, 4.303}, {3, 3.182}, {4, 2.776},
+  const std::pair<double, double> table[] = {{1, 12.706}, {2, 4.303},  {3, 3.182},  {4, 2.776},
                                              {9, 2.262},  {10, 2.228}, {30, 2.042}, {100, 1.984}};
   for (const auto& [df, t] : table)
     EXPECT_NEAR(student_t_quantile(0.975, df), t, 1.5e-3) << "df " << df;

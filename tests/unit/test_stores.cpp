@@ -133,18 +133,12 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
   // Unitless by nature: a lane count, a P-state number, a bit mask.
   const std::vector<std::string_view> unitless = {"pcie_link_width", "pcie_link_width_max", "pstate",
                                                   "throttle_reasons"};
-  const std::vector<std::string_view> not_measurements = {"run_id",        "task",         "command",
-                                                          "host",          "cpu_model",    "exit_status",
-                                                          "samples",       "tags",         "wattscope_version",
-                                                          "summary",       "gpu_index",    "vendor",
-                                                          "uuid",          "name",         "pci_bus_id",
-                                                          "energy_method", "power_source", "tick",
-                                                          "core",          "zone",         "socket",
-                                                          "domain",        "power_method", "seq",
-                                                          "kind",          "source",       "detail",
-                                                          // issue 15: phases and work
-                                                          "phase_id", "index", "parent", "start_tick", "end_tick",
-                                                          "closed_by_run_end", "amount", "unit"};
+  const std::vector<std::string_view> not_measurements = {
+      "run_id", "task", "command", "host", "cpu_model", "exit_status", "samples", "tags", "wattscope_version",
+      "summary", "gpu_index", "vendor", "uuid", "name", "pci_bus_id", "energy_method", "power_source", "tick", "core",
+      "zone", "socket", "domain", "power_method", "seq", "kind", "source", "detail",
+      // issue 15: phases and work
+      "phase_id", "index", "parent", "start_tick", "end_tick", "closed_by_run_end", "amount", "unit"};
   auto check = [&](std::string_view column, std::string_view unit) {
     if (std::find(unitless.begin(), unitless.end(), column) != unitless.end()) {
       EXPECT_TRUE(unit.empty() || unit == "lanes") << column;
@@ -208,8 +202,8 @@ TEST(Stores, SqliteAndCsvHoldTheSameRows) {
   auto a = dump(*rs, runs_s[0]);
   auto b = dump(*rc, runs_c[0]);
   EXPECT_EQ(a, b);
-  EXPECT_EQ(a.size(), 2u /*devices*/ + 5 /*cpu*/ + 10 /*cores*/ + 5 /*zones*/ + 10 /*gpu*/ + 1 /*event*/ +
-                        1 /*phase*/ + 1 /*work*/);
+  EXPECT_EQ(a.size(), 2u /*devices*/ + 5 /*cpu*/ + 10 /*cores*/ + 5 /*zones*/ + 10 /*gpu*/ + 1 /*event*/ + 1 /*phase*/ +
+                          1 /*work*/);
   // Missing stays missing; a measured zero stays zero.
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM cpu_samples WHERE util_pct IS NULL"), "1");
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples WHERE util_gpu_pct = 0"), "10");

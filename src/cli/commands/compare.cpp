@@ -65,7 +65,8 @@ public:
                             a.name, a.energy_j.size(), b.name, b.energy_j.size());
     }
     const std::string direction =
-        diff == 0 ? "the same energy as" : fmt::format("{:.3g} % {} energy than", std::fabs(pct), diff > 0 ? "more" : "less");
+        diff == 0 ? "the same energy as"
+                  : fmt::format("{:.3g} % {} energy than", std::fabs(pct), diff > 0 ? "more" : "less");
     const std::string sentence = fmt::format("{} uses {} {} ({:.6g} J vs {:.6g} J per run); {}.", b.label, direction,
                                              a.label, sb.mean, sa.mean, verdict);
     if (flags_.json) {

@@ -46,10 +46,12 @@ public:
     sub.add_option("format", format_, "What the file is: nvidia-smi")->required();
     sub.add_option("file", file_, "The log: nvidia-smi --query-gpu=timestamp,... --format=csv -l N output")->required();
     sub.add_option("--task,-t", task_, "Task name of the run")->required();
-    sub.add_option("--db", db_, "Store to write: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")->capture_default_str();
+    sub.add_option("--db", db_, "Store to write: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
+        ->capture_default_str();
     sub.add_option("--host", host_, "Machine the log was taken on (stored with the run)");
-    sub.add_flag("--utc", utc_, "Timestamps are UTC (nvidia-smi writes local time; by default they are read as "
-                                "local time here, TZ honoured)");
+    sub.add_flag("--utc", utc_,
+                 "Timestamps are UTC (nvidia-smi writes local time; by default they are read as "
+                 "local time here, TZ honoured)");
     sub.add_option("--columns", columns_,
                    "The --query-gpu fields of a file written with noheader, comma-separated, e.g. "
                    "timestamp,index,power.draw")
@@ -63,7 +65,8 @@ public:
   }
 
   int run(CLI::App&, const CliContext& ctx) override {
-    if (format_ != "nvidia-smi") throw UsageError(fmt::format("cannot import '{}'; known: nvidia-smi", excerpt(format_)));
+    if (format_ != "nvidia-smi")
+      throw UsageError(fmt::format("cannot import '{}'; known: nvidia-smi", excerpt(format_)));
     flag_value("--task", [&] {
       validate_task_name(task_);
       return 0;

@@ -89,7 +89,8 @@ public:
     ChildResult child;
     try {
       std::vector<std::string> env;
-      if (!session.marker_socket().empty()) env.push_back(std::string(kMarkerSocketEnv) + "=" + session.marker_socket());
+      if (!session.marker_socket().empty())
+        env.push_back(std::string(kMarkerSocketEnv) + "=" + session.marker_socket());
       child = wait_child(spawn_child(path, command, env));
     } catch (const CommandError& e) {
       spdlog::error("{}", e.what());

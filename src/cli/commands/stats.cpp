@@ -23,8 +23,9 @@ public:
     sub.add_option("runs", ids_, "Runs (ids or unique prefixes); or use --task");
     sub.add_option("--task,-t", task_, "Every finished run of this task");
     sub.add_option("--last,-n", last_, "Only the latest N runs of the task");
-    sub.footer("Examples:\n  wattscope stats --task bert-lr3e-4 --last 5\n  wattscope stats 20261121-1203 20261121-1210 "
-               "--json\nThe 95 % confidence interval of the mean is mean ± t(0.975, n-1)·sd/√n (Student's t).");
+    sub.footer(
+        "Examples:\n  wattscope stats --task bert-lr3e-4 --last 5\n  wattscope stats 20261121-1203 20261121-1210 "
+        "--json\nThe 95 % confidence interval of the mean is mean ± t(0.975, n-1)·sd/√n (Student's t).");
   }
   int run(CLI::App& sub, const CliContext&) override {
     if (task_.empty() == ids_.empty()) throw UsageError("give either --task NAME or run ids, not both or neither");
