@@ -47,6 +47,8 @@ class Listener:
 def listener(tmp_path, monkeypatch):
     l = Listener(str(tmp_path / "markers.sock"))
     monkeypatch.setenv("WATTSCOPE_SOCKET", l.path)
+    for var in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "WATTSCOPE_ALL_RANKS"):
+        monkeypatch.delenv(var, raising=False)  # this process sends as a job's only (or first) rank
     yield l
     l.sock.close()
 
@@ -165,3 +167,20 @@ def test_pip_installs_offline(tmp_path):
     r = subprocess.run([str(venv / "bin" / "python"), "-c", "import wattscope; print(wattscope.__file__)"],
                        capture_output=True, text=True, cwd=str(tmp_path))
     assert r.returncode == 0 and str(venv) in r.stdout, r.stdout + r.stderr
+
+
+def test_only_local_rank_zero_sends_phases_but_every_rank_sends_work(listener, monkeypatch):
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    with wattscope.phase("epoch"):
+        wattscope.work(8)
+        assert wattscope.mark("x") is False
+    assert listener.read(1) == [{"kind": "work", "amount": 8, "unit": "samples"}]
+    assert not listener.pending()
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    with wattscope.phase("epoch"):
+        pass
+    assert listener.read(2) == [{"kind": "begin", "name": "epoch"}, {"kind": "end", "name": "epoch"}]
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("WATTSCOPE_ALL_RANKS", "1")
+    assert wattscope.mark("y") is True
+    assert listener.read(1) == [{"kind": "mark", "name": "y"}]

@@ -14,6 +14,9 @@ did, and what model it trains, so that energy is reported per phase and per unit
     @wattscope.phase("evaluate")
     def evaluate(): ...
 
+In a job with several processes per machine (torchrun, Slurm, MPI), phases, marks and the model description are sent
+by local rank 0 only, and work by every rank, so work adds up and phases do not nest eight times.
+
 Standard library only. Under `wattscope run` the environment holds WATTSCOPE_SOCKET, a Unix datagram socket; every
 call sends one line of JSON to it (the protocol is docs/markers.md in the wattscope repository) without ever
 waiting: when wattscope is gone, or its queue is full, the marker is dropped. Without WATTSCOPE_SOCKET every call is
@@ -53,6 +56,19 @@ def _socket():
     return _sock
 
 
+def _primary():
+    """Phases, marks and model descriptions come from one process per machine: with torchrun, Slurm or MPI every
+    rank runs the same code, and eight `begin epoch` would nest eight phases. Work comes from every rank (each does
+    its share). The local rank decides; WATTSCOPE_ALL_RANKS=1 lets every process send everything."""
+    if os.environ.get("WATTSCOPE_ALL_RANKS") == "1":
+        return True
+    for var in ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"):
+        value = os.environ.get(var)
+        if value is not None and value.strip() != "":
+            return value.strip() == "0"
+    return True
+
+
 def _send(message):
     """Sends one marker; returns True when it was handed to wattscope, False when dropped. Never raises, never waits."""
     path = os.environ.get(_ENV)
@@ -86,11 +102,13 @@ class Phase:
         msg = {"kind": "begin", "name": self.name}
         if self.index is not None:
             msg["index"] = self.index
-        _send(msg)
+        if _primary():
+            _send(msg)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _send({"kind": "end", "name": self.name})
+        if _primary():
+            _send({"kind": "end", "name": self.name})
         return False
 
     def __call__(self, func):
@@ -120,7 +138,8 @@ def work(amount, unit="samples"):
 
 def mark(name):
     """A point in time worth seeing on the charts, e.g. `wattscope.mark("checkpoint")`."""
-    return _send({"kind": "mark", "name": _name(name)})
+    msg = {"kind": "mark", "name": _name(name)}
+    return _send(msg) if _primary() else False
 
 
 def _count(tensor):
@@ -152,5 +171,6 @@ def describe_model(model, flops=None, name=None):
         if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not math.isfinite(flops) or flops < 0:
             raise ValueError("flops must be a finite number >= 0")
         msg["flops"] = float(flops)
-    _send(msg)
+    if _primary():
+        _send(msg)
     return count

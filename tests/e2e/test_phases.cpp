@@ -55,6 +55,8 @@ struct Fixture {
     env["CUDA_VISIBLE_DEVICES"] = "\x01";
     env["WATTSCOPE_SOCKET"] = "\x01";
     env["PYTHONDONTWRITEBYTECODE"] = "1";
+    for (const char* rank : {"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+      env[rank] = "\x01"; // the Python child sends phases as a job's first rank does
   }
   std::string db() const { return dir / "wattscope.db"; }
   Result wattscope_run(const std::vector<std::string>& child, std::map<std::string, std::string> extra = {}) {
