@@ -2,6 +2,7 @@
 // helper, under the real binary with the fake NVML library; per-phase energy checked against the fake's counters.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -654,4 +655,22 @@ TEST(Import, AMalformedLogIsRefusedWithItsLineAndNothingIsStored) {
   EXPECT_NE(r.err.find("no samples"), std::string::npos) << r.err;
   r = run({wattscope(), "import", "dcgm", dir / "empty.csv", "--task", "e"}, {}, dir.path());
   EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST(Phases, ServeListensOnTheSocketItIsGivenAndStoresThePhases) {
+  Fixture f;
+  const std::string sock = f.dir / "serve.sock";
+  const int pid =
+      start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "50ms", "--db", f.db(), "--socket", sock},
+            f.env, f.dir.path(), f.dir / "out", f.dir / "err");
+  wait_for_serve_port(f.dir / "err", 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(run({wattscope(), "mark", "--socket", sock, "--strict", "begin", "served"}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(run({wattscope(), "mark", "--socket", sock, "--strict", "end"}).exit_code, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(wait_exit(pid), 0) << read_file(f.dir / "err");
+  EXPECT_EQ(scalar(f.db(), "SELECT name || ' ' || closed_by_run_end FROM phases"), "served 0");
+  expect_phase_energy_matches_the_counters(f);
 }
