@@ -12,14 +12,14 @@ std::string gpu_key(int index) {
 }
 } // namespace
 
-void PhaseTracker::push(Marker m, int64_t ts_ms) {
+void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
   if (m.kind != Marker::Kind::Begin && m.kind != Marker::Kind::End && m.kind != Marker::Kind::Work) return;
   std::lock_guard lock(mu_);
   if (pending_.size() >= kMaxPending) {
     if (dropped_++ == 0) spdlog::warn("markers arrive faster than wattscope settles them; extra ones are dropped");
     return;
   }
-  pending_.emplace_back(std::move(m), ts_ms);
+  pending_.push_back({std::move(m), ts_ms, at});
 }
 
 int64_t PhaseTracker::dropped() const {
@@ -39,11 +39,11 @@ void PhaseTracker::process(Frame& f) {
   if (f.cpu.dram_energy_j) now["cpu_dram"] = *f.cpu.dram_energy_j;
   if (f.cpu.power_method) energy_method_["cpu_package"] = energy_method_["cpu_dram"] = f.cpu.power_method;
 
-  std::deque<std::pair<Marker, int64_t>> due;
+  std::deque<Pending> due;
   {
     std::lock_guard lock(mu_);
-    // In arrival order; a marker stamped after this tick's time waits for the next tick, which brackets its end.
-    while (!pending_.empty() && pending_.front().second <= f.ts_ms) {
+    // In arrival order; a marker that arrived after this tick began waits for the next tick, which brackets it.
+    while (!pending_.empty() && pending_.front().at <= f.mono) {
       due.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
@@ -53,8 +53,8 @@ void PhaseTracker::process(Frame& f) {
     last_tick_ = f.tick;
     last_energy_ = now;
   }
-  for (const auto& [m, ts] : due)
-    settle(m, ts, f, f.tick, now);
+  for (const auto& p : due)
+    settle(p.m, p.ts_ms, f, f.tick, now);
   last_tick_ = f.tick;
   last_energy_ = std::move(now);
 }
@@ -135,7 +135,7 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   Frame out;
   out.markers_only = true;
   out.ts_ms = end_ms;
-  std::deque<std::pair<Marker, int64_t>> rest;
+  std::deque<Pending> rest;
   {
     std::lock_guard lock(mu_);
     rest.swap(pending_);
@@ -143,8 +143,8 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   const int64_t tick = last_tick_.value_or(0);
   out.tick = tick;
   // Markers after the last tick have no later tick to bracket them: they are settled at the last one.
-  for (const auto& [m, ts] : rest)
-    settle(m, ts, out, tick, last_energy_);
+  for (const auto& p : rest)
+    settle(p.m, p.ts_ms, out, tick, last_energy_);
   while (!open_.empty()) {
     open_.back().rec.closed_by_run_end = true;
     close(open_.back(), end_ms, tick, last_energy_, out);

@@ -27,9 +27,12 @@ public:
   // Markers waiting for the next tick beyond this are dropped (counted): a flood cannot grow memory or stall a tick.
   static constexpr size_t kMaxPending = 10000;
 
-  // Thread-safe (the marker listener's thread). Only Begin, End and Work matter here; others are ignored.
-  void push(Marker m, int64_t ts_ms);
-  // Sampler thread, after accounting set each device's energy_j: settles the markers that arrived up to f.ts_ms and
+  // Thread-safe (the marker listener's thread). Only Begin, End and Work matter here; others are ignored. `ts_ms`
+  // (wall clock) is what is stored; `at` (steady clock) decides which tick settles it, so a wall-clock step (NTP)
+  // can neither hold markers back nor settle them early.
+  void push(Marker m, int64_t ts_ms, SteadyClock::time_point at = SteadyClock::now());
+  // Sampler thread, after accounting set each device's energy_j: settles the markers that arrived before the tick
+  // began (f.mono) and
   // adds the phases that ended and the work reported to the frame.
   void process(Frame& f);
   // At the run's end, after the last frame: settles what is left at the last tick and closes phases still open
@@ -48,7 +51,12 @@ private:
   void close(Open& o, int64_t ts_ms, int64_t tick, const std::map<std::string, double>& now, Frame& out);
 
   mutable std::mutex mu_;
-  std::deque<std::pair<Marker, int64_t>> pending_;
+  struct Pending {
+    Marker m;
+    int64_t ts_ms;
+    SteadyClock::time_point at;
+  };
+  std::deque<Pending> pending_;
   int64_t dropped_ = 0;
 
   // Sampler-thread state.

@@ -93,11 +93,17 @@ TEST(MarkerParser, EncodeThenParseGivesTheMarkerBack) {
 
 namespace {
 
+// Synthetic time: a steady-clock instant `ms` milliseconds from its epoch, the wall clock equal to it.
+SteadyClock::time_point at(int64_t ms) {
+  return SteadyClock::time_point(std::chrono::milliseconds(ms));
+}
+
 // A frame at `ts_ms` where GPU 0's energy since run start is `gpu0_j` (and GPU 1's, when given).
 Frame frame(int64_t tick, int64_t ts_ms, std::optional<double> gpu0_j, std::optional<double> gpu1_j = std::nullopt) {
   Frame f;
   f.tick = tick;
   f.ts_ms = ts_ms;
+  f.mono = at(ts_ms);
   if (gpu0_j) {
     GpuSample s;
     s.gpu_index = 0;
@@ -156,10 +162,11 @@ TEST(PhaseTracker, EnergyIsTheCounterDifferenceBetweenTheBracketingTicks) {
     frames.push_back(std::move(f));
   };
   tick(0);
-  t.push(begin("epoch", 0), 1500); // between tick 0 (1000) and tick 1 (2000): start tick 0
+  t.push(begin("epoch", 0), 1500, at(1500)); // between tick 0 (1000) and tick 1 (2000): start tick 0
   tick(1);
   tick(2);
-  t.push(end("epoch"), 3000); // stamped in tick 2's millisecond, but after tick 2 was read: tick 3 brackets it
+  // Stamped in tick 2's millisecond, but it arrived after tick 2 began: tick 3 brackets it.
+  t.push(end("epoch"), 3000, at(3000) + std::chrono::microseconds(1));
   tick(3);
   ASSERT_EQ(frames[3].phases.size(), 1u);
   const PhaseRecord& p = frames[3].phases[0];
@@ -179,8 +186,8 @@ TEST(PhaseTracker, AnEndArrivingAfterATickWaitsForTheNextOne) {
   PhaseTracker t;
   Frame f0 = frame(0, 1000, 0.0);
   t.process(f0);
-  t.push(begin("a"), 1200);
-  t.push(end("a"), 2500); // after tick 1 (2000): only tick 2 (3000) brackets it
+  t.push(begin("a"), 1200, at(1200));
+  t.push(end("a"), 2500, at(2500)); // after tick 1 (2000): only tick 2 (3000) brackets it
   Frame f1 = frame(1, 2000, 5.0);
   t.process(f1);
   EXPECT_TRUE(f1.phases.empty());
@@ -196,13 +203,13 @@ TEST(PhaseTracker, NestingParentsAndEndByName) {
   PhaseTracker t;
   Frame f0 = frame(0, 1000, 0.0);
   t.process(f0);
-  t.push(begin("train"), 1100);
-  t.push(begin("epoch", 0), 1200);
-  t.push(begin("step"), 1300);
-  t.push(work(32), 1400);
-  t.push(end("epoch"), 1500); // ends step (inside it) and epoch; train stays open
-  t.push(work(8, "tokens"), 1600);
-  t.push(end("nonexistent"), 1700);
+  t.push(begin("train"), 1100, at(1100));
+  t.push(begin("epoch", 0), 1200, at(1200));
+  t.push(begin("step"), 1300, at(1300));
+  t.push(work(32), 1400, at(1400));
+  t.push(end("epoch"), 1500, at(1500)); // ends step (inside it) and epoch; train stays open
+  t.push(work(8, "tokens"), 1600, at(1600));
+  t.push(end("nonexistent"), 1700, at(1700));
   Frame f1 = frame(1, 2000, 4.0);
   t.process(f1);
   ASSERT_EQ(f1.phases.size(), 2u);
@@ -229,10 +236,10 @@ TEST(PhaseTracker, AMissingDeviceKeepsItsLastCounterAndNoEnergyIsMissingNotZero)
   PhaseTracker t;
   Frame f0 = frame(0, 1000, 3.0);
   t.process(f0);
-  t.push(begin("a"), 1100);
+  t.push(begin("a"), 1100, at(1100));
   Frame f1 = frame(1, 2000, std::nullopt); // GPU 0 late this tick
   t.process(f1);
-  t.push(end("a"), 2100);
+  t.push(end("a"), 2100, at(2100));
   Frame f2 = frame(2, 3000, std::nullopt);
   t.process(f2);
   ASSERT_EQ(f2.phases.size(), 1u);
@@ -241,18 +248,37 @@ TEST(PhaseTracker, AMissingDeviceKeepsItsLastCounterAndNoEnergyIsMissingNotZero)
   PhaseTracker t2;
   Frame g0 = frame(0, 1000, std::nullopt);
   t2.process(g0);
-  t2.push(begin("b"), 1100);
-  t2.push(end("b"), 1200);
+  t2.push(begin("b"), 1100, at(1100));
+  t2.push(end("b"), 1200, at(1200));
   Frame g1 = frame(1, 2000, std::nullopt);
   t2.process(g1);
   ASSERT_EQ(g1.phases.size(), 1u);
   EXPECT_FALSE(g1.phases[0].energy_j.has_value());
 }
 
+// The wall clock steps back an hour (NTP) between two ticks: markers are settled by the steady clock, at the next
+// tick, not an hour later; their stored times are the wall clock's.
+TEST(PhaseTracker, AWallClockStepNeitherHoldsBackNorReordersMarkers) {
+  PhaseTracker t;
+  Frame f0 = frame(0, 10'000'000, 0.0);
+  f0.mono = at(1000);
+  t.process(f0);
+  t.push(begin("a"), 10'000'500, at(1500));
+  t.push(end("a"), 6'400'600, at(1600)); // the clock stepped back by an hour in between
+  Frame f1 = frame(1, 6'401'000, 7.0);
+  f1.mono = at(2000);
+  t.process(f1);
+  ASSERT_EQ(f1.phases.size(), 1u);
+  EXPECT_EQ(f1.phases[0].start_tick, 0);
+  EXPECT_EQ(f1.phases[0].end_tick, 1);
+  EXPECT_DOUBLE_EQ(*f1.phases[0].energy_j, 7.0);
+  EXPECT_GE(f1.phases[0].end_ms, f1.phases[0].start_ms); // never a negative duration
+}
+
 TEST(PhaseTracker, AFloodIsBoundedAndDropped) {
   PhaseTracker t;
   for (size_t i = 0; i < PhaseTracker::kMaxPending + 500; ++i)
-    t.push(work(1), 1500);
+    t.push(work(1), 1500, at(1500));
   EXPECT_EQ(t.dropped(), 500);
   Frame f = frame(0, 2000, 1.0);
   t.process(f);
