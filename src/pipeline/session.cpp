@@ -135,6 +135,14 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   if (phases_ && acc_) {
     // Phases still open end with the run; markers after the last tick settle at it.
     Frame closing = phases_->finish(*run_.end_ms);
+    // Markers that were not taken are said once, with the run, so a figure per phase is never silently partial.
+    const int64_t rejected = markers_ ? markers_->stats().rejected.load() : 0;
+    if (rejected > 0 || phases_->dropped() > 0 || phases_->unmatched_ends() > 0)
+      acc_->add_event(
+          {0, *run_.end_ms, "markers-ignored", "markers",
+           fmt::format("{} marker lines rejected (not markers: see the warnings), {} dropped (more than {} "
+                       "waiting for one tick), {} 'end' without an open phase",
+                       rejected, phases_->dropped(), PhaseTracker::kMaxPending, phases_->unmatched_ends())});
     acc_->settle_events(closing);
     if (!closing.phases.empty() || !closing.work.empty() || !closing.events.empty()) {
       auto shared = std::make_shared<const Frame>(std::move(closing));

@@ -303,6 +303,11 @@ time.sleep(0.1)
   EXPECT_GE(samples, static_cast<int>(0.8 / 0.05 / 2)) << "took " << took_s << " s";
   EXPECT_NE(r.err.find("marker ignored"), std::string::npos);
   EXPECT_LT(r.err.size(), 20000u) << "the log of rejected markers is rate-limited";
+  // The run says, once, that markers were ignored (and how many).
+  const std::string said = scalar(f.db(), "SELECT detail FROM events WHERE kind = 'markers-ignored'");
+  EXPECT_NE(said.find("marker lines rejected"), std::string::npos) << said;
+  EXPECT_NE(said.find("'end' without an open phase"), std::string::npos) << said;
+  EXPECT_EQ(said.find(" 0 'end'"), std::string::npos) << said; // the junk ends of a never-begun phase are counted
 }
 
 TEST(Phases, RecordListensOnTheSocketItIsGiven) {
