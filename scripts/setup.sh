@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libboost1.81-dev zlib1g-dev prometheus wrk curl
   time procps chromium python3 python3-psutil
+  python3-pytest python3-venv # issue 15: the Python marker helper's tests (pytest; pip install into a venv)
   clang libclang-rt-14-dev libfuzzer-14-dev llvm
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.

@@ -114,8 +114,12 @@ void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
   if (s.power_w || st.integral_j > 0) s.energy_j = st.integral_j;
 }
 
-void Accounting::process(Frame& f) {
+void Accounting::settle_events(Frame& f) {
   std::lock_guard lock(mu_);
+  settle_events_locked(f);
+}
+
+void Accounting::settle_events_locked(Frame& f) {
   for (auto& ev : pending_events_) {
     if (ev.ts_ms == 0) ev.ts_ms = f.ts_ms;
     f.events.push_back(std::move(ev));
@@ -124,6 +128,11 @@ void Accounting::process(Frame& f) {
   for (auto& ev : f.events)
     ev.seq = next_event_seq_++;
   summary_.events = next_event_seq_;
+}
+
+void Accounting::process(Frame& f) {
+  std::lock_guard lock(mu_);
+  settle_events_locked(f);
 
   summary_.samples++;
   last_tick_ = f.tick;

@@ -71,6 +71,9 @@ public:
   void process(Frame& frame);
   // Thread-safe: queue an event for the next frame (start-up notices, sink outages).
   void add_event(Event ev);
+  // Moves the queued events into `frame` and numbers them: process() does it for every frame; the run's end does it
+  // for its closing markers-only frame, so an event queued after the last tick is still stored.
+  void settle_events(Frame& frame);
   RunSummary summary() const;
   // The end of a run: the tick numbers of the final `processes` rows.
   void resolve_process_rows(std::vector<ProcessRow>& rows, int64_t tick) const;
@@ -88,6 +91,7 @@ private:
     double integral_j = 0;
   };
   void energy(GpuSample& s, const Frame& f, EnergyState& st);
+  void settle_events_locked(Frame& f);
 
   mutable std::mutex mu_;
   std::vector<Event> pending_events_;

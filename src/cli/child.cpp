@@ -76,7 +76,8 @@ std::string resolve_command(const std::string& cmd) {
   throw CommandError(127, fmt::format("command not found: '{}'", cmd));
 }
 
-pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv, int cgroup_procs_fd) {
+pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv, int cgroup_procs_fd,
+                  const std::vector<std::string>& extra_env) {
   // A close-on-exec pipe tells the parent whether exec succeeded: EOF means it did, an errno means it did not.
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw CommandError(126, fmt::format("pipe: {}", std::strerror(errno)));
@@ -84,6 +85,21 @@ pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv,
   for (const auto& a : argv)
     args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // The child's environment, built before fork (the child must not allocate): ours, with extra_env's names replaced.
+  std::vector<char*> envp;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string_view entry(*e);
+    const auto name_len = entry.find('=');
+    bool replaced = false;
+    for (const auto& x : extra_env)
+      if (name_len != std::string_view::npos && x.size() > name_len &&
+          x.compare(0, name_len + 1, entry.substr(0, name_len + 1)) == 0)
+        replaced = true;
+    if (!replaced) envp.push_back(*e);
+  }
+  for (const auto& x : extra_env)
+    envp.push_back(const_cast<char*>(x.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = ::fork();
   if (pid < 0) throw CommandError(126, fmt::format("fork: {}", std::strerror(errno)));
   if (pid == 0) {
@@ -94,7 +110,7 @@ pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv,
     sigprocmask(SIG_SETMASK, &none, nullptr);
     // Into the run's cgroup before exec (write(2) is async-signal-safe); a failure leaves it where it was.
     if (cgroup_procs_fd >= 0) (void)!::write(cgroup_procs_fd, "0", 1);
-    ::execv(path.c_str(), args.data());
+    ::execve(path.c_str(), args.data(), envp.data());
     int e = errno;
     (void)!::write(fds[1], &e, sizeof e);
     ::_exit(e == ENOENT ? 127 : 126);

@@ -31,8 +31,10 @@ struct ChildResult {
 // Starts argv; throws CommandError when exec fails.
 // `path` comes from resolve_command; exec uses it directly so the forked child does no PATH search (no malloc).
 // cgroup_procs_fd: the run's cgroup.procs (attribution), which the child writes "0" into before exec so that nothing
-// it starts escapes the cgroup; -1 for none.
-pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv, int cgroup_procs_fd = -1);
+// it starts escapes the cgroup; -1 for none. `extra_env` ("NAME=value") is added to (or replaces in) the child's
+// environment, e.g. WATTSCOPE_SOCKET.
+pid_t spawn_child(const std::string& path, const std::vector<std::string>& argv, int cgroup_procs_fd = -1,
+                  const std::vector<std::string>& extra_env = {});
 // Waits for the child; SIGINT/SIGTERM/SIGHUP sent to wattscope with kill(2) are passed on to it. (A terminal's
 // Ctrl-C already reaches the child through the process group, so it is not sent twice.)
 ChildResult wait_child(pid_t pid);

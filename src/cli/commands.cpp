@@ -15,6 +15,14 @@ constexpr CommandEntry kCommands[] = {
      make_repair_command},
     {"export", "Copy runs between stores (SQLite, CSV, MySQL); also replays spill files", make_export_command},
     {"doctor", "Check what this machine can measure, and how to fix what it cannot", make_doctor_command},
+    // issue 15
+    {"mark", "Send a marker (phase begin/end, point, work done) to the wattscope running this command",
+     make_mark_command},
+    {"stats", "Mean, spread and 95 % confidence interval of a task's repeated runs (--task T [--last N]) or of runs",
+     make_stats_command},
+    {"compare", "Whether two runs or tasks differ in energy by more than run-to-run noise (Welch's t-test)",
+     make_compare_command},
+    {"import", "Turn a log you already have (nvidia-smi --query-gpu CSV) into a run", make_import_command},
 };
 } // namespace
 

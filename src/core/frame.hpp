@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/processes.hpp"
@@ -94,6 +95,32 @@ struct GpuDevice {
   std::string power_source;  // which reading power_w holds
 };
 
+// --- Phases and work (issue 15): rows that markers (wattscope mark, the Python helper) produce. The phase tracker
+// (phases/phase_tracker.hpp) fills them on the sampler thread; the stores write them to `phases` and `work`.
+struct PhaseRecord {
+  int64_t phase_id = 0; // per run, in order of `begin`
+  std::string name;
+  OptI index;  // e.g. the epoch number, when the caller gave one
+  OptI parent; // phase_id of the enclosing phase
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  int64_t start_tick = 0; // the ticks whose counters bracket the phase: energy = E(end_tick) - E(start_tick)
+  int64_t end_tick = 0;
+  // Per device ("gpu0", "cpu_package", "cpu_dram"), in joules over [start_tick, end_tick].
+  std::vector<std::pair<std::string, double>> device_energy_j;
+  OptF energy_j;                  // sum of device_energy_j; missing when no device measured energy
+  std::string energy_method;      // counter | integrated | mixed (as the devices' methods are)
+  bool closed_by_run_end = false; // no `end` arrived: the run's end closed it
+};
+struct WorkRecord {
+  int64_t seq = 0; // per run, in arrival order
+  int64_t ts_ms = 0;
+  double amount = 0;
+  std::string unit; // samples, tokens, images, steps, ...
+  OptI phase_id;    // innermost phase open when it arrived
+};
+// --- end phases and work
+
 struct Frame {
   int64_t tick = 0;  // grid slot number since run start; gaps mean the sampler skipped late slots
   int64_t ts_ms = 0; // UTC wall clock, milliseconds since the epoch, taken once per tick
@@ -108,6 +135,11 @@ struct Frame {
   std::shared_ptr<ProcessSnapshot> processes;
   // The end of a run: a frame that carries only the final `processes` rows (no samples).
   bool rows_only = false;
+  // Phases that ended and work reported since the previous tick (issue 15).
+  std::vector<PhaseRecord> phases;
+  std::vector<WorkRecord> work;
+  // A frame that carries only phase/work rows (the run's end closing open phases): no sample rows.
+  bool markers_only = false;
 };
 
 } // namespace wattscope

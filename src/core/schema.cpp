@@ -1,6 +1,7 @@
 #include "core/schema.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <random>
 #include <stdexcept>
 
@@ -81,16 +82,43 @@ constexpr C kProcessGpuCols[] = {{"run_id", T},   {"tick", I},     {"ts_ms", I},
                                  {"enc_pct", R},  {"dec_pct", R},  {"power_w", R}, {"energy_j", R}};
 constexpr std::string_view kProcessGpuKey[] = {"run_id", "tick", "pid", "start_time", "gpu_index"};
 // ---- end attribution ----
+// --- issue 15: phases and work. A phase's energy per device is the counter difference between the ticks that
+// bracket it (start_tick: the last tick at or before its begin; end_tick: the first at or after its end), kept as a
+// JSON object {"gpu0": J, "cpu_package": J, ...} since the number of devices varies; energy_j is their sum.
+// attributed_energy_j is filled by attribution (issue 13) where it runs; missing otherwise.
+constexpr C kPhaseCols[] = {{"run_id", T},
+                            {"phase_id", I},
+                            {"name", T},
+                            {"index", I},
+                            {"parent", I},
+                            {"start_ms", I},
+                            {"end_ms", I},
+                            {"start_tick", I},
+                            {"end_tick", I},
+                            {"energy_j", R},
+                            {"energy_method", T},
+                            {"device_energy_j", T},
+                            {"attributed_energy_j", R},
+                            {"closed_by_run_end", I}};
+constexpr std::string_view kPhaseKey[] = {"run_id", "phase_id"};
+constexpr C kWorkCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"amount", R}, {"unit", T}, {"phase_id", I}};
+constexpr std::string_view kWorkKey[] = {"run_id", "seq"};
+// --- end issue 15
 
 const Table kTables[] = {
-    {"runs", kRunCols, kRunKey, kRunIndex},         {"gpu_devices", kDeviceCols, kDeviceKey, {}},
-    {"cpu_samples", kCpuCols, kTickKey, {}},        {"cpu_core_samples", kCoreCols, kCoreKey, {}},
-    {"cpu_power_samples", kZoneCols, kZoneKey, {}}, {"gpu_samples", kGpuCols, kGpuKey, {}},
+    {"runs", kRunCols, kRunKey, kRunIndex},
+    {"gpu_devices", kDeviceCols, kDeviceKey, {}},
+    {"cpu_samples", kCpuCols, kTickKey, {}},
+    {"cpu_core_samples", kCoreCols, kCoreKey, {}},
+    {"cpu_power_samples", kZoneCols, kZoneKey, {}},
+    {"gpu_samples", kGpuCols, kGpuKey, {}},
     {"events", kEventCols, kEventKey, {}},
     // attribution (issue 13)
     {"processes", kProcessCols, kProcessKey, {}},
     {"process_samples", kProcessSampleCols, kProcessSampleKey, {}},
     {"process_gpu_samples", kProcessGpuCols, kProcessGpuKey, {}},
+    {"phases", kPhaseCols, kPhaseKey, {}},
+    {"work", kWorkCols, kWorkKey, {}}, // issue 15
 };
 static_assert(std::size(kTables) == kTableCount, "one Table per TableId");
 
@@ -264,9 +292,68 @@ GpuDevice device_from_row(std::span<const Value> row) {
   return d;
 }
 
+// --- issue 15: phases and work
+static std::string device_energy_json(const std::vector<std::pair<std::string, double>>& energy) {
+  // Keys are device names wattscope made ("gpu0", "cpu_package"), so no escaping is needed; values in the classic
+  // locale, with full precision so a phase's figure reads back exactly.
+  std::string out = "{";
+  for (const auto& [device, joules] : energy)
+    if (std::isfinite(joules)) out += fmt::format("{}\"{}\":{}", out.size() > 1 ? "," : "", device, joules);
+  return out + "}";
+}
+
+static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch& out) {
+  const Value rid(run_id);
+  auto& p = out.tables[static_cast<size_t>(TableId::Phases)].cells;
+  for (const auto& ph : f.phases) {
+    p.push_back(rid);
+    p.emplace_back(ph.phase_id);
+    p.emplace_back(ph.name);
+    p.push_back(opt(ph.index));
+    p.push_back(opt(ph.parent));
+    p.emplace_back(ph.start_ms);
+    p.emplace_back(ph.end_ms);
+    p.emplace_back(ph.start_tick);
+    p.emplace_back(ph.end_tick);
+    p.push_back(opt(ph.energy_j));
+    p.push_back(text_or_null(ph.energy_method));
+    p.emplace_back(device_energy_json(ph.device_energy_j));
+    p.emplace_back(); // attributed_energy_j: attribution (issue 13) fills it where it runs
+    p.emplace_back(int64_t{ph.closed_by_run_end ? 1 : 0});
+  }
+  auto& w = out.tables[static_cast<size_t>(TableId::Work)].cells;
+  for (const auto& wr : f.work) {
+    w.push_back(rid);
+    w.emplace_back(wr.seq);
+    w.emplace_back(wr.ts_ms);
+    w.emplace_back(wr.amount);
+    w.emplace_back(wr.unit);
+    w.push_back(opt(wr.phase_id));
+  }
+}
+// --- end issue 15
+
+static void append_event_rows(std::string_view run_id, const Frame& f, RowBatch& out) {
+  const Value rid(run_id);
+  auto& e = out.tables[static_cast<size_t>(TableId::Events)].cells;
+  for (const auto& ev : f.events) {
+    e.push_back(rid);
+    e.emplace_back(ev.seq);
+    e.emplace_back(ev.ts_ms);
+    e.emplace_back(ev.kind);
+    e.push_back(text_or_null(ev.source));
+    e.push_back(text_or_null(ev.detail));
+  }
+}
+
 void append_frame_rows(std::string_view run_id, const Frame& f, const std::vector<GpuDevice>& devices, RowBatch& out) {
   if (f.rows_only) return append_process_rows(run_id, f, out);
   const Value rid(run_id);
+  if (f.markers_only) { // the run's end closing phases: no samples, only markers and events
+    append_marker_rows(run_id, f, out);
+    append_event_rows(run_id, f, out);
+    return;
+  }
   {
     auto& c = out.tables[static_cast<size_t>(TableId::CpuSamples)].cells;
     c.push_back(rid);
@@ -299,6 +386,7 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
       c.push_back(opt(f.cpu.core_util_pct[core]));
     }
   }
+  append_marker_rows(run_id, f, out);
   auto& g = out.tables[static_cast<size_t>(TableId::GpuSamples)].cells;
   for (const auto& s : f.gpus) {
     const GpuDevice* dev = nullptr;
@@ -316,16 +404,8 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
   }
   for (const auto& d : f.device_rows)
     append_device_row(run_id, d, out.tables[static_cast<size_t>(TableId::GpuDevices)]);
-  auto& e = out.tables[static_cast<size_t>(TableId::Events)].cells;
-  for (const auto& ev : f.events) {
-    e.push_back(rid);
-    e.emplace_back(ev.seq);
-    e.emplace_back(ev.ts_ms);
-    e.emplace_back(ev.kind);
-    e.push_back(text_or_null(ev.source));
-    e.push_back(text_or_null(ev.detail));
-  }
   append_process_rows(run_id, f, out);
+  append_event_rows(run_id, f, out);
 }
 
 // ---- attribution (issue 13) ----

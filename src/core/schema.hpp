@@ -17,9 +17,9 @@
 namespace wattscope {
 
 // 2: cpu_samples power columns, cpu_power_samples, gpu_samples.vendor. 3: gpu_samples.util_enc_pct, util_dec_pct.
-// 4: processes, process_samples, process_gpu_samples (attribution, issue 13).
 // Older stores are migrated forward (a column this version has and the store lacks is added); a store written by a
 // newer version is refused.
+// 4: processes, process_samples, process_gpu_samples (issue 13: attribution); phases, work (issue 15: markers).
 inline constexpr int kSchemaVersion = 4;
 
 struct Column {
@@ -47,9 +47,19 @@ enum class TableId : size_t {
   ProcessSamples,
   ProcessGpuSamples,
   // ---- end attribution ----
+  // --- issue 15: phases and work (markers)
+  Phases,
+  Work,
+  // --- end issue 15
   Count
 };
 inline constexpr size_t kTableCount = static_cast<size_t>(TableId::Count);
+
+// Tables added after the first stores were written (issue 15: phases, work): an older store that lacks one reads
+// as having no rows in it, rather than as damaged.
+inline bool table_may_be_absent(TableId id) {
+  return id == TableId::Phases || id == TableId::Work;
+}
 
 // The schema_version a store holds (its text; nullopt when the store has none yet, which reads as 0). Throws
 // std::runtime_error naming `store` when it is not a number, or newer than this wattscope's (kSchemaVersion): such

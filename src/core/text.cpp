@@ -58,6 +58,10 @@ void validate_text(std::string_view what, std::string_view text, size_t max_byte
 }
 } // namespace
 
+void validate_printable_text(std::string_view what, std::string_view text, size_t max_bytes) {
+  validate_text(what, text, max_bytes);
+}
+
 void validate_task_name(std::string_view task) {
   if (task.empty()) throw std::invalid_argument("task name is empty; pass --task NAME");
   validate_text("task name", task, kMaxTaskNameBytes);

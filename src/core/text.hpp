@@ -14,6 +14,9 @@ inline constexpr size_t kMaxTagValueBytes = 1024;
 
 // Throws std::invalid_argument naming the problem: empty, too long, control characters, invalid UTF-8.
 void validate_task_name(std::string_view task);
+// Printable UTF-8 of at most max_bytes (phase names, units from markers); `what` names it in the message. Throws
+// std::invalid_argument naming the problem.
+void validate_printable_text(std::string_view what, std::string_view text, size_t max_bytes);
 // --tag KEY=VALUE: a key of letters, digits, '_', '-' and '.' (it becomes a JSON key and may become a label), a
 // value of printable UTF-8. Throws std::invalid_argument naming the problem.
 std::pair<std::string, std::string> parse_tag(std::string_view text);

@@ -88,6 +88,35 @@ void Session::open() {
   for (auto& n : notices)
     acc_->add_event(std::move(n));
 
+  // --- issue 15: markers. Begin/end/work settle on the sampler thread (PhaseTracker); points and model
+  // descriptions are events.
+  phases_ = std::make_unique<PhaseTracker>();
+  if (opts_.private_marker_socket || !opts_.marker_socket_path.empty()) {
+    auto handler = [this](Marker m, int64_t ts_ms) {
+      if (m.kind == Marker::Kind::Point) {
+        acc_->add_event({0, ts_ms, "mark", m.name, ""});
+      } else if (m.kind == Marker::Kind::Model) {
+        nlohmann::json d = nlohmann::json::object();
+        if (m.parameters) d["parameters"] = *m.parameters;
+        if (m.flops) d["flops"] = *m.flops;
+        acc_->add_event({0, ts_ms, "model", m.name, d.dump()});
+      } else {
+        phases_->push(std::move(m), ts_ms);
+      }
+    };
+    if (!opts_.marker_socket_path.empty()) {
+      markers_ = std::make_unique<MarkerListener>(MarkerListener::at_path(opts_.marker_socket_path, handler));
+    } else {
+      // `run` works without markers when its private socket cannot be made (a TMPDIR too long for a socket path).
+      try {
+        markers_ = std::make_unique<MarkerListener>(MarkerListener::in_private_dir(handler));
+      } catch (const std::exception& e) {
+        spdlog::warn("{}; markers from the command will be dropped", e.what());
+      }
+    }
+  }
+  // --- end issue 15
+
   for (const auto& spec : opts_.stores) {
     auto sink = open_sink(spec);
     sink->begin_run(run_); // throws with the store's own fix-it message
@@ -101,6 +130,7 @@ void Session::start() {
   sampler_ = std::make_unique<Sampler>(sources_, opts_.interval, [this](Frame& f) {
     if (tracker_) f.processes = tracker_->take();
     acc_->process(f);
+    phases_->process(f);
     auto shared = std::make_shared<const Frame>(std::move(f));
     for (auto& w : writers_)
       w->push(shared);
@@ -108,6 +138,7 @@ void Session::start() {
   });
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
+  if (markers_) markers_->start();
 }
 
 RunCgroup Session::make_cgroup() {
@@ -128,6 +159,7 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   if (finished_) return run_;
   finished_ = true;
   if (tracker_) tracker_->stop(); // its last scan goes out with the sampler's last tick
+  if (markers_) markers_->stop(); // what arrived before now is settled below
   if (sampler_) sampler_->stop();
   if (tracker_) {
     // The final `processes` rows: every process still known, with the tick it was last seen at; and the rows of a
@@ -147,6 +179,24 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
     }
   }
   run_.end_ms = wall_now_ms();
+  if (phases_ && acc_) {
+    // Phases still open end with the run; markers after the last tick settle at it.
+    Frame closing = phases_->finish(*run_.end_ms);
+    // Markers that were not taken are said once, with the run, so a figure per phase is never silently partial.
+    const int64_t rejected = markers_ ? markers_->stats().rejected.load() : 0;
+    if (rejected > 0 || phases_->dropped() > 0 || phases_->unmatched_ends() > 0)
+      acc_->add_event(
+          {0, *run_.end_ms, "markers-ignored", "markers",
+           fmt::format("{} marker lines rejected (not markers: see the warnings), {} dropped (more than {} "
+                       "waiting for one tick), {} 'end' without an open phase",
+                       rejected, phases_->dropped(), PhaseTracker::kMaxPending, phases_->unmatched_ends())});
+    acc_->settle_events(closing);
+    if (!closing.phases.empty() || !closing.work.empty() || !closing.events.empty()) {
+      auto shared = std::make_shared<const Frame>(std::move(closing));
+      for (auto& w : writers_)
+        w->push(shared);
+    }
+  }
   run_.exit_status = exit_status;
   RunSummary s = acc_->summary();
   run_.samples = s.samples;

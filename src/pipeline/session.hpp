@@ -14,6 +14,8 @@
 #include "processes/tracker.hpp"
 #include "core/duration.hpp"
 #include "core/schema.hpp"
+#include "phases/marker_socket.hpp"
+#include "phases/phase_tracker.hpp"
 #include "sampler/sampler.hpp"
 #include "sinks/sink_writer.hpp"
 #include "sinks/store.hpp"
@@ -40,6 +42,10 @@ struct SessionOptions {
   bool track_processes = true; // run: the command's tree (Session::follow); record/serve: the machine's top N
   size_t top_processes = 20;   // --top-processes
   // ---- end attribution ----
+  // Markers (issue 15): `run` listens in a private directory (its path goes to the child as WATTSCOPE_SOCKET);
+  // record/serve at --socket PATH. Neither: no socket.
+  bool private_marker_socket = false;
+  std::string marker_socket_path;
 };
 
 class Session {
@@ -63,6 +69,8 @@ public:
   RunCgroup make_cgroup();
   void follow(pid_t child, const RunCgroup& cgroup);
   // ---- end attribution ----
+  // The marker socket's path, "" when there is none (issue 15).
+  std::string marker_socket() const { return markers_ ? markers_->path() : std::string(); }
 
 private:
   SessionOptions opts_;
@@ -73,6 +81,8 @@ private:
   std::vector<std::unique_ptr<SinkWriter>> writers_;
   std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<ProcessTracker> tracker_;
+  std::unique_ptr<PhaseTracker> phases_;    // issue 15
+  std::unique_ptr<MarkerListener> markers_; // issue 15
   bool all_stored_ = true;
   bool finished_ = false;
 };

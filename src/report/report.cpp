@@ -9,6 +9,7 @@
 #include "core/metrics.hpp"
 #include "core/output_file.hpp"
 #include "core/time_util.hpp"
+#include "pipeline/phase_view.hpp"
 #include "pipeline/run_view.hpp"
 #include "report/downsample.hpp"
 #include "wattscope/version.hpp"
@@ -155,8 +156,19 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
 
   nlohmann::json total = nlohmann::json::object();
   if (total_power.seen() > 0) total = series_json(total_power);
-  return {{"summary", summary}, {"gpus", gpus},        {"cpu", cpu_series},      {"total_gpu_power_w", total},
-          {"events", events},   {"samples", cpu_rows}, {"rows_read", rows_read}, {"buckets", opts.buckets}};
+  nlohmann::json out = {{"summary", summary},         {"gpus", gpus},           {"cpu", cpu_series},
+                        {"total_gpu_power_w", total}, {"events", events},       {"samples", cpu_rows},
+                        {"rows_read", rows_read},     {"buckets", opts.buckets}};
+  // Issue 15: phases (with their times since run start, for the bands on the charts), work, points and the model.
+  nlohmann::json ph = phase_json(load_phase_data(store, run), run);
+  for (auto& p : ph["phases"]) {
+    p["t0"] = round_t(static_cast<double>(p["start_ms"].get<int64_t>() - run.start_ms) / 1000.0);
+    p["t1"] = round_t(static_cast<double>(p["end_ms"].get<int64_t>() - run.start_ms) / 1000.0);
+  }
+  out["phases"] = std::move(ph["phases"]);
+  out["work"] = std::move(ph["work"]);
+  out["model"] = std::move(ph["model"]);
+  return out;
 }
 
 } // namespace

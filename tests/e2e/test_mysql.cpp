@@ -99,14 +99,19 @@ void expect_exact_rows(const MariaDb& db, const std::string& task) {
 TEST(Mysql, RoundTripReadsBackLikeTheOtherStores) {
   MariaDb db;
   TempDir dir;
+  // The child marks a phase and work (issue 15), so the phases and work tables make the round trip too.
+  const std::string mark = "'" + wstest::wattscope() + "' mark ";
   auto r = run({wstest::wattscope(), "run", "--task", "rt", "--interval", "50ms", "--db", db.url(), "--csv", "csv",
-                "--", "sleep", "0.5"},
+                "--", "sh", "-c",
+                mark + "begin 'epoch \"1\"' --index 2 && " + mark + "work 5 tokens && sleep 0.5 && " + mark + "end"},
                env_for(dir, true), dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("stored    MySQL ws@127.0.0.1"), std::string::npos) << r.err;
   // The MySQL copy and the CSV copy of the run hold the same rows, read back through each store's reader.
   setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
   EXPECT_EQ(dump_store(db.url()), dump_store("csv:" + (dir / "csv")));
+  EXPECT_EQ(db.sql("SELECT `name`, `index`, `closed_by_run_end` FROM phases"), "epoch \"1\"\t2\t0\n");
+  EXPECT_EQ(db.sql("SELECT `amount`, `unit`, `phase_id` FROM work"), "5\ttokens\t0\n");
   EXPECT_EQ(db.sql("SELECT value FROM meta WHERE `key` = 'schema_version'"),
             fmt::format("{}\n", wattscope::kSchemaVersion));
   auto shown = run({wstest::wattscope(), "show", "--db", db.url(), "--json"}, env_for(dir), dir.path());

@@ -62,6 +62,21 @@ Frame sample_frame(int64_t tick) {
     f.gpus.push_back(s);
   }
   if (tick == 1) f.events.push_back({0, f.ts_ms, "marker", "test", "epoch 1, \"quoted\"\nsecond line"});
+  if (tick == 1) { // issue 15: a phase (its name hostile to CSV and SQL) and work reach every store alike
+    PhaseRecord p;
+    p.phase_id = 0;
+    p.name = "epoch, \"one\"; DROP TABLE phases;--";
+    p.index = 1;
+    p.start_ms = f.ts_ms - 90;
+    p.end_ms = f.ts_ms - 5;
+    p.start_tick = 0;
+    p.end_tick = 1;
+    p.device_energy_j = {{"gpu0", 0.001}, {"gpu1", 0.1}};
+    p.energy_j = 0.101;
+    p.energy_method = "counter";
+    f.phases.push_back(p);
+    f.work.push_back({0, f.ts_ms - 10, 64, "samples", int64_t{0}});
+  }
   f.cpu.zones.push_back({"package", "intel-rapl:0", int64_t{0}, 41.5 + static_cast<double>(tick), 4.15 * tick});
   if (tick == 1) { // attribution (issue 13): one process, its sample, its use of GPU 1
     f.processes = std::make_shared<ProcessSnapshot>();
@@ -144,18 +159,14 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
   // Unitless by nature: a lane count, a P-state number, a bit mask.
   const std::vector<std::string_view> unitless = {"pcie_link_width", "pcie_link_width_max", "pstate",
                                                   "throttle_reasons"};
-  const std::vector<std::string_view> not_measurements = {"run_id",        "task",         "command",
-                                                          "host",          "cpu_model",    "exit_status",
-                                                          "samples",       "tags",         "wattscope_version",
-                                                          "summary",       "gpu_index",    "vendor",
-                                                          // attribution (issue 13): identities and names
-                                                          "pid", "start_time", "ppid", "comm", "cmdline", "uid",
-                                                          "unit", "unit_kind", "first_tick", "last_tick",
-                                                          "uuid",          "name",         "pci_bus_id",
-                                                          "energy_method", "power_source", "tick",
-                                                          "core",          "zone",         "socket",
-                                                          "domain",        "power_method", "seq",
-                                                          "kind",          "source",       "detail"};
+  const std::vector<std::string_view> not_measurements = {
+      "run_id", "task", "command", "host", "cpu_model", "exit_status", "samples", "tags", "wattscope_version",
+      "summary", "gpu_index", "vendor", "uuid", "name", "pci_bus_id", "energy_method", "power_source", "tick", "core",
+      "zone", "socket", "domain", "power_method", "seq", "kind", "source", "detail",
+      // attribution (issue 13): identities and names
+      "pid", "start_time", "ppid", "comm", "cmdline", "uid", "unit", "unit_kind", "first_tick", "last_tick",
+      // issue 15: phases and work
+      "phase_id", "index", "parent", "start_tick", "end_tick", "closed_by_run_end", "amount"};
   auto check = [&](std::string_view column, std::string_view unit) {
     if (std::find(unitless.begin(), unitless.end(), column) != unitless.end()) {
       EXPECT_TRUE(unit.empty() || unit == "lanes") << column;
@@ -220,12 +231,14 @@ TEST(Stores, SqliteAndCsvHoldTheSameRows) {
   auto b = dump(*rc, runs_c[0]);
   EXPECT_EQ(a, b);
   EXPECT_EQ(a.size(), 2u /*devices*/ + 5 /*cpu*/ + 10 /*cores*/ + 5 /*zones*/ + 10 /*gpu*/ + 1 /*event*/ +
-                          3 /*process, its sample, its GPU sample*/);
+                          3 /*process, its sample, its GPU sample*/ + 1 /*phase*/ + 1 /*work*/);
   // Missing stays missing; a measured zero stays zero.
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM cpu_samples WHERE util_pct IS NULL"), "1");
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples WHERE util_gpu_pct = 0"), "10");
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples WHERE temp_gpu_c IS NULL"), "10");
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT detail FROM events"), "epoch 1, \"quoted\"\nsecond line");
+  EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT \"index\" || ' ' || device_energy_j FROM phases"),
+            "1 {\"gpu0\":0.001,\"gpu1\":0.1}");
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT value FROM meta WHERE key='schema_version'"),
             std::to_string(kSchemaVersion));
 }
@@ -459,4 +472,31 @@ TEST(Stores, EncoderColumnsAreAddedToAVersion2Store) {
                                            "gpu_index=0",
                                            run.run_id)),
             "1");
+}
+
+// issue 15: a version-3 store (before phases and work) is read with no phases rather than refused as damaged, and a
+// write brings it forward with both tables.
+TEST(Stores, AVersion3StoreReadsWithNoPhasesAndGainsTheTablesWhenWritten) {
+  wstest::TempDir dir;
+  const std::string db = dir / "v3.db";
+  RunInfo run = sample_run("t");
+  {
+    auto sink = make_sqlite_sink(db);
+    write_run(*sink, run, two_gpus(), 2);
+  }
+  wstest::run({"/usr/bin/sqlite3", db, "DROP TABLE phases; DROP TABLE work; UPDATE meta SET value='3';"});
+  auto reader = make_sqlite_reader(db);
+  const RunInfo back = reader->runs().at(0);
+  int rows = 0;
+  EXPECT_NO_THROW(reader->scan(TableId::Phases, back, [&](std::span<const Value>) { ++rows; }));
+  EXPECT_NO_THROW(reader->scan(TableId::Work, back, [&](std::span<const Value>) { ++rows; }));
+  EXPECT_EQ(rows, 0);
+  EXPECT_GT(dump(*reader, back).size(), 0u);
+  reader.reset();
+  RunInfo run2 = sample_run("t2");
+  run2.run_id = "20261121-120330-00000002";
+  auto sink = make_sqlite_sink(db);
+  write_run(*sink, run2, two_gpus(), 2);
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM phases"), "1");
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM work"), "1");
 }

@@ -16,5 +16,10 @@ std::unique_ptr<Command> make_serve_command();
 std::unique_ptr<Command> make_export_command();
 std::unique_ptr<Command> make_doctor_command();
 std::unique_ptr<Command> make_repair_command();
+// issue 15
+std::unique_ptr<Command> make_mark_command();
+std::unique_ptr<Command> make_stats_command();
+std::unique_ptr<Command> make_compare_command();
+std::unique_ptr<Command> make_import_command();
 
 } // namespace wattscope

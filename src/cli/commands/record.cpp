@@ -20,6 +20,9 @@ public:
   void add_options(CLI::App& sub) override {
     add_record_options(sub, flags_);
     sub.add_option("--duration,-d", duration_, "Stop after this long, e.g. 30s, 10m (default: until stopped)");
+    sub.add_option("--socket", socket_,
+                   "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
+                   "WATTSCOPE_SOCKET=PATH in the workloads that send them");
     sub.footer("Examples:\n"
                "  wattscope record --task idle-baseline --duration 5m --interval 250ms\n"
                "  wattscope record --db mysql://lab@db.example.org/energy     # until Ctrl-C or SIGTERM");
@@ -27,6 +30,7 @@ public:
 
   int run(CLI::App& sub, const CliContext& ctx) override {
     SessionOptions opts = session_options(flags_, {});
+    opts.marker_socket_path = socket_;
     std::optional<std::chrono::nanoseconds> duration;
     // Given at all, --duration must say how long: an empty value is a mistake, not "forever".
     if (sub.count("--duration") > 0) {
@@ -48,6 +52,7 @@ public:
 private:
   RecordFlags flags_;
   std::string duration_;
+  std::string socket_;
 };
 
 } // namespace

@@ -8,6 +8,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
+#include "pipeline/phase_view.hpp"
 #include "pipeline/run_view.hpp"
 #include "pipeline/session.hpp"
 #include "processes/cgroup.hpp"
@@ -69,6 +70,7 @@ public:
     if (command.empty()) throw UsageError("no command to run; usage: wattscope run [OPTIONS] -- CMD [ARGS...]");
     const bool want_report = sub.count("--report") > 0;
     SessionOptions opts = session_options(flags_, command);
+    opts.private_marker_socket = true; // the child's markers (wattscope mark, the Python helper): WATTSCOPE_SOCKET
     std::string path;
     try {
       path = resolve_command(command.front());
@@ -88,7 +90,10 @@ public:
     ChildResult child;
     RunCgroup cgroup = session.make_cgroup();
     try {
-      const pid_t pid = spawn_child(path, command, cgroup.procs_fd.get());
+      std::vector<std::string> env;
+      if (!session.marker_socket().empty())
+        env.push_back(std::string(kMarkerSocketEnv) + "=" + session.marker_socket());
+      const pid_t pid = spawn_child(path, command, cgroup.procs_fd.get(), env);
       cgroup.procs_fd.reset();
       session.follow(pid, cgroup);
       child = wait_child(pid);
@@ -101,7 +106,17 @@ public:
       spdlog::info("processes the command started are still running in {}; it is left in place", cgroup.dir);
     std::string report_path;
     if (want_report) report_path = write_run_report(opts, run, report_);
-    if (!ctx.quiet) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    if (!ctx.quiet) {
+      std::string text = "wattscope: " + run_text(run, session.store_names());
+      // The phase table, read back from the first store (so it shows what was stored).
+      try {
+        auto reader = open_reader(opts.stores.front());
+        text += phase_text(load_phase_data(*reader, run), run);
+      } catch (const std::exception& e) {
+        spdlog::debug("phases not shown: {}", e.what());
+      }
+      std::fputs(text.c_str(), stderr);
+    }
     if (!session.all_stored()) spdlog::error("some samples could not be stored; see the errors above");
     if (!report_path.empty() && !ctx.quiet) std::fprintf(stderr, "  report    %s\n", report_path.c_str());
     if (!session.all_stored()) return child.exit_code ? child.exit_code : kRunOwnError;

@@ -35,6 +35,9 @@ public:
     sub.add_option("--gpus", rec_.gpus, "GPUs to record: all, 0,2 or GPU-UUIDs");
     sub.add_option("--procfs-root", rec_.procfs_root, "Where procfs is mounted")->capture_default_str();
     sub.add_option("--sysfs-root", rec_.sysfs_root, "Where sysfs is mounted")->capture_default_str();
+    sub.add_option("--socket", socket_,
+                   "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
+                   "WATTSCOPE_SOCKET=PATH in the workloads that send them");
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
                "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
                "Endpoints: / (dashboard), /metrics (Prometheus), /api/v1/current, /api/v1/history?range=6h&step=1m,\n"
@@ -57,6 +60,7 @@ public:
     if (!db_.empty()) session_flags.db = db_;
     if (session_flags.task.empty()) session_flags.task = "serve";
     SessionOptions opts = session_options(session_flags, {}, /*require_store=*/false);
+    opts.marker_socket_path = socket_;
     std::optional<StoreSpec> store;
     if (!opts.stores.empty()) store = opts.stores.front();
     block_control_signals();
@@ -86,6 +90,7 @@ public:
 private:
   RecordFlags rec_;
   std::string listen_ = "127.0.0.1:9400";
+  std::string socket_; // --socket: markers (issue 15)
   std::string retain_ = "24h";
   std::string token_file_;
   std::string db_;

@@ -5,6 +5,7 @@
 
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
+#include "pipeline/phase_view.hpp"
 #include "pipeline/repair.hpp"
 #include "pipeline/run_view.hpp"
 
@@ -23,10 +24,14 @@ public:
     auto store = reader_for(flags_);
     // An unfinished run is shown with figures rebuilt from its stored samples, and says so.
     const RunInfo run = as_shown(*store, resolve_run(*store, run_));
-    if (flags_.json)
-      std::cout << run_json(run).dump(2) << "\n";
-    else
-      std::cout << run_text(run);
+    const PhaseData phases = load_phase_data(*store, run); // issue 15
+    if (flags_.json) {
+      nlohmann::json j = run_json(run);
+      j.update(phase_json(phases, run));
+      std::cout << j.dump(2) << "\n";
+    } else {
+      std::cout << run_text(run) << phase_text(phases, run);
+    }
     return 0;
   }
 

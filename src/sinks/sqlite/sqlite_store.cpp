@@ -31,7 +31,7 @@ std::string_view sql_type(ColType t) {
 std::string create_table_sql(const Table& t) {
   std::string sql = fmt::format("CREATE TABLE IF NOT EXISTS {} (", t.name);
   for (const auto& c : t.columns)
-    sql += fmt::format("{} {}, ", c.name, sql_type(c.type));
+    sql += fmt::format("\"{}\" {}, ", c.name, sql_type(c.type)); // quoted: phases has a column "index"
   sql += "PRIMARY KEY (";
   for (size_t i = 0; i < t.primary_key.size(); ++i)
     sql += fmt::format("{}{}", i ? ", " : "", t.primary_key[i]);
@@ -140,7 +140,7 @@ Value column_value(sqlite3_stmt* st, int i) {
 std::string column_list(const Table& t) {
   std::string cols;
   for (size_t i = 0; i < t.columns.size(); ++i)
-    cols += fmt::format("{}{}", i ? ", " : "", t.columns[i].name);
+    cols += fmt::format("{}\"{}\"", i ? ", " : "", t.columns[i].name);
   return cols;
 }
 
@@ -183,7 +183,7 @@ void ensure_schema(Db& db) {
       const std::vector<std::string> have = stored_columns(db, t.name);
       for (const auto& c : t.columns)
         if (std::find(have.begin(), have.end(), c.name) == have.end())
-          db.exec(fmt::format("ALTER TABLE {} ADD COLUMN {} {};", t.name, c.name, sql_type(c.type)));
+          db.exec(fmt::format("ALTER TABLE {} ADD COLUMN \"{}\" {};", t.name, c.name, sql_type(c.type)));
     }
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
@@ -324,8 +324,9 @@ public:
     std::string order;
     for (size_t i = 0; i < t.primary_key.size(); ++i)
       order += fmt::format("{}{}", i ? ", " : "", t.primary_key[i]);
-    query(fmt::format("SELECT {} FROM {} WHERE run_id = ? ORDER BY {}", select_list(id), t.name, order), run.run_id,
-          fn);
+    const std::string cols = select_list(id);
+    if (columns_[static_cast<size_t>(id)]->empty() && table_may_be_absent(id)) return; // an older store: no rows
+    query(fmt::format("SELECT {} FROM {} WHERE run_id = ? ORDER BY {}", cols, t.name, order), run.run_id, fn);
   }
 
 private:
@@ -338,7 +339,7 @@ private:
     std::string cols;
     for (size_t i = 0; i < t.columns.size(); ++i) {
       const bool stored = have->empty() || std::find(have->begin(), have->end(), t.columns[i].name) != have->end();
-      cols += fmt::format("{}{}{}", i ? ", " : "", stored ? "" : "NULL AS ", t.columns[i].name);
+      cols += fmt::format("{}{}\"{}\"", i ? ", " : "", stored ? "" : "NULL AS ", t.columns[i].name);
     }
     return cols;
   }

@@ -1,0 +1,420 @@
+#include "importers/nvidia_smi.hpp"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <ctime>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/text.hpp"
+
+namespace wattscope {
+
+namespace {
+
+enum class Field {
+  Ignored,
+  Timestamp,
+  Index,
+  Name,
+  Uuid,
+  PciBusId,
+  Power,
+  PowerAvg,
+  PowerLimit,
+  UtilGpu,
+  UtilMem,
+  UtilEnc,
+  UtilDec,
+  MemUsed,
+  MemTotal,
+  TempGpu,
+  TempMem,
+  ClockSm,
+  ClockGfx,
+  ClockMem,
+  ClockSmMax,
+  ClockMemMax,
+  Fan,
+  Pstate,
+  PcieWidth,
+  PcieWidthMax,
+  Throttle,
+};
+
+// nvidia-smi --help-query-gpu names (and their aliases) for what wattscope stores.
+struct Known {
+  std::string_view name;
+  Field field;
+};
+constexpr Known kKnown[] = {
+    {"timestamp", Field::Timestamp},
+    {"index", Field::Index},
+    {"name", Field::Name},
+    {"gpu_name", Field::Name},
+    {"uuid", Field::Uuid},
+    {"gpu_uuid", Field::Uuid},
+    {"pci.bus_id", Field::PciBusId},
+    {"gpu_bus_id", Field::PciBusId},
+    {"power.draw", Field::Power},
+    {"power.draw.instant", Field::Power},
+    {"power.draw.average", Field::PowerAvg},
+    {"power.limit", Field::PowerLimit},
+    {"enforced.power.limit", Field::PowerLimit},
+    {"utilization.gpu", Field::UtilGpu},
+    {"utilization.memory", Field::UtilMem},
+    {"utilization.encoder", Field::UtilEnc},
+    {"utilization.decoder", Field::UtilDec},
+    {"memory.used", Field::MemUsed},
+    {"memory.total", Field::MemTotal},
+    {"temperature.gpu", Field::TempGpu},
+    {"temperature.memory", Field::TempMem},
+    {"clocks.sm", Field::ClockSm},
+    {"clocks.current.sm", Field::ClockSm},
+    {"clocks.gr", Field::ClockGfx},
+    {"clocks.current.graphics", Field::ClockGfx},
+    {"clocks.mem", Field::ClockMem},
+    {"clocks.current.memory", Field::ClockMem},
+    {"clocks.max.sm", Field::ClockSmMax},
+    {"clocks.max.memory", Field::ClockMemMax},
+    {"clocks.max.mem", Field::ClockMemMax},
+    {"fan.speed", Field::Fan},
+    {"pstate", Field::Pstate},
+    {"pcie.link.width.current", Field::PcieWidth},
+    {"pcie.link.width.max", Field::PcieWidthMax},
+    {"clocks_throttle_reasons.active", Field::Throttle},
+    {"clocks_event_reasons.active", Field::Throttle},
+};
+
+struct Column {
+  std::string header; // as written, for messages
+  Field field = Field::Ignored;
+  std::string unit; // from "[W]" in the header; "" when none
+};
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split(std::string_view line) {
+  std::vector<std::string_view> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = line.find(',', start);
+    out.push_back(trim(line.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start)));
+    if (comma == std::string_view::npos) return out;
+    start = comma + 1;
+  }
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (auto& c : out)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+Column column_of(std::string_view text) {
+  Column c;
+  c.header = text;
+  std::string_view name = text;
+  if (const size_t br = text.find('['); br != std::string_view::npos) {
+    const size_t close = text.find(']', br);
+    c.unit = trim(text.substr(br + 1, close == std::string_view::npos ? std::string_view::npos : close - br - 1));
+    name = trim(text.substr(0, br));
+  }
+  const std::string key = lower(name);
+  for (const auto& k : kKnown)
+    if (k.name == key) c.field = k.field;
+  return c;
+}
+
+bool missing(std::string_view v) {
+  // nvidia-smi's words for "no value": [N/A], [Not Supported], [Unknown Error], [Insufficient Permissions], ...
+  return v.empty() || v.front() == '[' || v == "N/A" || v == "Not Supported";
+}
+
+[[noreturn]] void fail(int64_t line, std::string_view what) {
+  throw std::invalid_argument(fmt::format("line {}: {}", line, what));
+}
+
+// A number followed by an optional unit word, scaled to the column's stored unit: `scale_of(unit)` says what one
+// of that unit is in the stored unit (nullopt: not a unit of this column).
+template <class ScaleOf> double number(std::string_view v, const Column& c, int64_t line, ScaleOf scale_of) {
+  double d = 0;
+  const char* b = v.data();
+  const char* e = v.data() + v.size();
+  auto [end, ec] = std::from_chars(b, e, d);
+  if (ec != std::errc() || !std::isfinite(d))
+    fail(line, fmt::format("column '{}': '{}' is not a number", excerpt(c.header), excerpt(v)));
+  std::string_view unit = trim(std::string_view(end, static_cast<size_t>(e - end)));
+  if (unit.empty()) unit = c.unit;
+  const std::optional<double> scale = scale_of(unit);
+  if (!scale)
+    fail(line, fmt::format("column '{}': '{}' has a unit wattscope does not know here", excerpt(c.header), excerpt(v)));
+  return d * *scale;
+}
+
+std::optional<double> watts(std::string_view u) {
+  if (u.empty() || u == "W") return 1.0;
+  if (u == "mW") return 1e-3;
+  if (u == "kW") return 1e3;
+  return std::nullopt;
+}
+std::optional<double> percent(std::string_view u) {
+  return u.empty() || u == "%" ? std::optional<double>(1.0) : std::nullopt;
+}
+std::optional<double> mebibytes_to_bytes(std::string_view u) {
+  // nvidia-smi reports memory in MiB, with or without the unit written.
+  if (u.empty() || u == "MiB" || u == "MB") return 1048576.0;
+  if (u == "GiB" || u == "GB") return 1073741824.0;
+  if (u == "KiB" || u == "KB") return 1024.0;
+  if (u == "B") return 1.0;
+  return std::nullopt;
+}
+std::optional<double> megahertz(std::string_view u) {
+  if (u.empty() || u == "MHz") return 1.0;
+  if (u == "GHz") return 1e3;
+  return std::nullopt;
+}
+std::optional<double> celsius(std::string_view u) {
+  return u.empty() || u == "C" || u == "°C" ? std::optional<double>(1.0) : std::nullopt;
+}
+std::optional<double> plain(std::string_view u) {
+  return u.empty() ? std::optional<double>(1.0) : std::nullopt;
+}
+
+int64_t parse_timestamp(std::string_view v, bool utc, int64_t line) {
+  // nvidia-smi: "2024/01/15 10:23:45.123"; also ISO 8601 "2024-01-15T10:23:45.123Z" from other tools' rewrites.
+  auto bad = [&] {
+    fail(line,
+         fmt::format("timestamp '{}' is not a date and time (nvidia-smi writes 2024/01/15 10:23:45.123)", excerpt(v)));
+  };
+  bool zulu = false;
+  if (!v.empty() && (v.back() == 'Z' || v.back() == 'z')) {
+    zulu = true;
+    v.remove_suffix(1);
+  }
+  int f[6] = {};
+  const char* p = v.data();
+  const char* e = v.data() + v.size();
+  const char seps[] = {'/', '/', ' ', ':', ':'};
+  for (int i = 0; i < 6; ++i) {
+    auto [next, ec] = std::from_chars(p, e, f[i]);
+    if (ec != std::errc() || next == p) bad();
+    p = next;
+    if (i < 5) {
+      if (p == e) bad();
+      const char s = *p;
+      const bool ok = s == seps[i] || (i < 2 && s == '-') || (i == 2 && s == 'T');
+      if (!ok) bad();
+      ++p;
+    }
+  }
+  int ms = 0;
+  if (p != e && *p == '.') {
+    ++p;
+    int digits = 0;
+    while (p != e && std::isdigit(static_cast<unsigned char>(*p))) {
+      if (digits < 3) ms = ms * 10 + (*p - '0');
+      ++digits;
+      ++p;
+    }
+    if (digits == 0) bad();
+    for (int d = digits; d < 3; ++d)
+      ms *= 10;
+  }
+  if (p != e) bad();
+  if (f[0] < 1970 || f[0] > 9999 || f[1] < 1 || f[1] > 12 || f[2] < 1 || f[2] > 31 || f[3] > 23 || f[4] > 59 ||
+      f[5] > 60)
+    bad();
+  std::tm tm{};
+  tm.tm_year = f[0] - 1900;
+  tm.tm_mon = f[1] - 1;
+  tm.tm_mday = f[2];
+  tm.tm_hour = f[3];
+  tm.tm_min = f[4];
+  tm.tm_sec = f[5];
+  tm.tm_isdst = -1;
+  const time_t t = utc || zulu ? timegm(&tm) : mktime(&tm);
+  if (t == static_cast<time_t>(-1)) bad();
+  return static_cast<int64_t>(t) * 1000 + ms;
+}
+
+} // namespace
+
+void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::function<void(const SmiRecord&)>& fn,
+                      std::vector<std::string>* ignored) {
+  std::vector<Column> cols;
+  std::string header_line; // to skip repeats of it
+  int timestamp_col = -1;
+  int64_t data_rows = 0;
+  if (!opts.columns.empty()) {
+    for (const auto& c : opts.columns)
+      cols.push_back(column_of(trim(c)));
+  }
+  auto settle_columns = [&](int64_t line) {
+    for (size_t i = 0; i < cols.size(); ++i) {
+      if (cols[i].field == Field::Timestamp) timestamp_col = static_cast<int>(i);
+      if (cols[i].field == Field::Ignored && ignored) ignored->push_back(cols[i].header);
+    }
+    if (timestamp_col < 0)
+      fail(line, "no 'timestamp' column: log with nvidia-smi --query-gpu=timestamp,... (or name the columns of a "
+                 "noheader file with --columns)");
+  };
+  if (!cols.empty()) settle_columns(0);
+
+  int64_t line_no = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string_view::npos) nl = text.size();
+    std::string_view line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line.size() > 65536) fail(line_no, fmt::format("a line of {} bytes; not an nvidia-smi log", line.size()));
+    line = trim(line);
+    if (line.empty()) continue;
+    if (line_no == 1 && line.size() >= 3 && line.substr(0, 3) == "\xef\xbb\xbf") line.remove_prefix(3); // BOM
+    if (cols.empty()) {
+      for (auto f : split(line))
+        cols.push_back(column_of(f));
+      header_line = line;
+      settle_columns(line_no);
+      continue;
+    }
+    if (line == header_line || (!header_line.empty() && lower(line.substr(0, 9)) == "timestamp")) continue;
+    const auto fields = split(line);
+    if (fields.size() != cols.size())
+      fail(line_no, fmt::format("{} fields where the header has {}; is the file cut short or two logs mixed?",
+                                fields.size(), cols.size()));
+    SmiRecord r;
+    r.line = line_no;
+    GpuSample& s = r.sample;
+    s.power_source = "nvidia-smi";
+    for (size_t i = 0; i < cols.size(); ++i) {
+      const Column& c = cols[i];
+      const std::string_view v = fields[i];
+      if (c.field == Field::Timestamp) {
+        r.ts_ms = parse_timestamp(v, opts.utc, line_no);
+        continue;
+      }
+      if (c.field == Field::Ignored || missing(v)) continue;
+      auto real = [&](auto scale) { return OptF(number(v, c, line_no, scale)); };
+      auto whole = [&](auto scale) { return OptI(static_cast<int64_t>(std::llround(number(v, c, line_no, scale)))); };
+      switch (c.field) {
+      case Field::Index: {
+        const double d = number(v, c, line_no, plain);
+        if (d < 0 || d > 1023 || d != std::floor(d))
+          fail(line_no, fmt::format("index '{}' is not a GPU index", excerpt(v)));
+        r.index = static_cast<int>(d);
+        break;
+      }
+      case Field::Name:
+        r.name = v;
+        break;
+      case Field::Uuid:
+        r.uuid = v;
+        break;
+      case Field::PciBusId:
+        r.pci_bus_id = v;
+        break;
+      case Field::Power:
+        s.power_w = real(watts);
+        break;
+      case Field::PowerAvg:
+        s.power_avg_w = real(watts);
+        break;
+      case Field::PowerLimit:
+        s.power_limit_w = real(watts);
+        break;
+      case Field::UtilGpu:
+        s.util_gpu_pct = real(percent);
+        break;
+      case Field::UtilMem:
+        s.util_mem_pct = real(percent);
+        break;
+      case Field::UtilEnc:
+        s.util_enc_pct = real(percent);
+        break;
+      case Field::UtilDec:
+        s.util_dec_pct = real(percent);
+        break;
+      case Field::MemUsed:
+        s.mem_used_bytes = whole(mebibytes_to_bytes);
+        break;
+      case Field::MemTotal:
+        s.mem_total_bytes = whole(mebibytes_to_bytes);
+        break;
+      case Field::TempGpu:
+        s.temp_gpu_c = real(celsius);
+        break;
+      case Field::TempMem:
+        s.temp_mem_c = real(celsius);
+        break;
+      case Field::ClockSm:
+        s.clock_sm_mhz = whole(megahertz);
+        break;
+      case Field::ClockGfx:
+        s.clock_gfx_mhz = whole(megahertz);
+        break;
+      case Field::ClockMem:
+        s.clock_mem_mhz = whole(megahertz);
+        break;
+      case Field::ClockSmMax:
+        r.clock_sm_max_mhz = whole(megahertz);
+        break;
+      case Field::ClockMemMax:
+        r.clock_mem_max_mhz = whole(megahertz);
+        break;
+      case Field::Fan:
+        s.fan_pct = real(percent);
+        break;
+      case Field::Pstate: {
+        // "P0" .. "P15"
+        int p = -1;
+        if (v.size() >= 2 && (v[0] == 'P' || v[0] == 'p')) {
+          auto [end, ec] = std::from_chars(v.data() + 1, v.data() + v.size(), p);
+          if (ec != std::errc() || end != v.data() + v.size()) p = -1;
+        }
+        if (p < 0 || p > 15) fail(line_no, fmt::format("pstate '{}' is not P0 to P15", excerpt(v)));
+        s.pstate = p;
+        break;
+      }
+      case Field::PcieWidth:
+        s.pcie_link_width = whole(plain);
+        break;
+      case Field::PcieWidthMax:
+        s.pcie_link_width_max = whole(plain);
+        break;
+      case Field::Throttle: {
+        // "0x0000000000000004"
+        uint64_t bits = 0;
+        std::string_view hex = v;
+        if (hex.size() > 2 && hex[0] == '0' && (hex[1] == 'x' || hex[1] == 'X')) hex.remove_prefix(2);
+        auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), bits, 16);
+        if (ec != std::errc() || end != hex.data() + hex.size() || bits > static_cast<uint64_t>(INT64_MAX))
+          fail(line_no, fmt::format("column '{}': '{}' is not a hexadecimal bit mask", excerpt(c.header), excerpt(v)));
+        s.throttle_reasons = static_cast<int64_t>(bits);
+        break;
+      }
+      default:
+        break;
+      }
+    }
+    if (missing(fields[static_cast<size_t>(timestamp_col)])) fail(line_no, "the timestamp is missing");
+    r.key = r.index ? std::to_string(*r.index) : !r.uuid.empty() ? r.uuid : r.pci_bus_id;
+    ++data_rows;
+    fn(r);
+  }
+  if (cols.empty()) throw std::invalid_argument("the file is empty; expected nvidia-smi --format=csv output");
+  if (data_rows == 0) throw std::invalid_argument("the file has a header but no samples");
+}
+
+} // namespace wattscope

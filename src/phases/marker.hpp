@@ -1,0 +1,39 @@
+// Markers: what a workload tells wattscope about itself (phases, points, work done, its model), one JSON object per
+// line, over a Unix datagram socket. docs/markers.md is the protocol; this is its one parser and its one encoder.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wattscope {
+
+// A line longer than this is refused whole (a datagram may hold several lines; each is checked).
+inline constexpr size_t kMaxMarkerLineBytes = 4096;
+inline constexpr size_t kMaxPhaseNameBytes = 128;
+inline constexpr size_t kMaxWorkUnitBytes = 32;
+
+struct Marker {
+  enum class Kind { Begin, End, Point, Work, Model };
+  Kind kind = Kind::Point;
+  std::string name;                  // phase / point / model name; empty on an `end` that closes the innermost phase
+  std::optional<int64_t> index;      // begin: e.g. the epoch number
+  double amount = 0;                 // work
+  std::string unit;                  // work: samples, tokens, images, steps, ...
+  std::optional<int64_t> parameters; // model
+  std::optional<double> flops;       // model: per forward pass / sample, as the caller counts them
+};
+
+std::string_view kind_name(Marker::Kind k);
+
+// One line (without its newline). Throws std::invalid_argument naming the problem: not JSON, not an object, an
+// unknown kind, a missing or bad field, a name that is not printable UTF-8, a line over kMaxMarkerLineBytes.
+// Unknown fields are ignored, so newer helpers can talk to older wattscopes.
+Marker parse_marker(std::string_view line);
+
+// The line a client sends (with its newline).
+std::string encode_marker(const Marker& m);
+
+} // namespace wattscope

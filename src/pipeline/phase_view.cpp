@@ -1,0 +1,193 @@
+#include "pipeline/phase_view.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/text.hpp"
+#include "core/time_util.hpp"
+
+namespace wattscope {
+
+namespace {
+using json = nlohmann::json;
+
+json opt_json(const std::optional<double>& v) {
+  return v ? json(*v) : json();
+}
+json opt_json(const std::optional<int64_t>& v) {
+  return v ? json(*v) : json();
+}
+
+// Work per unit, energy per unit and throughput for one stretch of time.
+json work_figures(const std::map<std::string, double>& work, std::optional<double> energy_j, double duration_s) {
+  json amounts = json::object(), per_unit = json::object(), rate = json::object();
+  for (const auto& [unit, amount] : work) {
+    amounts[unit] = amount;
+    per_unit[unit] = energy_j && amount > 0 ? json(*energy_j / amount) : json();
+    rate[unit] = duration_s > 0 ? json(amount / duration_s) : json();
+  }
+  return {{"amount", amounts}, {"energy_per_unit_j", per_unit}, {"throughput_per_s", rate}};
+}
+
+std::string singular(const std::string& unit) {
+  return unit.size() > 1 && unit.back() == 's' ? unit.substr(0, unit.size() - 1) : unit;
+}
+} // namespace
+
+std::map<std::string, double> PhaseData::work_totals() const {
+  std::map<std::string, double> out;
+  for (const auto& w : work)
+    out[w.unit] += w.amount;
+  return out;
+}
+
+std::map<std::string, double> PhaseData::phase_work(int64_t phase_id) const {
+  // The phase and every phase nested in it, through the parent links.
+  std::set<int64_t> inside{phase_id};
+  for (const auto& p : phases) // phase ids grow with `begin`, so a parent always comes before its children
+    if (p.parent && inside.count(*p.parent)) inside.insert(p.phase_id);
+  std::map<std::string, double> out;
+  for (const auto& w : work)
+    if (w.phase_id && inside.count(*w.phase_id)) out[w.unit] += w.amount;
+  return out;
+}
+
+PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
+  PhaseData d;
+  const auto pc = [](std::string_view n) { return column_index(TableId::Phases, n); };
+  store.scan(TableId::Phases, run, [&](std::span<const Value> row) {
+    PhaseRecord p;
+    p.phase_id = value_int(row[pc("phase_id")]).value_or(0);
+    p.name = value_text(row[pc("name")]);
+    p.index = value_int(row[pc("index")]);
+    p.parent = value_int(row[pc("parent")]);
+    p.start_ms = value_int(row[pc("start_ms")]).value_or(0);
+    p.end_ms = value_int(row[pc("end_ms")]).value_or(p.start_ms);
+    p.start_tick = value_int(row[pc("start_tick")]).value_or(0);
+    p.end_tick = value_int(row[pc("end_tick")]).value_or(0);
+    p.energy_j = value_real(row[pc("energy_j")]);
+    p.energy_method = value_text(row[pc("energy_method")]);
+    p.closed_by_run_end = value_int(row[pc("closed_by_run_end")]).value_or(0) != 0;
+    const json dev = json::parse(value_text(row[pc("device_energy_j")]), nullptr, false);
+    if (dev.is_object())
+      for (const auto& [k, v] : dev.items())
+        if (v.is_number()) p.device_energy_j.emplace_back(k, v.get<double>());
+    d.phases.push_back(std::move(p));
+  });
+  std::sort(d.phases.begin(), d.phases.end(), [](const auto& a, const auto& b) { return a.phase_id < b.phase_id; });
+  const auto wc = [](std::string_view n) { return column_index(TableId::Work, n); };
+  store.scan(TableId::Work, run, [&](std::span<const Value> row) {
+    WorkRecord w;
+    w.seq = value_int(row[wc("seq")]).value_or(0);
+    w.ts_ms = value_int(row[wc("ts_ms")]).value_or(0);
+    w.amount = value_real(row[wc("amount")]).value_or(0);
+    w.unit = value_text(row[wc("unit")]);
+    w.phase_id = value_int(row[wc("phase_id")]);
+    d.work.push_back(std::move(w));
+  });
+  const auto ec = [](std::string_view n) { return column_index(TableId::Events, n); };
+  store.scan(TableId::Events, run, [&](std::span<const Value> row) {
+    const std::string_view kind = value_text(row[ec("kind")]);
+    if (kind == "mark") {
+      Event e;
+      e.seq = value_int(row[ec("seq")]).value_or(0);
+      e.ts_ms = value_int(row[ec("ts_ms")]).value_or(0);
+      e.kind = kind;
+      e.source = value_text(row[ec("source")]);
+      d.marks.push_back(std::move(e));
+    } else if (kind == "model") {
+      json m = json::parse(value_text(row[ec("detail")]), nullptr, false);
+      if (!m.is_object()) m = json::object();
+      m["name"] = value_text(row[ec("source")]);
+      d.model = m;
+    }
+  });
+  return d;
+}
+
+json phase_json(const PhaseData& d, const RunInfo& run) {
+  json phases = json::array();
+  for (const auto& p : d.phases) {
+    json dev = json::object();
+    for (const auto& [k, v] : p.device_energy_j)
+      dev[k] = v;
+    const double dur = static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
+    json j = {{"phase_id", p.phase_id},
+              {"name", p.name},
+              {"index", opt_json(p.index)},
+              {"parent", opt_json(p.parent)},
+              {"start", iso_utc_ms(p.start_ms)},
+              {"end", iso_utc_ms(p.end_ms)},
+              {"start_ms", p.start_ms},
+              {"end_ms", p.end_ms},
+              {"duration_s", dur},
+              {"start_tick", p.start_tick},
+              {"end_tick", p.end_tick},
+              {"energy_j", opt_json(p.energy_j)},
+              {"energy_method", p.energy_method.empty() ? json() : json(p.energy_method)},
+              {"devices", dev},
+              {"closed_by_run_end", p.closed_by_run_end}};
+    j["work"] = work_figures(d.phase_work(p.phase_id), p.energy_j, dur);
+    phases.push_back(std::move(j));
+  }
+  const double run_s = run.duration_s().value_or(0);
+  json work = work_figures(d.work_totals(), run.total_energy_j, run_s);
+  work["records"] = d.work.size();
+  json marks = json::array();
+  for (const auto& m : d.marks)
+    marks.push_back({{"name", m.source}, {"time", iso_utc_ms(m.ts_ms)}, {"ts_ms", m.ts_ms}});
+  return {{"phases", phases}, {"work", work}, {"marks", marks}, {"model", d.model}};
+}
+
+std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) {
+  std::string out;
+  auto work_cell = [](const std::map<std::string, double>& work, std::optional<double> energy_j, double dur) {
+    std::string s;
+    for (const auto& [unit, amount] : work) {
+      s += fmt::format("{}{:g} {}", s.empty() ? "" : "; ", amount, unit);
+      if (energy_j && amount > 0) s += fmt::format(" · {:.4g} J/{}", *energy_j / amount, singular(unit));
+      if (dur > 0) s += fmt::format(" · {:.4g} {}/s", amount / dur, unit);
+    }
+    return s;
+  };
+  if (!d.phases.empty()) {
+    out += fmt::format("  phases    {:<28} {:>9} {:>10} {:>14}  {}\n", "NAME [INDEX]", "START s", "DURATION", "ENERGY",
+                       "WORK");
+    std::map<int64_t, int> depth;
+    size_t shown = 0;
+    for (const auto& p : d.phases) {
+      const int dep = p.parent && depth.count(*p.parent) ? depth[*p.parent] + 1 : 0;
+      depth[p.phase_id] = dep;
+      if (shown++ >= max_rows) continue;
+      std::string name = std::string(static_cast<size_t>(2 * std::min(dep, 6)), ' ') + p.name;
+      if (p.index) name += fmt::format(" [{}]", *p.index);
+      if (name.size() > 28) name = name.substr(0, 27) + "…";
+      const double dur = static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
+      const std::string energy = p.energy_j ? fmt::format("{:.1f} J", *p.energy_j) : "not measured";
+      out += fmt::format("            {:<28} {:>9.2f} {:>8.2f} s {:>14}  {}{}{}\n", name,
+                         static_cast<double>(p.start_ms - run.start_ms) / 1000.0, dur, energy,
+                         p.energy_method.empty() || p.energy_method == "counter" ? "" : "[" + p.energy_method + "] ",
+                         work_cell(d.phase_work(p.phase_id), p.energy_j, dur),
+                         p.closed_by_run_end ? " (no end: closed by the run's end)" : "");
+    }
+    if (d.phases.size() > max_rows)
+      out += fmt::format("            … {} more phases ('wattscope show --json' lists them all)\n",
+                         d.phases.size() - max_rows);
+  }
+  const auto totals = d.work_totals();
+  if (!totals.empty())
+    out += fmt::format("  work      {}\n", work_cell(totals, run.total_energy_j, run.duration_s().value_or(0)));
+  if (!d.model.is_null()) {
+    std::string line = fmt::format("  model     {}", d.model.value("name", std::string()));
+    if (d.model.contains("parameters") && d.model["parameters"].is_number())
+      line += fmt::format(" · {:.4g} parameters", d.model["parameters"].get<double>());
+    if (d.model.contains("flops") && d.model["flops"].is_number())
+      line += fmt::format(" · {:.4g} FLOPs", d.model["flops"].get<double>());
+    out += line + "\n";
+  }
+  return out;
+}
+
+} // namespace wattscope
