@@ -68,18 +68,27 @@ constexpr std::string_view kEventKey[] = {"run_id", "seq"};
 
 // ---- attribution (issue 13): one row per process of a run, its samples, its use of each GPU ----
 // A process is (pid, start_time): start_time in clock ticks after boot, so a reused pid is another process.
-constexpr C kProcessCols[] = {{"run_id", T},  {"pid", I},       {"start_time", I}, {"ppid", I},
-                              {"comm", T},    {"cmdline", T},   {"uid", I},        {"unit", T},
+constexpr C kProcessCols[] = {{"run_id", T},    {"pid", I},        {"start_time", I}, {"ppid", I},
+                              {"comm", T},      {"cmdline", T},    {"uid", I},        {"unit", T},
                               {"unit_kind", T}, {"first_tick", I}, {"last_tick", I}};
 constexpr std::string_view kProcessKey[] = {"run_id", "pid", "start_time"};
-constexpr C kProcessSampleCols[] = {{"run_id", T},           {"tick", I},          {"ts_ms", I},
-                                    {"pid", I},              {"start_time", I},    {"cpu_pct", R},
-                                    {"rss_bytes", I},        {"pss_bytes", I},     {"uss_bytes", I},
-                                    {"read_bytes_per_s", R}, {"write_bytes_per_s", R}, {"cpu_energy_j", R}};
+constexpr C kProcessSampleCols[] = {{"run_id", T},
+                                    {"tick", I},
+                                    {"ts_ms", I},
+                                    {"pid", I},
+                                    {"start_time", I},
+                                    {"cpu_pct", R},
+                                    {"rss_bytes", I},
+                                    {"pss_bytes", I},
+                                    {"uss_bytes", I},
+                                    {"read_bytes_per_s", R},
+                                    {"write_bytes_per_s", R},
+                                    {"cpu_energy_j", R}};
 constexpr std::string_view kProcessSampleKey[] = {"run_id", "tick", "pid", "start_time"};
-constexpr C kProcessGpuCols[] = {{"run_id", T},   {"tick", I},     {"ts_ms", I},   {"pid", I},      {"start_time", I},
-                                 {"gpu_index", I}, {"mem_used_bytes", I}, {"sm_pct", R}, {"mem_pct", R},
-                                 {"enc_pct", R},  {"dec_pct", R},  {"power_w", R}, {"energy_j", R}};
+constexpr C kProcessGpuCols[] = {{"run_id", T},     {"tick", I},      {"ts_ms", I},          {"pid", I},
+                                 {"start_time", I}, {"gpu_index", I}, {"mem_used_bytes", I}, {"sm_pct", R},
+                                 {"mem_pct", R},    {"enc_pct", R},   {"dec_pct", R},        {"power_w", R},
+                                 {"energy_j", R}};
 constexpr std::string_view kProcessGpuKey[] = {"run_id", "tick", "pid", "start_time", "gpu_index"};
 // ---- end attribution ----
 // --- issue 15: phases and work. A phase's energy per device is the counter difference between the ticks that

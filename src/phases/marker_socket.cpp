@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/text.hpp"
+#include "core/thread_name.hpp"
 #include "core/time_util.hpp"
 
 namespace wattscope {
@@ -112,7 +113,11 @@ MarkerListener::~MarkerListener() {
 }
 
 void MarkerListener::start() {
-  if (!thread_.joinable() && sock_) thread_ = std::thread([this] { loop(); });
+  if (!thread_.joinable() && sock_)
+    thread_ = std::thread([this] {
+      name_this_thread("ws-markers");
+      loop();
+    });
 }
 
 void MarkerListener::stop() {

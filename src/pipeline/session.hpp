@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "accounting/accounting.hpp"
-#include "processes/cgroup.hpp"
-#include "processes/tracker.hpp"
 #include "core/duration.hpp"
 #include "core/schema.hpp"
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
+#include "processes/cgroup.hpp"
+#include "processes/tracker.hpp"
 #include "sampler/sampler.hpp"
 #include "sinks/sink_writer.hpp"
 #include "sinks/store.hpp"
