@@ -73,8 +73,11 @@ TEST(FreeGpus, ConcurrentRunsNeverShareAGpuAndABusyOneIsNotTaken) {
   const int b = start(cmd(2), env(dir), dir.path(), dir / "b2.out", dir / "b2.err");
   const bool both = wait_for_file(dir / "got1", std::chrono::seconds(30)) &&
                     wait_for_file(dir / "got2", std::chrono::seconds(30));
-  // A third while both hold theirs: nothing is free, and it says why for each GPU.
-  Result third = run(cmd(3), env(dir), dir.path());
+  // A third while both hold theirs: nothing is free, and it says why for each GPU. (Its command does not wait: were
+  // it wrongly given a GPU, the test fails rather than hangs.)
+  auto third_cmd = cmd(3);
+  third_cmd.back() = "echo $CUDA_VISIBLE_DEVICES > got3";
+  Result third = run(third_cmd, env(dir), dir.path());
   write_file(dir / "release", "");
   const int rc_a = wait_exit(a), rc_b = wait_exit(b);
   ::kill(busy, SIGTERM);
