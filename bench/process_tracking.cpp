@@ -26,8 +26,8 @@
 #include <thread>
 #include <vector>
 
-#include "processes/procfs.hpp"
 #include "accounting/accounting.hpp"
+#include "processes/procfs.hpp"
 #include "processes/tracker.hpp"
 #include "server/process_board.hpp"
 
@@ -90,10 +90,14 @@ int main(int argc, char** argv) {
   size_t top = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--processes") nproc = std::atoi(argv[i + 1]);
-    else if (a == "--scans") scans = std::max(1, std::atoi(argv[i + 1]));
-    else if (a == "--top") top = static_cast<size_t>(std::atoi(argv[i + 1]));
-    else if (a == "--period-ms") g_period = std::chrono::milliseconds(std::atoi(argv[i + 1]));
+    if (a == "--processes")
+      nproc = std::atoi(argv[i + 1]);
+    else if (a == "--scans")
+      scans = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--top")
+      top = static_cast<size_t>(std::atoi(argv[i + 1]));
+    else if (a == "--period-ms")
+      g_period = std::chrono::milliseconds(std::atoi(argv[i + 1]));
     else {
       std::fprintf(stderr, "usage: %s [--processes N] [--scans K] [--top N] [--period-ms MS]\n", argv[0]);
       return 2;
@@ -116,8 +120,8 @@ int main(int argc, char** argv) {
     }
     kids.push_back(p);
   }
-  std::printf("process tracking, %zu sleeping child processes (+ the machine's own), median of %d scans\n",
-              kids.size(), scans);
+  std::printf("process tracking, %zu sleeping child processes (+ the machine's own), median of %d scans\n", kids.size(),
+              scans);
 
   std::string buf;
   double downstream_only = 0;

@@ -66,8 +66,8 @@ private:
     bool rowed = false; // sampled at least once: it gets a `processes` row when gone or at the end
     std::string cmdline;
     std::optional<int64_t> uid;
-    uint64_t scan = 0;   // the scan that last saw it
-    double cpu_s = 0;    // CPU seconds in this scan's window
+    uint64_t scan = 0; // the scan that last saw it
+    double cpu_s = 0;  // CPU seconds in this scan's window
     int64_t rss_pages = -1;
     double next_smaps_s = 0; // steady-clock seconds from which its smaps_rollup may be read again
   };

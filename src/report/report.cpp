@@ -158,8 +158,8 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
 
   nlohmann::json total = nlohmann::json::object();
   if (total_power.seen() > 0) total = series_json(total_power);
-  nlohmann::json out = {{"summary", summary}, {"gpus", gpus},        {"cpu", cpu_series},
-                        {"total_gpu_power_w", total}, {"events", events},   {"samples", cpu_rows},
+  nlohmann::json out = {{"summary", summary},         {"gpus", gpus},           {"cpu", cpu_series},
+                        {"total_gpu_power_w", total}, {"events", events},       {"samples", cpu_rows},
                         {"rows_read", rows_read},     {"buckets", opts.buckets}};
   out["processes"] = process_data(store, run, t_end, opts); // attribution (issue 13); null when none were tracked
   return out;
@@ -174,7 +174,7 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, double t_end
   struct Proc {
     std::string comm, unit;
     bool named = false;
-    double cpu_j = 0;              // the latest cpu_energy_j
+    double cpu_j = 0;                // the latest cpu_energy_j
     std::map<int64_t, double> gpu_j; // per GPU, the latest energy_j
     OptI peak_rss;
     std::map<int64_t, int64_t> gpu_mem_at; // per ts: memory held on every GPU together

@@ -133,9 +133,9 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
   std::vector<std::string> labels(n);
   for (size_t i = 0; i < n; ++i) {
     const Entry& e = entries[i];
-    labels[i] = fmt::format("pid=\"{}\",start_time=\"{}\",comm=\"{}\",unit=\"{}\",host=\"{}\"", e.id.pid,
-                            e.id.start_time, prom_label_value(e.proc ? e.proc->comm : ""),
-                            prom_label_value(e.proc ? e.proc->unit : ""), host);
+    labels[i] =
+        fmt::format("pid=\"{}\",start_time=\"{}\",comm=\"{}\",unit=\"{}\",host=\"{}\"", e.id.pid, e.id.start_time,
+                    prom_label_value(e.proc ? e.proc->comm : ""), prom_label_value(e.proc ? e.proc->unit : ""), host);
   }
   const std::string other_labels = fmt::format("pid=\"other\",start_time=\"\",comm=\"\",unit=\"\",host=\"{}\"", host);
   if (!entries.empty()) {

@@ -18,11 +18,11 @@
 namespace wattscope {
 
 struct ProcessBoard {
-  std::string metrics_text;             // the wattscope_process_* and wattscope_unit_* families, HELP and TYPE included
-  nlohmann::json processes;             // array: the top N, highest power first
-  nlohmann::json processes_other;       // the rest, summed
-  nlohmann::json units;                 // array: the top N units, highest power first
-  nlohmann::json units_other;           // the rest, summed
+  std::string metrics_text;       // the wattscope_process_* and wattscope_unit_* families, HELP and TYPE included
+  nlohmann::json processes;       // array: the top N, highest power first
+  nlohmann::json processes_other; // the rest, summed
+  nlohmann::json units;           // array: the top N units, highest power first
+  nlohmann::json units_other;     // the rest, summed
   size_t cap = 0;
 };
 

@@ -63,16 +63,25 @@ TEST(FreeGpus, ConcurrentRunsNeverShareAGpuAndABusyOneIsNotTaken) {
   write_file(dir / "scenario.json", scen.dump());
   // Two runs started together, each holding its GPU until the third run below has tried.
   auto cmd = [&](int k) {
-    return std::vector<std::string>{
-        wattscope(), "run",   "--gpus", "free:1", "--interval", "200ms", "--db", dir / ("r" + std::to_string(k) + ".db"),
-        "--",        "/bin/sh", "-c",
-        "echo $CUDA_VISIBLE_DEVICES > got" + std::to_string(k) + ".tmp && mv got" + std::to_string(k) +
-            ".tmp got" + std::to_string(k) + "; while [ ! -e release ]; do sleep 0.05; done"};
+    return std::vector<std::string>{wattscope(),
+                                    "run",
+                                    "--gpus",
+                                    "free:1",
+                                    "--interval",
+                                    "200ms",
+                                    "--db",
+                                    dir / ("r" + std::to_string(k) + ".db"),
+                                    "--",
+                                    "/bin/sh",
+                                    "-c",
+                                    "echo $CUDA_VISIBLE_DEVICES > got" + std::to_string(k) + ".tmp && mv got" +
+                                        std::to_string(k) + ".tmp got" + std::to_string(k) +
+                                        "; while [ ! -e release ]; do sleep 0.05; done"};
   };
   const int a = start(cmd(1), env(dir), dir.path(), dir / "a.out", dir / "a.err");
   const int b = start(cmd(2), env(dir), dir.path(), dir / "b2.out", dir / "b2.err");
-  const bool both = wait_for_file(dir / "got1", std::chrono::seconds(30)) &&
-                    wait_for_file(dir / "got2", std::chrono::seconds(30));
+  const bool both =
+      wait_for_file(dir / "got1", std::chrono::seconds(30)) && wait_for_file(dir / "got2", std::chrono::seconds(30));
   // A third while both hold theirs: nothing is free, and it says why for each GPU. (Its command does not wait: were
   // it wrongly given a GPU, the test fails rather than hangs.)
   auto third_cmd = cmd(3);
@@ -136,13 +145,13 @@ TEST(FreeGpus, BadRequestsAreUsageErrors) {
     EXPECT_EQ(r.exit_code, 125) << bad;
     EXPECT_NE(r.err.find("expected free:N"), std::string::npos) << bad << ": " << r.err;
   }
-  Result mem = run({wattscope(), "run", "--gpus", "free:1", "--free-mem-max", "150", "--db", dir / "w.db", "--",
-                    "/bin/true"},
-                   env(dir), dir.path());
+  Result mem =
+      run({wattscope(), "run", "--gpus", "free:1", "--free-mem-max", "150", "--db", dir / "w.db", "--", "/bin/true"},
+          env(dir), dir.path());
   EXPECT_EQ(mem.exit_code, 125);
   EXPECT_NE(mem.err.find("--free-mem-max '150'"), std::string::npos) << mem.err;
-  Result rec = run({wattscope(), "record", "--gpus", "free:1", "--duration", "1s", "--db", dir / "w.db"}, env(dir),
-                   dir.path());
+  Result rec =
+      run({wattscope(), "record", "--gpus", "free:1", "--duration", "1s", "--db", dir / "w.db"}, env(dir), dir.path());
   EXPECT_NE(rec.exit_code, 0);
   EXPECT_NE(rec.err.find("for `wattscope run` only"), std::string::npos) << rec.err;
 }

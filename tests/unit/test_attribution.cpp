@@ -301,8 +301,7 @@ double value_of(const std::string& text, const std::string& prefix) {
 TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   ProcessBoardBuilder b(2, "node\"1");
   ProcessSnapshot s1;
-  s1.procs = {filled(1, 30, 100, "docker aaa"), filled(2, 20, 50), filled(3, 10, 400, "docker aaa"),
-              filled(4, 0, 0)};
+  s1.procs = {filled(1, 30, 100, "docker aaa"), filled(2, 20, 50), filled(3, 10, 400, "docker aaa"), filled(4, 0, 0)};
   GpuProcessSample g;
   g.id = {2, 102};
   g.gpu_index = 0;
@@ -416,4 +415,3 @@ TEST(GpuSelection, CudaDeviceOrderAndMigEntries) {
 }
 
 } // namespace
-

@@ -161,8 +161,8 @@ GpuGrab grab_free_gpus(const std::vector<GpuState>& gpus, const GrabRequest& req
       continue;
     }
     if (*g.compute_processes > 0) {
-      why_not.push_back(fmt::format("{}: {} compute process{}", name, *g.compute_processes,
-                                    *g.compute_processes == 1 ? "" : "es"));
+      why_not.push_back(
+          fmt::format("{}: {} compute process{}", name, *g.compute_processes, *g.compute_processes == 1 ? "" : "es"));
       continue;
     }
     if (!g.mem_used_bytes || !g.mem_total_bytes || *g.mem_total_bytes <= 0) {
@@ -171,8 +171,8 @@ GpuGrab grab_free_gpus(const std::vector<GpuState>& gpus, const GrabRequest& req
     }
     const double used_pct = 100.0 * static_cast<double>(*g.mem_used_bytes) / static_cast<double>(*g.mem_total_bytes);
     if (used_pct >= req.mem_max_pct) {
-      why_not.push_back(fmt::format("{}: {:.1f} % of its memory in use (--free-mem-max {} %)", name, used_pct,
-                                    req.mem_max_pct));
+      why_not.push_back(
+          fmt::format("{}: {:.1f} % of its memory in use (--free-mem-max {} %)", name, used_pct, req.mem_max_pct));
       continue;
     }
     if (!safe_uuid(g.uuid)) {
@@ -181,6 +181,9 @@ GpuGrab grab_free_gpus(const std::vector<GpuState>& gpus, const GrabRequest& req
     }
     const std::string path = req.lock_dir + "/" + g.uuid + ".lock";
     UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+    // Another user's lock file in a shared directory (WATTSCOPE_LOCK_DIR, sticky and world-writable): flock needs
+    // only a descriptor, so read-only is enough to take or test it.
+    if (!fd && errno == EACCES) fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!fd) {
       why_not.push_back(fmt::format("{}: cannot open its lock file {}: {}", name, path, std::strerror(errno)));
       continue;

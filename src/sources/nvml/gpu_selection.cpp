@@ -79,8 +79,8 @@ GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<st
     sel.all = false;
     if (flag == "none") return sel;
     if (flag.starts_with("free"))
-      throw std::invalid_argument(fmt::format(
-          "--gpus '{}': free:N takes idle GPUs for a command, so it is for `wattscope run` only", flag));
+      throw std::invalid_argument(
+          fmt::format("--gpus '{}': free:N takes idle GPUs for a command, so it is for `wattscope run` only", flag));
     for (auto& t : split_list(flag)) {
       if (is_digits(t) && !index_of(t))
         throw std::invalid_argument(fmt::format("--gpus '{}': GPU index '{}' is out of range; indices run from 0 to {}",

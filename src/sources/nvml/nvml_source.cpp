@@ -1,10 +1,10 @@
 #include "sources/nvml/nvml_source.hpp"
 
 #include <algorithm>
-#include <set>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <set>
 #include <type_traits>
 
 #include <fmt/format.h>
