@@ -17,33 +17,15 @@ void Attributor::adopt(ProcessSnapshot& snap, int64_t tick) {
   // processes' (outside the run's tree, kernel threads, processes gone between scans); idle time is nobody's.
   cpu_share_.clear();
   cpu_known_ = snap.cpu_total_s && *snap.cpu_total_s > 0 && snap.cpu_busy_s;
+  double mine = 0;
   if (cpu_known_) {
     const double total = *snap.cpu_total_s;
     const double busy = std::clamp(*snap.cpu_busy_s, 0.0, total);
-    double mine = 0;
     for (const auto& p : snap.procs)
       if (p.in_run) mine += p.cpu_time_s;
     const double counted = std::min(mine, busy);
     cpu_attr_frac_ = counted / total;
     cpu_other_frac_ = (busy - counted) / total;
-    if (mine > 0)
-      for (const auto& p : snap.procs)
-        if (p.in_run && p.cpu_time_s > 0) cpu_share_.emplace_back(p.id, cpu_attr_frac_ * p.cpu_time_s / mine);
-  }
-  // GPUs: by SM share; when no process is active, by memory held; else idle.
-  gpu_.clear();
-  for (int idx : snap.gpus_listed) {
-    GpuShares g;
-    for (const auto& p : snap.gpu_procs)
-      if (p.gpu_index == idx && p.sm_pct && *p.sm_pct > 0) g.shares.push_back({p.id, p.in_run, *p.sm_pct});
-    g.by_sm = !g.shares.empty();
-    if (!g.by_sm)
-      for (const auto& p : snap.gpu_procs)
-        if (p.gpu_index == idx && p.mem_used_bytes && *p.mem_used_bytes > 0)
-          g.shares.push_back({p.id, p.in_run, static_cast<double>(*p.mem_used_bytes)});
-    for (const auto& s : g.shares)
-      g.total += s.weight;
-    gpu_[idx] = std::move(g);
   }
   resolve_rows(snap.rows, tick);
   for (const auto& p : snap.procs) {
@@ -74,6 +56,39 @@ void Attributor::adopt(ProcessSnapshot& snap, int64_t tick) {
     if (auto m = gpu_mem.find(g.id); m != gpu_mem.end() && (!t.peak_gpu_mem_bytes || m->second > *t.peak_gpu_mem_bytes))
       t.peak_gpu_mem_bytes = m->second;
   }
+  // The shares, once every process has its totals. CPU: in the order of snap.procs (fill walks them alike).
+  if (cpu_known_ && mine > 0)
+    for (const auto& p : snap.procs)
+      if (p.in_run && p.cpu_time_s > 0) {
+        ProcessTotals& t = sum_.processes[p.id];
+        cpu_share_.push_back({cpu_attr_frac_ * p.cpu_time_s / mine, &t, unit_of(t)});
+      }
+  // GPUs: by SM share; when no process is active, by memory held; else idle.
+  gpu_.clear();
+  for (int idx : snap.gpus_listed) {
+    GpuShares g;
+    auto share = [&](const GpuProcessSample& p, double weight) {
+      ProcessTotals& t = sum_.processes[p.id];
+      g.shares.push_back({p.id, p.in_run, weight, &t, unit_of(t)});
+    };
+    for (const auto& p : snap.gpu_procs)
+      if (p.gpu_index == idx && p.sm_pct && *p.sm_pct > 0) share(p, *p.sm_pct);
+    g.by_sm = !g.shares.empty();
+    if (!g.by_sm)
+      for (const auto& p : snap.gpu_procs)
+        if (p.gpu_index == idx && p.mem_used_bytes && *p.mem_used_bytes > 0)
+          share(p, static_cast<double>(*p.mem_used_bytes));
+    for (const auto& s : g.shares)
+      g.total += s.weight;
+    gpu_[idx] = std::move(g);
+  }
+}
+
+UnitTotals* Attributor::unit_of(const ProcessTotals& t) {
+  if (t.unit.empty()) return nullptr;
+  auto [it, fresh] = sum_.units.try_emplace(t.unit);
+  if (fresh) it->second.kind = t.unit_kind;
+  return &it->second;
 }
 
 // Rows: first seen now; or gone, last seen at the latest tick that had them.
@@ -118,8 +133,10 @@ void Attributor::process(Frame& f, const char* cpu_power_method) {
       d.attributed_j += a;
       d.other_j += o;
       d.unattributed_j += e_cpu - a - o;
-      for (const auto& [id, frac] : cpu_share_)
-        sum_.processes[id].cpu_energy_j += e_cpu * frac;
+      for (const auto& c : cpu_share_) {
+        c.totals->cpu_energy_j += e_cpu * c.frac;
+        if (c.unit) c.unit->cpu_energy_j += e_cpu * c.frac;
+      }
     } else {
       d.unattributed_j += e_cpu;
     }
@@ -140,7 +157,8 @@ void Attributor::process(Frame& f, const char* cpu_power_method) {
     for (const auto& sh : g->second.shares) {
       const double part = e * sh.weight / g->second.total;
       (sh.in_run ? a : o) += part;
-      sum_.processes[sh.id].gpu_energy_j[s.gpu_index] += part;
+      sh.totals->gpu_energy_j[s.gpu_index] += part;
+      if (sh.unit) sh.unit->gpu_energy_j += part;
     }
     d.attributed_j += a;
     d.other_j += o;
@@ -151,10 +169,32 @@ void Attributor::process(Frame& f, const char* cpu_power_method) {
 }
 
 void Attributor::fill(ProcessSnapshot& snap, const Frame& f) {
+  // The CPU's power at this tick (package + DRAM), split as its energy is.
+  OptF cpu_w;
+  if (f.cpu.package_power_w || f.cpu.dram_power_w)
+    cpu_w = f.cpu.package_power_w.value_or(0) + f.cpu.dram_power_w.value_or(0);
+  std::map<std::string, UnitSample> units;
+  auto unit = [&](const std::string& name, const std::string& kind) -> UnitSample* {
+    if (name.empty()) return nullptr;
+    auto [it, fresh] = units.try_emplace(name);
+    if (fresh) {
+      it->second.unit = name;
+      it->second.unit_kind = kind;
+    }
+    return &it->second;
+  };
+  size_t c = 0; // cpu_share_ holds, in snap.procs order, the processes with CPU time in the window
   for (auto& p : snap.procs) {
     auto it = sum_.processes.find(p.id);
-    if (it != sum_.processes.end()) p.cpu_energy_j = it->second.cpu_energy_j;
-    else p.cpu_energy_j = 0.0;
+    p.cpu_energy_j = it != sum_.processes.end() ? it->second.cpu_energy_j : 0.0;
+    double frac = 0;
+    if (c < cpu_share_.size() && it != sum_.processes.end() && cpu_share_[c].totals == &it->second)
+      frac = cpu_share_[c++].frac;
+    if (cpu_w) p.cpu_power_w = current_ && cpu_known_ ? *cpu_w * frac : 0.0;
+    if (UnitSample* u = unit(p.unit, p.unit_kind)) {
+      ++u->processes;
+      u->cpu_power_w += p.cpu_power_w.value_or(0);
+    }
   }
   for (auto& g : snap.gpu_procs) {
     auto it = sum_.processes.find(g.id);
@@ -171,6 +211,17 @@ void Attributor::fill(ProcessSnapshot& snap, const Frame& f) {
           if (x.id == g.id) w = x.weight / sh->second.total;
       g.power_w = *s.power_w * w;
     }
+    if (it != sum_.processes.end())
+      if (UnitSample* u = unit(it->second.unit, it->second.unit_kind)) u->gpu_power_w += g.power_w.value_or(0);
+  }
+  snap.units.clear();
+  snap.units.reserve(units.size());
+  for (auto& [name, u] : units) {
+    if (auto t = sum_.units.find(name); t != sum_.units.end()) {
+      u.cpu_energy_j = t->second.cpu_energy_j;
+      u.gpu_energy_j = t->second.gpu_energy_j;
+    }
+    snap.units.push_back(std::move(u));
   }
 }
 

@@ -38,10 +38,18 @@ struct ProcessTotals {
   double gpu_total_j() const;
 };
 
+// A unit's energy since the run started: the sum of its processes', kept when they exit.
+struct UnitTotals {
+  std::string kind;
+  double cpu_energy_j = 0;
+  double gpu_energy_j = 0;
+};
+
 struct AttributionSummary {
   bool tracked = false; // some process scan reached accounting
   std::map<std::string, DeviceAttribution> devices; // "cpu", "gpu0", ...
   std::map<ProcessId, ProcessTotals> processes;
+  std::map<std::string, UnitTotals> units; // by unit name
   nlohmann::json to_json(size_t max_processes = 50) const;
 };
 
@@ -55,10 +63,19 @@ public:
   void resolve_rows(std::vector<ProcessRow>& rows, int64_t tick) const;
 
 private:
+  // Shares point at their process's (and unit's) totals: std::map nodes stay put, and a tick then adds its energy
+  // without a lookup per process.
   struct Share {
     ProcessId id;
     bool in_run;
     double weight;
+    ProcessTotals* totals = nullptr;
+    UnitTotals* unit = nullptr; // null: no unit
+  };
+  struct CpuShare {
+    double frac; // of the interval's CPU energy
+    ProcessTotals* totals;
+    UnitTotals* unit;
   };
   struct GpuShares {
     std::vector<Share> shares;
@@ -67,10 +84,11 @@ private:
   };
   void adopt(ProcessSnapshot& snap, int64_t tick);
   void fill(ProcessSnapshot& snap, const Frame& f);
+  UnitTotals* unit_of(const ProcessTotals& t);
 
   std::shared_ptr<const ProcessSnapshot> current_;
   // CPU: fraction of the interval's energy per process, and the run / other fractions.
-  std::vector<std::pair<ProcessId, double>> cpu_share_;
+  std::vector<CpuShare> cpu_share_; // in the order of the scan's procs
   double cpu_attr_frac_ = 0, cpu_other_frac_ = 0;
   bool cpu_known_ = false;
   std::map<int, GpuShares> gpu_;

@@ -48,6 +48,7 @@ struct ProcessSample {
   std::optional<double> read_bytes_per_s;
   std::optional<double> write_bytes_per_s;
   std::optional<double> cpu_energy_j; // filled by accounting: attributed CPU energy since the run started
+  std::optional<double> cpu_power_w;  // filled by accounting: its share of the CPU's power at that tick
 };
 
 struct GpuProcessSample {
@@ -63,6 +64,18 @@ struct GpuProcessSample {
   std::optional<double> energy_j; // filled by accounting: attributed energy on this GPU since the run started
 };
 
+// A unit (job, pod, container, service, session) at one scan, filled by accounting: what its processes draw now,
+// and what they used since the run started (kept when a process exits, so the total only grows).
+struct UnitSample {
+  std::string unit;
+  std::string unit_kind;
+  size_t processes = 0;    // its processes in this scan
+  double cpu_power_w = 0;  // summed over its processes at that tick (0 where the CPU's power is not measured)
+  double gpu_power_w = 0;  // summed over its processes and GPUs
+  double cpu_energy_j = 0; // attributed since the run started
+  double gpu_energy_j = 0;
+};
+
 struct ProcessSnapshot {
   bool run_mode = false; // `run`: in_run marks the command's tree; otherwise the whole machine
   double window_s = 0;   // since the previous scan
@@ -73,6 +86,7 @@ struct ProcessSnapshot {
   std::vector<GpuProcessSample> gpu_procs;  // one per (process, GPU) NVML listed
   std::vector<int> gpus_listed;             // GPUs whose process lists answered this scan
   std::vector<ProcessRow> rows;             // processes first seen or gone since the previous scan
+  std::vector<UnitSample> units;            // filled by accounting: every unit with a process in this scan
 };
 
 } // namespace wattscope

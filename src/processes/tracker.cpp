@@ -1,10 +1,16 @@
 #include "processes/tracker.hpp"
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <ctime>
 #include <set>
 #include <unordered_map>
 
@@ -17,10 +23,20 @@
 namespace wattscope {
 
 namespace {
-struct Seen {
-  pid_t pid;
-  PidStat st;
-};
+// statfs(2)'s f_type of the kernel's procfs.
+constexpr long kProcSuperMagic = 0x9fa0;
+
+double thread_cpu_s() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// "PID/NAME" into buf, for openat on the procfs root: no allocation.
+const char* pid_path(char (&buf)[64], pid_t pid, const char* name) {
+  std::snprintf(buf, sizeof buf, "%d/%s", static_cast<int>(pid), name);
+  return buf;
+}
 } // namespace
 
 ProcessTracker::ProcessTracker(TrackerOptions opts, std::vector<std::shared_ptr<Source>> gpu_sources)
@@ -43,6 +59,13 @@ void ProcessTracker::start_machine() {
   if (started_) return;
   started_ = true;
   run_mode_ = false;
+  // A descriptor per process, kept between scans, saves an open and a close per process per scan (bench/
+  // process_tracking.cpp). The default soft limit (1024) is too low for a busy machine; the hard one allows more.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, 65536);
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   thread_ = std::thread([this] {
     name_this_thread("ws-processes");
     loop();
@@ -112,9 +135,37 @@ void ProcessTracker::loop() {
   }
 }
 
+bool ProcessTracker::read_stat(pid_t pid, std::string_view& text) {
+  char path[64];
+  if (stat_buf_.empty()) stat_buf_.resize(4096); // a stat line is a few hundred bytes; comm at most 64
+  auto kept = real_procfs_ ? stat_fds_.find(pid) : stat_fds_.end();
+  if (kept != stat_fds_.end()) {
+    const ssize_t n = ::pread(kept->second.first.get(), stat_buf_.data(), stat_buf_.size(), 0);
+    if (n > 0) {
+      kept->second.second = scan_no_;
+      text = std::string_view(stat_buf_.data(), static_cast<size_t>(n));
+      return true;
+    }
+    stat_fds_.erase(kept); // gone (ESRCH): the pid, if listed again, is another process
+  }
+  UniqueFd fd(::openat(root_fd_.get(), pid_path(path, pid, "stat"), O_RDONLY | O_CLOEXEC));
+  if (!fd) return false;
+  const ssize_t n = ::pread(fd.get(), stat_buf_.data(), stat_buf_.size(), 0);
+  if (n <= 0) return false;
+  text = std::string_view(stat_buf_.data(), static_cast<size_t>(n));
+  if (real_procfs_ && stat_fds_.size() < fd_budget_) stat_fds_.emplace(pid, std::pair{std::move(fd), scan_no_});
+  return true;
+}
+
+void ProcessTracker::close_stale_fds() {
+  for (auto it = stat_fds_.begin(); it != stat_fds_.end();)
+    it = it->second.second == scan_no_ ? std::next(it) : stat_fds_.erase(it);
+}
+
 std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   auto snap = std::make_shared<ProcessSnapshot>();
   snap->run_mode = run_mode_;
+  ++scan_no_;
   const auto now = std::chrono::steady_clock::now();
   snap->window_s = prev_at_ == std::chrono::steady_clock::time_point{}
                        ? 0
@@ -122,6 +173,15 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   prev_at_ = now;
   const double hz = static_cast<double>(opts_.clock_ticks_per_s);
   const std::string& root = opts_.procfs_root;
+  if (!root_fd_) {
+    root_fd_.reset(::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    struct statfs sf {};
+    real_procfs_ = root_fd_ && ::fstatfs(root_fd_.get(), &sf) == 0 && static_cast<long>(sf.f_type) == kProcSuperMagic;
+    // Kept descriptors take at most half of what the limit leaves after 512 for everything else (stores, sockets).
+    rlimit rl{};
+    if (opts_.keep_stat_fds && real_procfs_ && ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur > 1024)
+      fd_budget_ = static_cast<size_t>(std::min<rlim_t>(rl.rlim_cur - 512, 1u << 20) / 2);
+  }
 
   // Host CPU time in the window, for the busy share.
   ProcStat ps;
@@ -134,19 +194,30 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   }
 
   // Every process's stat: the tree is found by parent pid, so the whole table is read.
-  std::vector<Seen> seen;
-  if (DIR* d = ::opendir(root.c_str())) {
-    while (dirent* e = ::readdir(d)) {
-      pid_t pid = 0;
-      const std::string_view name = e->d_name;
-      auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
-      if (ec != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
-      if (!read_small_file(root + "/" + std::string(name) + "/stat", buf_)) continue; // gone meanwhile
-      Seen s{pid, {}};
-      if (parse_pid_stat(buf_, s.st)) seen.push_back(std::move(s));
+  std::vector<Seen>& seen = seen_;
+  seen.clear();
+  if (root_fd_) {
+    if (DIR* d = ::fdopendir(::dup(root_fd_.get()))) {
+      ::rewinddir(d);
+      while (dirent* e = ::readdir(d)) {
+        pid_t pid = 0;
+        const std::string_view name = e->d_name;
+        auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
+        if (ec != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
+        std::string_view text;
+        if (!read_stat(pid, text)) continue; // gone meanwhile
+        seen.push_back({pid, {}});
+        if (!parse_pid_stat(text, seen.back().st)) seen.pop_back();
+      }
+      ::closedir(d);
     }
-    ::closedir(d);
   }
+  close_stale_fds();
+  std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) { return a.pid < b.pid; });
+  auto find_seen = [&](pid_t pid) -> const Seen* {
+    auto it = std::lower_bound(seen.begin(), seen.end(), pid, [](const Seen& s, pid_t p) { return s.pid < p; });
+    return it != seen.end() && it->pid == pid ? &*it : nullptr;
+  };
 
   // run mode: the tree under the root (by ppid), plus the members of its cgroup.
   std::set<pid_t> tree;
@@ -174,21 +245,18 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     }
   }
 
-  std::map<ProcessId, Known> now_known;
-  std::unordered_map<pid_t, ProcessId> by_pid;
-  std::map<ProcessId, double> cpu_s;
+  // Known processes are updated in place (no copy of their strings per scan); a process not seen in this scan is
+  // gone. `mine` lists this scan's, in pid order, for the parent lookups below.
+  std::vector<std::pair<pid_t, std::map<ProcessId, Known>::iterator>> mine;
+  mine.reserve(seen.size());
+  char path[64];
   for (const auto& s : seen) {
     if (run_mode_ && !tree.count(s.pid)) continue;
     const ProcessId id{s.pid, static_cast<int64_t>(s.st.start_time)};
-    by_pid[s.pid] = id;
-    Known k;
-    auto old = known_.find(id);
-    const bool fresh = old == known_.end();
-    if (!fresh) {
-      k = old->second;
-    } else {
-      k.comm = s.st.comm;
-      if (read_small_file(root + "/" + std::to_string(s.pid) + "/cgroup", buf_)) {
+    auto [it, fresh] = known_.try_emplace(id);
+    Known& k = it->second;
+    if (fresh) {
+      if (read_small_file(root + "/" + pid_path(path, s.pid, "cgroup"), buf_)) {
         Unit u = parse_cgroup_unit(buf_);
         k.unit = std::move(u.name);
         k.unit_kind = std::move(u.kind);
@@ -196,26 +264,33 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     }
     // A process first seen after the first scan started in the window: all its time is new. On the machine's first
     // scan, what processes used before the recording started is not counted.
-    const uint64_t before = fresh ? (first_scan_ && !run_mode_ ? s.st.cpu_ticks() : 0) : old->second.cpu_ticks;
+    const uint64_t before = fresh ? (first_scan_ && !run_mode_ ? s.st.cpu_ticks() : 0) : k.cpu_ticks;
     const uint64_t t = s.st.cpu_ticks();
-    cpu_s[id] = t >= before ? static_cast<double>(t - before) / hz : 0;
+    k.cpu_s = t >= before ? static_cast<double>(t - before) / hz : 0;
     k.cpu_ticks = t;
     k.ppid = s.st.ppid;
-    k.comm = s.st.comm;
-    now_known.emplace(id, std::move(k));
+    if (k.comm != s.st.comm) k.comm = s.st.comm;
+    k.rss_pages = s.st.rss_pages;
+    k.scan = scan_no_;
+    mine.emplace_back(s.pid, it);
   }
+  auto find_mine = [&](pid_t pid) -> Known* {
+    auto it = std::lower_bound(mine.begin(), mine.end(), pid, [](const auto& m, pid_t p) { return m.first < p; });
+    return it != mine.end() && it->first == pid ? &it->second->second : nullptr;
+  };
   // A tracked process gone since the last scan was reaped by its parent, whose cutime/cstime now hold its whole
   // lifetime: take off what was already counted, so only its last moments go to the parent.
-  for (const auto& [id, k] : known_) {
-    if (now_known.count(id)) continue;
-    auto parent = by_pid.find(static_cast<pid_t>(k.ppid));
-    if (parent != by_pid.end()) {
-      double& c = cpu_s[parent->second];
-      c = std::max(0.0, c - static_cast<double>(k.cpu_ticks) / hz);
+  for (auto it = known_.begin(); it != known_.end();) {
+    const Known& k = it->second;
+    if (k.scan == scan_no_) {
+      ++it;
+      continue;
     }
+    if (Known* parent = find_mine(static_cast<pid_t>(k.ppid)))
+      parent->cpu_s = std::max(0.0, parent->cpu_s - static_cast<double>(k.cpu_ticks) / hz);
     if (k.rowed) {
       ProcessRow r;
-      r.id = id;
+      r.id = it->first;
       r.ppid = k.ppid;
       r.comm = k.comm;
       r.unit = k.unit;
@@ -225,6 +300,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       r.last_tick = -1; // gone: accounting sets the tick it was last seen at
       snap->rows.push_back(std::move(r));
     }
+    it = known_.erase(it);
   }
 
   // GPU use per process, from every source that lists it (milliseconds per call on a real driver).
@@ -233,9 +309,10 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     src->gpu_processes(gpu, snap->gpus_listed);
   std::map<ProcessId, double> gpu_score;
   for (auto& g : gpu) {
-    auto it = by_pid.find(static_cast<pid_t>(g.id.pid));
-    if (it != by_pid.end()) {
-      g.id = it->second;
+    auto m = std::lower_bound(mine.begin(), mine.end(), static_cast<pid_t>(g.id.pid),
+                              [](const auto& x, pid_t p) { return x.first < p; });
+    if (m != mine.end() && m->first == g.id.pid) {
+      g.id = m->second->first;
       g.in_run = true;
     } else if (!run_mode_) {
       // Not visible in this /proc (another pid namespace): kept under its pid with start time 0.
@@ -247,7 +324,12 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       PidStat st;
       pid_t p = static_cast<pid_t>(g.id.pid);
       for (int depth = 0; depth < 64 && p > 1; ++depth) {
-        if (!read_small_file(root + "/" + std::to_string(p) + "/stat", buf_) || !parse_pid_stat(buf_, st)) break;
+        const Seen* s = find_seen(p);
+        if (s) {
+          st = s->st;
+        } else if (!read_small_file(root + "/" + std::to_string(p) + "/stat", buf_) || !parse_pid_stat(buf_, st)) {
+          break;
+        }
         if (depth == 0) g.id.start_time = static_cast<int64_t>(st.start_time);
         if (tree.count(p)) {
           g.in_run = true;
@@ -260,40 +342,61 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   }
   snap->gpu_procs = std::move(gpu);
 
-  // Which processes are sampled: all of a run's; the top N of a machine by CPU or GPU use.
-  std::set<ProcessId> sampled;
-  if (run_mode_) {
-    for (const auto& [id, k] : now_known)
-      sampled.insert(id);
-  } else {
-    std::vector<std::pair<double, ProcessId>> rank;
-    for (const auto& [id, k] : now_known)
-      rank.emplace_back(cpu_s[id] / std::max(snap->window_s, 1e-9) * 100 + gpu_score[id], id);
-    const size_t n = std::min(opts_.top_processes, rank.size());
-    std::partial_sort(rank.begin(), rank.begin() + static_cast<long>(n), rank.end(),
-                      [](const auto& a, const auto& b) { return a.first > b.first; });
-    for (size_t i = 0; i < n; ++i)
-      sampled.insert(rank[i].second);
+  // Sampled (process_samples rows): every process of a run; the top N of a machine by CPU or GPU use. Memory detail
+  // (smaps_rollup walks every mapping) and I/O are read for the top N only, in either mode: a run of 1,000
+  // processes would otherwise cost 6x a bare /proc scan (bench/process_tracking.cpp); the others' RSS comes from stat.
+  std::vector<std::pair<double, Known*>> rank;
+  rank.reserve(mine.size());
+  for (auto& [pid, it] : mine) {
+    auto g = gpu_score.find(it->first);
+    rank.emplace_back(it->second.cpu_s / std::max(snap->window_s, 1e-9) * 100 + (g != gpu_score.end() ? g->second : 0),
+                      &it->second);
   }
+  const size_t n = std::min(opts_.top_processes, rank.size());
+  std::partial_sort(rank.begin(), rank.begin() + static_cast<long>(n), rank.end(),
+                    [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < rank.size(); ++i)
+    rank[i].first = i < n ? 1 : 0; // now: in the top N
+  std::sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  auto top = [&](Known* k) {
+    auto it = std::lower_bound(rank.begin(), rank.end(), k, [](const auto& r, Known* x) { return r.second < x; });
+    return it != rank.end() && it->second == k && it->first > 0;
+  };
+  static const long page_bytes = ::sysconf(_SC_PAGESIZE) > 0 ? ::sysconf(_SC_PAGESIZE) : 4096;
 
-  snap->procs.reserve(now_known.size());
-  for (auto& [id, k] : now_known) {
+  snap->procs.reserve(mine.size());
+  for (auto& [pid, it] : mine) {
+    const ProcessId& id = it->first;
+    Known& k = it->second;
+    const bool detail = top(&k);
     ProcessSample p;
     p.id = id;
     p.comm = k.comm;
     p.unit = k.unit;
     p.unit_kind = k.unit_kind;
     p.in_run = true;
-    p.cpu_time_s = cpu_s[id];
-    p.sampled = sampled.count(id) > 0;
+    p.cpu_time_s = k.cpu_s;
+    p.sampled = run_mode_ || detail;
     if (p.sampled) {
-      const std::string dir = root + "/" + std::to_string(id.pid);
       if (snap->window_s > 0) p.cpu_pct = p.cpu_time_s / snap->window_s * 100;
-      if (read_small_file(dir + "/smaps_rollup", buf_)) {
-        const PidMemory m = parse_smaps_rollup(buf_);
-        p.rss_bytes = m.rss_bytes;
-        p.pss_bytes = m.pss_bytes;
-        p.uss_bytes = m.uss_bytes;
+      if (k.rss_pages >= 0) p.rss_bytes = k.rss_pages * page_bytes;
+    }
+    if (detail) {
+      const std::string dir = root + "/" + std::to_string(id.pid);
+      // smaps_rollup walks the process's page tables: milliseconds for a process of many GiB (a training job), every
+      // scan. Each process's read is spaced by its own cost so that the top N's together stay under 0.25 % of a core
+      // (at most a minute apart); between reads PSS and USS are missing, RSS comes from stat.
+      const double now_s = std::chrono::duration<double>(now.time_since_epoch()).count();
+      if (now_s >= k.next_smaps_s) {
+        const double c0 = thread_cpu_s();
+        if (read_small_file(dir + "/smaps_rollup", buf_)) {
+          const PidMemory m = parse_smaps_rollup(buf_);
+          if (m.rss_bytes) p.rss_bytes = m.rss_bytes;
+          p.pss_bytes = m.pss_bytes;
+          p.uss_bytes = m.uss_bytes;
+        }
+        const double cost_s = thread_cpu_s() - c0;
+        k.next_smaps_s = now_s + std::min(60.0, cost_s * static_cast<double>(std::max<size_t>(n, 1)) / 0.0025);
       }
       if (read_small_file(dir + "/io", buf_)) { // not readable for other users' processes: missing
         const PidIo io = parse_pid_io(buf_);
@@ -304,21 +407,21 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
         k.read_bytes = io.read_bytes;
         k.write_bytes = io.write_bytes;
       }
-      if (!k.rowed) {
-        k.rowed = true;
-        if (read_small_file(dir + "/cmdline", buf_)) {
-          std::replace(buf_.begin(), buf_.end(), '\0', ' ');
-          while (!buf_.empty() && buf_.back() == ' ')
-            buf_.pop_back();
-          k.cmdline = buf_;
-        }
-        struct stat sb {};
-        if (::stat(dir.c_str(), &sb) == 0) k.uid = sb.st_uid;
+    }
+    if (p.sampled && !k.rowed) {
+      k.rowed = true;
+      const std::string dir = root + "/" + std::to_string(id.pid);
+      if (read_small_file(dir + "/cmdline", buf_)) {
+        std::replace(buf_.begin(), buf_.end(), '\0', ' ');
+        while (!buf_.empty() && buf_.back() == ' ')
+          buf_.pop_back();
+        k.cmdline = buf_;
       }
+      struct stat sb {};
+      if (::stat(dir.c_str(), &sb) == 0) k.uid = sb.st_uid;
     }
     snap->procs.push_back(std::move(p));
   }
-  known_ = std::move(now_known);
   first_scan_ = false;
   return snap;
 }

@@ -15,9 +15,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
+#include "core/fd.hpp"
 #include "core/processes.hpp"
+#include "processes/procfs.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -27,6 +30,7 @@ struct TrackerOptions {
   std::chrono::nanoseconds period = std::chrono::seconds(1); // never shorter than 1 s
   size_t top_processes = 20;                                   // machine mode: processes sampled per scan
   long clock_ticks_per_s = 100;                                // sysconf(_SC_CLK_TCK)
+  bool keep_stat_fds = true; // on the kernel's procfs, keep /proc/PID/stat open between scans (within a budget)
 };
 
 class ProcessTracker {
@@ -39,6 +43,8 @@ public:
 
   // Machine mode, or run mode once follow() names the root. cgroup_dir: the run's own cgroup v2 directory, whose
   // cgroup.procs lists daemonised descendants too; empty when none could be made.
+  // start_machine() also raises the soft limit on open files (to at most 65536) so that every process's stat can stay
+  // open between scans; `record` and `serve` start no command that would inherit it.
   void start_machine();
   void follow(pid_t root, std::string cgroup_dir = {});
   void stop(); // joins the thread; a last scan is taken so the end of the run is covered
@@ -60,8 +66,22 @@ private:
     bool rowed = false; // sampled at least once: it gets a `processes` row when gone or at the end
     std::string cmdline;
     std::optional<int64_t> uid;
+    uint64_t scan = 0; // the scan that last saw it
+    double cpu_s = 0;  // CPU seconds in this scan's window
+    int64_t rss_pages = -1;
+    double next_smaps_s = 0; // steady-clock seconds from which its smaps_rollup may be read again
+  };
+  // One process's /proc/PID/stat as this scan read it.
+  struct Seen {
+    pid_t pid;
+    PidStat st;
   };
   void loop();
+  // Reads /proc/PID/stat into stat_buf_: through a descriptor kept open from an earlier scan where procfs is the real
+  // one (a kept descriptor of a process that is gone fails with ESRCH, so a reused pid is never read as the old
+  // process), else opened now. False when the process is gone.
+  bool read_stat(pid_t pid, std::string_view& text);
+  void close_stale_fds();
 
   TrackerOptions opts_;
   std::vector<std::shared_ptr<Source>> gpu_sources_;
@@ -70,10 +90,20 @@ private:
   std::string cgroup_dir_;
   // scan state: touched only by whoever scans (the thread, or the caller of scan() when no thread runs)
   std::map<ProcessId, Known> known_;
+  uint64_t scan_no_ = 0;
   bool first_scan_ = true;
   std::optional<std::pair<uint64_t, uint64_t>> prev_cpu_; // busy, total ticks of /proc/stat
   std::chrono::steady_clock::time_point prev_at_{};
   std::string buf_;
+  // Reused from scan to scan, so a steady scan allocates little: the stat of every process, the read buffer.
+  std::vector<Seen> seen_;
+  std::vector<char> stat_buf_;
+  // The procfs root, open; whether it is the kernel's procfs (then stat descriptors are kept open between scans,
+  // within a budget of descriptors); the kept ones by pid, with the scan that last read them.
+  UniqueFd root_fd_;
+  bool real_procfs_ = false;
+  size_t fd_budget_ = 0;
+  std::unordered_map<pid_t, std::pair<UniqueFd, uint64_t>> stat_fds_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,5 +1,6 @@
 #include "report/report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -62,6 +63,8 @@ nlohmann::json series_json(MinMaxDownsampler& d) {
   }
   return {{"t", std::move(t)}, {"y", std::move(y)}};
 }
+
+nlohmann::json process_data(StoreReader& store, const RunInfo& run, double t_end, const ReportOptions& opts);
 
 nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts) {
   const double t_end = run.end_ms ? static_cast<double>(*run.end_ms - run.start_ms) / 1000.0
@@ -168,8 +171,142 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   out["phases"] = std::move(ph["phases"]);
   out["work"] = std::move(ph["work"]);
   out["model"] = std::move(ph["model"]);
+  out["processes"] = process_data(store, run, t_end, opts); // attribution (issue 13); null when none were tracked
   return out;
 }
+
+// ---- attribution (issue 13): the run's processes, a table and power by process over time ----
+// Power by process is drawn from the stored attributed energy (cpu_energy_j, and energy_j per GPU, both since the run
+// started): each step between a process's samples puts its energy into the time bucket of the later sample, so the
+// stacked areas integrate to the attributed energy exactly. The 8 largest processes by energy are drawn on their own,
+// the rest as "other".
+nlohmann::json process_data(StoreReader& store, const RunInfo& run, double t_end, const ReportOptions& opts) {
+  struct Proc {
+    std::string comm, unit;
+    bool named = false;
+    double cpu_j = 0;                // the latest cpu_energy_j
+    std::map<int64_t, double> gpu_j; // per GPU, the latest energy_j
+    OptI peak_rss;
+    std::map<int64_t, int64_t> gpu_mem_at; // per ts: memory held on every GPU together
+    double last_cpu_j = 0;
+    std::map<int64_t, double> last_gpu_j;
+    std::vector<double> bucket_j; // energy per time bucket
+  };
+  std::map<ProcessId, Proc> procs;
+  const size_t nb = std::max<size_t>(1, std::min<size_t>(opts.buckets, 500));
+  const double width = std::max(t_end, 1e-3) / static_cast<double>(nb);
+  auto bucket = [&](int64_t ts) {
+    const double t = static_cast<double>(ts - run.start_ms) / 1000.0;
+    return std::min(nb - 1, static_cast<size_t>(std::max(0.0, t / width)));
+  };
+  auto get = [&](const ProcessId& id) -> Proc& {
+    Proc& p = procs[id];
+    if (p.bucket_j.empty()) p.bucket_j.assign(nb, 0.0);
+    return p;
+  };
+  constexpr TableId pt = TableId::Processes;
+  const size_t p_pid = column_index(pt, "pid"), p_start = column_index(pt, "start_time"),
+               p_comm = column_index(pt, "comm"), p_unit = column_index(pt, "unit");
+  store.scan(pt, run, [&](std::span<const Value> row) {
+    Proc& p = get({value_int(row[p_pid]).value_or(0), value_int(row[p_start]).value_or(0)});
+    p.comm = std::string(value_text(row[p_comm]));
+    p.unit = std::string(value_text(row[p_unit]));
+    p.named = true;
+  });
+  constexpr TableId st = TableId::ProcessSamples;
+  const size_t s_pid = column_index(st, "pid"), s_start = column_index(st, "start_time"),
+               s_ts = column_index(st, "ts_ms"), s_rss = column_index(st, "rss_bytes"),
+               s_cpu = column_index(st, "cpu_energy_j");
+  store.scan(st, run, [&](std::span<const Value> row) {
+    Proc& p = get({value_int(row[s_pid]).value_or(0), value_int(row[s_start]).value_or(0)});
+    if (auto r = value_int(row[s_rss]); r && (!p.peak_rss || *r > *p.peak_rss)) p.peak_rss = r;
+    if (auto j = value_real(row[s_cpu])) {
+      p.bucket_j[bucket(value_int(row[s_ts]).value_or(run.start_ms))] += std::max(0.0, *j - p.last_cpu_j);
+      p.last_cpu_j = std::max(p.last_cpu_j, *j);
+      p.cpu_j = p.last_cpu_j;
+    }
+  });
+  constexpr TableId gt = TableId::ProcessGpuSamples;
+  const size_t q_pid = column_index(gt, "pid"), q_start = column_index(gt, "start_time"),
+               q_ts = column_index(gt, "ts_ms"), q_gpu = column_index(gt, "gpu_index"),
+               q_mem = column_index(gt, "mem_used_bytes"), q_j = column_index(gt, "energy_j");
+  store.scan(gt, run, [&](std::span<const Value> row) {
+    Proc& p = get({value_int(row[q_pid]).value_or(0), value_int(row[q_start]).value_or(0)});
+    const int64_t ts = value_int(row[q_ts]).value_or(run.start_ms);
+    const int64_t gpu = value_int(row[q_gpu]).value_or(0);
+    if (auto m = value_int(row[q_mem])) p.gpu_mem_at[ts] += *m;
+    if (auto j = value_real(row[q_j])) {
+      double& last = p.last_gpu_j[gpu];
+      p.bucket_j[bucket(ts)] += std::max(0.0, *j - last);
+      last = std::max(last, *j);
+      p.gpu_j[gpu] = last;
+    }
+  });
+  if (procs.empty()) return nullptr;
+
+  std::vector<std::pair<double, const std::pair<const ProcessId, Proc>*>> rank;
+  for (const auto& e : procs) {
+    double gpu = 0;
+    for (const auto& [i, j] : e.second.gpu_j)
+      gpu += j;
+    rank.emplace_back(e.second.cpu_j + gpu, &e);
+  }
+  std::sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  constexpr size_t kTableRows = 50, kChartProcesses = 8;
+  nlohmann::json table = nlohmann::json::array();
+  for (size_t i = 0; i < rank.size() && i < kTableRows; ++i) {
+    const auto& [id, p] = *rank[i].second;
+    OptI peak_gpu_mem;
+    for (const auto& [ts, m] : p.gpu_mem_at)
+      if (!peak_gpu_mem || m > *peak_gpu_mem) peak_gpu_mem = m;
+    double gpu = 0;
+    for (const auto& [g, j] : p.gpu_j)
+      gpu += j;
+    table.push_back({{"pid", id.pid},
+                     {"start_time", id.start_time},
+                     {"comm", p.named ? nlohmann::json(p.comm) : nlohmann::json()},
+                     {"unit", p.unit.empty() ? nlohmann::json() : nlohmann::json(p.unit)},
+                     {"cpu_energy_j", p.cpu_j},
+                     {"gpu_energy_j", p.gpu_j.empty() ? nlohmann::json() : nlohmann::json(gpu)},
+                     {"peak_rss_bytes", p.peak_rss ? nlohmann::json(*p.peak_rss) : nlohmann::json()},
+                     {"peak_gpu_mem_bytes", peak_gpu_mem ? nlohmann::json(*peak_gpu_mem) : nlohmann::json()}});
+  }
+  // The chart: buckets up to the last one with energy, as watts (energy over the bucket's width).
+  size_t used = 0;
+  for (const auto& e : procs)
+    for (size_t b = 0; b < nb; ++b)
+      if (e.second.bucket_j[b] > 0) used = std::max(used, b + 1);
+  nlohmann::json t = nlohmann::json::array();
+  for (size_t b = 0; b < used; ++b)
+    t.push_back(round_t((static_cast<double>(b) + 0.5) * width));
+  nlohmann::json series = nlohmann::json::array();
+  std::vector<double> other(used, 0.0);
+  bool any_other = false;
+  for (size_t i = 0; i < rank.size(); ++i) {
+    const auto& [id, p] = *rank[i].second;
+    if (i >= kChartProcesses) {
+      for (size_t b = 0; b < used; ++b)
+        other[b] += p.bucket_j[b];
+      any_other = any_other || rank[i].first > 0;
+      continue;
+    }
+    nlohmann::json y = nlohmann::json::array();
+    for (size_t b = 0; b < used; ++b)
+      y.push_back(round_y(p.bucket_j[b] / width));
+    series.push_back({{"name", fmt::format("{} ({})", p.named ? p.comm : "pid", id.pid)}, {"y", y}});
+  }
+  if (any_other) {
+    nlohmann::json y = nlohmann::json::array();
+    for (size_t b = 0; b < used; ++b)
+      y.push_back(round_y(other[b] / width));
+    series.push_back({{"name", fmt::format("other ({} processes)", rank.size() - kChartProcesses)}, {"y", y}});
+  }
+  return {{"table", table},
+          {"total", procs.size()},
+          {"method", "attributed"},
+          {"power", {{"t", t}, {"step_s", width}, {"series", series}}}};
+}
+// ---- end attribution ----
 
 } // namespace
 

@@ -190,14 +190,20 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
     bucket_frames_ = 0;
     history_bytes_.store(ring_bytes(), std::memory_order_relaxed);
   }
+  board_builder_ = std::make_unique<ProcessBoardBuilder>(process_cap_, run.host);
   std::lock_guard lock(mu_);
   run_ = run;
   devices_ = std::move(devices);
+  board_.reset();
 }
 
 void LiveState::push(const std::shared_ptr<const Frame>& f) {
+  // A process scan (at most once a second): its series are sorted and formatted here, under no lock.
+  std::shared_ptr<const ProcessBoard> board;
+  if (f->processes && !f->rows_only && board_builder_) board = board_builder_->build(*f->processes);
   {
     std::lock_guard lock(mu_);
+    if (board) board_ = std::move(board);
     // Device facts settled on the first tick (energy method, power source) replace the enumerated ones.
     for (const auto& d : f->device_rows)
       for (auto& mine : devices_)
@@ -315,7 +321,11 @@ nlohmann::json LiveState::current_json() const {
           {"gpus", gpus},
           {"cpu", cpu},
           {"energy_j", any_energy ? nlohmann::json(total) : nlohmann::json()},
-          {"events", events}};
+          {"events", events},
+          {"processes", board_ ? board_->processes : nlohmann::json::array()},
+          {"processes_other", board_ ? board_->processes_other : nlohmann::json()},
+          {"units", board_ ? board_->units : nlohmann::json::array()},
+          {"units_other", board_ ? board_->units_other : nlohmann::json()}};
 }
 
 nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chrono::nanoseconds step) const {
@@ -501,7 +511,9 @@ std::string LiveState::metrics_text() const {
         x.sample(zl(z), m.get(z), m.info.prom_scale);
     }
   }
-  return x.take();
+  std::string out = x.take();
+  if (board_) out += board_->metrics_text; // prepared once per process scan
+  return out;
 }
 
 } // namespace wattscope

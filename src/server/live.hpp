@@ -17,6 +17,7 @@
 #include "core/frame.hpp"
 #include "core/schema.hpp"
 #include "sampler/sampler.hpp"
+#include "server/process_board.hpp"
 
 namespace wattscope {
 
@@ -29,6 +30,8 @@ public:
 
   void set_run(const RunInfo& run, std::vector<GpuDevice> devices);
   void set_sampler(const SamplerStats* stats) { sampler_ = stats; }
+  // Processes and units exported one by one (the rest summed as `other`); before set_run.
+  void set_process_cap(size_t n) { process_cap_ = n; }
   // From the sampler thread, after accounting: never blocks for long.
   void push(const std::shared_ptr<const Frame>& frame);
   void stop(); // wakes every waiting event stream
@@ -83,6 +86,10 @@ private:
   std::shared_ptr<const Frame> latest_;
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;
+  std::shared_ptr<const ProcessBoard> board_; // the latest process scan's series and lists (issue 13)
+  // Touched only by push() (the sampler thread) and set_run before it: builds board_ outside both locks.
+  size_t process_cap_ = 20;
+  std::unique_ptr<ProcessBoardBuilder> board_builder_;
   // Under ring_mu_.
   std::chrono::milliseconds coarse_step_{1000};
   size_t coarse_cap_ = 1;

@@ -284,3 +284,45 @@ test('phases as bands, a phase table and energy per unit of work', async () => {
   assert.ok(cc && cc.drawn === cc.want && cc.want === 2, JSON.stringify(cc));
   await o.page.close();
 });
+
+// Attribution (issue 13): a run of a dozen processes, one of them on a GPU, gets a processes table and a stacked chart
+// of power by process (the 8 largest and "other") whose areas add up to the table's energy.
+test('processes: a table, and power stacked by process with the rest as other', async () => {
+  const pidFile = join(dir, 'gpu-worker.pid');
+  const scen = join(dir, 'scenario-procs.json');
+  writeFileSync(scen, JSON.stringify({ devices: [{
+    name: 'NVIDIA H100', uuid: 'GPU-procs',
+    metrics: { power_instant_mw: 300000, energy_mj: { linear: [1000, 15000] }, mem_used_bytes: 2e9, mem_total_bytes: 85899345920 },
+    processes: [{ pid_file: pidFile, sm: 50, mem_bytes: 2e9 }],
+  }] }));
+  const env = { ...process.env, WATTSCOPE_NVML_LIBRARY: FAKE, WATTSCOPE_FAKE_NVML_SCENARIO: scen };
+  delete env.CUDA_VISIBLE_DEVICES;
+  const db = join(dir, 'procs.db');
+  // Ten busy shells, and a sleeper that NVML lists on the GPU. --cpu-tdp: CPU energy (estimated) where RAPL is absent.
+  const script = `sleep 2.6 & echo $! > ${pidFile}; for i in 1 2 3 4 5 6 7 8 9 10; do (n=0; end=$(($(date +%s) + 2)); while [ $(date +%s) -lt $end ]; do n=$((n+1)); done) & done; wait`;
+  const r = spawnSync(WS, ['run', '--db', db, '--task', 'procs', '--cpu-tdp', '100', '--interval', '100ms', '--', 'sh', '-c', script], { cwd: dir, env, encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  const show = JSON.parse(ws(['show', '--db', db, '--json']).stdout);
+  const file = join(dir, 'procs.html');
+  ws(['report', '--db', db, show.run_id, '-o', file]);
+  const { page, errors, requests } = await open(file);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, []);
+  const rows = await page.locator('[data-table="processes"] tbody tr').count();
+  assert.ok(rows >= 11, `processes table rows: ${rows}`);
+  const P = await page.evaluate(() => JSON.parse(document.getElementById('ws-data').textContent).runs[0].processes);
+  const gpuRow = P.table.find((p) => p.comm === 'sleep' && p.gpu_energy_j > 0);
+  assert.ok(gpuRow, `the GPU worker has GPU energy: ${JSON.stringify(P.table.slice(0, 3))}`);
+  const cs = await charts(page);
+  const c = cs.find((x) => x.key === 'process_power');
+  assert.ok(c, `chart process_power: ${JSON.stringify(cs.map((x) => x.key))}`);
+  assert.equal(c.want, 9, 'the 8 largest processes and other');
+  assert.equal(c.drawn, c.want);
+  assert.match(P.power.series[8].name, /^other \(\d+ processes\)$/);
+  // The stacked areas integrate to the processes' energy (values are rounded to 4 significant digits).
+  const area = P.power.series.reduce((s, x) => s + x.y.reduce((a, y) => a + y, 0) * P.power.step_s, 0);
+  const energy = P.table.reduce((s, p) => s + p.cpu_energy_j + (p.gpu_energy_j || 0), 0);
+  assert.ok(P.total <= 50, 'every process is in the table, so its sum is the whole');
+  assert.ok(Math.abs(area - energy) <= 0.01 * energy, `chart ${area} J vs table ${energy} J`);
+  await page.close();
+});

@@ -8,11 +8,13 @@
 
 #include <chrono>
 #include <cmath>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "../support/support.hpp"
+#include "http_client.hpp"
 
 using namespace wstest;
 using json = nlohmann::json;
@@ -123,4 +125,83 @@ TEST(Attribution, RunTreeNeighbourAndIdleGpuAddUpToDeviceEnergy) {
   EXPECT_GT(stored, 0);
 }
 
+// The value of the first sample line starting with `prefix`, or NaN.
+double sample_value(const std::string& metrics, const std::string& prefix) {
+  std::istringstream in(metrics);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) return std::stod(line.substr(line.rfind(' ') + 1));
+  return NAN;
+}
+
+TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
+  TempDir dir;
+  const int worker = start({"/bin/sleep", "30"}, {}, dir.path(), dir / "w.out", dir / "w.err");
+  const int neighbour = start({"/bin/sleep", "30"}, {}, dir.path(), dir / "n.out", dir / "n.err");
+  write_file(dir / "w.pid", std::to_string(worker));
+  write_file(dir / "n.pid", std::to_string(neighbour));
+  json scen = {{"devices",
+                {gpu(0, {{{"pid_file", dir / "w.pid"}, {"sm", 60}, {"mem_bytes", 4LL << 30}},
+                         {{"pid_file", dir / "n.pid"}, {"sm", 20}, {"mem_bytes", 2LL << 30}}})}}};
+  write_file(dir / "scenario.json", scen.dump());
+  // --top-processes 1: the worker is exported on its own, the neighbour only inside `other`.
+  const int serve = start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes",
+                           "1"},
+                          {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                           {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                           {"CUDA_VISIBLE_DEVICES", "\x01"}},
+                          dir.path(), dir / "s.out", dir / "s.err");
+  const int port = wait_for_serve_port(dir / "s.err", 200);
+  const std::string mine = "wattscope_process_power_watts{pid=\"" + std::to_string(worker) + "\",";
+  const std::string mine_j = "wattscope_process_energy_joules_total{pid=\"" + std::to_string(worker) + "\",";
+  std::string m;
+  // Scans are once a second: wait for two, so energy has accrued between them.
+  for (int i = 0; i < 100; ++i) {
+    auto r = wstest::http::get(port, "/metrics", {}, std::chrono::seconds(5));
+    ASSERT_TRUE(r) << r.error;
+    m = r.body;
+    if (sample_value(m, mine_j) > 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto cur = wstest::http::get(port, "/api/v1/current", {}, std::chrono::seconds(5));
+  ::kill(serve, SIGTERM);
+  EXPECT_EQ(wait_exit(serve), 0);
+  for (int pid : {worker, neighbour}) {
+    ::kill(pid, SIGTERM);
+    wait_exit(pid);
+  }
+  SCOPED_TRACE(m);
+  // GPU 0's power splits 60:20 between the worker and the neighbour, who is `other`.
+  const double w = sample_value(m, mine);
+  const double other = sample_value(m, "wattscope_process_power_watts{pid=\"other\",start_time=\"\",comm=\"\","
+                                       "unit=\"\",host=\"");
+  ASSERT_GT(w, 0);
+  EXPECT_NE(m.find("comm=\"sleep\""), std::string::npos);
+  std::istringstream in(m);
+  std::string line;
+  double other_gpu0 = NAN;
+  while (std::getline(in, line))
+    if (line.starts_with("wattscope_process_power_watts{pid=\"other\"") && line.find("device=\"gpu0\"") != line.npos)
+      other_gpu0 = std::stod(line.substr(line.rfind(' ') + 1));
+  EXPECT_NEAR(w / other_gpu0, 3.0, 1e-9) << w << " vs " << other_gpu0 << " (any other: " << other << ")";
+  EXPECT_EQ(m.find("wattscope_process_power_watts{pid=\"" + std::to_string(neighbour) + "\""), std::string::npos)
+      << "the neighbour is folded into other";
+  EXPECT_GT(sample_value(m, mine_j), 0);
+  EXPECT_NE(m.find("top 1 processes by power"), std::string::npos);
+  EXPECT_NE(m.find("# TYPE wattscope_process_energy_joules_total counter"), std::string::npos);
+  write_file(dir / "metrics.txt", m);
+  auto check = run({"/bin/sh", "-c", "promtool check metrics < " +
+                                         (dir / "metrics.txt")});
+  EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+  // The same in /api/v1/current.
+  ASSERT_TRUE(cur) << cur.error;
+  const json j = json::parse(cur.body);
+  ASSERT_EQ(j["processes"].size(), 1u) << j.dump(2);
+  EXPECT_EQ(j["processes"][0]["pid"], worker);
+  EXPECT_EQ(j["processes"][0]["gpus"][0]["index"], 0);
+  EXPECT_GE(j["processes_other"]["processes"].get<int>(), 1);
+  EXPECT_TRUE(j["units"].is_array());
+}
+
 } // namespace
+

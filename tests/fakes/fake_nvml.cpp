@@ -27,6 +27,9 @@
 // counting that process's utilisation reads. A process is listed only while its pid file names a live (not zombie)
 // process, as the driver lists only live contexts; a value left out is NVML_VALUE_NOT_AVAILABLE (memory) or 0 (%).
 // "process_utilization": false makes both per-process utilisation calls answer NOT_SUPPORTED.
+//
+// MIG: "mig": ["MIG-…", …] on a device gives it that many MIG instances (nvmlDeviceGetMaxMigDeviceCount,
+// nvmlDeviceGetMigDeviceHandleByIndex), each answering nvmlDeviceGetUUID; without it both answer NOT_SUPPORTED.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -63,6 +66,7 @@ struct State {
   bool initialised = false;
   json scenario;
   std::vector<FakeDevice> devices;
+  std::vector<std::vector<FakeDevice>> migs; // per device: its MIG instances ({"uuid": …} specs)
   std::map<std::string, long long, std::less<>> symbol_calls;
   std::vector<bool> hung; // per entry of the scenario's top-level "hang"
   double t0 = 0;
@@ -122,6 +126,9 @@ FakeDevice* dev(Device d) {
   auto* p = reinterpret_cast<FakeDevice*>(d);
   for (auto& fd : g.devices)
     if (&fd == p) return p;
+  for (auto& m : g.migs)
+    for (auto& fd : m)
+      if (&fd == p) return p;
   return nullptr;
 }
 
@@ -208,8 +215,13 @@ Return init() {
   if (int e = g.scenario.value("init_error", 0)) return e;
   g.devices.clear();
   g.hung.clear();
-  for (const auto& d : g.scenario.value("devices", json::array()))
+  g.migs.clear();
+  for (const auto& d : g.scenario.value("devices", json::array())) {
     g.devices.push_back({d, {}, {}, {}});
+    g.migs.emplace_back();
+    for (const auto& uuid : d.value("mig", json::array()))
+      if (uuid.is_string()) g.migs.back().push_back({json{{"uuid", uuid}}, {}, {}, {}});
+  }
   g.default_cost_us = 0;
   g.cost_us.clear();
   if (auto c = g.scenario.find("call_cost_us"); c != g.scenario.end()) {
@@ -373,6 +385,29 @@ Return device_field_values(Device d, int count, FieldValue* values) {
     f.latencyUsec = 0;
   }
   return kSuccess;
+}
+Return device_max_mig_count(Device d, unsigned int* n) {
+  std::lock_guard lock(g.mu);
+  if (!n) return kErrorInvalidArgument;
+  for (size_t i = 0; i < g.devices.size(); ++i)
+    if (reinterpret_cast<Device>(&g.devices[i]) == d) {
+      if (!g.devices[i].spec.contains("mig")) return kErrorNotSupported;
+      *n = static_cast<unsigned int>(g.migs[i].size());
+      return kSuccess;
+    }
+  return kErrorInvalidArgument;
+}
+Return device_mig_by_index(Device d, unsigned int index, Device* mig) {
+  std::lock_guard lock(g.mu);
+  if (!mig) return kErrorInvalidArgument;
+  for (size_t i = 0; i < g.devices.size(); ++i)
+    if (reinterpret_cast<Device>(&g.devices[i]) == d) {
+      if (!g.devices[i].spec.contains("mig")) return kErrorNotSupported;
+      if (index >= g.migs[i].size()) return kErrorNotFound;
+      *mig = reinterpret_cast<Device>(&g.migs[i][index]);
+      return kSuccess;
+    }
+  return kErrorInvalidArgument;
 }
 } // namespace impl
 

@@ -2,12 +2,19 @@
 // split, whose parts add up to the measured energy.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <sstream>
 
 #include "../support/support.hpp"
 #include "accounting/accounting.hpp"
 #include "processes/procfs.hpp"
 #include "processes/tracker.hpp"
+#include "server/process_board.hpp"
+#include "sources/nvml/gpu_grab.hpp"
+#include "sources/nvml/gpu_selection.hpp"
 
 using namespace wattscope;
 using namespace wstest;
@@ -211,6 +218,200 @@ TEST(Attributor, PartsAddUpToTheMeasuredEnergyPerDevice) {
   const auto& mine = s.attribution.processes.at(ProcessId{10, 1});
   EXPECT_NEAR(mine.cpu_energy_j, c.attributed_j, 1e-9);
   EXPECT_NEAR(mine.gpu_total_j(), g.attributed_j, 1e-9);
+}
+
+TEST(Attributor, CpuPowerIsSplitAndUnitsKeepTheEnergyOfExitedProcesses) {
+  Accounting acc({});
+  auto cpu_frame = [](int64_t tick, double pkg_j) {
+    Frame f;
+    f.tick = tick;
+    f.cpu.package_energy_j = pkg_j;
+    f.cpu.package_power_w = 40;
+    f.cpu.power_method = "counter";
+    return f;
+  };
+  auto f0 = cpu_frame(0, 100);
+  acc.process(f0);
+  auto proc = [](int64_t pid, double cpu_s, const char* unit) {
+    ProcessSample p;
+    p.id = {pid, 1};
+    p.in_run = true;
+    p.cpu_time_s = cpu_s;
+    p.unit = unit;
+    p.unit_kind = "slurm-job";
+    return p;
+  };
+  auto snap = std::make_shared<ProcessSnapshot>();
+  snap->cpu_busy_s = 4;
+  snap->cpu_total_s = 8;
+  snap->procs = {proc(1, 3, "slurm job 9"), proc(2, 1, "slurm job 9"), proc(3, 0, "slurm job 10")};
+  auto f1 = cpu_frame(1, 110);
+  f1.processes = snap;
+  acc.process(f1);
+  // Busy half the time, 3:1 between the two: 3/8 and 1/8 of the 40 W.
+  EXPECT_NEAR(*snap->procs[0].cpu_power_w, 15, 1e-9);
+  EXPECT_NEAR(*snap->procs[1].cpu_power_w, 5, 1e-9);
+  EXPECT_EQ(*snap->procs[2].cpu_power_w, 0);
+  ASSERT_EQ(snap->units.size(), 2u);
+  EXPECT_EQ(snap->units[0].unit, "slurm job 10");
+  EXPECT_EQ(snap->units[1].unit, "slurm job 9");
+  EXPECT_EQ(snap->units[1].processes, 2u);
+  EXPECT_NEAR(snap->units[1].cpu_power_w, 20, 1e-9);
+  EXPECT_NEAR(snap->units[1].cpu_energy_j, 5, 1e-9) << "half of the interval's 10 J";
+  // Process 2 exits: its unit keeps what it used, and goes on growing with process 1.
+  auto later = std::make_shared<ProcessSnapshot>();
+  later->cpu_busy_s = 2;
+  later->cpu_total_s = 8;
+  later->procs = {proc(1, 2, "slurm job 9")};
+  auto f2 = cpu_frame(2, 118);
+  f2.processes = later;
+  acc.process(f2);
+  ASSERT_EQ(later->units.size(), 1u);
+  EXPECT_EQ(later->units[0].processes, 1u);
+  EXPECT_NEAR(later->units[0].cpu_energy_j, 5 + 2, 1e-9) << "a quarter of the next 8 J added";
+  EXPECT_NEAR(acc.summary().attribution.units.at("slurm job 9").cpu_energy_j, 7, 1e-9);
+}
+
+// A scan as accounting leaves it: power and energy filled.
+ProcessSample filled(int64_t pid, double cpu_w, double cpu_j, const std::string& unit = "") {
+  ProcessSample p;
+  p.id = {pid, 100 + pid};
+  p.comm = "p" + std::to_string(pid);
+  p.cpu_power_w = cpu_w;
+  p.cpu_energy_j = cpu_j;
+  p.unit = unit;
+  p.unit_kind = unit.empty() ? "" : "container";
+  return p;
+}
+
+std::string series(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  std::string line, out;
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) out += line + "\n";
+  return out;
+}
+
+double value_of(const std::string& text, const std::string& prefix) {
+  const std::string l = series(text, prefix);
+  if (l.empty()) return NAN;
+  return std::stod(l.substr(l.rfind(' ') + 1));
+}
+
+TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
+  ProcessBoardBuilder b(2, "node\"1");
+  ProcessSnapshot s1;
+  s1.procs = {filled(1, 30, 100, "docker aaa"), filled(2, 20, 50), filled(3, 10, 400, "docker aaa"), filled(4, 0, 0)};
+  GpuProcessSample g;
+  g.id = {2, 102};
+  g.gpu_index = 0;
+  g.power_w = 100;
+  g.energy_j = 1000;
+  g.mem_used_bytes = 1 << 30;
+  s1.gpu_procs = {g};
+  s1.units = {{"docker aaa", "container", 2, 40, 0, 500, 0}};
+  auto b1 = b.build(s1);
+  const std::string& m = b1->metrics_text;
+  // Top 2 by power: 2 (20 W CPU + 100 W GPU), then 1 (30 W); 3 is `other`; 4 has no figure at all.
+  EXPECT_EQ(value_of(m, "wattscope_process_power_watts{pid=\"2\",start_time=\"102\",comm=\"p2\",unit=\"\","
+                        "host=\"node\\\"1\",device=\"gpu0\"}"),
+            100);
+  EXPECT_EQ(value_of(m, "wattscope_process_power_watts{pid=\"1\","), 30);
+  EXPECT_EQ(series(m, "wattscope_process_power_watts{pid=\"3\""), "");
+  EXPECT_EQ(series(m, "wattscope_process_power_watts{pid=\"4\""), "");
+  EXPECT_EQ(value_of(m, "wattscope_process_power_watts{pid=\"other\""), 10);
+  EXPECT_EQ(value_of(m, "wattscope_process_energy_joules_total{pid=\"other\""), 400);
+  EXPECT_NE(m.find("# TYPE wattscope_process_energy_joules_total counter"), std::string::npos);
+  EXPECT_NE(m.find("top 2 processes by power"), std::string::npos) << "the cap is in the HELP text";
+  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"cpu\""),
+            500);
+  ASSERT_EQ(b1->processes.size(), 2u);
+  EXPECT_EQ(b1->processes[0]["pid"], 2);
+  EXPECT_EQ(b1->processes[0]["power_w"], 120.0);
+  EXPECT_EQ(b1->processes_other["processes"], 1);
+
+  // Next scan: 3 climbs into the top 2 and 1 drops out. `other` must not fall by 3's 400 J: it adds what 1 used
+  // since the last scan (10 J), and 3's history stays in 3's own series.
+  ProcessSnapshot s2;
+  s2.procs = {filled(1, 1, 110, "docker aaa"), filled(2, 20, 60), filled(3, 50, 450, "docker aaa")};
+  s2.gpu_procs = {g};
+  auto b2 = b.build(s2);
+  EXPECT_EQ(value_of(b2->metrics_text, "wattscope_process_energy_joules_total{pid=\"other\""), 410);
+  EXPECT_EQ(value_of(b2->metrics_text, "wattscope_process_energy_joules_total{pid=\"3\","), 450);
+  EXPECT_EQ(value_of(b2->metrics_text, "wattscope_process_power_watts{pid=\"other\""), 1);
+}
+
+GpuState idle_gpu(int i) {
+  GpuState g;
+  g.index = i;
+  g.uuid = "GPU-u" + std::to_string(i);
+  g.mem_used_bytes = 1 << 20;
+  g.mem_total_bytes = 1LL << 34;
+  g.compute_processes = 0;
+  return g;
+}
+
+TEST(FreeGpus, LocksMakeASecondGrabTakeAnotherGpuOrFailSayingWhy) {
+  TempDir dir;
+  GrabRequest req;
+  req.lock_dir = dir / "locks/nested";
+  std::vector<GpuState> gpus = {idle_gpu(0), idle_gpu(1), idle_gpu(2)};
+  gpus[0].compute_processes = 2;
+  gpus[2].mem_used_bytes = gpus[2].mem_total_bytes; // full
+  GpuGrab first = grab_free_gpus(gpus, req);
+  ASSERT_EQ(first.gpus.size(), 1u);
+  EXPECT_EQ(first.cuda_visible, "GPU-u1");
+  // The lock is an flock on its own open file: a second grab (another run, or this process again) cannot take it.
+  try {
+    grab_free_gpus(gpus, req);
+    ADD_FAILURE() << "GPU 1 was taken twice";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("0 of 3 GPUs free, 1 needed"), std::string::npos) << m;
+    EXPECT_NE(m.find("GPU 0: 2 compute processes"), std::string::npos) << m;
+    EXPECT_NE(m.find("GPU 1: taken by another wattscope run (pid " + std::to_string(::getpid()) + ")"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("GPU 2: 100.0 % of its memory in use"), std::string::npos) << m;
+  }
+  first.locks.clear(); // the run ends
+  EXPECT_EQ(grab_free_gpus(gpus, req).cuda_visible, "GPU-u1");
+  // Two at once take two different GPUs, and unknown process lists are never taken.
+  gpus[2].mem_used_bytes = 0;
+  gpus[0].compute_processes.reset();
+  req.count = 2;
+  GpuGrab two = grab_free_gpus(gpus, req);
+  EXPECT_EQ(two.cuda_visible, "GPU-u1,GPU-u2");
+  // A UUID that could leave the lock directory is refused.
+  std::vector<GpuState> odd = {idle_gpu(0)};
+  odd[0].uuid = "../../etc/passwd";
+  req.count = 1;
+  EXPECT_THROW(grab_free_gpus(odd, req), std::runtime_error);
+  EXPECT_FALSE(std::filesystem::exists(dir / "etc"));
+}
+
+TEST(FreeGpus, FlagParsing) {
+  EXPECT_EQ(parse_free_gpus("0,1"), std::nullopt);
+  EXPECT_EQ(parse_free_gpus("free:3"), 3);
+  for (const char* bad : {"free:", "free:0", "free:-1", "free:65", "free:2x", "free"})
+    EXPECT_THROW(parse_free_gpus(bad), std::invalid_argument) << bad;
+  EXPECT_EQ(parse_mem_pct("5%"), 5);
+  EXPECT_EQ(parse_mem_pct("12.5"), 12.5);
+  for (const char* bad : {"", "%", "101", "-1", "five"})
+    EXPECT_THROW(parse_mem_pct(bad), std::invalid_argument) << bad;
+  EXPECT_THROW(parse_gpu_selection("free:1", std::nullopt), std::invalid_argument);
+}
+
+TEST(GpuSelection, CudaDeviceOrderAndMigEntries) {
+  EXPECT_TRUE(parse_gpu_selection("", std::string("0,1")).cuda_fastest_first);
+  EXPECT_TRUE(parse_gpu_selection("", std::string("1"), std::string("FASTEST_FIRST")).cuda_fastest_first);
+  EXPECT_FALSE(parse_gpu_selection("", std::string("1"), std::string("PCI_BUS_ID")).cuda_fastest_first);
+  EXPECT_FALSE(parse_gpu_selection("", std::string("GPU-abc")).cuda_fastest_first) << "UUIDs need no order";
+  const GpuSelection mig = parse_gpu_selection("", std::string("MIG-bbbb"));
+  EXPECT_TRUE(mig.names_mig());
+  EXPECT_FALSE(mig.selects(0, "GPU-aaaa"));
+  EXPECT_EQ(mig.mig_match({"MIG-aaaa-1", "MIG-bbbb-2"}), "MIG-bbbb");
+  EXPECT_EQ(mig.mig_match({"MIG-cccc"}), "");
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 // wattscope run [OPTIONS] -- CMD [ARGS...]: start a command, record the machine while it runs, exit with its status.
 #include <cstdio>
+#include <cstdlib>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
@@ -13,6 +14,9 @@
 #include "pipeline/session.hpp"
 #include "processes/cgroup.hpp"
 #include "report/report.hpp"
+#ifdef WATTSCOPE_HAVE_NVML
+#include "sources/nvml/gpu_grab.hpp"
+#endif
 
 namespace wattscope {
 
@@ -41,6 +45,10 @@ public:
     sub.add_option("--report", report_,
                    "When the run ends, write its HTML report (default name: wattscope-report-{task}-{id}.html)")
         ->expected(0, 1);
+    sub.add_option("--free-mem-max", free_mem_max_,
+                   "With --gpus free:N: a GPU with no compute process counts as free below this share of its memory "
+                   "in use")
+        ->capture_default_str();
     // prefix_command: everything from the first word that is not one of run's options (or after --) is the
     // command, so the command's own flags (python train.py --lr 3e-4) are never taken for wattscope's.
     sub.prefix_command();
@@ -48,6 +56,7 @@ public:
                "  wattscope run --task bert-lr3e-4 -- python train.py --lr 3e-4\n"
                "  wattscope run --interval 100ms --csv results/ -- ./benchmark.sh\n"
                "  wattscope run --gpus 0,1 --report -- torchrun --nproc-per-node 2 train.py\n"
+               "  wattscope run --gpus free:2 -- python train.py   # take 2 idle GPUs, locked for the run\n"
                "The exit status is the command's (128+N if a signal N ended it, 127 if it was not found);\n"
                "125 means wattscope itself failed. SIGINT, SIGTERM and SIGHUP are passed on to the command.");
   }
@@ -69,6 +78,35 @@ public:
     }
     if (command.empty()) throw UsageError("no command to run; usage: wattscope run [OPTIONS] -- CMD [ARGS...]");
     const bool want_report = sub.count("--report") > 0;
+    // --gpus free:N: the GPUs are chosen and locked before anything else, and the command gets them by UUID.
+    std::vector<UniqueFd> gpu_locks; // held until the run has ended
+    if (flags_.gpus.starts_with("free")) {
+#ifdef WATTSCOPE_HAVE_NVML
+      const int n = *flag_value("", [&] { return parse_free_gpus(flags_.gpus); });
+      GrabRequest req;
+      req.count = n;
+      req.mem_max_pct = flag_value("", [&] { return parse_mem_pct(free_mem_max_); });
+      req.lock_dir = default_lock_dir();
+      if (const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES")) req.cuda_visible = cvd;
+      GpuGrab grab;
+      try {
+        const char* lib = std::getenv("WATTSCOPE_NVML_LIBRARY");
+        grab = grab_free_gpus(probe_gpus(lib ? lib : ""), req);
+      } catch (const std::exception& e) {
+        spdlog::error("{}", e.what());
+        return kRunOwnError;
+      }
+      for (const auto& g : grab.gpus)
+        spdlog::info("--gpus {}: GPU {} ({}, {}) is the command's, locked in {} until the run ends", flags_.gpus,
+                     g.index, g.name, g.uuid, req.lock_dir);
+      // By UUID, so CUDA's own numbering (CUDA_DEVICE_ORDER) cannot point the command at another GPU.
+      ::setenv("CUDA_VISIBLE_DEVICES", grab.cuda_visible.c_str(), 1);
+      flags_.gpus = grab.cuda_visible;
+      gpu_locks = std::move(grab.locks);
+#else
+      throw UsageError("--gpus free:N needs NVML, and this wattscope was built without it");
+#endif
+    }
     SessionOptions opts = session_options(flags_, command);
     opts.private_marker_socket = true; // the child's markers (wattscope mark, the Python helper): WATTSCOPE_SOCKET
     std::string path;
@@ -126,6 +164,7 @@ public:
 private:
   RecordFlags flags_;
   std::string report_;
+  std::string free_mem_max_ = "5%";
 };
 
 } // namespace

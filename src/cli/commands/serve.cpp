@@ -33,6 +33,10 @@ public:
                    "File holding a secret; required to listen beyond loopback, then sent as 'Bearer' by clients");
     sub.add_option("--task,-t", rec_.task, "Task name of the run recorded while serving")->capture_default_str();
     sub.add_option("--gpus", rec_.gpus, "GPUs to record: all, 0,2 or GPU-UUIDs");
+    sub.add_option("--top-processes", rec_.top_processes,
+                   "Processes (and units) tracked and exported one by one, the top N by power; the rest are summed "
+                   "as 'other' (0: no process tracking)")
+        ->capture_default_str();
     sub.add_option("--procfs-root", rec_.procfs_root, "Where procfs is mounted")->capture_default_str();
     sub.add_option("--sysfs-root", rec_.sysfs_root, "Where sysfs is mounted")->capture_default_str();
     sub.add_option("--socket", socket_,
@@ -65,6 +69,7 @@ public:
     if (!opts.stores.empty()) store = opts.stores.front();
     block_control_signals();
     LiveState live(retain, opts.interval);
+    live.set_process_cap(opts.top_processes);
     opts.on_frame = [&live](const std::shared_ptr<const Frame>& fr) { live.push(fr); };
     Session session(opts);
     session.open();

@@ -55,13 +55,32 @@ bool GpuSelection::selects(int index, const std::string& uuid) const {
   return false;
 }
 
-GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<std::string>& cuda_visible) {
+std::string GpuSelection::mig_match(const std::vector<std::string>& mig_uuids) const {
+  if (all) return {};
+  for (const auto& t : tokens)
+    if (t.starts_with("MIG-"))
+      for (const auto& m : mig_uuids)
+        if (m.starts_with(t)) return t;
+  return {};
+}
+
+bool GpuSelection::names_mig() const {
+  for (const auto& t : tokens)
+    if (t.starts_with("MIG-")) return true;
+  return false;
+}
+
+GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<std::string>& cuda_visible,
+                                 const std::optional<std::string>& cuda_order) {
   GpuSelection sel;
   if (!flag.empty()) {
     sel.origin = "--gpus";
     if (flag == "all") return sel;
     sel.all = false;
     if (flag == "none") return sel;
+    if (flag.starts_with("free"))
+      throw std::invalid_argument(
+          fmt::format("--gpus '{}': free:N takes idle GPUs for a command, so it is for `wattscope run` only", flag));
     for (auto& t : split_list(flag)) {
       if (is_digits(t) && !index_of(t))
         throw std::invalid_argument(fmt::format("--gpus '{}': GPU index '{}' is out of range; indices run from 0 to {}",
@@ -93,6 +112,7 @@ GpuSelection parse_gpu_selection(const std::string& flag, const std::optional<st
       return sel;
     }
     if (!is_digits(t) && !is_uuid(t)) break;
+    if (is_digits(t) && cuda_order.value_or("FASTEST_FIRST") != "PCI_BUS_ID") sel.cuda_fastest_first = true;
     sel.tokens.push_back(t);
   }
   return sel;

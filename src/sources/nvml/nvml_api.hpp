@@ -195,4 +195,7 @@ enum class Need { Required, Optional };
      (Device d, ProcessUtilizationSample* samples, unsigned int* count, unsigned long long last_seen_us),              \
      (d, samples, count, last_seen_us), nvmlDeviceGetProcessUtilization)                                               \
   X1(device_processes_utilization_info, Optional, (Device d, ProcessesUtilizationInfo * info), (d, info),              \
-     nvmlDeviceGetProcessesUtilizationInfo)
+     nvmlDeviceGetProcessesUtilizationInfo)                                                                            \
+  X1(device_max_mig_count, Optional, (Device d, unsigned int* n), (d, n), nvmlDeviceGetMaxMigDeviceCount)              \
+  X1(device_mig_by_index, Optional, (Device d, unsigned int index, Device* mig), (d, index, mig),                      \
+     nvmlDeviceGetMigDeviceHandleByIndex)

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <set>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -299,14 +300,30 @@ const char* NvmlSource::call_name(Call c) {
 NvmlSource::Options NvmlSource::Options::from_env(const std::string& gpus_flag) {
   Options o;
   if (const char* p = std::getenv("WATTSCOPE_NVML_LIBRARY")) o.library_path = p;
-  std::optional<std::string> cvd;
+  std::optional<std::string> cvd, order;
   if (const char* c = std::getenv("CUDA_VISIBLE_DEVICES")) cvd = c;
-  o.selection = parse_gpu_selection(gpus_flag, cvd);
+  if (const char* c = std::getenv("CUDA_DEVICE_ORDER")) order = c;
+  o.selection = parse_gpu_selection(gpus_flag, cvd, order);
   if (!o.selection.warning.empty()) spdlog::warn("{}", o.selection.warning);
   return o;
 }
 
 NvmlSource::NvmlSource(Options opts) : opts_(std::move(opts)) {}
+
+// The selection's MIG entry that names one of this GPU's MIG instances, or "".
+std::string NvmlSource::mig_of(Device gpu) {
+  if (!lib_->device_max_mig_count || !lib_->device_mig_by_index || !lib_->device_uuid) return {};
+  unsigned int n = 0;
+  if (lib_->device_max_mig_count(gpu, &n) != kSuccess) return {};
+  std::vector<std::string> uuids;
+  char buf[kStringBuffer] = {};
+  for (unsigned int k = 0; k < n && k < 64; ++k) {
+    Device mig{};
+    if (lib_->device_mig_by_index(gpu, k, &mig) != kSuccess) continue; // a slot with no instance
+    if (lib_->device_uuid(mig, buf, sizeof buf) == kSuccess) uuids.push_back(cstr(buf, sizeof buf));
+  }
+  return opts_.selection.mig_match(uuids);
+}
 
 NvmlSource::~NvmlSource() {
   {
@@ -356,6 +373,7 @@ bool NvmlSource::open() {
     return false;
   }
   devices_found_ = static_cast<int>(count);
+  std::set<std::string> models; // every GPU's name, selected or not: CUDA's order differs from NVML's where they differ
   for (unsigned int i = 0; i < count; ++i) {
     Dev d;
     rc = lib_->device_by_index(i, &d.handle);
@@ -367,9 +385,18 @@ bool NvmlSource::open() {
     d.info.vendor = "nvidia";
     if (lib_->device_uuid && lib_->device_uuid(d.handle, buf, sizeof buf) == kSuccess)
       d.info.uuid = cstr(buf, sizeof buf);
-    if (!opts_.selection.selects(d.info.gpu_index, d.info.uuid)) continue;
     if (lib_->device_name && lib_->device_name(d.handle, buf, sizeof buf) == kSuccess)
       d.info.name = cstr(buf, sizeof buf);
+    models.insert(d.info.name);
+    if (!opts_.selection.selects(d.info.gpu_index, d.info.uuid)) {
+      // A MIG instance (MIG-… in CUDA_VISIBLE_DEVICES) selects its parent GPU: NVML measures power and energy per
+      // GPU, not per instance.
+      const std::string mig = opts_.selection.names_mig() ? mig_of(d.handle) : std::string();
+      if (mig.empty()) continue;
+      spdlog::info("{} names MIG instance {}: recording its GPU {} ({}); power and energy are the whole GPU's, "
+                   "shared by all its MIG instances",
+                   opts_.selection.origin, mig, d.info.gpu_index, d.info.uuid);
+    }
     PciInfo pci{};
     if (lib_->device_pci_info && lib_->device_pci_info(d.handle, &pci) == kSuccess)
       d.info.pci_bus_id = cstr(pci.busId, sizeof pci.busId);
@@ -385,6 +412,10 @@ bool NvmlSource::open() {
     d.mem_v2 = lib_->device_memory_v2 != nullptr;
     devs_.push_back(std::move(d));
   }
+  if (opts_.selection.cuda_fastest_first && models.size() > 1)
+    spdlog::warn("CUDA_VISIBLE_DEVICES names GPUs by index, and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers "
+                 "these unlike GPUs fastest first, NVML (and wattscope) by PCI bus, so the GPUs recorded may not be "
+                 "the task's. Set CUDA_DEVICE_ORDER=PCI_BUS_ID, or name GPUs by UUID (nvidia-smi -L)");
   if (devs_.empty()) {
     status_ = count == 0
                   ? SourceStatus::missing("NVML found no NVIDIA GPU", "none needed unless this machine has one")

@@ -97,6 +97,8 @@ private:
   bool ok(Dev& d, Call c, nvml::Return rc, Frame& frame);
   void sample_device(Dev& d, Frame& frame);
   void slow_loop();
+  // The selection's MIG-… entry naming one of this GPU's MIG instances, or "" (open(), before the sampler starts).
+  std::string mig_of(nvml::Device gpu);
 
   Options opts_;
   std::unique_ptr<nvml::Library> lib_;
