@@ -13,6 +13,7 @@ double ProcessTotals::gpu_total_j() const {
 
 void Attributor::adopt(ProcessSnapshot& snap, int64_t tick) {
   sum_.tracked = true;
+  run_mode_ = snap.run_mode;
   // CPU: busy time in the window is split by the processes' CPU time; what they do not account for is other
   // processes' (outside the run's tree, kernel threads, processes gone between scans); idle time is nobody's.
   cpu_share_.clear();
@@ -82,6 +83,26 @@ void Attributor::adopt(ProcessSnapshot& snap, int64_t tick) {
       g.total += s.weight;
     gpu_[idx] = std::move(g);
   }
+  prune(tick);
+  prev_adopt_tick_ = tick;
+}
+
+void Attributor::prune(int64_t tick) {
+  if (sum_.processes.size() <= kMaxKeptProcesses) return;
+  // Candidates: outside the run (in record and serve, every process: the machine is the run), and seen neither in this
+  // scan nor the one before (its `gone` row, resolved from these totals, has gone out by then). The shares just built
+  // point only at processes of this scan.
+  std::vector<std::pair<double, std::map<ProcessId, ProcessTotals>::iterator>> gone;
+  for (auto it = sum_.processes.begin(); it != sum_.processes.end(); ++it)
+    if ((!run_mode_ || !it->second.in_run) && it->second.last_tick < prev_adopt_tick_ && it->second.last_tick < tick)
+      gone.emplace_back(it->second.cpu_energy_j + it->second.gpu_total_j(), it);
+  const size_t target = kMaxKeptProcesses * 3 / 4; // prune in batches, not on every scan
+  const size_t excess = sum_.processes.size() > target ? sum_.processes.size() - target : 0;
+  const size_t n = std::min(excess, gone.size());
+  std::nth_element(gone.begin(), gone.begin() + static_cast<std::ptrdiff_t>(n), gone.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < n; ++i)
+    sum_.processes.erase(gone[i].second);
 }
 
 UnitTotals* Attributor::unit_of(const ProcessTotals& t) {
@@ -252,17 +273,17 @@ nlohmann::json AttributionSummary::to_json(size_t max_processes) const {
     nlohmann::json gpu = nlohmann::json::object();
     for (const auto& [i, j] : t.gpu_energy_j)
       gpu["gpu" + std::to_string(i)] = j;
-    procs.push_back({{"pid", id.pid},
-                     {"start_time", id.start_time},
-                     {"comm", t.comm},
-                     {"in_run", t.in_run},
-                     {"unit", t.unit.empty() ? nlohmann::json() : nlohmann::json(t.unit)},
-                     {"cpu_energy_j", t.cpu_energy_j},
-                     {"gpu_energy_j", t.gpu_total_j()},
-                     {"gpu_energy_by_device_j", gpu},
-                     {"peak_rss_bytes", t.peak_rss_bytes ? nlohmann::json(*t.peak_rss_bytes) : nlohmann::json()},
-                     {"peak_gpu_mem_bytes",
-                      t.peak_gpu_mem_bytes ? nlohmann::json(*t.peak_gpu_mem_bytes) : nlohmann::json()}});
+    procs.push_back(
+        {{"pid", id.pid},
+         {"start_time", id.start_time},
+         {"comm", t.comm},
+         {"in_run", t.in_run},
+         {"unit", t.unit.empty() ? nlohmann::json() : nlohmann::json(t.unit)},
+         {"cpu_energy_j", t.cpu_energy_j},
+         {"gpu_energy_j", t.gpu_total_j()},
+         {"gpu_energy_by_device_j", gpu},
+         {"peak_rss_bytes", t.peak_rss_bytes ? nlohmann::json(*t.peak_rss_bytes) : nlohmann::json()},
+         {"peak_gpu_mem_bytes", t.peak_gpu_mem_bytes ? nlohmann::json(*t.peak_gpu_mem_bytes) : nlohmann::json()}});
   }
   nlohmann::json uj = nlohmann::json::array();
   for (const auto& [u, j] : units)

@@ -46,7 +46,7 @@ struct UnitTotals {
 };
 
 struct AttributionSummary {
-  bool tracked = false; // some process scan reached accounting
+  bool tracked = false;                             // some process scan reached accounting
   std::map<std::string, DeviceAttribution> devices; // "cpu", "gpu0", ...
   std::map<ProcessId, ProcessTotals> processes;
   std::map<std::string, UnitTotals> units; // by unit name
@@ -96,6 +96,15 @@ private:
   std::map<int, double> last_gpu_j_;
   std::map<int, OptF> gpu_power_w_; // the tick's measured power, for per-process power
   AttributionSummary sum_;
+  int64_t prev_adopt_tick_ = -1;
+  bool run_mode_ = false;
+  void prune(int64_t tick);
+
+public:
+  // Per-process totals kept for processes outside `run`'s tree (in record and serve: all): past this many, those gone
+  // for two scans with the least energy are dropped (their energy stays in their unit's and the devices' totals), so a
+  // serve that runs for months does not grow with every process that ever ran (issue 12).
+  static constexpr size_t kMaxKeptProcesses = 4096;
 };
 
 } // namespace wattscope

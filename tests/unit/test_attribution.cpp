@@ -37,9 +37,9 @@ TEST(CgroupUnit, RecognisesSlurmPodsContainersServicesSessions) {
   EXPECT_EQ(docker.name, "docker 3fa9c1d2e4b5");
   EXPECT_EQ(parse_cgroup_unit("0::/machine.slice/libpod-aabbccddeeff00112233.scope/container\n").name,
             "podman aabbccddeeff");
-  EXPECT_EQ(parse_cgroup_unit("12:cpu:/docker/aabbccddeeff00112233\n1:name=systemd:/docker/aabbccddeeff00112233\n")
-                .name,
-            "docker aabbccddeeff");
+  EXPECT_EQ(
+      parse_cgroup_unit("12:cpu:/docker/aabbccddeeff00112233\n1:name=systemd:/docker/aabbccddeeff00112233\n").name,
+      "docker aabbccddeeff");
   EXPECT_EQ(parse_cgroup_unit("0::/system.slice/nginx.service\n").name, "nginx.service");
   EXPECT_EQ(parse_cgroup_unit("0::/user.slice/user-1000.slice/session-3.scope\n").kind, "user-session");
   EXPECT_EQ(parse_cgroup_unit("0::/\n").kind, "");
@@ -70,9 +70,9 @@ TEST(ProcfsParsers, StatWithSpacesInCommSmapsAndIo) {
 void proc(const TempDir& d, int pid, int ppid, uint64_t start, uint64_t utime, uint64_t cutime = 0,
           const std::string& comm = "worker", const std::string& cgroup = "0::/system.slice/slurmstepd.scope/job_9\n") {
   const std::string dir = d / ("proc/" + std::to_string(pid));
-  write_file(dir + "/stat", std::to_string(pid) + " (" + comm + ") S " + std::to_string(ppid) +
-                                " 1 1 0 -1 0 0 0 0 0 " + std::to_string(utime) + " 0 " + std::to_string(cutime) +
-                                " 0 20 0 1 0 " + std::to_string(start) + " 1000 10\n");
+  write_file(dir + "/stat", std::to_string(pid) + " (" + comm + ") S " + std::to_string(ppid) + " 1 1 0 -1 0 0 0 0 0 " +
+                                std::to_string(utime) + " 0 " + std::to_string(cutime) + " 0 20 0 1 0 " +
+                                std::to_string(start) + " 1000 10\n");
   write_file(dir + "/cgroup", cgroup);
   write_file(dir + "/smaps_rollup", "Rss: 8 kB\nPss: 4 kB\nPrivate_Clean: 1 kB\nPrivate_Dirty: 2 kB\n");
   write_file(dir + "/cmdline", comm + std::string("\0--flag\0", 8));
@@ -87,10 +87,10 @@ void remove_proc(const TempDir& d, int pid) {
 TEST(ProcessTracker, FollowsTheTreeKeepsReapedTimeAndNeverMergesAReusedPid) {
   TempDir d;
   host_stat(d, 1000, 1000);
-  proc(d, 100, 1, 5000, 10);    // the run's root
-  proc(d, 101, 100, 5001, 20);  // its child
-  proc(d, 102, 101, 5002, 30);  // a grandchild
-  proc(d, 200, 1, 10, 99);      // not the run's
+  proc(d, 100, 1, 5000, 10);   // the run's root
+  proc(d, 101, 100, 5001, 20); // its child
+  proc(d, 102, 101, 5002, 30); // a grandchild
+  proc(d, 200, 1, 10, 99);     // not the run's
   TrackerOptions o;
   o.procfs_root = d / "proc";
   o.clock_ticks_per_s = 100;
@@ -415,3 +415,42 @@ TEST(GpuSelection, CudaDeviceOrderAndMigEntries) {
 }
 
 } // namespace
+
+// Issue 12: a serve that runs for months sees every process that ever ran. Per-process totals stay bounded: the
+// least-energy processes gone for two scans are dropped, a heavy long-lived one is kept, and the unit they belong to
+// keeps every joule (it equals the CPU's busy energy, attributed + other, throughout).
+TEST(Attributor, PerProcessTotalsStayBoundedOverAMachinesLifetime) {
+  Accounting acc({});
+  double pkg_j = 0;
+  const int scans = static_cast<int>(Attributor::kMaxKeptProcesses) * 2;
+  for (int k = 0; k <= scans; ++k) {
+    Frame f;
+    f.tick = k;
+    pkg_j += 10;
+    f.cpu.package_energy_j = pkg_j;
+    f.cpu.package_power_w = 10;
+    f.cpu.power_method = "counter";
+    auto snap = std::make_shared<ProcessSnapshot>();
+    snap->run_mode = false; // record / serve: the machine
+    snap->cpu_busy_s = 2;
+    snap->cpu_total_s = 4;
+    auto proc = [](int64_t pid, double cpu_s) {
+      ProcessSample p;
+      p.id = {pid, pid};
+      p.in_run = true; // as the tracker marks every process of the machine
+      p.cpu_time_s = cpu_s;
+      p.unit = "u";
+      p.unit_kind = "service";
+      return p;
+    };
+    snap->procs = {proc(1, 1.5), proc(1000 + k, 0.5)}; // a heavy one for ever, and a new short one each scan
+    f.processes = snap;
+    acc.process(f);
+  }
+  const auto& sum = acc.summary().attribution;
+  EXPECT_LE(sum.processes.size(), Attributor::kMaxKeptProcesses);
+  ASSERT_TRUE(sum.processes.count(ProcessId{1, 1}));
+  const auto& cpu = sum.devices.at("cpu");
+  EXPECT_NEAR(sum.units.at("u").cpu_energy_j, cpu.attributed_j + cpu.other_j, 1e-6 * cpu.measured_j());
+  EXPECT_GT(sum.units.at("u").cpu_energy_j, 0);
+}
