@@ -26,23 +26,6 @@ float f_or_nan(const OptF& v) {
   return v ? static_cast<float>(*v) : NAN;
 }
 
-// Prometheus label values: backslash, double quote and line feed escaped (exposition format 0.0.4).
-std::string escape_label(std::string_view v) {
-  std::string out;
-  out.reserve(v.size());
-  for (char c : v) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out.push_back(c);
-  }
-  return out;
-}
-
 // Families written once each, samples appended; a missing value writes nothing (absent, never 0).
 class Exposition {
 public:
@@ -413,13 +396,13 @@ nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chro
 std::string LiveState::metrics_text() const {
   std::lock_guard lock(mu_);
   Exposition x;
-  const std::string host = escape_label(run_.host);
+  const std::string host = prom_label_value(run_.host);
   x.family("wattscope_build_info", "gauge", "wattscope build, as a label.");
   x.sample(fmt::format("version=\"{}\"", kVersion), 1.0);
   x.family("wattscope_run_info", "gauge", "The run this serve session records, as labels.");
-  x.sample(
-      fmt::format("run_id=\"{}\",task=\"{}\",host=\"{}\"", escape_label(run_.run_id), escape_label(run_.task), host),
-      1.0);
+  x.sample(fmt::format("run_id=\"{}\",task=\"{}\",host=\"{}\"", prom_label_value(run_.run_id),
+                       prom_label_value(run_.task), host),
+           1.0);
   if (sampler_) {
     x.family("wattscope_sampler_interval_seconds", "gauge", "Sampling interval.");
     x.sample("", run_.interval_ms / 1000.0);
@@ -444,15 +427,15 @@ std::string LiveState::metrics_text() const {
     for (const auto& dev : devices_)
       if (dev.gpu_index == s.gpu_index) d = &dev;
     gs.emplace_back(&s, fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"", s.gpu_index,
-                                    escape_label(d ? d->uuid : ""), escape_label(d ? d->name : ""), host));
+                                    prom_label_value(d ? d->uuid : ""), prom_label_value(d ? d->name : ""), host));
   }
   x.family("wattscope_gpu_up", "gauge", "1 when the GPU answered the latest tick, 0 when it is lost.");
   for (const auto& d : devices_) {
     bool up = false;
     for (const auto& s : f.gpus)
       up = up || s.gpu_index == d.gpu_index;
-    x.sample(fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"", d.gpu_index, escape_label(d.uuid),
-                         escape_label(d.name), host),
+    x.sample(fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"", d.gpu_index, prom_label_value(d.uuid),
+                         prom_label_value(d.name), host),
              up ? 1.0 : 0.0);
   }
   // Registry metrics sharing a family (the clocks, the link widths) are adjacent: HELP and TYPE once, then every
@@ -478,7 +461,7 @@ std::string LiveState::metrics_text() const {
             std::string method;
             for (const auto& d : devices_)
               if (d.gpu_index == s->gpu_index) method = d.energy_method;
-            labels += fmt::format(",method=\"{}\"", escape_label(method));
+            labels += fmt::format(",method=\"{}\"", prom_label_value(method));
           }
           x.sample(labels, gm[k].get(*s), mk.prom_scale);
         }
@@ -496,13 +479,13 @@ std::string LiveState::metrics_text() const {
     x.family(info.prom_family, info.prom_kind == PromKind::Counter ? "counter" : "gauge", info.help);
     std::string labels = host_label;
     if (info.flags & kMethodLabel)
-      labels += fmt::format(",method=\"{}\"", c.power_method ? escape_label(c.power_method) : "");
+      labels += fmt::format(",method=\"{}\"", c.power_method ? prom_label_value(c.power_method) : "");
     x.sample(labels, m.get(c), info.prom_scale);
   }
   if (!c.zones.empty()) {
     auto zl = [&](const PowerZoneSample& z) {
-      return fmt::format("host=\"{}\",zone=\"{}\",domain=\"{}\",socket=\"{}\"", host, escape_label(z.zone),
-                         escape_label(z.domain), z.socket ? std::to_string(*z.socket) : "");
+      return fmt::format("host=\"{}\",zone=\"{}\",domain=\"{}\",socket=\"{}\"", host, prom_label_value(z.zone),
+                         prom_label_value(z.domain), z.socket ? std::to_string(*z.socket) : "");
     };
     for (const auto& m : kZoneMetrics) {
       if (m.info.prom_family.empty()) continue;
