@@ -60,7 +60,7 @@ struct RunSummary {
   std::vector<GpuSummary> gpus;
   int64_t events = 0;
   AttributionSummary attribution; // who used the energy; tracked only when a process scan reached accounting
-  OptF total_energy_j() const; // GPUs + CPU package + DRAM; missing when nothing measured energy
+  OptF total_energy_j() const;    // GPUs + CPU package + DRAM; missing when nothing measured energy
   nlohmann::json to_json() const;
 };
 

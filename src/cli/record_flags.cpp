@@ -78,7 +78,8 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   if (f.cpu_tdp > 0) o.cpu_tdp_w = f.cpu_tdp;
   // attribution (issue 13)
   if (f.top_processes < 0 || f.top_processes > 100000)
-    throw UsageError(fmt::format("--top-processes {}: expected a number of processes from 0 to 100000", f.top_processes));
+    throw UsageError(
+        fmt::format("--top-processes {}: expected a number of processes from 0 to 100000", f.top_processes));
   o.top_processes = static_cast<size_t>(f.top_processes);
   if (command.empty() && f.top_processes == 0) o.track_processes = false;
   return o;

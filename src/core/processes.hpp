@@ -38,8 +38,8 @@ struct ProcessSample {
   std::string comm;
   std::string unit;
   std::string unit_kind;
-  bool in_run = false;  // part of the wrapped command's tree (`run`); every process counts as the run's in `record`
-  bool sampled = false; // written to process_samples: every process of a run, or the top N of a machine
+  bool in_run = false;   // part of the wrapped command's tree (`run`); every process counts as the run's in `record`
+  bool sampled = false;  // written to process_samples: every process of a run, or the top N of a machine
   double cpu_time_s = 0; // CPU seconds in the scan window: utime + stime, plus children reaped since the last scan
   std::optional<double> cpu_pct; // cpu_time_s over the window, 100 = one core
   std::optional<int64_t> rss_bytes;
@@ -82,11 +82,11 @@ struct ProcessSnapshot {
   // Host CPU time in the window, summed over CPUs (/proc/stat), for the busy share.
   std::optional<double> cpu_busy_s;
   std::optional<double> cpu_total_s;
-  std::vector<ProcessSample> procs;         // every process the scan covers (the run's tree, or the machine)
-  std::vector<GpuProcessSample> gpu_procs;  // one per (process, GPU) NVML listed
-  std::vector<int> gpus_listed;             // GPUs whose process lists answered this scan
-  std::vector<ProcessRow> rows;             // processes first seen or gone since the previous scan
-  std::vector<UnitSample> units;            // filled by accounting: every unit with a process in this scan
+  std::vector<ProcessSample> procs;        // every process the scan covers (the run's tree, or the machine)
+  std::vector<GpuProcessSample> gpu_procs; // one per (process, GPU) NVML listed
+  std::vector<int> gpus_listed;            // GPUs whose process lists answered this scan
+  std::vector<ProcessRow> rows;            // processes first seen or gone since the previous scan
+  std::vector<UnitSample> units;           // filled by accounting: every unit with a process in this scan
 };
 
 } // namespace wattscope

@@ -60,11 +60,11 @@ bool parse_pid_stat(std::string_view text, PidStat& out) {
   if (f[0].size() != 1) return false;
   out.state = f[0][0];
   if (!num(f[21], out.rss_pages)) out.rss_pages = -1; // a format without it: unknown
-  int64_t cut = 0, cst = 0; // signed in the kernel's format
-  return num(f[1], out.ppid) && num(f[11], out.utime) && num(f[12], out.stime) && num(f[13], cut) &&
-         num(f[14], cst) && num(f[19], out.start_time) && (out.cutime = static_cast<uint64_t>(std::max<int64_t>(cut, 0)),
-                                                            out.cstime = static_cast<uint64_t>(std::max<int64_t>(cst, 0)),
-                                                            true);
+  int64_t cut = 0, cst = 0;                           // signed in the kernel's format
+  return num(f[1], out.ppid) && num(f[11], out.utime) && num(f[12], out.stime) && num(f[13], cut) && num(f[14], cst) &&
+         num(f[19], out.start_time) &&
+         (out.cutime = static_cast<uint64_t>(std::max<int64_t>(cut, 0)),
+          out.cstime = static_cast<uint64_t>(std::max<int64_t>(cst, 0)), true);
 }
 
 PidMemory parse_smaps_rollup(std::string_view text) {
@@ -120,9 +120,11 @@ Unit parse_cgroup_unit(std::string_view text) {
   bool slurm = false;
   for (auto part : parts) {
     if (part == "slurm" || part == "slurmstepd.scope" || part.substr(0, 5) == "slurm") slurm = true;
-    if (slurm && part.substr(0, 4) == "job_" && part.size() > 4) return {"slurm job " + std::string(part.substr(4)), "slurm-job"};
+    if (slurm && part.substr(0, 4) == "job_" && part.size() > 4)
+      return {"slurm job " + std::string(part.substr(4)), "slurm-job"};
   }
-  // Kubernetes: kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice or kubepods/besteffort/pod<uid>
+  // Kubernetes: kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice or
+  // kubepods/besteffort/pod<uid>
   if (!parts.empty() && parts[0].substr(0, 8) == "kubepods") {
     for (auto part : parts) {
       const size_t pod = part.rfind("pod");
@@ -136,8 +138,10 @@ Unit parse_cgroup_unit(std::string_view text) {
   }
   // Containers: docker-<id>.scope, docker/<id>, cri-containerd-<id>.scope, crio-<id>.scope, libpod-<id>.scope
   for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-    for (auto [prefix, engine] : {std::pair{"docker-", "docker"}, {"cri-containerd-", "containerd"},
-                                  {"crio-", "cri-o"}, {"libpod-", "podman"}}) {
+    for (auto [prefix, engine] : {std::pair{"docker-", "docker"},
+                                  {"cri-containerd-", "containerd"},
+                                  {"crio-", "cri-o"},
+                                  {"libpod-", "podman"}}) {
       std::string_view id = strip(*it, prefix, ".scope");
       if (all_hex(id)) return {std::string(engine) + " " + std::string(id.substr(0, 12)), "container"};
     }

@@ -167,9 +167,8 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   snap->run_mode = run_mode_;
   ++scan_no_;
   const auto now = std::chrono::steady_clock::now();
-  snap->window_s = prev_at_ == std::chrono::steady_clock::time_point{}
-                       ? 0
-                       : std::chrono::duration<double>(now - prev_at_).count();
+  snap->window_s =
+      prev_at_ == std::chrono::steady_clock::time_point{} ? 0 : std::chrono::duration<double>(now - prev_at_).count();
   prev_at_ = now;
   const double hz = static_cast<double>(opts_.clock_ticks_per_s);
   const std::string& root = opts_.procfs_root;

@@ -28,8 +28,8 @@ namespace wattscope {
 struct TrackerOptions {
   std::string procfs_root = "/proc";
   std::chrono::nanoseconds period = std::chrono::seconds(1); // never shorter than 1 s
-  size_t top_processes = 20;                                   // machine mode: processes sampled per scan
-  long clock_ticks_per_s = 100;                                // sysconf(_SC_CLK_TCK)
+  size_t top_processes = 20;                                 // machine mode: processes sampled per scan
+  long clock_ticks_per_s = 100;                              // sysconf(_SC_CLK_TCK)
   bool keep_stat_fds = true; // on the kernel's procfs, keep /proc/PID/stat open between scans (within a budget)
 };
 

@@ -44,13 +44,13 @@ TEST(Attribution, RunTreeNeighbourAndIdleGpuAddUpToDeviceEnergy) {
   // A neighbour: a process outside the run, on GPU 0.
   const int neighbour = start({"/bin/sleep", "30"}, {}, dir.path(), dir / "n.out", dir / "n.err");
   write_file(dir / "n.pid", std::to_string(neighbour));
-  json scen = {{"driver_version", "550.54.15"},
-               {"devices",
-                {gpu(0, {{{"pid_file", dir / "a.pid"}, {"sm", 60}, {"mem", 30}, {"mem_bytes", 4LL << 30}},
-                         {{"pid_file", dir / "n.pid"}, {"sm", 20}, {"mem", 5}, {"mem_bytes", 2LL << 30}}}),
-                 // GPU 1: a worker that exits between scans, then nobody: its energy after that is idle
-                 gpu(1, {{{"pid_file", dir / "b.pid"}, {"sm", 90}, {"mem_bytes", 1LL << 30}}}),
-                 gpu(2, json::array())}}};
+  json scen = {
+      {"driver_version", "550.54.15"},
+      {"devices",
+       {gpu(0, {{{"pid_file", dir / "a.pid"}, {"sm", 60}, {"mem", 30}, {"mem_bytes", 4LL << 30}},
+                {{"pid_file", dir / "n.pid"}, {"sm", 20}, {"mem", 5}, {"mem_bytes", 2LL << 30}}}),
+        // GPU 1: a worker that exits between scans, then nobody: its energy after that is idle
+        gpu(1, {{{"pid_file", dir / "b.pid"}, {"sm", 90}, {"mem_bytes", 1LL << 30}}}), gpu(2, json::array())}}};
   write_file(dir / "scenario.json", scen.dump());
   // The run's tree: the shell, a long worker (a), a worker that exits after 1.3 s (b), and a short-lived /bin/true.
   const std::string script = "sleep 3.2 & echo $! > a.pid; sleep 1.3 & echo $! > b.pid; /bin/true; wait";
@@ -120,8 +120,9 @@ TEST(Attribution, RunTreeNeighbourAndIdleGpuAddUpToDeviceEnergy) {
             "0");
   EXPECT_NE(scalar(db, "SELECT COUNT(*) FROM process_samples"), "0");
   // The run's worker's GPU energy is stored and matches the summary's figure for it.
-  const double stored = std::stod(scalar(db, "SELECT MAX(energy_j) FROM process_gpu_samples WHERE gpu_index = 0 AND pid = " +
-                                                 std::to_string(std::stoi(a_pid))));
+  const double stored =
+      std::stod(scalar(db, "SELECT MAX(energy_j) FROM process_gpu_samples WHERE gpu_index = 0 AND pid = " +
+                               std::to_string(std::stoi(a_pid))));
   EXPECT_GT(stored, 0);
 }
 
@@ -145,12 +146,12 @@ TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
                          {{"pid_file", dir / "n.pid"}, {"sm", 20}, {"mem_bytes", 2LL << 30}}})}}};
   write_file(dir / "scenario.json", scen.dump());
   // --top-processes 1: the worker is exported on its own, the neighbour only inside `other`.
-  const int serve = start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes",
-                           "1"},
-                          {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                           {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                           {"CUDA_VISIBLE_DEVICES", "\x01"}},
-                          dir.path(), dir / "s.out", dir / "s.err");
+  const int serve =
+      start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes", "1"},
+            {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+             {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+             {"CUDA_VISIBLE_DEVICES", "\x01"}},
+            dir.path(), dir / "s.out", dir / "s.err");
   const int port = wait_for_serve_port(dir / "s.err", 200);
   const std::string mine = "wattscope_process_power_watts{pid=\"" + std::to_string(worker) + "\",";
   const std::string mine_j = "wattscope_process_energy_joules_total{pid=\"" + std::to_string(worker) + "\",";
@@ -190,8 +191,7 @@ TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
   EXPECT_NE(m.find("top 1 processes by power"), std::string::npos);
   EXPECT_NE(m.find("# TYPE wattscope_process_energy_joules_total counter"), std::string::npos);
   write_file(dir / "metrics.txt", m);
-  auto check = run({"/bin/sh", "-c", "promtool check metrics < " +
-                                         (dir / "metrics.txt")});
+  auto check = run({"/bin/sh", "-c", "promtool check metrics < " + (dir / "metrics.txt")});
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
   // The same in /api/v1/current.
   ASSERT_TRUE(cur) << cur.error;
@@ -204,4 +204,3 @@ TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
 }
 
 } // namespace
-

@@ -56,7 +56,7 @@ constexpr Return kArgumentVersionMismatch = 25;
 
 struct FakeDevice {
   json spec;
-  std::vector<long long> proc_calls; // per entry of its "processes": utilisation reads so far
+  std::vector<long long> proc_calls;                   // per entry of its "processes": utilisation reads so far
   std::map<std::string, long long, std::less<>> calls; // per metric
   std::vector<bool> hung;                              // per entry of its "hang"
 };

@@ -189,10 +189,10 @@ enum class Need { Required, Optional };
      nvmlDeviceGetComputeRunningProcesses)                                                                             \
   X2(device_graphics_processes, Optional, (Device d, unsigned int* count, ProcessInfo* infos), (d, count, infos),      \
      nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v2)                               \
-  X1(device_graphics_processes_v1, Optional, (Device d, unsigned int* count, ProcessInfoV1* infos),                    \
-     (d, count, infos), nvmlDeviceGetGraphicsRunningProcesses)                                                         \
+  X1(device_graphics_processes_v1, Optional, (Device d, unsigned int* count, ProcessInfoV1* infos), (d, count, infos), \
+     nvmlDeviceGetGraphicsRunningProcesses)                                                                            \
   X1(device_process_utilization, Optional,                                                                             \
-     (Device d, ProcessUtilizationSample* samples, unsigned int* count, unsigned long long last_seen_us),              \
+     (Device d, ProcessUtilizationSample * samples, unsigned int* count, unsigned long long last_seen_us),             \
      (d, samples, count, last_seen_us), nvmlDeviceGetProcessUtilization)                                               \
   X1(device_processes_utilization_info, Optional, (Device d, ProcessesUtilizationInfo * info), (d, info),              \
      nvmlDeviceGetProcessesUtilizationInfo)                                                                            \

@@ -77,8 +77,8 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
       auto read_list = [&](auto v3, auto v1) {
         if (ps.list_v3 && (*lib_).*v3) {
           std::vector<ProcessInfo> infos;
-          const Return rc = list<ProcessInfo>(
-              [&](unsigned int* n, ProcessInfo* p) { return ((*lib_).*v3)(d.handle, n, p); }, infos);
+          const Return rc =
+              list<ProcessInfo>([&](unsigned int* n, ProcessInfo* p) { return ((*lib_).*v3)(d.handle, n, p); }, infos);
           if (rc == kSuccess) {
             any_list = true;
             for (const auto& p : infos)

@@ -116,7 +116,7 @@ private:
 
   // Process calls (nvml_processes.cpp), made by the process tracker's thread only.
   struct ProcState {
-    bool list_v3 = true;  // the _v3/_v2 running-process calls still answer; else the v1 struct
+    bool list_v3 = true;   // the _v3/_v2 running-process calls still answer; else the v1 struct
     bool util_info = true; // nvmlDeviceGetProcessesUtilizationInfo still answers; else nvmlDeviceGetProcessUtilization
     bool util_off = false; // no per-process utilisation on this device
     bool off = false;      // no process list on this device
