@@ -1,8 +1,11 @@
 // The MySQL/MariaDB store against a real, private MariaDB server per test.
 #include <gtest/gtest.h>
+
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include <fmt/format.h>
@@ -109,7 +112,21 @@ TEST(Mysql, RoundTripReadsBackLikeTheOtherStores) {
   EXPECT_NE(r.err.find("stored    MySQL ws@127.0.0.1"), std::string::npos) << r.err;
   // The MySQL copy and the CSV copy of the run hold the same rows, read back through each store's reader.
   setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
-  EXPECT_EQ(dump_store(db.url()), dump_store("csv:" + (dir / "csv")));
+  const auto in_mysql = dump_store(db.url()), in_csv = dump_store("csv:" + (dir / "csv"));
+  EXPECT_EQ(in_mysql, in_csv);
+  if (in_mysql != in_csv) { // say which rows differ: the whole dumps are truncated in the message
+    auto a = in_mysql, b = in_csv;
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    std::vector<std::string> only_mysql, only_csv;
+    std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(only_mysql));
+    std::set_difference(b.begin(), b.end(), a.begin(), a.end(), std::back_inserter(only_csv));
+    if (only_mysql.empty() && only_csv.empty()) ADD_FAILURE() << "the same rows, in another order";
+    for (const auto& l : only_mysql)
+      ADD_FAILURE() << "only in MySQL: " << l;
+    for (const auto& l : only_csv)
+      ADD_FAILURE() << "only in CSV: " << l;
+  }
   EXPECT_EQ(db.sql("SELECT `name`, `index`, `closed_by_run_end` FROM phases"), "epoch \"1\"\t2\t0\n");
   EXPECT_EQ(db.sql("SELECT `amount`, `unit`, `phase_id` FROM work"), "5\ttokens\t0\n");
   EXPECT_EQ(db.sql("SELECT value FROM meta WHERE `key` = 'schema_version'"),

@@ -234,10 +234,36 @@ public:
 
   void scan(TableId t, const RunInfo& run, const RowFn& fn) override {
     const std::string p = dir_ + "/" + csv_file_name(run, t);
-    if (!fs::exists(p)) return; // a table with no rows for this run has no file
+    if (!fs::exists(p)) return;    // a table with no rows for this run has no file
+    if (t != TableId::Processes) { // appended in key order (time order): streamed as read
+      read_table_csv(p, t, [&](std::span<const Value> row) {
+        if (value_text(row[0]) == run.run_id) fn(row);
+      });
+      return;
+    }
+    // A process's row is written when it is gone, so the file is in order of leaving, not of key: sorted here, as
+    // the SQL stores return it (ORDER BY the key), so every store reads back alike.
+    const size_t pid = column_index(t, "pid"), start = column_index(t, "start_time");
+    std::vector<std::vector<Value>> rows;
     read_table_csv(p, t, [&](std::span<const Value> row) {
-      if (value_text(row[0]) == run.run_id) fn(row);
+      if (value_text(row[0]) != run.run_id) return;
+      std::vector<Value> copy;
+      copy.reserve(row.size());
+      for (const auto& v : row) // owned: the reader's buffer does not outlive the call
+        copy.push_back(std::holds_alternative<std::string_view>(v) ? Value(std::string(std::get<std::string_view>(v)))
+                                                                   : v);
+      rows.push_back(std::move(copy));
     });
+    auto key = [&](const std::vector<Value>& r) {
+      auto num = [](const Value& v) {
+        const auto* i = std::get_if<int64_t>(&v);
+        return i ? *i : int64_t{0};
+      };
+      return std::pair{num(r[pid]), num(r[start])};
+    };
+    std::stable_sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return key(a) < key(b); });
+    for (const auto& r : rows)
+      fn(r);
   }
 
 private:
