@@ -12,9 +12,11 @@ page view, /metrics scrapes and a 24 h history request, and its thread count.
     bench/memory.py [--build DIR] [--hour] [--serve-seconds 60]
 """
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -91,6 +93,7 @@ def main():
     ap.add_argument("--serve-seconds", type=int, default=60)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="wattscope-memory-")
+    atexit.register(shutil.rmtree, tmp, True)  # a day's database is ~120 MB
     scen = os.path.join(tmp, "scenario.json")
     scenario(scen, 8, False)
     env = dict(os.environ, WATTSCOPE_NVML_LIBRARY=os.path.join(args.build, "fakes", "libnvidia-ml-fake.so"),

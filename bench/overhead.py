@@ -17,9 +17,11 @@ throughput), so the ratio is against a driver-like floor. --scale multiplies the
 30/8 s at 100 ms, 20/5 s at 10 ms).
 """
 import argparse
+import atexit
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -93,6 +95,7 @@ def main():
     args = ap.parse_args()
     wanted = {int(x) for x in args.intervals.split(",")}
     tmp = tempfile.mkdtemp(prefix="wattscope-overhead-")
+    atexit.register(shutil.rmtree, tmp, True)  # its databases and CSV files
     scen = os.path.join(tmp, "scenario.json")
     scenario(scen, args.gpus, args.driver_like)
     env = dict(os.environ, WATTSCOPE_NVML_LIBRARY=os.path.join(args.build, "fakes", "libnvidia-ml-fake.so"),

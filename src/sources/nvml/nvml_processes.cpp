@@ -110,6 +110,14 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
       std::map<unsigned int, Util> util;
       bool util_known = false;
       unsigned long long newest = ps.last_seen_us;
+      // Both utilisation calls answer with structs whose fields share these names.
+      auto add_samples = [&](const auto& buf) {
+        for (const auto& u : buf) {
+          auto& a = util[u.pid];
+          a.sm += u.smUtil, a.mem += u.memUtil, a.enc += u.encUtil, a.dec += u.decUtil, a.n++;
+          newest = std::max(newest, u.timeStamp);
+        }
+      };
       if (!ps.util_off && ps.util_info && lib_->device_processes_utilization_info) {
         std::vector<ProcessUtilizationInfoV1> buf;
         ProcessesUtilizationInfo info{};
@@ -127,11 +135,7 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
             buf);
         if (rc == kSuccess || rc == kErrorNotFound) {
           util_known = true;
-          for (const auto& u : buf) {
-            auto& a = util[u.pid];
-            a.sm += u.smUtil, a.mem += u.memUtil, a.enc += u.encUtil, a.dec += u.decUtil, a.n++;
-            newest = std::max(newest, u.timeStamp);
-          }
+          add_samples(buf);
         } else if (property_error(rc)) {
           ps.util_info = false;
         }
@@ -150,11 +154,7 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
               buf);
           if (rc == kSuccess || rc == kErrorNotFound) {
             util_known = true;
-            for (const auto& u : buf) {
-              auto& a = util[u.pid];
-              a.sm += u.smUtil, a.mem += u.memUtil, a.enc += u.encUtil, a.dec += u.decUtil, a.n++;
-              newest = std::max(newest, u.timeStamp);
-            }
+            add_samples(buf);
           } else if (property_error(rc)) {
             ps.util_off = true;
             spdlog::debug("GPU {}: no per-process utilisation ({}); its energy is split by memory held",
