@@ -30,6 +30,8 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
   sub.add_option("--top-processes", f.top_processes,
                  "record/serve: processes sampled per scan, the top N by CPU or GPU use (0: no process tracking)")
       ->capture_default_str();
+  sub.add_option("--process-interval", f.process_interval,
+                 "How often processes are scanned, at least 1s (default: 1s for run, 5s for record and serve)");
   sub.add_option("--procfs-root", f.procfs_root, "Where procfs is mounted (for containers and tests)")
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
@@ -82,6 +84,17 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
         fmt::format("--top-processes {}: expected a number of processes from 0 to 100000", f.top_processes));
   o.top_processes = static_cast<size_t>(f.top_processes);
   if (command.empty() && f.top_processes == 0) o.track_processes = false;
+  // issue 12: a machine-wide scan reads every process's stat (about 1 ms per 100 processes), which at 1 s would cost
+  // several times the device sampling itself; a run's own tree is what `run` is about, so it keeps 1 s.
+  o.process_interval = command.empty() ? std::chrono::seconds(5) : std::chrono::seconds(1);
+  if (!f.process_interval.empty()) {
+    const auto d = flag_value("--process-interval", [&] { return parse_duration(f.process_interval); });
+    if (d < std::chrono::seconds(1))
+      throw UsageError(fmt::format("--process-interval {}: processes are scanned at most once a second; give 1s or "
+                                   "more (e.g. 5s)",
+                                   f.process_interval));
+    o.process_interval = d;
+  }
   return o;
 }
 

@@ -27,6 +27,7 @@ struct RecordFlags {
   std::vector<std::string> tags;
   double cpu_tdp = 0;
   int top_processes = 20; // attribution (issue 13)
+  std::string process_interval; // "": 1s for run, 5s for record and serve (issue 12)
 };
 
 // run and record: every recording option.

@@ -80,7 +80,7 @@ void Session::open() {
       if (s->lists_gpu_processes()) gpu.push_back(s);
     TrackerOptions t;
     t.procfs_root = opts_.procfs_root;
-    t.period = std::max<std::chrono::nanoseconds>(opts_.interval, std::chrono::seconds(1));
+    t.period = std::max({opts_.interval, opts_.process_interval, std::chrono::nanoseconds(std::chrono::seconds(1))});
     t.top_processes = opts_.top_processes;
     if (const long hz = ::sysconf(_SC_CLK_TCK); hz > 0) t.clock_ticks_per_s = hz;
     tracker_ = std::make_unique<ProcessTracker>(t, std::move(gpu));

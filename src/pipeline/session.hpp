@@ -41,6 +41,8 @@ struct SessionOptions {
   // ---- attribution (issue 13) ----
   bool track_processes = true; // run: the command's tree (Session::follow); record/serve: the machine's top N
   size_t top_processes = 20;   // --top-processes
+  // --process-interval: how often processes are scanned, never below 1 s nor the sampling interval (issue 12).
+  std::chrono::nanoseconds process_interval = std::chrono::seconds(1);
   // ---- end attribution ----
   // Markers (issue 15): `run` listens in a private directory (its path goes to the child as WATTSCOPE_SOCKET);
   // record/serve at --socket PATH. Neither: no socket.

@@ -162,6 +162,9 @@ void ProcessTracker::close_stale_fds() {
     it = it->second.second == scan_no_ ? std::next(it) : stat_fds_.erase(it);
 }
 
+// Share of one core that the top N's smaps_rollup reads may take together (see scan()).
+constexpr double kSmapsBudget = 0.0005;
+
 std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   auto snap = std::make_shared<ProcessSnapshot>();
   snap->run_mode = run_mode_;
@@ -383,8 +386,9 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     if (detail) {
       const std::string dir = root + "/" + std::to_string(id.pid);
       // smaps_rollup walks the process's page tables: milliseconds for a process of many GiB (a training job), every
-      // scan. Each process's read is spaced by its own cost so that the top N's together stay under 0.25 % of a core
-      // (at most a minute apart); between reads PSS and USS are missing, RSS comes from stat.
+      // scan. Each process's read is spaced by its own cost so that the top N's together stay under 0.05 % of a core
+      // (issue 12: the device sampling itself costs about 0.07 %), however long that makes the gap (at most ten
+      // minutes: a read of 15 ms for each of 20 processes); between reads PSS and USS are missing, RSS comes from stat.
       const double now_s = std::chrono::duration<double>(now.time_since_epoch()).count();
       if (now_s >= k.next_smaps_s) {
         const double c0 = thread_cpu_s();
@@ -395,7 +399,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
           p.uss_bytes = m.uss_bytes;
         }
         const double cost_s = thread_cpu_s() - c0;
-        k.next_smaps_s = now_s + std::min(60.0, cost_s * static_cast<double>(std::max<size_t>(n, 1)) / 0.0025);
+        k.next_smaps_s = now_s + std::min(600.0, cost_s * static_cast<double>(std::max<size_t>(n, 1)) / kSmapsBudget);
       }
       if (read_small_file(dir + "/io", buf_)) { // not readable for other users' processes: missing
         const PidIo io = parse_pid_io(buf_);

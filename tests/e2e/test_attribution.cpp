@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 #include <thread>
 
@@ -147,7 +148,8 @@ TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
   write_file(dir / "scenario.json", scen.dump());
   // --top-processes 1: the worker is exported on its own, the neighbour only inside `other`.
   const int serve =
-      start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes", "1"},
+      start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes", "1",
+             "--process-interval", "1s"},
             {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
              {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
              {"CUDA_VISIBLE_DEVICES", "\x01"}},
@@ -201,6 +203,42 @@ TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
   EXPECT_EQ(j["processes"][0]["gpus"][0]["index"], 0);
   EXPECT_GE(j["processes_other"]["processes"].get<int>(), 1);
   EXPECT_TRUE(j["units"].is_array());
+}
+
+// Issue 12: a machine-wide scan reads every process on the machine, so `record` scans every 5 s unless told otherwise;
+// `--process-interval` sets it, never below a second.
+TEST(Attribution, RecordScansTheMachineEveryFiveSecondsUnlessToldOtherwise) {
+  TempDir dir;
+  auto scan_ticks = [&](const std::string& db) {
+    std::vector<int64_t> ticks;
+    for (const auto& row : query(db, "SELECT DISTINCT tick FROM process_samples ORDER BY tick"))
+      ticks.push_back(std::stoll(row.at(0).value_or("-1")));
+    return ticks;
+  };
+  // 200 ms ticks for 6.5 s: the default scans at the first tick and 5 s later; 1 s scans about every 5th tick.
+  Result def = run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--db", dir / "d.db"}, {},
+                   dir.path());
+  ASSERT_EQ(def.exit_code, 0) << def.err;
+  Result fast = run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--process-interval", "1s",
+                     "--db", dir / "f.db"},
+                    {}, dir.path());
+  ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  const auto d = scan_ticks(dir / "d.db");
+  const auto f = scan_ticks(dir / "f.db");
+  ASSERT_GE(d.size(), 1u);
+  EXPECT_LE(d.size(), 2u) << "default record scans every 5 s";
+  for (size_t i = 1; i < d.size(); ++i)
+    EXPECT_GE(d[i] - d[i - 1], 24) << "ticks of 200 ms between scans";
+  EXPECT_GE(f.size(), 5u) << "--process-interval 1s scans every second";
+  for (size_t i = 1; i < f.size(); ++i)
+    EXPECT_GE(f[i] - f[i - 1], 4);
+
+  Result bad = run({wattscope(), "record", "--process-interval", "500ms", "--duration", "1s", "--db", dir / "b.db"},
+                   {}, dir.path());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--process-interval 500ms: processes are scanned at most once a second"), std::string::npos)
+      << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "b.db"));
 }
 
 } // namespace

@@ -37,6 +37,8 @@ public:
                    "Processes (and units) tracked and exported one by one, the top N by power; the rest are summed "
                    "as 'other' (0: no process tracking)")
         ->capture_default_str();
+    sub.add_option("--process-interval", rec_.process_interval,
+                   "How often the machine's processes are scanned, at least 1s (default 5s)");
     sub.add_option("--procfs-root", rec_.procfs_root, "Where procfs is mounted")->capture_default_str();
     sub.add_option("--sysfs-root", rec_.sysfs_root, "Where sysfs is mounted")->capture_default_str();
     sub.add_option("--socket", socket_,

@@ -247,7 +247,12 @@ public:
   }
 
   void write(const RowBatch& batch) override {
-    db_->exec("BEGIN;");
+    // BEGIN and COMMIT prepared once: sqlite3_exec would compile them on every commit (issue 12: one commit a second).
+    if (!begin_) {
+      begin_ = db_->prepare("BEGIN;");
+      commit_ = db_->prepare("COMMIT;");
+    }
+    step_once(begin_, "BEGIN");
     try {
       for (const auto& rows : batch.tables) {
         if (rows.cells.empty()) continue;
@@ -267,7 +272,7 @@ public:
           sqlite3_reset(insert_[t]);
         }
       }
-      db_->exec("COMMIT;");
+      step_once(commit_, "COMMIT");
     } catch (...) {
       for (auto* st : insert_)
         sqlite3_reset(st);
@@ -281,6 +286,11 @@ public:
   void end_run(const RunInfo& run) override { upsert_run(run); }
 
 private:
+  void step_once(sqlite3_stmt* st, std::string_view what) {
+    const int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    db_->check(rc, what);
+  }
   void upsert_run(const RunInfo& run) {
     TableRows rows;
     rows.table = TableId::Runs;
@@ -297,6 +307,8 @@ private:
   std::array<sqlite3_stmt*, kTableCount> insert_{};
   std::array<sqlite3_stmt*, kTableCount> insert_many_{};
   std::array<std::string, kTableCount> many_sql_;
+  sqlite3_stmt* begin_ = nullptr;
+  sqlite3_stmt* commit_ = nullptr;
 };
 
 class SqliteReader final : public StoreReader {

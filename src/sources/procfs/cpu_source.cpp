@@ -159,7 +159,10 @@ bool ProcfsCpuSource::read_fd(int fd, std::string& buf) noexcept {
     if (n < 0) return false;
     if (n == 0) break;
     len += static_cast<size_t>(n);
-    if (len == buf.size()) buf.resize(buf.size() * 2);
+    // A short read is the end: a procfs file is generated whole into the buffer when it fits (as a regular file's
+    // read stops only at its end), so asking again would be one more syscall per file per tick (issue 12).
+    if (len < buf.size()) break;
+    buf.resize(buf.size() * 2);
   }
   buf.resize(len);
   return true;
