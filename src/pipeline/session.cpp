@@ -143,7 +143,15 @@ void Session::start() {
 
 RunCgroup Session::make_cgroup() {
   if (!tracker_) return {};
-  RunCgroup cg = make_run_cgroup(opts_.procfs_root, opts_.sysfs_root + "/fs/cgroup", "wattscope-" + run_.run_id);
+  // WATTSCOPE_CGROUP_ROOT: where the cgroup2 hierarchy is (default: under --sysfs-root), or `none` to make no cgroup
+  // (the test suite: a run's cgroup is a directory outside its temporary directory).
+  const char* env_root = std::getenv("WATTSCOPE_CGROUP_ROOT");
+  const std::string cgroup_root = env_root && *env_root ? env_root : opts_.sysfs_root + "/fs/cgroup";
+  RunCgroup cg;
+  if (cgroup_root == "none")
+    cg.why_not = "WATTSCOPE_CGROUP_ROOT=none";
+  else
+    cg = make_run_cgroup(opts_.procfs_root, cgroup_root, "wattscope-" + run_.run_id);
   if (cg.dir.empty())
     spdlog::info("the run's processes are followed by parent pid only ({}): descendants that daemonise may be "
                  "missed",

@@ -242,3 +242,25 @@ TEST(Attribution, RecordScansTheMachineEveryFiveSecondsUnlessToldOtherwise) {
 }
 
 } // namespace
+
+namespace {
+
+// The run's cgroup is made where WATTSCOPE_CGROUP_ROOT says (the test suite sets `none`, so that no test writes under
+// /sys/fs/cgroup): a plain directory is no cgroup2 hierarchy, so the run says why it follows by parent pid only, and
+// leaves nothing behind.
+TEST(Attribution, CgroupRootComesFromTheEnvironment) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "cg");
+  Result r = run({wattscope(), "run", "--interval", "100ms", "--db", dir / "w.db", "--", "/bin/true"},
+                 {{"WATTSCOPE_CGROUP_ROOT", dir / "cg"}, {"WATTSCOPE_NVML_LIBRARY", "/nonexistent"}}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("followed by parent pid only"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(dir / "cg"), std::string::npos) << r.err;
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "cg"));
+  Result none = run({wattscope(), "run", "--interval", "100ms", "--db", dir / "n.db", "--", "/bin/true"},
+                    {{"WATTSCOPE_CGROUP_ROOT", "none"}, {"WATTSCOPE_NVML_LIBRARY", "/nonexistent"}}, dir.path());
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.err.find("(WATTSCOPE_CGROUP_ROOT=none)"), std::string::npos) << none.err;
+}
+
+} // namespace

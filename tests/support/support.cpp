@@ -42,6 +42,9 @@ std::string read_file(const std::string& path) {
 namespace {
 void exec_child(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                 const std::string& cwd) {
+  // A run's cgroup would be made under /sys/fs/cgroup, outside the test's temporary directory: none, unless a test
+  // asks for one.
+  setenv("WATTSCOPE_CGROUP_ROOT", "none", 0);
   for (const auto& [k, v] : env) {
     if (v == "\x01")
       unsetenv(k.c_str());
