@@ -331,6 +331,107 @@ TEST(Nvml, OlderDriverWithoutVersionedSymbolsStillRecords) {
   EXPECT_EQ(scalar(fr->db(), "SELECT power_source FROM gpu_devices"), "nvmlDeviceGetPowerUsage");
 }
 
+// ---- NVML hardening (issue 17) ----
+
+// The legacy fake has no nvmlDeviceGetPciInfo_v3: the bus id comes from _v2's 52-byte layout, where it is the first
+// field (read as the _v3 layout it came from offset 36: an empty or garbled id).
+TEST(Nvml, PciInfoV2IsReadInItsLegacyLayout) {
+  auto fr = run_fake(scenario(2), {"run", "--interval", "50ms", "--", "sleep", "0.2"}, {}, "legacy");
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_TRUE(fr->calls.contains("nvmlDeviceGetPciInfo_v2"));
+  EXPECT_EQ(scalar(fr->db(), "SELECT group_concat(pci_bus_id) FROM (SELECT pci_bus_id FROM gpu_devices ORDER BY "
+                             "gpu_index)"),
+            "00000000:10:00.0,00000000:11:00.0");
+}
+
+// A driver that knows other versions of the versioned structs answers ARGUMENT_VERSION_MISMATCH: memory and
+// temperature fall back to the v1 calls and keep their values, instead of going missing for the run.
+TEST(Nvml, ArgumentVersionMismatchFallsBackToTheV1Calls) {
+  json scen = scenario(1);
+  scen["reject_versions"] = {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV"};
+  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.4"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_EQ(fr->calls.value("nvmlDeviceGetMemoryInfo_v2", 0), 1) << fr->calls.dump();
+  EXPECT_EQ(fr->calls.value("nvmlDeviceGetTemperatureV", 0), 1) << fr->calls.dump();
+  EXPECT_GE(fr->calls.value("nvmlDeviceGetMemoryInfo", 0), 3);
+  EXPECT_GE(fr->calls.value("nvmlDeviceGetTemperature", 0), 3);
+  // The rejected calls never read the scenario's metric, so row k still holds the metric's k-th value.
+  expect_rows_match(*fr, scen, 0);
+}
+
+// Where the library has it, nvmlDeviceGetTemperatureV is used (the old call is deprecated in NVML 13).
+TEST(Nvml, TemperatureVIsPreferred) {
+  auto fr = run_fake(scenario(1), {"run", "--interval", "50ms", "--", "sleep", "0.3"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_GE(fr->calls.value("nvmlDeviceGetTemperatureV", 0), 3);
+  EXPECT_FALSE(fr->calls.contains("nvmlDeviceGetTemperature"));
+}
+
+// NVML_ERROR_UNKNOWN is not a lost GPU: its ticks are missing while it is retried with back-off, and it records
+// again when it answers; only GPU_IS_LOST or repeated failure marks it lost.
+TEST(Nvml, UnknownErrorIsRetriedWithBackOffNotLost) {
+  json scen = scenario(2);
+  scen["devices"][1]["errors"] = {{"util_gpu", {{"code", 999}, {"ticks", {2}}}}};
+  auto fr = run_fake(scen, {"run", "--interval", "100ms", "--", "sleep", "2.5"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"));
+  const int gpu1 = std::stoi(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE gpu_index=1"));
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE gpu_index=0"), std::to_string(ticks));
+  // Missing on the failing tick and for the 1 s back-off after it (about 10 ticks), then back.
+  EXPECT_LE(gpu1, ticks - 9) << ticks;
+  EXPECT_GE(gpu1, ticks - 13) << ticks;
+  EXPECT_GT(std::stoi(scalar(fr->db(), "SELECT max(tick) FROM gpu_samples WHERE gpu_index=1")), 15);
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM events WHERE kind='device-lost'"), "0");
+  auto ev = query(fr->db(), "SELECT detail FROM events WHERE kind='device-error' AND source='gpu1' ORDER BY seq");
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_NE(ev[0][0]->find("NVML_ERROR_UNKNOWN"), std::string::npos) << *ev[0][0];
+  EXPECT_NE(ev[1][0]->find("answers again"), std::string::npos) << *ev[1][0];
+  auto j = json::parse(run({wattscope(), "show", "--json"}, {}, fr->dir.path()).out);
+  EXPECT_EQ(j["gpus"][1]["lost"], false);
+}
+
+TEST(Nvml, RepeatedUnknownErrorsMarkTheGpuLost) {
+  json scen = scenario(1);
+  scen["devices"][0]["errors"] = {{"util_gpu", {{"code", 999}, {"from_tick", 1}}}};
+  // Back-offs of 1, 2, 4 and 8 s: the fifth failure comes ~15 s after the first.
+  auto fr = run_fake(scen, {"run", "--interval", "250ms", "--", "sleep", "16.5"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_EQ(fr->calls.value("nvmlDeviceGetUtilizationRates", 0), 6) << fr->calls.dump();
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples"), "1");
+  auto ev = query(fr->db(), "SELECT detail FROM events WHERE kind='device-lost'");
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_NE(ev[0][0]->find("NVML_ERROR_UNKNOWN"), std::string::npos);
+}
+
+// A field answering an error other than NOT_SUPPORTED is missing, and after three ticks in a row it is not asked for
+// again (it would answer from the fourth on, and is not asked); the other fields of the same call go on.
+TEST(Nvml, FailingFieldIsGivenUpAfterThreeTicks) {
+  json scen = scenario(1);
+  scen["devices"][0]["errors"] = {{"power_avg_mw", {{"code", 2}, {"ticks", {0, 1, 2}}}}};
+  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.6"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE power_avg_w IS NOT NULL"), "0");
+  const int rows = std::stoi(scalar(fr->db(), "SELECT count(*) FROM gpu_samples"));
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE power_w IS NOT NULL"), std::to_string(rows));
+  EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE temp_mem_c IS NOT NULL"), std::to_string(rows));
+  ASSERT_GE(rows, 6);
+}
+
+// Driver/library version mismatch after an upgrade without a reboot: named, with how to fix it.
+TEST(Nvml, VersionMismatchAtInitSaysHowToFixIt) {
+  for (int code : {18, 17}) {
+    json scen = scenario(1);
+    scen["init_error"] = code;
+    auto fr = run_fake(scen, {"run", "--", "true"});
+    EXPECT_EQ(fr->result.exit_code, 0);
+    EXPECT_NE(fr->result.err.find(code == 18 ? "NVML_ERROR_LIB_RM_VERSION_MISMATCH (18)"
+                                             : "NVML_ERROR_OPERATING_SYSTEM (17)"),
+              std::string::npos)
+        << fr->result.err;
+    EXPECT_NE(fr->result.err.find("upgraded without a reboot"), std::string::npos) << fr->result.err;
+  }
+}
+
 TEST(Nvml, MissingRequiredSymbolTurnsTheBackendOffWithOneLine) {
   auto fr = run_fake(scenario(1), {"run", "--interval", "100ms", "--", "sleep", "0.2"}, {}, "broken");
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;

@@ -28,6 +28,13 @@
 // process, as the driver lists only live contexts; a value left out is NVML_VALUE_NOT_AVAILABLE (memory) or 0 (%).
 // "process_utilization": false makes both per-process utilisation calls answer NOT_SUPPORTED.
 //
+// Errors (issue 17): "errors": {"util_gpu": {"code": 999, "ticks": [3, 4]}} on a device makes that metric's calls
+// with k in "ticks" (or k >= "from_tick") answer `code`; in "field_values", a metric read through
+// nvmlDeviceGetFieldValues (power_instant_mw, power_avg_mw, temp_mem) answers it in that field's nvmlReturn.
+// "reject_versions": ["nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV"] at the top level makes those
+// versioned calls answer NVML_ERROR_ARGUMENT_VERSION_MISMATCH, as a driver that knows another struct version does.
+// nvmlDeviceGetPciInfo_v2 fills the legacy 52-byte layout (bus id first, 4-digit domain), as the real one does.
+//
 // MIG: "mig": ["MIG-…", …] on a device gives it that many MIG instances (nvmlDeviceGetMaxMigDeviceCount,
 // nvmlDeviceGetMigDeviceHandleByIndex), each answering nvmlDeviceGetUUID; without it both answer NOT_SUPPORTED.
 #include <chrono>
@@ -168,6 +175,13 @@ Return metric(Device d, std::string_view name, double& out) {
     lock.lock();
   }
   if (auto lost = spec.find("lost_at_tick"); lost != spec.end() && k >= lost->get<long long>()) return kErrorGpuIsLost;
+  if (auto errs = spec.find("errors"); errs != spec.end())
+    if (auto e = errs->find(name); e != errs->end()) {
+      bool hit = e->contains("from_tick") && k >= e->at("from_tick").get<long long>();
+      for (const auto& t : e->value("ticks", json::array()))
+        hit = hit || t.get<long long>() == k;
+      if (hit) return e->value("code", static_cast<int>(kErrorUnknown));
+    }
   if (auto un = spec.find("unsupported"); un != spec.end())
     for (const auto& u : *un)
       if (u.get_ref<const std::string&>() == name) return kErrorNotSupported;
@@ -283,6 +297,34 @@ Return device_pci_info(Device d, PciInfo* p) {
   if (rc == kSuccess) std::snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "%.15s", p->busId + 4);
   return rc;
 }
+bool rejects_version(std::string_view symbol) {
+  std::lock_guard lock(g.mu);
+  for (const auto& r : g.scenario.value("reject_versions", json::array()))
+    if (r.is_string() && r.get_ref<const std::string&>() == symbol) return true;
+  return false;
+}
+Return device_pci_info_legacy(Device d, PciInfoLegacy* p) {
+  if (!p) return kErrorInvalidArgument;
+  std::memset(p, 0, sizeof *p);
+  char full[64] = {};
+  Return rc = static_string(d, "pci_bus_id", full, sizeof full);
+  if (rc != kSuccess) return rc;
+  const std::string_view id = full;
+  // "00000000:18:00.0" -> "0000:18:00.0": the legacy field holds 16 bytes with the NUL
+  const std::string_view shortened = id.size() >= 16 && id[8] == ':' ? id.substr(4) : id;
+  std::snprintf(p->busId, sizeof p->busId, "%.*s", static_cast<int>(shortened.size()), shortened.data());
+  return kSuccess;
+}
+Return device_temperature_v(Device d, TemperatureV1* t) {
+  if (!t) return kErrorInvalidArgument;
+  if (rejects_version("nvmlDeviceGetTemperatureV") || t->version != kTemperatureV1Version)
+    return kArgumentVersionMismatch;
+  if (t->sensorType != kTemperatureGpu) return kErrorInvalidArgument;
+  unsigned int c = 0;
+  const Return rc = metric_to(d, "temp_gpu", &c);
+  if (rc == kSuccess) t->temperature = static_cast<int>(c);
+  return rc;
+}
 Return device_max_clock(Device d, int type, unsigned int* mhz) {
   std::lock_guard lock(g.mu);
   FakeDevice* fd = dev(d);
@@ -296,7 +338,7 @@ Return device_max_clock(Device d, int type, unsigned int* mhz) {
 }
 Return device_memory_v2(Device d, MemoryV2* m) {
   if (!m) return kErrorInvalidArgument;
-  if (m->version != kMemoryV2Version) return kArgumentVersionMismatch;
+  if (m->version != kMemoryV2Version || rejects_version("nvmlDeviceGetMemoryInfo_v2")) return kArgumentVersionMismatch;
   unsigned long long used = 0, total = 0;
   Return rc = metric_to(d, "mem_used_bytes", &used);
   if (rc != kSuccess) return rc;

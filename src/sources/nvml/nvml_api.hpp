@@ -21,6 +21,9 @@ inline constexpr Return kErrorLibraryNotFound = 12;
 inline constexpr Return kErrorFunctionNotFound = 13;
 inline constexpr Return kErrorGpuIsLost = 15;
 inline constexpr Return kErrorResetRequired = 16;
+inline constexpr Return kErrorOperatingSystem = 17;        // often after a driver upgrade without a reboot
+inline constexpr Return kErrorLibRmVersionMismatch = 18;   // libnvidia-ml and the kernel module differ
+inline constexpr Return kErrorArgumentVersionMismatch = 25; // a versioned struct this driver does not know
 inline constexpr Return kErrorUnknown = 999;
 
 struct DeviceSt;
@@ -47,7 +50,20 @@ struct MemoryV2 { // nvmlMemory_v2_t: `used` excludes driver-reserved memory, as
 // NVML_STRUCT_VERSION(Memory, 2): the struct size with the version number in the top byte.
 inline constexpr unsigned int kMemoryV2Version = static_cast<unsigned int>(sizeof(MemoryV2)) | (2u << 24);
 
-struct PciInfo { // nvmlPciInfo_t as filled by nvmlDeviceGetPciInfo_v2/_v3
+// nvmlDeviceGetPciInfo_v2 fills the legacy 52-byte nvmlPciInfo_t: the bus id first, then the numbers and four
+// reserved words (issue 17: reading it as the _v3 layout took the bus id from offset 36).
+struct PciInfoLegacy {
+  char busId[16];
+  unsigned int domain;
+  unsigned int bus;
+  unsigned int device;
+  unsigned int pciDeviceId;
+  unsigned int pciSubSystemId;
+  unsigned int reserved[4];
+};
+static_assert(sizeof(PciInfoLegacy) == 52);
+
+struct PciInfo { // nvmlPciInfo_t as filled by nvmlDeviceGetPciInfo_v3
   char busIdLegacy[16];
   unsigned int domain;
   unsigned int bus;
@@ -86,6 +102,13 @@ struct FieldValue { // nvmlFieldValue_t
   Return nvmlReturn;
   Value value;
 };
+
+struct TemperatureV1 { // nvmlTemperature_v1_t, for nvmlDeviceGetTemperatureV (NVML 12.5+; the old call is deprecated)
+  unsigned int version;
+  int sensorType; // nvmlTemperatureSensors_t
+  int temperature;
+};
+inline constexpr unsigned int kTemperatureV1Version = static_cast<unsigned int>(sizeof(TemperatureV1)) | (1u << 24);
 
 // Field ids (NVML_FI_DEV_*).
 inline constexpr unsigned int kFieldMemoryTemp = 82;
@@ -159,13 +182,15 @@ enum class Need { Required, Optional };
      nvmlDeviceGetHandleByIndex)                                                                                       \
   X1(device_name, Optional, (Device d, char* buf, unsigned int len), (d, buf, len), nvmlDeviceGetName)                 \
   X1(device_uuid, Optional, (Device d, char* buf, unsigned int len), (d, buf, len), nvmlDeviceGetUUID)                 \
-  X2(device_pci_info, Optional, (Device d, PciInfo * p), (d, p), nvmlDeviceGetPciInfo_v3, nvmlDeviceGetPciInfo_v2)     \
+  X1(device_pci_info, Optional, (Device d, PciInfo * p), (d, p), nvmlDeviceGetPciInfo_v3)                              \
+  X1(device_pci_info_legacy, Optional, (Device d, PciInfoLegacy * p), (d, p), nvmlDeviceGetPciInfo_v2)                 \
   X1(device_max_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetMaxClockInfo)   \
   X1(device_memory_v2, Optional, (Device d, MemoryV2 * m), (d, m), nvmlDeviceGetMemoryInfo_v2)                         \
   X1(device_memory, Optional, (Device d, Memory * m), (d, m), nvmlDeviceGetMemoryInfo)                                 \
   X1(device_power_usage, Optional, (Device d, unsigned int* mw), (d, mw), nvmlDeviceGetPowerUsage)                     \
   X1(device_total_energy, Optional, (Device d, unsigned long long* mj), (d, mj), nvmlDeviceGetTotalEnergyConsumption)  \
   X1(device_utilization, Optional, (Device d, Utilization * u), (d, u), nvmlDeviceGetUtilizationRates)                 \
+  X1(device_temperature_v, Optional, (Device d, TemperatureV1 * t), (d, t), nvmlDeviceGetTemperatureV)                \
   X1(device_temperature, Optional, (Device d, int sensor, unsigned int* c), (d, sensor, c), nvmlDeviceGetTemperature)  \
   X1(device_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetClockInfo)          \
   X1(device_pcie_width, Optional, (Device d, unsigned int* w), (d, w), nvmlDeviceGetCurrPcieLinkWidth)                 \

@@ -108,6 +108,15 @@ std::string error_name(Return rc) {
   case kErrorResetRequired:
     name = "NVML_ERROR_RESET_REQUIRED";
     break;
+  case kErrorOperatingSystem:
+    name = "NVML_ERROR_OPERATING_SYSTEM";
+    break;
+  case kErrorLibRmVersionMismatch:
+    name = "NVML_ERROR_LIB_RM_VERSION_MISMATCH";
+    break;
+  case kErrorArgumentVersionMismatch:
+    name = "NVML_ERROR_ARGUMENT_VERSION_MISMATCH";
+    break;
   case kErrorUnknown:
     name = "NVML_ERROR_UNKNOWN";
     break;

@@ -81,15 +81,25 @@ Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
   Return rc = c.lib.device_field_values(d.handle, n, fv);
   if (rc != kSuccess) return rc;
   bool drop = false;
+  std::array<bool, std::size(fv)> dropped{};
   for (int i = 0; i < n; ++i) {
     const FieldValue& f = fv[i];
-    if (f.nvmlReturn == kErrorGpuIsLost || f.nvmlReturn == kErrorUnknown) return f.nvmlReturn;
+    const auto fi = static_cast<size_t>(i);
+    if (f.nvmlReturn == kErrorGpuIsLost) return f.nvmlReturn;
     if (f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission) {
-      drop = true; // this field is not asked for again
+      drop = dropped[fi] = true; // this field is not asked for again
       continue;
     }
+    // Any other error (UNKNOWN, INVALID_ARGUMENT from a driver that knows the id but not for this GPU, ...) is the
+    // field's, not the device's: missing this tick, and after kFieldFailureLimit ticks in a row not asked for again
+    // (issue 17: a field answering an error forever was asked for forever).
+    if (f.nvmlReturn != kSuccess) {
+      if (++d.field_failures[fi] >= NvmlSource::kFieldFailureLimit) drop = dropped[fi] = true;
+      continue;
+    }
+    d.field_failures[fi] = 0;
     bool ok = false;
-    const double v = f.nvmlReturn == kSuccess ? field_number(f, ok) : 0;
+    const double v = field_number(f, ok);
     if (!ok) continue;
     if (f.fieldId == kFieldPowerInstant) {
       s.power_w = v * kMilli;
@@ -100,12 +110,21 @@ Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
       s.temp_mem_c = v;
     }
   }
-  if (drop) { // rare: only on the tick a field first answers NOT_SUPPORTED
+  if (drop) { // rare: only on the tick a field is given up
     std::vector<unsigned int> keep;
-    for (int i = 0; i < n; ++i)
-      if (fv[i].nvmlReturn != kErrorNotSupported && fv[i].nvmlReturn != kErrorNoPermission)
-        keep.push_back(fv[i].fieldId);
+    std::array<int, 4> failures{};
+    for (int i = 0; i < n; ++i) {
+      const auto fi = static_cast<size_t>(i);
+      if (dropped[fi]) {
+        spdlog::debug("GPU {}: field {} answered {}; recorded as missing", d.info.gpu_index, fv[i].fieldId,
+                      error_name(fv[i].nvmlReturn));
+        continue;
+      }
+      failures[keep.size()] = d.field_failures[fi];
+      keep.push_back(fv[i].fieldId);
+    }
     d.fields = std::move(keep);
+    d.field_failures = failures;
   }
   return kSuccess;
 }
@@ -120,8 +139,10 @@ Return read_memory(const TickCtx& c, Dev& d, GpuSample& s) {
       s.mem_total_bytes = static_cast<int64_t>(m.total);
       return kSuccess;
     }
-    if (rc != kErrorNotSupported && rc != kErrorFunctionNotFound && rc != kErrorInvalidArgument) return rc;
-    d.mem_v2 = false; // older driver: fall back to the v1 struct from now on
+    if (rc != kErrorNotSupported && rc != kErrorFunctionNotFound && rc != kErrorInvalidArgument &&
+        rc != kErrorArgumentVersionMismatch)
+      return rc;
+    d.mem_v2 = false; // older driver (or one that knows another v2 struct): the v1 struct from now on
   }
   if (!c.lib.device_memory) return kErrorFunctionNotFound;
   Memory m{};
@@ -189,8 +210,25 @@ constexpr CallSpec kCalls[] = {
      }},
     {NvmlSource::cMemory, "memory", bits({G::mem_used_bytes, G::mem_total_bytes}),
      [](const Library& l) { return l.device_memory_v2 != nullptr || l.device_memory != nullptr; }, read_memory},
-    {NvmlSource::cTempGpu, "temperature_gpu", bits({G::temp_gpu_c}), has<&Library::device_temperature>,
-     [](const TickCtx& c, Dev& d, GpuSample& s) {
+    // nvmlDeviceGetTemperatureV where the library has it (nvmlDeviceGetTemperature is deprecated in NVML 13), the
+    // old call where it does not or where it does not know our struct version.
+    {NvmlSource::cTempGpu, "temperature_gpu", bits({G::temp_gpu_c}),
+     [](const Library& l) { return l.device_temperature_v != nullptr || l.device_temperature != nullptr; },
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       if (d.temp_v && c.lib.device_temperature_v) {
+         TemperatureV1 t{};
+         t.version = kTemperatureV1Version;
+         t.sensorType = kTemperatureGpu;
+         const Return rc = c.lib.device_temperature_v(d.handle, &t);
+         if (rc == kSuccess) {
+           s.temp_gpu_c = t.temperature;
+           return kSuccess;
+         }
+         if (rc != kErrorArgumentVersionMismatch && rc != kErrorFunctionNotFound && rc != kErrorInvalidArgument)
+           return rc;
+         d.temp_v = false;
+       }
+       if (!c.lib.device_temperature) return kErrorFunctionNotFound;
        return read_uint<&GpuSample::temp_gpu_c, &Library::device_temperature, kTemperatureGpu>(c, d, s, 1);
      }},
     {NvmlSource::cClockSm, "clock_sm", bits({G::clock_sm_mhz}), has<&Library::device_clock>,
@@ -351,12 +389,21 @@ bool NvmlSource::open() {
     spdlog::debug("nvml: {} lacks {}; that metric is off", lib_->path(), m);
   Return rc = lib_->init();
   if (rc != kSuccess) {
+    const bool mismatch = rc == kErrorLibRmVersionMismatch || rc == kErrorOperatingSystem;
     status_ = SourceStatus::missing(
         fmt::format("no NVIDIA GPU recorded: nvmlInit failed with {}{}", error_name(rc),
-                    rc == kErrorDriverNotLoaded ? " (the NVIDIA kernel driver is not loaded)" : ""),
+                    rc == kErrorDriverNotLoaded ? " (the NVIDIA kernel driver is not loaded)"
+                    : rc == kErrorLibRmVersionMismatch
+                        ? " (driver/library version mismatch: libnvidia-ml is not the loaded kernel module's version)"
+                    : rc == kErrorOperatingSystem ? " (an operating-system call failed; after a driver upgrade this is "
+                                                    "usually the library and the loaded kernel module differing)"
+                                                  : ""),
         rc == kErrorDriverNotLoaded
             ? "load the NVIDIA kernel driver ('sudo modprobe nvidia', or reboot after installing it)"
-            : "check the driver installation: 'nvidia-smi' should list the GPUs");
+        : mismatch ? "the driver was upgraded without a reboot: reboot, or reload the NVIDIA kernel modules "
+                     "('sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia' with no GPU "
+                     "process running); 'nvidia-smi' should then work"
+                   : "check the driver installation: 'nvidia-smi' should list the GPUs");
     return false;
   }
   initialised_ = true;
@@ -398,8 +445,15 @@ bool NvmlSource::open() {
                    opts_.selection.origin, mig, d.info.gpu_index, d.info.uuid);
     }
     PciInfo pci{};
+    PciInfoLegacy legacy{};
     if (lib_->device_pci_info && lib_->device_pci_info(d.handle, &pci) == kSuccess)
       d.info.pci_bus_id = cstr(pci.busId, sizeof pci.busId);
+    else if (lib_->device_pci_info_legacy && lib_->device_pci_info_legacy(d.handle, &legacy) == kSuccess)
+    {
+      // "0000:18:00.0" there; the _v3 form (and nvidia-smi's) has an 8-digit domain: stored alike either way
+      d.info.pci_bus_id = cstr(legacy.busId, sizeof legacy.busId);
+      if (d.info.pci_bus_id.size() == 12 && d.info.pci_bus_id[4] == ':') d.info.pci_bus_id.insert(0, "0000");
+    }
     unsigned int mhz = 0;
     if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockSm, &mhz) == kSuccess)
       d.info.clock_sm_max_mhz = mhz;
@@ -483,6 +537,20 @@ void NvmlSource::describe(RunInfo& run) const {
 
 bool NvmlSource::ok(Dev& d, Call c, Return rc, Frame& frame) {
   if (rc == kSuccess) return true;
+  if (rc == kErrorUnknown && ++d.unknown_failures < kUnknownLimit) {
+    // Not (yet) a lost GPU: a driver hiccup answers UNKNOWN too. The device is skipped for 1, 2, 4, 8 s.
+    const auto backoff = std::chrono::seconds(1 << std::min(d.unknown_failures - 1, 3));
+    d.retry_at = frame.mono + backoff;
+    if (d.unknown_failures == 1)
+      frame.events.push_back(
+          {0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
+           fmt::format("NVIDIA GPU {} ({}): {} returned {}; its samples are missing while it is retried with "
+                       "back-off (lost after {} failures in a row)",
+                       d.info.gpu_index, d.info.uuid, call_name(c), error_name(rc), kUnknownLimit)});
+    spdlog::warn("GPU {}: {} returned {} ({} in a row); retrying in {} s", d.info.gpu_index, call_name(c),
+                 error_name(rc), d.unknown_failures, backoff.count());
+    return false;
+  }
   if (rc == kErrorGpuIsLost || rc == kErrorUnknown || rc == kErrorResetRequired) {
     d.lost = true;
     {
@@ -512,7 +580,14 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
     const Return rc = c.read(ctx, d, s);
     if (rc == kSuccess || rc == kNoCall) continue;
     ok(d, c.call, rc, frame);
-    if (d.lost) return; // no row for a lost GPU on the tick it was lost
+    if (d.lost) return;                                                  // no row for a lost GPU on the tick it was lost
+    if (rc == kErrorUnknown && d.unknown_failures > 0 && d.retry_at > frame.mono) return; // backing off: no row
+  }
+  if (d.unknown_failures > 0) {
+    frame.events.push_back({0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
+                            fmt::format("NVIDIA GPU {} ({}) answers again after {} failure(s)", d.info.gpu_index,
+                                        d.info.uuid, d.unknown_failures)});
+    d.unknown_failures = 0;
   }
   frame.gpus.push_back(std::move(s));
 }
@@ -520,8 +595,11 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
 void NvmlSource::sample(Frame& frame) noexcept {
   try {
     frame.gpus.reserve(frame.gpus.size() + devs_.size());
-    for (auto& d : devs_)
-      if (!d.lost) sample_device(d, frame);
+    for (auto& d : devs_) {
+      if (d.lost) continue;
+      if (d.unknown_failures > 0 && frame.mono < d.retry_at) continue; // backing off after NVML_ERROR_UNKNOWN
+      sample_device(d, frame);
+    }
   } catch (...) {
     // allocation failure: the tick keeps what it has
   }

@@ -73,8 +73,16 @@ public:
     bool pcie_width_max_read = false; // static: read on the first tick only
     OptI pcie_width_max;
     bool lost = false;
+    bool temp_v = true; // nvmlDeviceGetTemperatureV, until it answers that it does not know the struct
+    // NVML_ERROR_UNKNOWN is not a lost GPU (issue 17): the device is skipped for a back-off that doubles with each
+    // failure in a row, and lost only after kUnknownLimit of them.
+    int unknown_failures = 0;
+    SteadyClock::time_point retry_at{};
+    std::array<int, 4> field_failures{}; // per entry of `fields`: errors in a row other than NOT_SUPPORTED
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
+  static constexpr int kUnknownLimit = 5;        // failures in a row (back-offs of 1, 2, 4, 8 s between them)
+  static constexpr int kFieldFailureLimit = 3;   // a field failing this many ticks in a row is not asked for again
 
   explicit NvmlSource(Options opts);
   ~NvmlSource() override;
@@ -93,7 +101,7 @@ public:
 
 private:
   // Classifies a return code: true when the value may be used. Switches the metric off on NOT_SUPPORTED and
-  // friends, marks the device lost on GPU_IS_LOST / UNKNOWN.
+  // friends, marks the device lost on GPU_IS_LOST / RESET_REQUIRED, backs off on UNKNOWN.
   bool ok(Dev& d, Call c, nvml::Return rc, Frame& frame);
   void sample_device(Dev& d, Frame& frame);
   void slow_loop();
