@@ -5,8 +5,8 @@
  *   nvml_floor INTERVAL_MS DURATION_S        (library from WATTSCOPE_NVML_LIBRARY, else libnvidia-ml.so.1)
  *
  * Per tick and GPU, as wattscope (check with the fake's WATTSCOPE_FAKE_NVML_CALLS): field values (instantaneous and
- * average power, memory temperature), total energy, utilisation, memory (v2), GPU temperature, SM, graphics and
- * memory clocks, PCIe link width, fan, performance state, enforced power limit, clock-event reasons, encoder and
+ * average power, memory temperature), total energy, utilisation, memory (v2), GPU temperature (TemperatureV where
+ * the library has it), SM, graphics, memory and video clocks, PCIe link width, fan, performance state, enforced power limit, clock-event reasons, encoder and
  * decoder utilisation; a call that answers NOT_SUPPORTED once is not made again, as in wattscope. Once at the start:
  * the maximum PCIe link width. Once a second: PCIe TX and RX throughput (wattscope's slow reader). Exits 0 after
  * DURATION_S or at SIGTERM/SIGINT. Written in C on purpose: it is the baseline, so it must carry no runtime of its own. */
@@ -24,8 +24,9 @@ struct util { unsigned gpu, mem; };
 struct mem2 { unsigned version; unsigned long long total, reserved, free, used; };
 union value { double d; unsigned u; unsigned long ul; unsigned long long ull; long long sll; int si; unsigned short us; };
 struct field { unsigned id, scope; long long ts, latency; int type; ret_t ret; union value v; };
+struct temp_v { unsigned version; int sensor; int temperature; };
 
-enum { NOT_SUPPORTED = 3, CALLS = 15, MAX_DEV = 64 };
+enum { NOT_SUPPORTED = 3, CALLS = 16, MAX_DEV = 64 };
 
 static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) { (void)sig; stop_flag = 1; }
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   ret_t (*util)(dev_t_, struct util*) = (ret_t(*)(dev_t_, struct util*))sym(lib, "nvmlDeviceGetUtilizationRates", NULL);
   ret_t (*memory)(dev_t_, struct mem2*) = (ret_t(*)(dev_t_, struct mem2*))sym(lib, "nvmlDeviceGetMemoryInfo_v2", NULL);
   ret_t (*temp)(dev_t_, int, unsigned*) = (ret_t(*)(dev_t_, int, unsigned*))sym(lib, "nvmlDeviceGetTemperature", NULL);
+  ret_t (*temp_v)(dev_t_, struct temp_v*) = (ret_t(*)(dev_t_, struct temp_v*))sym(lib, "nvmlDeviceGetTemperatureV", NULL);
   ret_t (*clock)(dev_t_, int, unsigned*) = (ret_t(*)(dev_t_, int, unsigned*))sym(lib, "nvmlDeviceGetClockInfo", NULL);
   ret_t (*width)(dev_t_, unsigned*) = (ret_t(*)(dev_t_, unsigned*))sym(lib, "nvmlDeviceGetCurrPcieLinkWidth", NULL);
   ret_t (*width_max)(dev_t_, unsigned*) = (ret_t(*)(dev_t_, unsigned*))sym(lib, "nvmlDeviceGetMaxPcieLinkWidth", NULL);
@@ -120,7 +122,12 @@ int main(int argc, char** argv) {
       if (!off[i][1] && energy) r[1] = energy(dev[i], &ull);
       if (!off[i][2] && util) r[2] = util(dev[i], &ut);
       if (!off[i][3] && memory) r[3] = memory(dev[i], &m);
-      if (!off[i][4] && temp) r[4] = temp(dev[i], 0, &u);
+      if (!off[i][4] && temp_v) {
+        struct temp_v t = {(unsigned)sizeof t | (1u << 24), 0, 0};
+        r[4] = temp_v(dev[i], &t);
+      } else if (!off[i][4] && temp) {
+        r[4] = temp(dev[i], 0, &u);
+      }
       if (!off[i][5] && clock) r[5] = clock(dev[i], 1, &u);
       if (!off[i][6] && clock) r[6] = clock(dev[i], 0, &u);
       if (!off[i][7] && clock) r[7] = clock(dev[i], 2, &u);
@@ -131,6 +138,7 @@ int main(int argc, char** argv) {
       if (!off[i][12] && events) r[12] = events(dev[i], &ull);
       if (!off[i][13] && enc) r[13] = enc(dev[i], &u, &period);
       if (!off[i][14] && dec) r[14] = dec(dev[i], &u, &period);
+      if (!off[i][15] && clock) r[15] = clock(dev[i], 3, &u);
       for (int c = 0; c < CALLS; ++c)
         if (r[c] == NOT_SUPPORTED) off[i][c] = 1;
       if (pcie && tick % per_second == 0) {

@@ -69,6 +69,9 @@ struct GpuSample {
   OptI throttle_reasons;              // NVML clock-event reason bit mask
   OptF util_enc_pct;                  // video encoder busy share
   OptF util_dec_pct;                  // video decoder busy share
+  OptI mem_reserved_bytes;            // driver-reserved device memory (NVML memory v2 only)
+  OptI mem_free_bytes;                //
+  OptI clock_video_mhz;               //
   const char* power_source = nullptr; // static string naming where power_w came from
 };
 

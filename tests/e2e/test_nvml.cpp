@@ -56,6 +56,8 @@ json device(int i, std::vector<std::string> unsupported = {}) {
   m["clock_events"] = series(i, 16, 1);
   m["util_enc"] = series(i, 17);
   m["util_dec"] = series(i, 18);
+  m["mem_reserved_bytes"] = series(i, 19, 1 << 20, 500LL << 20);
+  m["clock_video"] = series(i, 20, 10, 1200);
   json d = {{"name", "NVIDIA H100 80GB HBM3"},
             {"uuid", "GPU-" + std::to_string(1000 + i) + "-aaaa-bbbb"},
             {"pci_bus_id", "00000000:" + std::to_string(10 + i) + ":00.0"},
@@ -104,10 +106,11 @@ const char* kColumns =
     "power_w, power_avg_w, energy_j, util_gpu_pct, util_mem_pct, mem_used_bytes, mem_total_bytes, temp_gpu_c, "
     "temp_mem_c, clock_sm_mhz, clock_gfx_mhz, clock_mem_mhz, pcie_link_width, pcie_link_width_max, fan_pct, pstate, "
     "power_limit_w, throttle_reasons, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, uuid, name, util_enc_pct, "
-    "util_dec_pct";
+    "util_dec_pct, mem_reserved_bytes, mem_free_bytes, clock_video_mhz";
 
 // Every stored field of every row equals the scenario's value for that device at that call index.
-void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<std::string> unsupported = {}) {
+void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<std::string> unsupported = {},
+                       std::set<std::string> skip = {}) {
   const json& m = scen["devices"][dev]["metrics"];
   auto rows = query(fr.db(), std::string("SELECT ") + kColumns +
                                  " FROM gpu_samples WHERE gpu_index = " + std::to_string(dev) + " ORDER BY tick");
@@ -120,6 +123,7 @@ void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<st
     auto at = [&](const char* name) { return m[name].is_array() ? m[name][k].get<double>() : m[name].get<double>(); };
     auto check = [&](size_t col, const char* metric, double expected) {
       SCOPED_TRACE(std::string("gpu ") + std::to_string(dev) + " row " + std::to_string(k) + " " + metric);
+      if (skip.count(metric)) return;
       if (unsupported.count(metric)) {
         EXPECT_FALSE(r[col].has_value());
       } else {
@@ -155,6 +159,9 @@ void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<st
     EXPECT_EQ(r[21], scen["devices"][dev]["name"].get<std::string>());
     check(22, "util_enc", at("util_enc"));
     check(23, "util_dec", at("util_dec"));
+    check(24, "mem_reserved_bytes", at("mem_reserved_bytes"));
+    check(25, "mem_free_bytes", at("mem_total_bytes") - at("mem_used_bytes") - at("mem_reserved_bytes"));
+    check(26, "clock_video", at("clock_video"));
   }
   if (!unsupported.count("pcie_tx_kbs")) {
     EXPECT_GT(pcie_seen, 0);
@@ -355,8 +362,13 @@ TEST(Nvml, ArgumentVersionMismatchFallsBackToTheV1Calls) {
   EXPECT_EQ(fr->calls.value("nvmlDeviceGetTemperatureV", 0), 1) << fr->calls.dump();
   EXPECT_GE(fr->calls.value("nvmlDeviceGetMemoryInfo", 0), 3);
   EXPECT_GE(fr->calls.value("nvmlDeviceGetTemperature", 0), 3);
-  // The rejected calls never read the scenario's metric, so row k still holds the metric's k-th value.
-  expect_rows_match(*fr, scen, 0);
+  // The rejected calls never read the scenario's metric, so row k still holds the metric's k-th value. The v1 memory
+  // struct has no reserved figure (missing), and its free is total - used.
+  expect_rows_match(*fr, scen, 0, {"mem_reserved_bytes"}, {"mem_free_bytes"});
+  const json& m = scen["devices"][0]["metrics"];
+  auto rows = query(fr->db(), "SELECT mem_free_bytes FROM gpu_samples ORDER BY tick");
+  for (size_t k = 0; k < rows.size(); ++k)
+    EXPECT_EQ(*num(rows[k][0]), m["mem_total_bytes"].get<double>() - m["mem_used_bytes"][k].get<double>());
 }
 
 // Where the library has it, nvmlDeviceGetTemperatureV is used (the old call is deprecated in NVML 13).

@@ -343,10 +343,12 @@ Return device_memory_v2(Device d, MemoryV2* m) {
   Return rc = metric_to(d, "mem_used_bytes", &used);
   if (rc != kSuccess) return rc;
   if ((rc = metric_to(d, "mem_total_bytes", &total)) != kSuccess) return rc;
+  double reserved = 0; // optional in a scenario: 0 when absent
+  if (metric(d, "mem_reserved_bytes", reserved) != kSuccess) reserved = 0;
   m->used = used;
   m->total = total;
-  m->reserved = 0;
-  m->free = total - used;
+  m->reserved = static_cast<unsigned long long>(reserved);
+  m->free = total - used - m->reserved;
   return kSuccess;
 }
 Return device_memory(Device d, Memory* m) {
@@ -372,7 +374,10 @@ Return device_temperature(Device d, int sensor, unsigned int* c) {
   return sensor == kTemperatureGpu ? metric_to(d, "temp_gpu", c) : kErrorInvalidArgument;
 }
 Return device_clock(Device d, int type, unsigned int* mhz) {
-  const char* name = type == kClockSm ? "clock_sm" : type == kClockMem ? "clock_mem" : "clock_gfx";
+  const char* name = type == kClockSm      ? "clock_sm"
+                     : type == kClockMem   ? "clock_mem"
+                     : type == kClockVideo ? "clock_video"
+                                           : "clock_gfx";
   return metric_to(d, name, mhz);
 }
 Return device_pcie_width(Device d, unsigned int* w) {

@@ -120,6 +120,7 @@ inline constexpr int kTemperatureGpu = 0; // NVML_TEMPERATURE_GPU
 inline constexpr int kClockGraphics = 0;  // NVML_CLOCK_GRAPHICS
 inline constexpr int kClockSm = 1;        // NVML_CLOCK_SM
 inline constexpr int kClockMem = 2;       // NVML_CLOCK_MEM
+inline constexpr int kClockVideo = 3;     // NVML_CLOCK_VIDEO
 inline constexpr int kPcieUtilTx = 0;     // NVML_PCIE_UTIL_TX_BYTES (KB/s)
 inline constexpr int kPcieUtilRx = 1;     // NVML_PCIE_UTIL_RX_BYTES (KB/s)
 

@@ -137,6 +137,8 @@ Return read_memory(const TickCtx& c, Dev& d, GpuSample& s) {
     if (rc == kSuccess) {
       s.mem_used_bytes = static_cast<int64_t>(m.used);
       s.mem_total_bytes = static_cast<int64_t>(m.total);
+      s.mem_reserved_bytes = static_cast<int64_t>(m.reserved);
+      s.mem_free_bytes = static_cast<int64_t>(m.free);
       return kSuccess;
     }
     if (rc != kErrorNotSupported && rc != kErrorFunctionNotFound && rc != kErrorInvalidArgument &&
@@ -150,6 +152,7 @@ Return read_memory(const TickCtx& c, Dev& d, GpuSample& s) {
   if (rc == kSuccess) {
     s.mem_used_bytes = static_cast<int64_t>(m.used);
     s.mem_total_bytes = static_cast<int64_t>(m.total);
+    s.mem_free_bytes = static_cast<int64_t>(m.free); // v1 has no reserved figure: missing
   }
   return rc;
 }
@@ -208,7 +211,7 @@ constexpr CallSpec kCalls[] = {
        }
        return rc;
      }},
-    {NvmlSource::cMemory, "memory", bits({G::mem_used_bytes, G::mem_total_bytes}),
+    {NvmlSource::cMemory, "memory", bits({G::mem_used_bytes, G::mem_total_bytes, G::mem_reserved_bytes, G::mem_free_bytes}),
      [](const Library& l) { return l.device_memory_v2 != nullptr || l.device_memory != nullptr; }, read_memory},
     // nvmlDeviceGetTemperatureV where the library has it (nvmlDeviceGetTemperature is deprecated in NVML 13), the
     // old call where it does not or where it does not know our struct version.
@@ -308,6 +311,10 @@ constexpr CallSpec kCalls[] = {
        const Return rc = read_codec<&Library::device_decoder_utilization>(c, d, pct);
        if (rc == kSuccess) s.util_dec_pct = pct;
        return rc;
+     }},
+    {NvmlSource::cClockVideo, "clock_video", bits({G::clock_video_mhz}), has<&Library::device_clock>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) {
+       return read_uint<&GpuSample::clock_video_mhz, &Library::device_clock, kClockVideo>(c, d, s, 1);
      }},
 };
 

@@ -53,6 +53,7 @@ public:
     cPcieThroughput,
     cEncoder,
     cDecoder,
+    cClockVideo,
     kCallCount
   };
   static const char* call_name(Call c);
