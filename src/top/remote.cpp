@@ -121,9 +121,9 @@ std::string normalize_url(const std::string& url) {
   if (!u.starts_with("http://") && !u.starts_with("https://"))
     throw std::invalid_argument(
         fmt::format("'{}': expected http://HOST:PORT or https://HOST:PORT (serve's address)", url));
-  while (u.ends_with('/'))
-    u.pop_back();
   const size_t host = u.find("://") + 3;
+  while (u.size() > host && u.ends_with('/'))
+    u.pop_back();
   if (host >= u.size() || u[host] == '/' || u[host] == ':')
     throw std::invalid_argument(fmt::format("'{}': no host in the URL", url));
   return u;
