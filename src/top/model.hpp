@@ -68,6 +68,7 @@ struct HostView {
   OptF cpu_energy_j; // package + DRAM since top started watching
   std::vector<TopProcess> procs;
   bool alerts_supported = false; // remote: /api/v1/alerts answered (a 404 means no alerts support)
+  bool alerts_asked = false;     // remote: /api/v1/alerts was asked at least once (--once waits for it)
   std::vector<FiringAlert> alerts;
   // Energy counters at the first frame seen (remote: serve's run started before top did), per GPU index; -1 the CPU.
   std::string run_id;

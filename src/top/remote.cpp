@@ -243,6 +243,7 @@ void RemoteHost::alerts_loop() {
       long code = 0;
       curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &code);
       std::lock_guard lock(mu_);
+      view_.alerts_asked = true;
       if (rc == CURLE_OK) {
         const auto j = nlohmann::json::parse(body, nullptr, false);
         try {

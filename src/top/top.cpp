@@ -18,6 +18,7 @@
 #include <ctime>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -111,7 +112,8 @@ public:
   bool settled(Clock::time_point now) override {
     for (auto& h : hosts_) {
       const HostView v = h->snapshot(now);
-      if (v.state == HostView::State::Waiting || (v.state == HostView::State::Live && v.last_tick < 1)) return false;
+      if (v.state == HostView::State::Waiting) return false;
+      if (v.state == HostView::State::Live && (v.last_tick < 1 || !v.alerts_asked)) return false;
     }
     return true;
   }
@@ -395,7 +397,16 @@ int run_top(const TopOptions& opts, const SessionOptions& local) {
     }
   } sigfd_close{sigfd};
 
-  if (!interactive) {
+  // An unknown TERM (no terminfo entry) falls back to plain frames rather than failing.
+  std::optional<Curses> curses;
+  if (interactive) {
+    curses.emplace();
+    if (!curses->ok()) {
+      curses.reset();
+      spdlog::warn("cannot drive this terminal (TERM={}): plain frames instead", term);
+    }
+  }
+  if (!curses) {
     // --once, a pipe, TERM=dumb: plain frames, no escape sequences. --once waits (boundedly) for a full frame.
     const auto deadline = Clock::now() + std::chrono::seconds(5) + 3 * opts.interval;
     auto next = Clock::now() + opts.interval;
@@ -431,8 +442,6 @@ int run_top(const TopOptions& opts, const SessionOptions& local) {
     }
   }
 
-  Curses curses;
-  if (!curses.ok()) throw std::runtime_error(fmt::format("cannot drive the terminal (TERM={}); use --once", term));
   auto next = Clock::now();
   bool dirty = true;
   for (;;) {
@@ -446,7 +455,7 @@ int run_top(const TopOptions& opts, const SessionOptions& local) {
       ro.width = COLS;
       ro.height = LINES;
       ro.now = now;
-      curses.draw(render(feed->hosts(now), view, ro));
+      curses->draw(render(feed->hosts(now), view, ro));
       dirty = false;
     }
     pollfd p[2] = {{STDIN_FILENO, POLLIN, 0}, {sigfd, POLLIN, 0}};
@@ -455,7 +464,7 @@ int run_top(const TopOptions& opts, const SessionOptions& local) {
     if (p[1].revents & POLLIN) {
       for (int sig; (sig = take_signal()) > 0;) {
         if (sig == SIGWINCH) {
-          curses.resize();
+          curses->resize();
           dirty = true;
         } else {
           return status_for(sig);
@@ -465,7 +474,7 @@ int run_top(const TopOptions& opts, const SessionOptions& local) {
     if (p[0].revents & (POLLHUP | POLLERR)) return 0; // the terminal went away
     if (p[0].revents & POLLIN) {
       for (int ch; (ch = getch()) != ERR;) {
-        if (ch == KEY_RESIZE) curses.resize();
+        if (ch == KEY_RESIZE) curses->resize();
         if (on_key(ch, view)) return 0;
         dirty = true;
       }

@@ -414,3 +414,69 @@ def test_token_protected_serve(world):
         proc.kill()
         proc.wait()
         err.close()
+
+
+def test_firing_alerts_from_a_serve_that_has_them(world):
+    """serve's /api/v1/alerts is being built beside top (issue 14); until then a small stand-in answers it, with the
+    event stream replaying a document a real serve sent, so the status line is tested with content."""
+    import http.server
+    import threading
+    import urllib.request
+
+    real = Serve(world, "real")
+    try:
+        doc = None
+        with urllib.request.urlopen(real.url + "/api/v1/current", timeout=10) as r:
+            doc = r.read()
+        deadline = time.monotonic() + 10
+        while json.loads(doc).get("tick") in (None, 0, 1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            with urllib.request.urlopen(real.url + "/api/v1/current", timeout=10) as r:
+                doc = r.read()
+    finally:
+        real.close()
+    alerts = json.dumps({"alerts": [
+        {"rule": "gpu-hot", "severity": "critical", "scope": "gpu1", "message": "88 C over 85 C", "state": "firing"},
+        {"rule": "gpu-busy", "severity": "warning", "scope": "gpu0", "message": "resolved", "state": "resolved"}]})
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.0"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            if self.path == "/api/v1/alerts":
+                body = alerts.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            elif self.path == "/api/v1/events":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    for _ in range(100):
+                        self.wfile.write(b"data: " + doc + b"\n\n")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                except OSError:
+                    pass
+            else:
+                self.send_error(404)
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        out = subprocess.run([BINARY, "top", "--once", "--connect", f"http://127.0.0.1:{srv.server_port}"],
+                             env=dict(world["env"], COLUMNS="120", LINES="40"), capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 0, out.stderr
+        alert_lines = [line for line in out.stdout.splitlines() if line.startswith("ALERTS")]
+        assert alert_lines == ["ALERTS 1: [critical] gpu-hot gpu1: 88 C over 85 C;"], out.stdout
+    finally:
+        srv.shutdown()
+        srv.server_close()
