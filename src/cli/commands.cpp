@@ -23,6 +23,8 @@ constexpr CommandEntry kCommands[] = {
     {"compare", "Whether two runs or tasks differ in energy by more than run-to-run noise (Welch's t-test)",
      make_compare_command},
     {"import", "Turn a log you already have (nvidia-smi --query-gpu CSV) into a run", make_import_command},
+    // issue 16
+    {"top", "A live terminal view of this machine, or of several serve endpoints (--connect URL)", make_top_command},
 };
 } // namespace
 

@@ -21,5 +21,7 @@ std::unique_ptr<Command> make_mark_command();
 std::unique_ptr<Command> make_stats_command();
 std::unique_ptr<Command> make_compare_command();
 std::unique_ptr<Command> make_import_command();
+// issue 16
+std::unique_ptr<Command> make_top_command();
 
 } // namespace wattscope
