@@ -41,6 +41,7 @@ public:
     RecordFlags f = flags_;
     f.no_db = true;
     f.task = "top";
+    f.process_interval = "1s"; // a live process list refreshes with the view (record's machine scan is every 5 s)
     const SessionOptions session = session_options(f, {}, /*require_store=*/false);
     if (session.interval < std::chrono::milliseconds(100))
       throw UsageError(fmt::format("--interval {}: top redraws at most every 100ms", flags_.interval));
