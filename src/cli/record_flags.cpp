@@ -12,7 +12,9 @@ namespace wattscope {
 
 void add_record_options(CLI::App& sub, RecordFlags& f) {
   sub.add_option("--task,-t", f.task, "Task name stored with the run (default: the command's base name)");
-  sub.add_option("--interval,-i", f.interval, "Sampling interval: 1s, 250ms, 10ms, 500us")->capture_default_str();
+  sub.add_option("--interval,-i", f.interval, "Sampling interval: 1s, 250ms, 10ms, 500us")
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.interval_given = true; });
   sub.add_option("--db", f.db, "Store to write: FILE.db (SQLite), csv:DIR or mysql://USER@HOST[:PORT]/DB")
       ->capture_default_str();
   sub.add_flag("--no-db", f.no_db, "Do not write the SQLite database (use with --csv)");
@@ -30,11 +32,21 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
   sub.add_option("--top-processes", f.top_processes,
                  "record/serve: processes sampled per scan, the top N by CPU or GPU use (0: no process tracking)")
       ->capture_default_str();
+  add_simulate_option(sub, f); // issue 19
   sub.add_option("--procfs-root", f.procfs_root, "Where procfs is mounted (for containers and tests)")
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
       ->capture_default_str();
 }
+
+// ---- simulate (issue 19) ----
+void add_simulate_option(CLI::App& sub, RecordFlags& f) {
+  sub.add_flag("--simulate", f.simulate,
+               "Record SIMULATED GPUs instead of this machine's: the built-in 'training' scenario (4 GPUs), or "
+               "--simulate=FILE.json (docs/simulate.md). Everything they show is labelled simulated; the CPU is still "
+               "measured. Samples every 250ms unless --interval is given");
+}
+// ---- end simulate
 
 void check_gpus_flag(const std::string& gpus) {
   flag_value("", [&] { return parse_gpu_selection(gpus, std::nullopt); });
@@ -82,6 +94,12 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
         fmt::format("--top-processes {}: expected a number of processes from 0 to 100000", f.top_processes));
   o.top_processes = static_cast<size_t>(f.top_processes);
   if (command.empty() && f.top_processes == 0) o.track_processes = false;
+  // ---- simulate (issue 19): a bad scenario file is a usage error that names the problem
+  if (!f.simulate.empty()) {
+    o.simulate = flag_value("", [&] { return Simulation::load(f.simulate == "true" ? "" : f.simulate); });
+    if (!f.interval_given) o.interval = std::chrono::milliseconds(250);
+  }
+  // ---- end simulate
   return o;
 }
 
