@@ -31,7 +31,7 @@ echo "The measured run as JSON (wattscope show --json):"
 say "Run 2 of 2, SIMULATED: 20 s of a training job on 4 simulated GPUs (wattscope run --simulate)"
 echo "(warm-up, epochs, an evaluation, a power-capped GPU, a data-loader stall, an idle GPU; the CPU is measured)"
 "$ws" run --simulate --task demo-simulated-training --db wattscope.db --csv csv --report report-simulated.html -- \
-  sleep 20
+  sleep 19.5
 
 say "Both runs in the store (wattscope list)"
 "$ws" list --db wattscope.db
