@@ -245,7 +245,7 @@ std::shared_ptr<const Simulation> Simulation::load(const std::string& spec) {
     // Parse again for the parser's own message, which says where (byte offset) and what it expected.
     std::string where;
     try {
-      (void)json::parse(text);
+      [[maybe_unused]] const json again = json::parse(text);
     } catch (const json::parse_error& e) {
       where = e.what();
     }
