@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Configures and builds wattscope. Usage: scripts/build.sh [release|asan] (default release).
-# release -> build/, asan -> build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer).
+# Configures and builds wattscope. Usage: scripts/build.sh [release|asan] [TARGET...] (default release, every target).
+# release -> build/, asan -> build-asan/ (AddressSanitizer + UndefinedBehaviorSanitizer). With TARGETs (e.g.
+# `scripts/build.sh release wattscope`, as scripts/demo.sh does) only those and what they need are built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:-release}
+shift || true
+targets=("$@")
 jobs=${WATTSCOPE_JOBS:-2}
 case "$kind" in
   release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
@@ -16,4 +19,8 @@ if command -v ccache >/dev/null; then
   export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd .. && pwd)} CCACHE_NOHASHDIR=1
 fi
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
-cmake --build "$dir" -j "$jobs"
+if [ ${#targets[@]} -gt 0 ]; then
+  cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+else
+  cmake --build "$dir" -j "$jobs"
+fi

@@ -182,7 +182,9 @@ void Accounting::process(Frame& f) {
   if (f.tick == 0 || summary_.samples == 1) {
     for (auto& g : summary_.gpus) {
       auto it = energy_.find(g.device.gpu_index);
-      g.device.energy_method = it != energy_.end() && it->second.counter ? "counter" : "integrated";
+      // A source may have said it already: "simulated" (--simulate, issue 19) stays whatever the counter does.
+      if (g.device.energy_method != "simulated")
+        g.device.energy_method = it != energy_.end() && it->second.counter ? "counter" : "integrated";
       f.device_rows.push_back(g.device);
     }
   }
@@ -201,6 +203,13 @@ RunSummary Accounting::summary() const {
   std::lock_guard lock(mu_);
   RunSummary out = summary_;
   out.attribution = attributor_.summary();
+  // ---- simulate (issue 19): shares of a simulated GPU's energy are simulated too, and say so
+  for (const auto& g : out.gpus)
+    if (g.device.energy_method == "simulated")
+      if (auto d = out.attribution.devices.find("gpu" + std::to_string(g.device.gpu_index));
+          d != out.attribution.devices.end())
+        d->second.method = "attributed (simulated)";
+  // ---- end simulate
   return out;
 }
 

@@ -12,7 +12,9 @@ namespace wattscope {
 
 void add_record_options(CLI::App& sub, RecordFlags& f) {
   sub.add_option("--task,-t", f.task, "Task name stored with the run (default: the command's base name)");
-  sub.add_option("--interval,-i", f.interval, "Sampling interval: 1s, 250ms, 10ms, 500us")->capture_default_str();
+  sub.add_option("--interval,-i", f.interval, "Sampling interval: 1s, 250ms, 10ms, 500us")
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.interval_given = true; });
   sub.add_option("--db", f.db, "Store to write: FILE.db (SQLite), csv:DIR or mysql://USER@HOST[:PORT]/DB")
       ->capture_default_str();
   sub.add_flag("--no-db", f.no_db, "Do not write the SQLite database (use with --csv)");
@@ -32,11 +34,21 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
       ->capture_default_str();
   sub.add_option("--process-interval", f.process_interval,
                  "How often processes are scanned, at least 1s (default: 1s for run, 5s for record and serve)");
+  add_simulate_option(sub, f); // issue 19
   sub.add_option("--procfs-root", f.procfs_root, "Where procfs is mounted (for containers and tests)")
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
       ->capture_default_str();
 }
+
+// ---- simulate (issue 19) ----
+void add_simulate_option(CLI::App& sub, RecordFlags& f) {
+  sub.add_flag("--simulate", f.simulate,
+               "Record SIMULATED GPUs instead of this machine's: the built-in 'training' scenario (4 GPUs), or "
+               "--simulate=FILE.json (docs/simulate.md). Everything they show is labelled simulated; the CPU is still "
+               "measured. Samples every 250ms unless --interval is given");
+}
+// ---- end simulate
 
 void check_gpus_flag(const std::string& gpus) {
   flag_value("", [&] { return parse_gpu_selection(gpus, std::nullopt); });
@@ -95,6 +107,12 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
                                    f.process_interval));
     o.process_interval = d;
   }
+  // ---- simulate (issue 19): a bad scenario file is a usage error that names the problem
+  if (!f.simulate.empty()) {
+    o.simulate = flag_value("", [&] { return Simulation::load(f.simulate == "true" ? "" : f.simulate); });
+    if (!f.interval_given) o.interval = std::chrono::milliseconds(250);
+  }
+  // ---- end simulate
   return o;
 }
 

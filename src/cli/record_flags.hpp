@@ -28,7 +28,16 @@ struct RecordFlags {
   double cpu_tdp = 0;
   int top_processes = 20; // attribution (issue 13)
   std::string process_interval; // "": 1s for run, 5s for record and serve (issue 12)
+  // ---- simulate (issue 19) ----
+  std::string simulate;        // --simulate[=SCENARIO]: "" not given, "true" (bare flag) or the scenario
+  bool interval_given = false; // --simulate samples every 250ms unless --interval says otherwise
+  // ---- end simulate
 };
+
+// ---- simulate (issue 19): --simulate[=SCENARIO] on a command that records (run, record, serve, top). A flag, so
+// `run --simulate python train.py` never takes the command for a scenario; a scenario is given with '='.
+void add_simulate_option(CLI::App& sub, RecordFlags& f);
+// ---- end simulate
 
 // run and record: every recording option.
 void add_record_options(CLI::App& sub, RecordFlags& f);

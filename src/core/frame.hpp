@@ -94,7 +94,7 @@ struct GpuDevice {
   OptF power_limit_w;
   OptI clock_sm_max_mhz;
   OptI clock_mem_max_mhz;
-  std::string energy_method; // counter | integrated
+  std::string energy_method; // counter | integrated | simulated (--simulate)
   std::string power_source;  // which reading power_w holds
 };
 
@@ -112,7 +112,7 @@ struct PhaseRecord {
   // Per device ("gpu0", "cpu_package", "cpu_dram"), in joules over [start_tick, end_tick].
   std::vector<std::pair<std::string, double>> device_energy_j;
   OptF energy_j;                  // sum of device_energy_j; missing when no device measured energy
-  std::string energy_method;      // counter | integrated | mixed (as the devices' methods are)
+  std::string energy_method;      // counter | integrated | mixed (as the devices' methods are) | simulated (any part)
   bool closed_by_run_end = false; // no `end` arrived: the run's end closed it
 };
 struct WorkRecord {

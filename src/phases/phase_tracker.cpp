@@ -117,6 +117,7 @@ void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const std::map<st
   r.end_ms = std::max(ts_ms, r.start_ms);
   r.end_tick = tick;
   std::string method;
+  bool any_simulated = false;
   for (const auto& [device, end_j] : now) {
     // A device that had not answered yet when the phase began starts from 0: energy_j counts from its first answer.
     auto s = o.start_energy.find(device);
@@ -126,8 +127,10 @@ void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const std::map<st
     auto m = energy_method_.find(device);
     const std::string dm = m == energy_method_.end() ? std::string("integrated") : m->second;
     method = method.empty() || method == dm ? dm : "mixed";
+    any_simulated = any_simulated || dm == "simulated";
   }
-  r.energy_method = method;
+  // issue 19: a total with any simulated part in it is no measurement, and says so
+  r.energy_method = any_simulated ? "simulated" : method;
   out.phases.push_back(std::move(r));
 }
 

@@ -178,7 +178,14 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
   }
   const auto totals = d.work_totals();
   if (!totals.empty())
-    out += fmt::format("  work      {}\n", work_cell(totals, run.total_energy_j, run.duration_s().value_or(0)));
+    out += fmt::format("  work      {}{}\n", work_cell(totals, run.total_energy_j, run.duration_s().value_or(0)),
+                       // issue 19: energy per unit of work from a simulated run is simulated too
+                       [&] {
+                         const auto tags = json::parse(run.tags, nullptr, false);
+                         return tags.is_object() && tags.value("simulated", std::string()) == "true";
+                       }()
+                           ? " [simulated]"
+                           : "");
   if (!d.model.is_null()) {
     std::string line = fmt::format("  model     {}", d.model.value("name", std::string()));
     if (d.model.contains("parameters") && d.model["parameters"].is_number())

@@ -21,6 +21,18 @@ bool has_num(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number();
 }
+// ---- simulate (issue 19): a run recorded with --simulate (its tag simulated=true)
+bool simulated_run(const RunInfo& r) {
+  const nlohmann::json tags = parse_or_empty(r.tags);
+  auto it = tags.find("simulated");
+  return it != tags.end() && it->is_string() && *it == "true";
+}
+std::string scenario_of(const RunInfo& r) {
+  const nlohmann::json tags = parse_or_empty(r.tags);
+  auto it = tags.find("simulate_scenario");
+  return it != tags.end() && it->is_string() ? it->get<std::string>() : std::string("?");
+}
+// ---- end simulate
 } // namespace
 
 nlohmann::json run_json(const RunInfo& r) {
@@ -54,6 +66,7 @@ nlohmann::json run_json(const RunInfo& r) {
   j["events"] = s.value("events", 0);
   j["attribution"] = s.value("attribution", nlohmann::json()); // issue 13: null when no process was tracked
   j["tags"] = parse_or_empty(r.tags);
+  j["simulated"] = simulated_run(r); // issue 19: true when its GPUs were simulated (--simulate)
   j["wattscope_version"] = r.version;
   return j;
 }
@@ -75,6 +88,10 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   } else if (rebuilt) {
     out += "  status    finalised by 'wattscope repair' from its stored samples (exit status unknown)\n";
   }
+  if (simulated_run(r)) // issue 19
+    out += fmt::format("  SIMULATED the GPUs of this run are simulated (--simulate, scenario {}): their figures, and "
+                       "totals that include them, are not measurements\n",
+                       scenario_of(r));
   if (rebuilt && s.contains("last_event") && s["last_event"].is_string())
     out += fmt::format("  last event {}\n", s["last_event"].get<std::string>());
   if (!r.command.empty()) out += fmt::format("  command   {}\n", r.command);
@@ -141,8 +158,9 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   }
   // ---- end attribution ----
   if (r.total_energy_j)
-    out += fmt::format("  energy    {} total (GPUs{})\n", format_energy(*r.total_energy_j),
-                       has_num(cpu, "energy_j") ? " + CPU package + DRAM" : "");
+    out += fmt::format("  energy    {} total (GPUs{}){}\n", format_energy(*r.total_energy_j),
+                       has_num(cpu, "energy_j") ? " + CPU package + DRAM" : "",
+                       simulated_run(r) ? " [simulated: the GPUs' part is simulated]" : "");
   else
     out += "  energy    not measured (no GPU or power counter found; 'wattscope doctor' says why)\n";
   if (!stores.empty()) {
@@ -165,6 +183,7 @@ std::string runs_table(const std::vector<RunInfo>& runs) {
                        r.duration_s() ? fmt::format("{:.1f} s", *r.duration_s()) : "running?", r.samples,
                        r.exit_status ? std::to_string(*r.exit_status) : "-",
                        r.total_energy_j ? fmt::format("{:.1f}", *r.total_energy_j) : "-");
+    if (simulated_run(r)) out.insert(out.size() - 1, "  simulated"); // issue 19: never a bare simulated figure
   }
   return out;
 }

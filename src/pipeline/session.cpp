@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/text.hpp"
+#include "core/thread_name.hpp"
 #include "core/time_util.hpp"
 #include "pipeline/sources.hpp"
 #include "wattscope/version.hpp"
@@ -35,6 +36,10 @@ void Session::open() {
     if (const char* v = std::getenv(var)) tags[var] = v;
   for (const auto& [k, v] : opts_.tags)
     tags[k] = v;
+  if (opts_.simulate) { // issue 19: a run with simulated GPUs says so wherever it is read
+    tags["simulated"] = "true";
+    tags["simulate_scenario"] = opts_.simulate->name();
+  }
   // Environment values are not ours: bytes that are not UTF-8 become U+FFFD rather than stopping the run.
   run_.tags = tags.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 
@@ -73,6 +78,10 @@ void Session::open() {
     }
     sources_.push_back(std::move(s));
   }
+  sim_t0_ = SteadyClock::now(); // issue 19: the simulated library's clock started at its nvmlInit, just above
+  if (opts_.simulate)
+    spdlog::info("recording {} SIMULATED GPUs (--simulate, scenario {}): no GPU figure of this run is a measurement",
+                 devices_->size(), opts_.simulate->name());
   acc_ = std::make_unique<Accounting>(*devices_);
   if (opts_.track_processes) {
     std::vector<std::shared_ptr<Source>> gpu;
@@ -91,19 +100,20 @@ void Session::open() {
   // --- issue 15: markers. Begin/end/work settle on the sampler thread (PhaseTracker); points and model
   // descriptions are events.
   phases_ = std::make_unique<PhaseTracker>();
+  on_marker_ = [this](Marker m, int64_t ts_ms) {
+    if (m.kind == Marker::Kind::Point) {
+      acc_->add_event({0, ts_ms, "mark", m.name, ""});
+    } else if (m.kind == Marker::Kind::Model) {
+      nlohmann::json d = nlohmann::json::object();
+      if (m.parameters) d["parameters"] = *m.parameters;
+      if (m.flops) d["flops"] = *m.flops;
+      acc_->add_event({0, ts_ms, "model", m.name, d.dump()});
+    } else {
+      phases_->push(std::move(m), ts_ms);
+    }
+  };
   if (opts_.private_marker_socket || !opts_.marker_socket_path.empty()) {
-    auto handler = [this](Marker m, int64_t ts_ms) {
-      if (m.kind == Marker::Kind::Point) {
-        acc_->add_event({0, ts_ms, "mark", m.name, ""});
-      } else if (m.kind == Marker::Kind::Model) {
-        nlohmann::json d = nlohmann::json::object();
-        if (m.parameters) d["parameters"] = *m.parameters;
-        if (m.flops) d["flops"] = *m.flops;
-        acc_->add_event({0, ts_ms, "model", m.name, d.dump()});
-      } else {
-        phases_->push(std::move(m), ts_ms);
-      }
-    };
+    auto handler = on_marker_;
     if (!opts_.marker_socket_path.empty()) {
       markers_ = std::make_unique<MarkerListener>(MarkerListener::at_path(opts_.marker_socket_path, handler));
     } else {
@@ -139,7 +149,27 @@ void Session::start() {
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
   if (markers_) markers_->start();
+  if (opts_.simulate) // issue 19
+    sim_thread_ = std::thread([this] {
+      name_this_thread("ws-simulate");
+      simulate_loop();
+    });
 }
+
+// ---- simulate (issue 19): the scenario's markers, each at its time on the timeline, through the same handler as
+// markers from the socket. Sleeps until the next one (no timer wake-ups in between).
+void Session::simulate_loop() {
+  std::unique_lock lock(sim_mu_);
+  for (size_t n = 0;; ++n) {
+    auto next = opts_.simulate->marker(n);
+    if (!next) return;
+    const auto due =
+        sim_t0_ + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(next->first));
+    if (sim_cv_.wait_until(lock, due, [this] { return sim_stop_; })) return;
+    on_marker_(std::move(next->second), wall_now_ms());
+  }
+}
+// ---- end simulate
 
 RunCgroup Session::make_cgroup() {
   if (!tracker_) return {};
@@ -160,6 +190,7 @@ RunCgroup Session::make_cgroup() {
 }
 
 void Session::follow(pid_t child, const RunCgroup& cgroup) {
+  if (opts_.simulate) opts_.simulate->command_started(child); // issue 19: the simulated GPUs list its processes
   if (tracker_) tracker_->follow(child, cgroup.dir);
 }
 
@@ -168,6 +199,14 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   finished_ = true;
   if (tracker_) tracker_->stop(); // its last scan goes out with the sampler's last tick
   if (markers_) markers_->stop(); // what arrived before now is settled below
+  if (sim_thread_.joinable()) {   // issue 19
+    {
+      std::lock_guard lock(sim_mu_);
+      sim_stop_ = true;
+    }
+    sim_cv_.notify_all();
+    sim_thread_.join();
+  }
   if (sampler_) sampler_->stop();
   if (tracker_) {
     // The final `processes` rows: every process still known, with the tick it was last seen at; and the rows of a

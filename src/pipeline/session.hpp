@@ -2,11 +2,14 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "accounting/accounting.hpp"
@@ -14,6 +17,7 @@
 #include "core/schema.hpp"
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
+#include "pipeline/simulate.hpp"
 #include "processes/cgroup.hpp"
 #include "processes/tracker.hpp"
 #include "sampler/sampler.hpp"
@@ -48,6 +52,10 @@ struct SessionOptions {
   // record/serve at --socket PATH. Neither: no socket.
   bool private_marker_socket = false;
   std::string marker_socket_path;
+  // ---- simulate (issue 19): simulated GPUs instead of the machine's (pipeline/simulate.hpp); the run is tagged
+  // simulated=true and the scenario's timeline sends its phase and work markers.
+  std::shared_ptr<const Simulation> simulate;
+  // ---- end simulate
 };
 
 class Session {
@@ -87,6 +95,15 @@ private:
   std::unique_ptr<MarkerListener> markers_; // issue 15
   bool all_stored_ = true;
   bool finished_ = false;
+  std::function<void(Marker, int64_t)> on_marker_; // issue 15: what a marker does, from the socket or the simulation
+  // ---- simulate (issue 19): the thread that sends the scenario's markers on its timeline
+  void simulate_loop();
+  std::thread sim_thread_;
+  std::mutex sim_mu_;
+  std::condition_variable sim_cv_;
+  bool sim_stop_ = false;
+  SteadyClock::time_point sim_t0_{};
+  // ---- end simulate
 };
 
 } // namespace wattscope

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "pipeline/session.hpp"
+#include "pipeline/simulate.hpp"
 #include "sources/hwmon/hwmon_gpu_source.hpp"
 #include "sources/procfs/cpu_source.hpp"
 #include "sources/rapl/rapl_source.hpp"
@@ -31,6 +32,18 @@ constexpr SourceEntry kSources[] = {
 #ifdef WATTSCOPE_HAVE_NVML
     {"nvml",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       // ---- simulate (issue 19): the embedded simulated library, not the system's; CUDA_VISIBLE_DEVICES names
+       // real GPUs, so only --gpus selects among simulated ones.
+       if (o.simulate) {
+         NvmlSource::Options sim;
+         sim.library_path = o.simulate->library_path();
+         sim.selection = parse_gpu_selection(o.gpus.empty() ? "all" : o.gpus, std::nullopt);
+         sim.simulated_scenario_json = o.simulate->scenario_json();
+         sim.simulated_name = o.simulate->name();
+         sim.slow_period = std::max<std::chrono::nanoseconds>(sim.slow_period, o.interval);
+         return std::make_unique<NvmlSource>(std::move(sim));
+       }
+       // ---- end simulate
        auto opts = NvmlSource::Options::from_env(o.gpus);
        // PCIe throughput is read once a second, or once an interval where ticks are further apart: a reading nobody
        // takes is a wake-up without work (issue 12).
@@ -40,7 +53,10 @@ constexpr SourceEntry kSources[] = {
 #endif
     // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.
     {"hwmon-gpu",
-     [](const SessionOptions& o) -> std::unique_ptr<Source> { return std::make_unique<HwmonGpuSource>(o.sysfs_root); }},
+     [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
+       return std::make_unique<HwmonGpuSource>(o.sysfs_root);
+     }},
 };
 } // namespace
 

@@ -16,6 +16,18 @@ namespace wattscope {
 
 namespace {
 
+// ---- simulate (issue 19): the run's tags say whether its GPUs are simulated (--simulate), and by what scenario
+std::string run_tag(const RunInfo& r, const char* key) {
+  const auto tags = nlohmann::json::parse(r.tags, nullptr, false);
+  if (!tags.is_object()) return {};
+  auto it = tags.find(key);
+  return it != tags.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+bool simulated_run(const RunInfo& r) {
+  return run_tag(r, "simulated") == "true";
+}
+// ---- end simulate
+
 nlohmann::json opt(const OptF& v) {
   return v ? nlohmann::json(*v) : nlohmann::json();
 }
@@ -298,7 +310,12 @@ nlohmann::json LiveState::current_json() const {
           {"ts_ms", latest_ ? nlohmann::json(latest_->ts_ms) : nlohmann::json()},
           {"tick", latest_ ? nlohmann::json(latest_->tick) : nlohmann::json()},
           {"run",
-           {{"run_id", run_.run_id}, {"task", run_.task}, {"host", run_.host}, {"start", iso_utc_ms(run_.start_ms)}}},
+           {{"run_id", run_.run_id},
+            {"task", run_.task},
+            {"host", run_.host},
+            {"start", iso_utc_ms(run_.start_ms)},
+            {"simulated", simulated_run(run_)}, // issue 19
+            {"simulate_scenario", run_tag(run_, "simulate_scenario")}}},
           {"interval_s", run_.interval_ms / 1000.0},
           {"devices", devices},
           {"gpus", gpus},
@@ -313,9 +330,11 @@ nlohmann::json LiveState::current_json() const {
 
 nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chrono::nanoseconds step) const {
   int64_t now = 0;
+  bool simulated = false;
   {
     std::lock_guard lock(mu_);
     now = latest_ ? latest_->ts_ms : wall_now_ms();
+    simulated = simulated_run(run_); // issue 19
   }
   std::lock_guard ring(ring_mu_); // only the ring: scrapes and event streams go on meanwhile
   const int64_t from = now - std::chrono::duration_cast<std::chrono::milliseconds>(range).count();
@@ -390,6 +409,7 @@ nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chro
     if (info.flags & kPeak) out["cpu_" + peak_key(info.column)] = column(k, true);
   }
   out["gpus"] = std::move(gpus);
+  out["simulated"] = simulated; // issue 19: its GPU series are simulated
   return out;
 }
 
@@ -399,9 +419,13 @@ std::string LiveState::metrics_text() const {
   const std::string host = prom_label_value(run_.host);
   x.family("wattscope_build_info", "gauge", "wattscope build, as a label.");
   x.sample(fmt::format("version=\"{}\"", kVersion), 1.0);
-  x.family("wattscope_run_info", "gauge", "The run this serve session records, as labels.");
-  x.sample(fmt::format("run_id=\"{}\",task=\"{}\",host=\"{}\"", prom_label_value(run_.run_id),
-                       prom_label_value(run_.task), host),
+  // issue 19: simulated="true" on the run and on every series of a simulated GPU, so no dashboard or alert built on
+  // them can take a simulated figure for a measurement.
+  const bool simulated = simulated_run(run_);
+  x.family("wattscope_run_info", "gauge",
+           "The run this serve session records, as labels (simulated=\"true\": its GPUs are simulated, --simulate).");
+  x.sample(fmt::format("run_id=\"{}\",task=\"{}\",host=\"{}\",simulated=\"{}\"", prom_label_value(run_.run_id),
+                       prom_label_value(run_.task), host, simulated ? "true" : "false"),
            1.0);
   if (sampler_) {
     x.family("wattscope_sampler_interval_seconds", "gauge", "Sampling interval.");
@@ -426,16 +450,17 @@ std::string LiveState::metrics_text() const {
     const GpuDevice* d = nullptr;
     for (const auto& dev : devices_)
       if (dev.gpu_index == s.gpu_index) d = &dev;
-    gs.emplace_back(&s, fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"", s.gpu_index,
-                                    prom_label_value(d ? d->uuid : ""), prom_label_value(d ? d->name : ""), host));
+    gs.emplace_back(&s, fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"{}", s.gpu_index,
+                                    prom_label_value(d ? d->uuid : ""), prom_label_value(d ? d->name : ""), host,
+                                    d && d->energy_method == "simulated" ? ",simulated=\"true\"" : ""));
   }
   x.family("wattscope_gpu_up", "gauge", "1 when the GPU answered the latest tick, 0 when it is lost.");
   for (const auto& d : devices_) {
     bool up = false;
     for (const auto& s : f.gpus)
       up = up || s.gpu_index == d.gpu_index;
-    x.sample(fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"", d.gpu_index, prom_label_value(d.uuid),
-                         prom_label_value(d.name), host),
+    x.sample(fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"{}", d.gpu_index, prom_label_value(d.uuid),
+                         prom_label_value(d.name), host, d.energy_method == "simulated" ? ",simulated=\"true\"" : ""),
              up ? 1.0 : 0.0);
   }
   // Registry metrics sharing a family (the clocks, the link widths) are adjacent: HELP and TYPE once, then every

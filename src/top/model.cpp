@@ -100,9 +100,11 @@ double stale_after_s(const HostView& h) {
 
 void apply_frame(HostView& h, const Frame& f, const std::vector<GpuDevice>& devices) {
   if (f.rows_only || f.markers_only) return;
+  h.simulated = false;
   for (const auto& d : devices) {
     TopGpu& g = gpu_slot(h, d.gpu_index);
     g.name = d.name;
+    if (d.energy_method == "simulated") h.simulated = true;
     g.answered = false;
   }
   for (const auto& s : f.gpus) {
@@ -175,6 +177,7 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     h.last_tick = -1;
   }
   if (const std::string host = str(run, "host"); !host.empty()) h.name = host;
+  h.simulated = run.contains("simulated") && run["simulated"].is_boolean() && run["simulated"].get<bool>();
   if (const OptF iv = num(j, "interval_s"); iv && *iv > 0) h.interval_s = *iv;
   const OptI tick = inum(j, "tick");
   h.last_data = now;

@@ -64,6 +64,7 @@ struct HostView {
   double interval_s = 1;                                          // the host's sampling interval
   int64_t last_tick = -1;
   std::vector<TopGpu> gpus;
+  bool simulated = false; // issue 19: its GPUs are --simulate's (every view says so in words)
   CpuSample cpu;
   OptF cpu_energy_j; // package + DRAM since top started watching
   std::vector<TopProcess> procs;

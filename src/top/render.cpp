@@ -223,6 +223,7 @@ Line cpu_row(const HostView& h, const GpuCols& c, const RenderOptions& o) {
 Line host_row(const HostView& h, const RenderOptions& o, bool selected) {
   LineBuilder b;
   b.add(printable(h.name.empty() ? h.url : h.name), Tone::Title);
+  if (h.simulated) b.add("  SIMULATED GPUs", Tone::Warn);
   if (!h.url.empty() && h.name != h.url) b.add(" (" + printable(h.url) + ")", Tone::Dim);
   const auto age = h.age_s(o.now);
   if (h.state == HostView::State::NotAnswering) {
@@ -380,6 +381,10 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
     LineBuilder b;
     b.add("wattscope top", Tone::Title);
     if (!o.fleet && !hosts.empty()) b.add("  " + printable(hosts.front().name));
+    bool any_simulated = false;
+    for (const auto& h : hosts)
+      any_simulated = any_simulated || h.simulated;
+    if (any_simulated) b.add("  SIMULATED GPUs, not measurements", Tone::Warn);
     const double iv = std::chrono::duration<double>(o.interval).count();
     b.add(iv < 1 ? fmt::format("  every {:.0f}ms", iv * 1000) : fmt::format("  every {}", age_text(iv)), Tone::Dim);
     b.add(fmt::format("  power {}  energy {} since {}", power_text(fleet_power), energy_text(fleet_energy), o.started));
@@ -413,7 +418,9 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
   if (sel_gpu) {
     const auto& s = sel_gpu->s;
     LineBuilder b;
-    b.add(fmt::format("GPU {} {}", s.gpu_index, printable(sel_gpu->name)), Tone::Title);
+    b.add(fmt::format("GPU {} {}{}", s.gpu_index, printable(sel_gpu->name),
+                      hosts[sel_host].simulated ? " (simulated)" : ""),
+          Tone::Title);
     if (o.fleet) b.add(" on " + printable(hosts[sel_host].name), Tone::Dim);
     b.add(fmt::format(": util {}%  mem {}/{}  power {} of {}  temp {} C  {}", opt_num(s.util_gpu_pct, "{:.0f}"),
                       bytes_text(s.mem_used_bytes), bytes_text(s.mem_total_bytes), power_text(s.power_w),

@@ -37,6 +37,22 @@
 //
 // MIG: "mig": ["MIG-…", …] on a device gives it that many MIG instances (nvmlDeviceGetMaxMigDeviceCount,
 // nvmlDeviceGetMigDeviceHandleByIndex), each answering nvmlDeviceGetUUID; without it both answer NOT_SUPPORTED.
+//
+// ---- simulate (issue 19) ----
+// A timeline (wattscope --simulate, docs/simulate.md): the scenario's top-level "timeline" cuts time since nvmlInit
+// into labelled segments, {"loop": true, "segments": [{"label": "warmup", "s": 2}, {"label": "train", "s": 4}, ...]}
+// (looping by default: after the last segment the first begins again). A value can then follow it:
+//   {"timeline": {"warmup": [90000, 300000], "train": 560000, "default": 60000}, "noise": 8000}
+// is, at t, the entry for the segment t falls in (a number, or [from, to]: a straight ramp across the segment;
+// "default" for a label not listed, else 0) plus a deterministic wiggle of at most `noise` ([amp, seed] to vary it),
+// never below 0 nor above "max" (a value too: a power capped at its limit). "loop_from": N in the timeline makes a
+// loop start again at segment N rather than 0 (a warm-up is not repeated).
+// {"timeline_integral": {...same map...}} is the exact integral of that curve (without the wiggle) over [0, t]: an
+// energy counter in mJ that matches a power curve in mW. Process values ("sm", "mem_bytes", ...) take them too.
+// The scenario can also be handed over in memory, without a file: wattscope_fake_nvml_set_scenario(json) before
+// nvmlInit (what --simulate does, having loaded this library from memory), which takes precedence over the file.
+// ---- end simulate
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -79,6 +95,13 @@ struct State {
   double t0 = 0;
   double default_cost_us = 0;
   std::map<std::string, double, std::less<>> cost_us; // per symbol
+  // ---- simulate (issue 19) ----
+  std::string scenario_text; // wattscope_fake_nvml_set_scenario: used instead of the file when set
+  std::vector<std::pair<std::string, double>> segments; // the timeline: (label, seconds), in order
+  double period_s = 0;                                  // their total
+  bool loop = true;
+  double loop_from_s = 0; // where a loop starts again: the start of segment "loop_from"
+  // ---- end simulate
 } g;
 
 // Milliseconds a call with count k should block for, per a "hang" spec (an object or a list); each entry once.
@@ -139,12 +162,74 @@ FakeDevice* dev(Device d) {
   return nullptr;
 }
 
+// ---- simulate (issue 19): values that follow the scenario's timeline ----
+// The entry of a "timeline" map for `label`: a number, [from, to] (a ramp over the segment), "default", else 0.
+double segment_value(const json& map, const std::string& label, double into_s, double seg_s) {
+  auto it = map.find(label);
+  if (it == map.end()) it = map.find("default");
+  if (it == map.end()) return 0;
+  if (it->is_number()) return it->get<double>();
+  if (it->is_array() && it->size() == 2 && seg_s > 0)
+    return (*it)[0].get<double>() + ((*it)[1].get<double>() - (*it)[0].get<double>()) * into_s / seg_s;
+  return 0;
+}
+// The integral of that entry over the first `into_s` seconds of a segment of `seg_s` seconds.
+double segment_integral(const json& map, const std::string& label, double into_s, double seg_s) {
+  const double a = segment_value(map, label, 0, seg_s);
+  const double b = segment_value(map, label, into_s, seg_s);
+  return 0.5 * (a + b) * into_s; // straight lines: the trapezoid is exact
+}
+// Value (or integral over [0, t]) of a timeline map at t seconds since nvmlInit, in one pass over the segments.
+double timeline_pass(const json& map, double t, bool integral) {
+  double start = 0, base = 0;
+  for (size_t i = 0; i < g.segments.size(); ++i) {
+    const auto& [label, seg_s] = g.segments[i];
+    if (t < start + seg_s || i + 1 == g.segments.size()) {
+      const double into = std::clamp(t - start, 0.0, seg_s);
+      return integral ? base + segment_integral(map, label, into, seg_s) : segment_value(map, label, into, seg_s);
+    }
+    if (integral) base += segment_integral(map, label, seg_s, seg_s);
+    start += seg_s;
+  }
+  return base;
+}
+// Looping: past the end, time wraps to the start of segment "loop_from" (so a warm-up is not repeated).
+double timeline_at(const json& map, double t, bool integral) {
+  if (g.segments.empty() || g.period_s <= 0 || t < 0) return 0;
+  const double span = g.period_s - g.loop_from_s;
+  if (!g.loop || t < g.period_s || span <= 0) return timeline_pass(map, t, integral);
+  const double wraps = std::floor((t - g.period_s) / span) + 1;
+  const double t2 = t - wraps * span;
+  if (!integral) return timeline_pass(map, t2, false);
+  return timeline_pass(map, t2, true) +
+         wraps * (timeline_pass(map, g.period_s, true) - timeline_pass(map, g.loop_from_s, true));
+}
+// A deterministic wiggle in [-amp, amp], so simulated curves look measured without being random between runs.
+double wiggle(const json& noise, double t) {
+  double amp = 0, seed = 0;
+  if (noise.is_number()) amp = noise.get<double>();
+  if (noise.is_array() && noise.size() == 2) {
+    amp = noise[0].get<double>();
+    seed = noise[1].get<double>();
+  }
+  return amp * (0.6 * std::sin(2 * M_PI * t / 2.3 + seed) + 0.4 * std::sin(2 * M_PI * t / 0.71 + 2.1 * seed));
+}
+// ---- end simulate
+
 double eval(const json& v, long long k, double t) {
   if (v.is_number()) return v.get<double>();
   if (v.is_array())
     return v.empty()
                ? 0
                : v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))].get<double>();
+  // ---- simulate (issue 19) ----
+  if (v.contains("timeline")) {
+    double r = std::max(0.0, timeline_at(v["timeline"], t, false) + wiggle(v.value("noise", json(0)), t));
+    if (auto cap = v.find("max"); cap != v.end()) r = std::min(r, eval(*cap, k, t));
+    return r;
+  }
+  if (v.contains("timeline_integral")) return timeline_at(v["timeline_integral"], t, true);
+  // ---- end simulate
   if (v.contains("linear")) return v["linear"][0].get<double>() + v["linear"][1].get<double>() * static_cast<double>(k);
   const double two_pi = 2 * M_PI;
   if (v.contains("sine")) {
@@ -220,12 +305,33 @@ Return static_string(Device d, const char* key, char* buf, unsigned int len) {
 namespace impl {
 Return init() {
   std::lock_guard lock(g.mu);
-  const char* path = std::getenv("WATTSCOPE_FAKE_NVML_SCENARIO");
-  if (!path) return kErrorDriverNotLoaded;
-  std::ifstream in(path);
-  if (!in) return kErrorDriverNotLoaded;
-  g.scenario = json::parse(in, nullptr, false);
+  if (!g.scenario_text.empty()) { // ---- simulate (issue 19): handed over in memory
+    g.scenario = json::parse(g.scenario_text, nullptr, false);
+  } else {
+    const char* path = std::getenv("WATTSCOPE_FAKE_NVML_SCENARIO");
+    if (!path) return kErrorDriverNotLoaded;
+    std::ifstream in(path);
+    if (!in) return kErrorDriverNotLoaded;
+    g.scenario = json::parse(in, nullptr, false);
+  }
   if (g.scenario.is_discarded()) return kErrorUnknown;
+  // ---- simulate (issue 19): the timeline's segments ----
+  g.segments.clear();
+  g.period_s = 0;
+  g.loop_from_s = 0;
+  g.loop = true;
+  if (auto tl = g.scenario.find("timeline"); tl != g.scenario.end() && tl->is_object()) {
+    g.loop = tl->value("loop", true);
+    const long long loop_from = tl->value("loop_from", 0LL);
+    g.loop_from_s = 0;
+    for (const auto& seg : tl->value("segments", json::array()))
+      if (seg.is_object() && seg.value("s", 0.0) > 0) {
+        if (static_cast<long long>(g.segments.size()) == loop_from) g.loop_from_s = g.period_s;
+        g.segments.emplace_back(seg.value("label", std::string()), seg["s"].get<double>());
+        g.period_s += seg["s"].get<double>();
+      }
+  }
+  // ---- end simulate
   if (int e = g.scenario.value("init_error", 0)) return e;
   g.devices.clear();
   g.hung.clear();
@@ -611,6 +717,13 @@ Return device_processes_utilization_info(Device d, ProcessesUtilizationInfo* inf
 } // namespace
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+// ---- simulate (issue 19): the scenario handed over in memory (see the header comment) ----
+FAKE_EXPORT int wattscope_fake_nvml_set_scenario(const char* json_text) {
+  std::lock_guard lock(g.mu);
+  g.scenario_text = json_text ? json_text : "";
+  return 0;
+}
+// ---- end simulate
 #define FAKE_X1(member, need, params, args, sym)                                                                       \
   FAKE_EXPORT Return sym params {                                                                                      \
     count_call(#sym);                                                                                                  \

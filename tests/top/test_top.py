@@ -480,3 +480,17 @@ def test_firing_alerts_from_a_serve_that_has_them(world):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_simulate_says_so_on_screen(world):
+    # Issue 19: top --simulate shows the built-in scenario's four GPUs, and the word, never bare figures.
+    env = {k: v for k, v in world["env"].items() if k not in ("WATTSCOPE_NVML_LIBRARY", "WATTSCOPE_FAKE_NVML_SCENARIO")}
+    out = subprocess.run([BINARY, "top", "--once", "--simulate"], env=dict(env, COLUMNS="120", LINES="60"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "SIMULATED GPUs, not measurements" in out.stdout, out.stdout
+    assert re.search(r"(?m)^ 3 ", out.stdout), out.stdout
+    real = subprocess.run(top_args(world, "--once"), env=dict(world["env"], COLUMNS="120", LINES="60"),
+                          capture_output=True, text=True, timeout=60)
+    assert real.returncode == 0, real.stderr
+    assert "SIMULATED" not in real.stdout

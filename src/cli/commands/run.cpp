@@ -57,6 +57,7 @@ public:
                "  wattscope run --interval 100ms --csv results/ -- ./benchmark.sh\n"
                "  wattscope run --gpus 0,1 --report -- torchrun --nproc-per-node 2 train.py\n"
                "  wattscope run --gpus free:2 -- python train.py   # take 2 idle GPUs, locked for the run\n"
+               "  wattscope run --simulate -- sleep 20              # simulated GPUs, labelled so everywhere\n"
                "The exit status is the command's (128+N if a signal N ended it, 127 if it was not found);\n"
                "125 means wattscope itself failed. SIGINT, SIGTERM and SIGHUP are passed on to the command.");
   }
@@ -81,6 +82,8 @@ public:
     // --gpus free:N: the GPUs are chosen and locked before anything else, and the command gets them by UUID.
     std::vector<UniqueFd> gpu_locks; // held until the run has ended
     if (flags_.gpus.starts_with("free")) {
+      if (!flags_.simulate.empty()) // issue 19: free GPUs are found and locked on the machine's own NVML
+        throw UsageError("--gpus free:N picks this machine's idle GPUs; with --simulate, pick by index (--gpus 0,2)");
 #ifdef WATTSCOPE_HAVE_NVML
       const int n = *flag_value("", [&] { return parse_free_gpus(flags_.gpus); });
       GrabRequest req;

@@ -25,7 +25,10 @@ public:
   void add_options(CLI::App& sub) override {
     sub.add_option("--listen", listen_, "Address to listen on (loopback unless a --token-file is given)")
         ->capture_default_str();
-    sub.add_option("--interval,-i", rec_.interval, "Sampling interval")->capture_default_str();
+    sub.add_option("--interval,-i", rec_.interval, "Sampling interval")
+        ->capture_default_str()
+        ->each([this](const std::string&) { rec_.interval_given = true; });
+    add_simulate_option(sub, rec_); // issue 19
     sub.add_option("--db", db_, "Also store every sample here (FILE.db, csv:DIR or mysql://...)");
     sub.add_option("--retain", retain_, "How much history to keep in memory for the dashboard and API")
         ->capture_default_str();
@@ -45,6 +48,7 @@ public:
                    "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
                    "WATTSCOPE_SOCKET=PATH in the workloads that send them");
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
+               "  wattscope serve --simulate                        # simulated GPUs: see every view without one\n"
                "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
                "Endpoints: / (dashboard), /metrics (Prometheus), /api/v1/current, /api/v1/history?range=6h&step=1m,\n"
                "/api/v1/runs, /api/v1/runs/ID, /api/v1/events (server-sent events). deploy/ has a Grafana "

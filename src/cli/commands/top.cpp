@@ -22,6 +22,7 @@ public:
     sub.add_flag("--once", once_, "Print one frame as plain text and exit (for scripts)");
     sub.add_option("--sort", sort_, "Process order: power, cpu, mem, gpumem, sm or pid (the s key cycles)")
         ->capture_default_str();
+    add_simulate_option(sub, flags_); // issue 19: the simulated GPUs, labelled so on screen
     sub.add_option("--gpus", flags_.gpus, "GPUs to show: all, 0,2 or GPU-UUIDs");
     sub.add_option("--top-processes", flags_.top_processes,
                    "Processes sampled per scan, the top N by CPU or GPU use (0: no process list)")
@@ -41,7 +42,8 @@ public:
     RecordFlags f = flags_;
     f.no_db = true;
     f.task = "top";
-    f.process_interval = "1s"; // a live process list refreshes with the view (record's machine scan is every 5 s)
+    f.process_interval = "1s";
+    f.interval_given = true; // --simulate keeps top's refresh (a recording samples at 250 ms by default)
     const SessionOptions session = session_options(f, {}, /*require_store=*/false);
     if (session.interval < std::chrono::milliseconds(100))
       throw UsageError(fmt::format("--interval {}: top redraws at most every 100ms", flags_.interval));

@@ -62,6 +62,10 @@ std::unique_ptr<Library> Library::load(const std::string& explicit_path, std::st
   return lib;
 }
 
+void* Library::symbol(const char* name) const {
+  return handle_ ? ::dlsym(handle_, name) : nullptr;
+}
+
 Library::~Library() {
   if (handle_) ::dlclose(handle_);
 }

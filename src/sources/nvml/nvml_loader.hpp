@@ -21,6 +21,8 @@ public:
 
   const std::string& path() const { return path_; }
   const std::vector<std::string>& missing_optional() const { return missing_optional_; }
+  // A symbol outside the entry-point list (the simulated library's scenario hand-over, issue 19), or null.
+  void* symbol(const char* name) const;
 
 #define WATTSCOPE_NVML_MEMBER(member, need, params, args, ...) Return(*member) params = nullptr;
   WATTSCOPE_NVML_ENTRY_POINTS(WATTSCOPE_NVML_MEMBER, WATTSCOPE_NVML_MEMBER)

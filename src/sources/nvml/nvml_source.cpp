@@ -394,6 +394,19 @@ bool NvmlSource::open() {
   }
   for (const auto& m : lib_->missing_optional())
     spdlog::debug("nvml: {} lacks {}; that metric is off", lib_->path(), m);
+  // ---- simulate (issue 19): the scenario goes to the simulated library before nvmlInit reads it.
+  if (opts_.simulated()) {
+    using SetScenario = int (*)(const char*);
+    auto set = reinterpret_cast<SetScenario>(lib_->symbol("wattscope_fake_nvml_set_scenario"));
+    if (!set) {
+      status_ =
+          SourceStatus::missing(fmt::format("--simulate: {} is not wattscope's simulated GPU library", lib_->path()),
+                                "a bug in this build: the embedded library lacks its scenario entry point");
+      return false;
+    }
+    set(opts_.simulated_scenario_json.c_str());
+  }
+  // ---- end simulate
   Return rc = lib_->init();
   if (rc != kSuccess) {
     const bool mismatch = rc == kErrorLibRmVersionMismatch || rc == kErrorOperatingSystem;
@@ -437,6 +450,7 @@ bool NvmlSource::open() {
     }
     d.info.gpu_index = static_cast<int>(i);
     d.info.vendor = "nvidia";
+    if (opts_.simulated()) d.info.energy_method = "simulated"; // issue 19: kept by accounting, shown everywhere
     if (lib_->device_uuid && lib_->device_uuid(d.handle, buf, sizeof buf) == kSuccess)
       d.info.uuid = cstr(buf, sizeof buf);
     if (lib_->device_name && lib_->device_name(d.handle, buf, sizeof buf) == kSuccess)
@@ -486,9 +500,13 @@ bool NvmlSource::open() {
                                           "check CUDA_VISIBLE_DEVICES or pass --gpus all");
     return false;
   }
-  status_ = SourceStatus::ok(fmt::format("{} of {} NVIDIA GPUs via {} (driver {})", devs_.size(), count, lib_->path(),
+  status_ =
+      SourceStatus::ok(opts_.simulated() // issue 19
+                           ? fmt::format("{} of {} SIMULATED NVIDIA GPUs (--simulate, scenario {}): not measurements",
+                                         devs_.size(), count, opts_.simulated_name)
+                           : fmt::format("{} of {} NVIDIA GPUs via {} (driver {})", devs_.size(), count, lib_->path(),
                                          driver_version_.empty() ? "unknown" : driver_version_),
-                             true);
+                       true);
   for (const auto& d : devs_)
     if (d.on[cPcieThroughput]) slow_wanted_ = true;
   if (slow_wanted_)

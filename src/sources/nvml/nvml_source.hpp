@@ -28,6 +28,12 @@ public:
     std::string library_path; // WATTSCOPE_NVML_LIBRARY, or empty for the system library
     GpuSelection selection;
     std::chrono::nanoseconds slow_period = std::chrono::seconds(1);
+    // ---- simulate (issue 19): the simulated library (library_path) and its scenario, handed over in memory.
+    // Its devices carry energy_method "simulated".
+    std::string simulated_scenario_json;
+    std::string simulated_name; // the scenario's name; empty for real NVML
+    bool simulated() const { return !simulated_name.empty(); }
+    // ---- end simulate
     // Reads WATTSCOPE_NVML_LIBRARY and CUDA_VISIBLE_DEVICES. Throws std::invalid_argument on a bad --gpus.
     static Options from_env(const std::string& gpus_flag);
   };
