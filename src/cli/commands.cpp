@@ -23,6 +23,10 @@ constexpr CommandEntry kCommands[] = {
     {"compare", "Whether two runs or tasks differ in energy by more than run-to-run noise (Welch's t-test)",
      make_compare_command},
     {"import", "Turn a log you already have (nvidia-smi --query-gpu CSV) into a run", make_import_command},
+    // ---- advice (issue 14) ----
+    {"advise", "What a run wasted and what to change, with evidence and an estimated saving (default: latest run)",
+     make_advise_command},
+    // ---- end advice ----
 };
 } // namespace
 

@@ -21,5 +21,8 @@ std::unique_ptr<Command> make_mark_command();
 std::unique_ptr<Command> make_stats_command();
 std::unique_ptr<Command> make_compare_command();
 std::unique_ptr<Command> make_import_command();
+// ---- advice (issue 14) ----
+std::unique_ptr<Command> make_advise_command();
+// ---- end advice ----
 
 } // namespace wattscope
