@@ -397,10 +397,14 @@ std::vector<Item> advise(const Input& in) {
                        format_bytes(static_cast<double>(*g.mem_total_bytes)), peak_pct, std::floor(factor * 10) / 10,
                        saving_phrase(saving, pct(saving),
                                      saving ? "modelled"
-                                            : "its utilisation was already at least " +
-                                                  fmt::format("{:.0f} %", kFedUtilPct) +
-                                                  "; whether a larger batch saves energy per sample is for a run at "
-                                                  "that batch size to show ('wattscope compare')"),
+                                     : starved.seconds + transfer.seconds > 0
+                                         ? "its waiting time is counted under the starvation or transfer advice; "
+                                           "whether a larger batch saves energy per sample is for a run at that batch "
+                                           "size to show ('wattscope compare')"
+                                         : fmt::format("it already ran at {:.0f} % utilisation or more; whether a "
+                                                       "larger batch saves energy per sample is for a run at that "
+                                                       "batch size to show ('wattscope compare')",
+                                                       kFedUtilPct)),
                        saving ? " Assumes " + stall_assumption + "; a larger batch fills the GPU to that utilisation."
                               : ""));
     }
@@ -489,7 +493,11 @@ std::string to_text(const std::vector<Item>& items, size_t max_items, bool with_
     if (with_evidence) {
       std::string ev;
       for (const auto& [k, v] : it.evidence.items())
-        if (k != "assumption") ev += (ev.empty() ? "" : ", ") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+        if (k != "assumption")
+          ev += (ev.empty() ? "" : ", ") + k + "=" +
+                (v.is_string()           ? v.get<std::string>()
+                 : v.is_number_float()   ? fmt::format("{:.6g}", v.get<double>())
+                                         : v.dump());
       out += "     evidence: " + ev + "\n";
     }
   }
