@@ -10,7 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <csignal>
+
 #include "../support/support.hpp"
+#include "http_client.hpp"
 #include "advice/advice.hpp"
 
 using namespace wstest;
@@ -233,4 +236,34 @@ TEST(Advice, ShowJsonHasAdviceWithExactlyItsKeys) {
   for (const auto& [k, v] : j["advice"][0].items())
     keys.push_back(k);
   EXPECT_EQ(keys, (std::vector<std::string>{"evidence", "kind", "saving_j", "saving_pct", "severity", "text"}));
+}
+
+// serve: /api/v1/advice from its own window of frames, the same estimators as `advise`; cached between recomputations,
+// so two requests a moment apart get the same answer although frames arrived in between.
+TEST(Advice, ServeAnswersFromItsWindowAndCaches) {
+  TempDir dir;
+  json idle = healthy_metrics(60);
+  idle["util_gpu"] = 0;
+  write_file(dir / "scenario.json", scenario({healthy_metrics(), idle}).dump());
+  write_file(dir / "sys/.keep", "");
+  const int pid = start({wstest::wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "100ms", "--sysfs-root",
+                         dir / "sys"},
+                        {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                         {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                         {"CUDA_VISIBLE_DEVICES", "\x01"}},
+                        dir.path(), dir / "out", dir / "err");
+  const int port = wait_for_serve_port(dir / "err", 100);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto first = wstest::http::get(port, "/api/v1/advice", {}, std::chrono::seconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto second = wstest::http::get(port, "/api/v1/advice", {}, std::chrono::seconds(5));
+  kill(pid, SIGTERM);
+  wait_exit(pid);
+  ASSERT_EQ(first.status, 200) << first.body;
+  const json j = json::parse(first.body);
+  EXPECT_GE(j["window"]["frames"].get<int>(), 10);
+  const json& item = only(j["advice"], "idle_gpu");
+  EXPECT_EQ(item["evidence"]["device"], "gpu1");
+  EXPECT_NEAR(item["saving_pct"].get<double>(), 100.0 * 60 / (60 + 250), 1.5);
+  EXPECT_EQ(second.body, first.body) << "recomputed within kRecomputeEvery";
 }

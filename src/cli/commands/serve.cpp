@@ -12,6 +12,7 @@
 #include "core/thread_name.hpp"
 #include "pipeline/run_view.hpp"
 #include "pipeline/session.hpp"
+#include "advice/advice_input.hpp" // advice (issue 14)
 #include "server/live.hpp"
 #include "server/server.hpp"
 #include "server/token.hpp"
@@ -70,11 +71,18 @@ public:
     block_control_signals();
     LiveState live(retain, opts.interval);
     live.set_process_cap(opts.top_processes);
-    opts.on_frame = [&live](const std::shared_ptr<const Frame>& fr) { live.push(fr); };
+    advice::LiveAdvice advice; // ---- advice (issue 14): /api/v1/advice, from a window of the frames ----
+    opts.on_frame = [&live, &advice](const std::shared_ptr<const Frame>& fr) {
+      live.push(fr);
+      advice.push(*fr);
+    };
     Session session(opts);
     session.open();
     live.set_run(session.run(), session.devices());
-    HttpServer http(live, ServerOptions{addr, token, store});
+    advice.set_devices(session.devices());
+    ServerOptions server_opts{addr, token, store};
+    server_opts.advice = &advice;
+    HttpServer http(live, server_opts);
     http.bind();
     session.start();
     live.set_sampler(session.sampler_stats());
