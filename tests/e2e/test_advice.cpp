@@ -160,6 +160,49 @@ TEST(Advice, StarvedGpuWithQuietPcie) {
   EXPECT_NE(item["text"].get<std::string>().find("Assumes"), std::string::npos);
 }
 
+// Starvation seen from the host: the CPU (a /proc/stat fixture the test advances, 95 % busy) saturated while the GPU
+// waits; PCIe not supported, so only the CPU can tell.
+TEST(Advice, StarvedGpuWithBusyCpuFromProcfs) {
+  json m = healthy_metrics(150);
+  m["util_gpu"] = 40;
+  m.erase("pcie_tx_kbs");
+  m.erase("pcie_rx_kbs");
+  auto r = std::make_unique<Recorded>();
+  write_file(r->dir / "scenario.json", scenario({m}).dump());
+  write_file(r->dir / "sys/.keep", "");
+  write_file(r->dir / "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n");
+  // The source keeps /proc/stat open and preads it: rewritten in place (same inode), 95 busy jiffies in 100.
+  auto stat = [&](long long step) {
+    const long long busy = 1000 + 95 * step, idle = 1000 + 5 * step;
+    return "cpu  " + std::to_string(busy) + " 0 0 " + std::to_string(idle) + " 0 0 0 0 0 0\ncpu0 " +
+           std::to_string(busy) + " 0 0 " + std::to_string(idle) + " 0 0 0 0 0 0\n";
+  };
+  write_file(r->dir / "proc/stat", stat(0));
+  std::atomic<bool> stop{false};
+  std::thread ticker([&] {
+    for (long long step = 1; !stop; ++step) {
+      write_file(r->dir / "proc/stat", stat(step));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  r->env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+            {"WATTSCOPE_FAKE_NVML_SCENARIO", r->dir / "scenario.json"},
+            {"CUDA_VISIBLE_DEVICES", "\x01"}};
+  r->record = run({wstest::wattscope(), "record", "--interval", "100ms", "--duration", "2s", "--sysfs-root",
+                   r->dir / "sys", "--procfs-root", r->dir / "proc"},
+                  r->env, r->dir.path());
+  stop = true;
+  ticker.join();
+  ASSERT_EQ(r->record.exit_code, 0) << r->record.err;
+  const json item = only(r->advise(), "gpu_starved");
+  EXPECT_NEAR(item["evidence"]["avg_cpu_util_pct"].get<double>(), 95, 1.0);
+  EXPECT_TRUE(item["evidence"]["avg_pcie_bytes_per_s"].is_null());
+  // A tick whose read met the file mid-rewrite has no CPU figure and is not counted: at most a few of 20.
+  const double expected_j = kIdleW * r->sampled_s(0) * (1 - 40 / adv::kFedUtilPct);
+  EXPECT_NEAR(item["saving_j"].get<double>(), expected_j, 0.15 * expected_j);
+  EXPECT_LE(item["saving_j"].get<double>(), expected_j * 1.01);
+}
+
 TEST(Advice, TransferBound) {
   json m = healthy_metrics(150);
   m["util_gpu"] = 30;
