@@ -127,6 +127,10 @@ TEST(Advice, HealthyRunGetsNone) {
   auto text = run({wstest::wattscope(), "advise"}, r->env, r->dir.path());
   EXPECT_NE(text.out.find("no advice"), std::string::npos) << text.out;
   EXPECT_EQ(r->record.err.find("advice"), std::string::npos) << "the summary shows advice for a healthy run";
+  // A run that is not in the store: an error that names it, not a crash.
+  auto bad = run({wstest::wattscope(), "advise", "no-such-run"}, r->env, r->dir.path());
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("no-such-run"), std::string::npos) << bad.err;
 }
 
 TEST(Advice, IdleGpuDrewMeasuredEnergy) {
