@@ -137,8 +137,8 @@ std::vector<Interval> intervals(const GpuSeries& g, const std::vector<CpuPoint>&
     v.power_w = v.energy_j ? OptF(*v.energy_j / v.dt_s) : b.power_w;
     v.util_pct = b.util_pct;
     if (b.pcie_tx_bytes_per_s || b.pcie_rx_bytes_per_s)
-      v.pcie_bytes_per_s =
-          static_cast<double>(b.pcie_tx_bytes_per_s.value_or(0)) + static_cast<double>(b.pcie_rx_bytes_per_s.value_or(0));
+      v.pcie_bytes_per_s = static_cast<double>(b.pcie_tx_bytes_per_s.value_or(0)) +
+                           static_cast<double>(b.pcie_rx_bytes_per_s.value_or(0));
     v.throttle_reasons = b.throttle_reasons;
     v.clock_sm_mhz = b.clock_sm_mhz;
     v.mem_used_bytes = b.mem_used_bytes;
@@ -275,8 +275,8 @@ std::vector<Item> advise(const Input& in) {
         throttled.add(v);
         throttle_bits |= *v.throttle_reasons & (kThrottleThermalMask | kThrottlePowerMask);
         if (v.clock_sm_mhz && g.clock_sm_max_mhz && *g.clock_sm_max_mhz > 0)
-          lost_s += v.dt_s * std::max(0.0, 1 - static_cast<double>(*v.clock_sm_mhz) /
-                                               static_cast<double>(*g.clock_sm_max_mhz));
+          lost_s += v.dt_s *
+                    std::max(0.0, 1 - static_cast<double>(*v.clock_sm_mhz) / static_cast<double>(*g.clock_sm_max_mhz));
         else
           lost_known = false;
       }
@@ -288,7 +288,8 @@ std::vector<Item> advise(const Input& in) {
       }
       busy.add(v);
       if (limit && v.power_w &&
-          (*v.power_w >= kPowerBoundPct / 100 * *limit || (v.throttle_reasons && (*v.throttle_reasons & kSwPowerCapBit))))
+          (*v.power_w >= kPowerBoundPct / 100 * *limit ||
+           (v.throttle_reasons && (*v.throttle_reasons & kSwPowerCapBit))))
         at_limit.add(v);
       if (u < kLowUtilPct && v.pcie_bytes_per_s && *v.pcie_bytes_per_s >= kPcieBusyBytesPerS)
         transfer.add(v);
@@ -300,9 +301,7 @@ std::vector<Item> advise(const Input& in) {
     }
     const std::string idle_how =
         idle_p ? fmt::format("{:.0f} W idle power, {}", idle_p->watts, idle_p->basis) : "idle power unknown";
-    auto stall_saving = [&](const Span& s) -> OptF {
-      return idle_p ? OptF(idle_p->watts * s.stall_s) : std::nullopt;
-    };
+    auto stall_saving = [&](const Span& s) -> OptF { return idle_p ? OptF(idle_p->watts * s.stall_s) : std::nullopt; };
 
     // Idle or allocated-but-unused: measured, the energy it drew while nothing ran.
     if (idle.seconds >= kMinShare * total_s) {
@@ -310,8 +309,8 @@ std::vector<Item> advise(const Input& in) {
       const OptF saving = idle.energy_complete ? OptF(idle.energy_j) : std::nullopt;
       nlohmann::json ev = base_evidence(g, idle, total_s);
       ev["idle_energy_j"] = opt(saving);
-      ev["avg_power_w"] = idle.energy_complete && idle.seconds > 0 ? nlohmann::json(idle.energy_j / idle.seconds)
-                                                                   : nlohmann::json();
+      ev["avg_power_w"] =
+          idle.energy_complete && idle.seconds > 0 ? nlohmann::json(idle.energy_j / idle.seconds) : nlohmann::json();
       ev["avg_util_pct"] = opt(idle.avg_util());
       ev["estimate"] = "measured";
       std::string text =
@@ -426,8 +425,8 @@ std::vector<Item> advise(const Input& in) {
                       idle_how);
       if (saving) ev["assumption"] = assumption;
       push("throttling", std::move(ev), saving,
-           fmt::format("{} was throttled ({}) for {:.1f} s ({:.0f} % of the run){}. {} {}",
-                       who, reason_names(throttle_bits), throttled.seconds, 100 * throttled.seconds / total_s,
+           fmt::format("{} was throttled ({}) for {:.1f} s ({:.0f} % of the run){}. {} {}", who,
+                       reason_names(throttle_bits), throttled.seconds, 100 * throttled.seconds / total_s,
                        max_temp ? fmt::format(", up to {:.0f} °C", *max_temp) : "",
                        thermal ? "Improve its cooling (airflow, fan curve, a cooler slot or rack position), or lower "
                                  "its power limit so it stays below the thermal limit."
@@ -495,9 +494,9 @@ std::string to_text(const std::vector<Item>& items, size_t max_items, bool with_
       for (const auto& [k, v] : it.evidence.items())
         if (k != "assumption")
           ev += (ev.empty() ? "" : ", ") + k + "=" +
-                (v.is_string()           ? v.get<std::string>()
-                 : v.is_number_float()   ? fmt::format("{:.6g}", v.get<double>())
-                                         : v.dump());
+                (v.is_string()         ? v.get<std::string>()
+                 : v.is_number_float() ? fmt::format("{:.6g}", v.get<double>())
+                                       : v.dump());
       out += "     evidence: " + ev + "\n";
     }
   }

@@ -55,13 +55,13 @@ Input load_input(StoreReader& store, const RunInfo& run) {
   });
   // Columns by name (STYLE: reading code names columns, never counts them).
   const TableId gt = TableId::GpuSamples;
-  const size_t g_ts = column_index(gt, "ts_ms"), g_idx = column_index(gt, "gpu_index"), g_name = column_index(gt, "name"),
-               g_power = column_index(gt, "power_w"), g_energy = column_index(gt, "energy_j"),
-               g_util = column_index(gt, "util_gpu_pct"), g_mem = column_index(gt, "mem_used_bytes"),
-               g_mem_total = column_index(gt, "mem_total_bytes"), g_tx = column_index(gt, "pcie_tx_bytes_per_s"),
-               g_rx = column_index(gt, "pcie_rx_bytes_per_s"), g_thr = column_index(gt, "throttle_reasons"),
-               g_clock = column_index(gt, "clock_sm_mhz"), g_temp = column_index(gt, "temp_gpu_c"),
-               g_limit = column_index(gt, "power_limit_w");
+  const size_t g_ts = column_index(gt, "ts_ms"), g_idx = column_index(gt, "gpu_index"),
+               g_name = column_index(gt, "name"), g_power = column_index(gt, "power_w"),
+               g_energy = column_index(gt, "energy_j"), g_util = column_index(gt, "util_gpu_pct"),
+               g_mem = column_index(gt, "mem_used_bytes"), g_mem_total = column_index(gt, "mem_total_bytes"),
+               g_tx = column_index(gt, "pcie_tx_bytes_per_s"), g_rx = column_index(gt, "pcie_rx_bytes_per_s"),
+               g_thr = column_index(gt, "throttle_reasons"), g_clock = column_index(gt, "clock_sm_mhz"),
+               g_temp = column_index(gt, "temp_gpu_c"), g_limit = column_index(gt, "power_limit_w");
   store.scan(gt, run, [&](std::span<const Value> row) {
     const auto idx = value_int(row[g_idx]);
     const auto ts = value_int(row[g_ts]);
@@ -101,7 +101,8 @@ Input load_input(StoreReader& store, const RunInfo& run) {
                      [](const GpuPoint& a, const GpuPoint& b) { return a.ts_ms < b.ts_ms; });
     in.gpus.push_back(std::move(g));
   }
-  std::stable_sort(in.cpu.begin(), in.cpu.end(), [](const CpuPoint& a, const CpuPoint& b) { return a.ts_ms < b.ts_ms; });
+  std::stable_sort(in.cpu.begin(), in.cpu.end(),
+                   [](const CpuPoint& a, const CpuPoint& b) { return a.ts_ms < b.ts_ms; });
   return in;
 }
 

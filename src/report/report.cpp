@@ -7,10 +7,10 @@
 
 #include <fmt/format.h>
 
+#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "core/metrics.hpp"
 #include "core/output_file.hpp"
 #include "core/time_util.hpp"
-#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "pipeline/phase_view.hpp"
 #include "pipeline/run_view.hpp"
 #include "report/downsample.hpp"

@@ -86,7 +86,7 @@ test('the advice section renders the server\'s advice', async () => {
   const answered = page.waitForResponse((r) => r.url() === base + '/api/v1/advice');
   await page.goto(base + '/');
   const body = await (await answered).json();
-  await page.waitForFunction(() => document.body.dataset.advice !== undefined || document.body.dataset.adviceError !== undefined, null, { timeout: 40000 });
+  await page.waitForFunction(() => document.body.dataset.advice !== undefined || document.body.dataset.adviceError !== undefined, null, { timeout: 60000, polling: 250 });
   assert.equal(await page.evaluate(() => document.body.dataset.adviceError), undefined, 'the advice section failed');
   const rows = await page.evaluate(() => [...document.querySelectorAll('#advice tr[data-advice]')].map((tr) => ({
     kind: tr.dataset.advice, text: tr.cells[4].textContent })));

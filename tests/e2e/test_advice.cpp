@@ -18,8 +18,8 @@
 #include <fmt/format.h>
 
 #include "../support/support.hpp"
-#include "http_client.hpp"
 #include "advice/advice.hpp"
+#include "http_client.hpp"
 
 using namespace wstest;
 using json = nlohmann::json;
@@ -74,8 +74,8 @@ struct Recorded {
   std::map<std::string, std::string> env;
   // Sampled seconds of a GPU: from its first to its last stored sample (the span the intervals cover).
   double sampled_s(int gpu) const {
-    const auto span = query(db(), "SELECT MAX(ts_ms) - MIN(ts_ms) FROM gpu_samples WHERE gpu_index = " +
-                                      std::to_string(gpu));
+    const auto span =
+        query(db(), "SELECT MAX(ts_ms) - MIN(ts_ms) FROM gpu_samples WHERE gpu_index = " + std::to_string(gpu));
     return std::stod(*span.at(0).at(0)) / 1000;
   }
   json advise() const {
@@ -300,12 +300,12 @@ TEST(Advice, ServeAnswersFromItsWindowAndCaches) {
   idle["util_gpu"] = 0;
   write_file(dir / "scenario.json", scenario({healthy_metrics(), idle}).dump());
   write_file(dir / "sys/.keep", "");
-  const int pid = start({wstest::wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "100ms", "--sysfs-root",
-                         dir / "sys"},
-                        {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                         {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                         {"CUDA_VISIBLE_DEVICES", "\x01"}},
-                        dir.path(), dir / "out", dir / "err");
+  const int pid = start(
+      {wstest::wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "100ms", "--sysfs-root", dir / "sys"},
+      {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+       {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+       {"CUDA_VISIBLE_DEVICES", "\x01"}},
+      dir.path(), dir / "out", dir / "err");
   const int port = wait_for_serve_port(dir / "err", 100);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const auto first = wstest::http::get(port, "/api/v1/advice", {}, std::chrono::seconds(5));

@@ -59,7 +59,7 @@ TEST(AdviceIntervals, CounterEnergyTrapezoidWithoutItGapsSkippedCpuMatched) {
   g.points[4].ts_ms += 60'000; // a gap of 61 median intervals: not an interval
   const auto iv = intervals(g, cpu(4, 70));
   ASSERT_EQ(iv.size(), 3u);
-  EXPECT_DOUBLE_EQ(*iv[0].energy_j, 100);             // counter: 100 − 0
+  EXPECT_DOUBLE_EQ(*iv[0].energy_j, 100);               // counter: 100 − 0
   EXPECT_DOUBLE_EQ(*iv[1].energy_j, (100 + 100) / 2.0); // no counter at its end: trapezoid
   EXPECT_DOUBLE_EQ(*iv[2].energy_j, (100 + 300) / 2.0);
   EXPECT_DOUBLE_EQ(*iv[0].power_w, 100);

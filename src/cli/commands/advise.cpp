@@ -20,9 +20,10 @@ public:
   void add_options(CLI::App& sub) override {
     add_read_options(sub, flags_);
     sub.add_option("run", run_, "Run id, or a unique prefix or suffix of it (default: the latest run)");
-    sub.footer("Examples:\n  wattscope advise\n  wattscope advise 20261121-1203 --json\n"
-               "Each suggestion names its device, time range and figures, and an estimated saving: 'measured' (the\n"
-               "energy an idle GPU drew) or 'modelled' (stated with its assumption). docs/advice.md has the arithmetic.");
+    sub.footer(
+        "Examples:\n  wattscope advise\n  wattscope advise 20261121-1203 --json\n"
+        "Each suggestion names its device, time range and figures, and an estimated saving: 'measured' (the\n"
+        "energy an idle GPU drew) or 'modelled' (stated with its assumption). docs/advice.md has the arithmetic.");
   }
   int run(CLI::App&, const CliContext&) override {
     auto store = reader_for(flags_);

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "advice/advice_input.hpp" // advice (issue 14)
 #include "cli/child.hpp"
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
@@ -12,7 +13,6 @@
 #include "core/thread_name.hpp"
 #include "pipeline/run_view.hpp"
 #include "pipeline/session.hpp"
-#include "advice/advice_input.hpp" // advice (issue 14)
 #include "server/live.hpp"
 #include "server/server.hpp"
 #include "server/token.hpp"
