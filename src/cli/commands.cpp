@@ -25,6 +25,10 @@ constexpr CommandEntry kCommands[] = {
     {"import", "Turn a log you already have (nvidia-smi --query-gpu CSV) into a run", make_import_command},
     // issue 16
     {"top", "A live terminal view of this machine, or of several serve endpoints (--connect URL)", make_top_command},
+    // ---- advice (issue 14) ----
+    {"advise", "What a run wasted and what to change, with evidence and an estimated saving (default: latest run)",
+     make_advise_command},
+    // ---- end advice ----
 };
 } // namespace
 

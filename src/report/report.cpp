@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "core/metrics.hpp"
 #include "core/output_file.hpp"
 #include "core/time_util.hpp"
@@ -172,6 +173,17 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   out["work"] = std::move(ph["work"]);
   out["model"] = std::move(ph["model"]);
   out["processes"] = process_data(store, run, t_end, opts); // attribution (issue 13); null when none were tracked
+  // ---- advice (issue 14): as show --json has it, with each item's time range since run start ----
+  out["advice"] = advice::to_json(advice::advise_run(store, run));
+  for (auto& a : out["advice"]) {
+    int64_t from = 0, to = 0;
+    if (a["evidence"].contains("from") && parse_iso_utc_ms(a["evidence"]["from"].get<std::string>(), from) &&
+        parse_iso_utc_ms(a["evidence"]["to"].get<std::string>(), to)) {
+      a["t0"] = round_t(static_cast<double>(from - run.start_ms) / 1000.0);
+      a["t1"] = round_t(static_cast<double>(to - run.start_ms) / 1000.0);
+    }
+  }
+  // ---- end advice ----
   return out;
 }
 

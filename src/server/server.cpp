@@ -1,5 +1,7 @@
 #include "server/server.hpp"
 
+#include "advice/advice_input.hpp" // advice (issue 14)
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -575,6 +577,12 @@ struct HttpServer::Impl {
       return heavy(c, head, keep,
                    [this, hq] { return content(live.history_json(hq.range, hq.step).dump(), "application/json"); });
     }
+    // ---- advice (issue 14): computed from serve's own window of frames, at most every few seconds, never per request
+    if (path == "/api/v1/advice") {
+      if (!opts.advice) return send(json_error(404, "advice is not kept by this server"));
+      return heavy(c, head, keep, [this] { return content(opts.advice->json().dump(), "application/json"); });
+    }
+    // ---- end advice ----
     constexpr std::string_view runs_prefix = "/api/v1/runs";
     if (path == runs_prefix || path.starts_with("/api/v1/runs/")) {
       if (!opts.store) return send(json_error(404, "serve was started without --db: no runs are stored"));

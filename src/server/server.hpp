@@ -20,6 +20,10 @@
 
 namespace wattscope {
 
+namespace advice {
+class LiveAdvice; // advice (issue 14)
+}
+
 struct ListenAddress {
   std::string host = "127.0.0.1";
   int port = 9400;
@@ -40,6 +44,9 @@ struct ServerOptions {
   size_t max_header_bytes = 8 * 1024;                    // larger header blocks get 431
   size_t max_stream_buffer_bytes = 64 * 1024;            // per event stream; frames beyond it are skipped
   int workers = 2;                                       // for /api/v1/history and /api/v1/runs
+  // ---- advice (issue 14): /api/v1/advice answers from it (cached; null: 404) ----
+  advice::LiveAdvice* advice = nullptr;
+  // ---- end advice ----
 };
 
 class HttpServer {

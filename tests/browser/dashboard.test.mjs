@@ -77,3 +77,22 @@ test('two dashboards receive live updates', async () => {
   assert.deepEqual(a.errors, []);
   await a.page.screenshot({ path: join(process.env.WATTSCOPE_SCREENSHOT_DIR || dir, 'dashboard.png') });
 });
+
+// ---- advice (issue 14): the dashboard's Advice section shows what /api/v1/advice answered ----
+test('the advice section renders the server\'s advice', async () => {
+  const page = await browser.newPage({ viewport: { width: 1300, height: 900 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  const answered = page.waitForResponse((r) => r.url() === base + '/api/v1/advice');
+  await page.goto(base + '/');
+  const body = await (await answered).json();
+  await page.waitForFunction(() => document.body.dataset.advice !== undefined || document.body.dataset.adviceError !== undefined, null, { timeout: 60000, polling: 250 });
+  assert.equal(await page.evaluate(() => document.body.dataset.adviceError), undefined, 'the advice section failed');
+  const rows = await page.evaluate(() => [...document.querySelectorAll('#advice tr[data-advice]')].map((tr) => ({
+    kind: tr.dataset.advice, text: tr.cells[4].textContent })));
+  assert.deepEqual(rows, body.advice.map((a) => ({ kind: a.kind, text: a.text })));
+  if (!rows.length) assert.match(await page.textContent('#advice'), /none/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+// ---- end advice ----

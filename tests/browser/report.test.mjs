@@ -326,3 +326,50 @@ test('processes: a table, and power stacked by process with the rest as other', 
   assert.ok(Math.abs(area - energy) <= 0.01 * energy, `chart ${area} J vs table ${energy} J`);
   await page.close();
 });
+
+// ---- advice (issue 14): the report's Advice section shows what `show --json` has, and says so when there is none ----
+test('advice: a table with each item, or a note that there is none', async () => {
+  const gpu = (power_w, util, mem) => ({
+    name: 'NVIDIA H100 80GB HBM3', uuid: `GPU-advice-${util}`,
+    metrics: {
+      power_mw: power_w * 1000, energy_mj: { sine_integral: { base: power_w * 1000, amp: 0, period_s: 1 } },
+      util_gpu: util, util_mem: 30, mem_used_bytes: mem, mem_total_bytes: 85899345920, power_limit_mw: 400000,
+      clock_sm: 1980, pcie_tx_kbs: 100000, pcie_rx_kbs: 400000, clock_events: 0,
+    },
+  });
+  const run = (task, devices) => {
+    const path = join(dir, `scenario-${task}.json`);
+    writeFileSync(path, JSON.stringify({ devices }));
+    const env = { ...process.env, WATTSCOPE_NVML_LIBRARY: FAKE, WATTSCOPE_FAKE_NVML_SCENARIO: path };
+    delete env.CUDA_VISIBLE_DEVICES;
+    const r = spawnSync(WS, ['run', '--task', task, '--interval', '50ms', '--', 'sleep', '1'], { cwd: dir, env, encoding: 'utf8' });
+    assert.equal(r.status, 0, r.stderr);
+    const show = JSON.parse(ws(['show', '--json']).stdout);
+    const file = join(dir, `${task}.html`);
+    ws(['report', show.run_id, '-o', file]);
+    return { show, file };
+  };
+  const busy = gpu(250, 95, 70 * 2 ** 30);
+  const waste = run('advice-idle', [busy, gpu(60, 0, 2 ** 29)]);
+  assert.ok(waste.show.advice.length >= 1, JSON.stringify(waste.show.advice));
+  let { page, errors } = await open(waste.file);
+  assert.deepEqual(errors, [], 'JavaScript errors');
+  const rows = await page.evaluate(() => [...document.querySelectorAll('table[data-table="advice"] tbody tr')].map((tr) => ({
+    kind: tr.dataset.advice, cells: [...tr.cells].map((c) => c.textContent) })));
+  assert.deepEqual(rows.map((r) => r.kind), waste.show.advice.map((a) => a.kind));
+  const idle = waste.show.advice.find((a) => a.kind === 'idle_gpu');
+  const row = rows.find((r) => r.kind === 'idle_gpu');
+  assert.equal(row.cells[2], 'gpu1');
+  assert.ok(row.cells[4].startsWith(`${idle.saving_j.toLocaleString('en-US', { minimumFractionDigits: 1, maximumFractionDigits: 1 })} J`), `saving cell ${row.cells[4]} vs ${idle.saving_j}`);
+  assert.equal(row.cells[6], idle.text);
+  await page.close();
+
+  const healthy = run('advice-healthy', [busy]);
+  assert.deepEqual(healthy.show.advice, []);
+  ({ page, errors } = await open(healthy.file));
+  assert.deepEqual(errors, [], 'JavaScript errors');
+  assert.equal(await page.locator('[data-advice="none"]').count(), 1);
+  assert.equal(await page.locator('table[data-table="advice"]').count(), 0);
+  await page.close();
+});
+// ---- end advice ----

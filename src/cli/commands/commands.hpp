@@ -23,5 +23,8 @@ std::unique_ptr<Command> make_compare_command();
 std::unique_ptr<Command> make_import_command();
 // issue 16
 std::unique_ptr<Command> make_top_command();
+// ---- advice (issue 14) ----
+std::unique_ptr<Command> make_advise_command();
+// ---- end advice ----
 
 } // namespace wattscope

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "cli/child.hpp"
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
@@ -44,7 +45,18 @@ public:
     session.start();
     const std::optional<int> sig = wait_for_stop(duration);
     RunInfo run = session.finish(sig ? 128 + *sig : 0);
-    if (!ctx.quiet) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    if (!ctx.quiet) {
+      std::string text = "wattscope: " + run_text(run, session.store_names());
+      // ---- advice (issue 14): the top three, read back from the first store ----
+      try {
+        auto reader = open_reader(opts.stores.front());
+        text += advice::summary_text(*reader, run);
+      } catch (const std::exception& e) {
+        spdlog::debug("advice not shown: {}", e.what());
+      }
+      // ---- end advice ----
+      std::fputs(text.c_str(), stderr);
+    }
     if (!session.all_stored()) spdlog::error("some samples could not be stored; see the errors above");
     return session.all_stored() ? 0 : 1;
   }

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "cli/child.hpp"
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
@@ -153,6 +154,7 @@ public:
       try {
         auto reader = open_reader(opts.stores.front());
         text += phase_text(load_phase_data(*reader, run), run);
+        text += advice::summary_text(*reader, run); // ---- advice (issue 14) ----
       } catch (const std::exception& e) {
         spdlog::debug("phases not shown: {}", e.what());
       }

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include "advice/advice_input.hpp" // advice (issue 14)
 #include "cli/child.hpp"
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
@@ -76,11 +77,18 @@ public:
     block_control_signals();
     LiveState live(retain, opts.interval);
     live.set_process_cap(opts.top_processes);
-    opts.on_frame = [&live](const std::shared_ptr<const Frame>& fr) { live.push(fr); };
+    advice::LiveAdvice advice; // ---- advice (issue 14): /api/v1/advice, from a window of the frames ----
+    opts.on_frame = [&live, &advice](const std::shared_ptr<const Frame>& fr) {
+      live.push(fr);
+      advice.push(*fr);
+    };
     Session session(opts);
     session.open();
     live.set_run(session.run(), session.devices());
-    HttpServer http(live, ServerOptions{addr, token, store});
+    advice.set_devices(session.devices());
+    ServerOptions server_opts{addr, token, store};
+    server_opts.advice = &advice;
+    HttpServer http(live, server_opts);
     http.bind();
     session.start();
     live.set_sampler(session.sampler_stats());

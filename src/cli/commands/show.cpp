@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "pipeline/phase_view.hpp"
@@ -28,6 +29,7 @@ public:
     if (flags_.json) {
       nlohmann::json j = run_json(run);
       j.update(phase_json(phases, run));
+      j["advice"] = advice::to_json(advice::advise_run(*store, run)); // ---- advice (issue 14) ----
       std::cout << j.dump(2) << "\n";
     } else {
       std::cout << run_text(run) << phase_text(phases, run);

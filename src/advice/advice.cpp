@@ -1,0 +1,507 @@
+#include "advice/advice.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/text.hpp"
+#include "core/time_util.hpp"
+
+namespace wattscope::advice {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+  return v[mid];
+}
+
+// The CPU point at `ts_ms` (the same frame), or the nearest within `tolerance_ms`.
+const CpuPoint* cpu_at(const std::vector<CpuPoint>& cpu, int64_t ts_ms, int64_t tolerance_ms) {
+  auto it = std::lower_bound(cpu.begin(), cpu.end(), ts_ms, [](const CpuPoint& p, int64_t t) { return p.ts_ms < t; });
+  const CpuPoint* best = nullptr;
+  int64_t best_d = tolerance_ms + 1;
+  if (it != cpu.end() && it->ts_ms - ts_ms < best_d) best = &*it, best_d = it->ts_ms - ts_ms;
+  if (it != cpu.begin() && ts_ms - std::prev(it)->ts_ms < best_d) best = &*std::prev(it);
+  return best;
+}
+
+std::string gpu_label(const GpuSeries& g) {
+  return g.name.empty() ? fmt::format("GPU {}", g.gpu_index) : fmt::format("GPU {} ({})", g.gpu_index, g.name);
+}
+
+std::string severity_of(const OptF& pct) {
+  if (!pct) return "low";
+  if (*pct >= kHighSavingPct) return "high";
+  if (*pct >= kMediumSavingPct) return "medium";
+  return "low";
+}
+
+// What one class of intervals adds up to on one GPU.
+struct Span {
+  double seconds = 0;
+  int64_t from_ms = 0, to_ms = 0;
+  double energy_j = 0;
+  bool energy_complete = true; // every interval's energy was known
+  double util_s = 0, util_n_s = 0;
+  double stall_s = 0; // Σ dt·(1 − u/kFedUtilPct), u below kFedUtilPct
+  double cpu_s = 0, cpu_n_s = 0;
+  double pcie_s = 0, pcie_n_s = 0;
+  void add(const Interval& v) {
+    if (seconds == 0) from_ms = v.from_ms;
+    to_ms = v.to_ms;
+    seconds += v.dt_s;
+    if (v.energy_j)
+      energy_j += *v.energy_j;
+    else
+      energy_complete = false;
+    if (v.util_pct) {
+      util_s += *v.util_pct * v.dt_s;
+      util_n_s += v.dt_s;
+      stall_s += v.dt_s * std::max(0.0, 1 - *v.util_pct / kFedUtilPct);
+    }
+    if (v.cpu_util_pct) cpu_s += *v.cpu_util_pct * v.dt_s, cpu_n_s += v.dt_s;
+    if (v.pcie_bytes_per_s) pcie_s += *v.pcie_bytes_per_s * v.dt_s, pcie_n_s += v.dt_s;
+  }
+  OptF avg_util() const { return util_n_s > 0 ? OptF(util_s / util_n_s) : std::nullopt; }
+  OptF avg_cpu() const { return cpu_n_s > 0 ? OptF(cpu_s / cpu_n_s) : std::nullopt; }
+  OptF avg_pcie() const { return pcie_n_s > 0 ? OptF(pcie_s / pcie_n_s) : std::nullopt; }
+};
+
+nlohmann::json opt(const OptF& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json();
+}
+
+nlohmann::json base_evidence(const GpuSeries& g, const Span& s, double total_s) {
+  return {{"device", fmt::format("gpu{}", g.gpu_index)},
+          {"gpu_index", g.gpu_index},
+          {"gpu_name", g.name},
+          {"from", iso_utc_ms(s.from_ms)},
+          {"to", iso_utc_ms(s.to_ms)},
+          {"seconds", s.seconds},
+          {"share_pct", total_s > 0 ? 100 * s.seconds / total_s : 0.0}};
+}
+
+std::string saving_phrase(const OptF& j, const OptF& pct, const std::string& how) {
+  if (!j) return "Saving: not estimated (" + how + ").";
+  return fmt::format("Saving: about {}{}, {}.", format_energy(*j),
+                     pct ? fmt::format(" ({:.1f} % of the run's energy)", *pct) : "", how);
+}
+
+std::string mb_s(const OptF& b) {
+  return b ? fmt::format("{:.0f} MB/s", *b / 1e6) : "not measured";
+}
+
+std::string pct_or(const OptF& v, const char* missing = "not measured") {
+  return v ? fmt::format("{:.0f} %", *v) : missing;
+}
+
+std::string reason_names(int64_t bits) {
+  std::string out;
+  auto add = [&](int64_t bit, const char* name) {
+    if (bits & bit) out += (out.empty() ? "" : ", ") + std::string(name);
+  };
+  add(0x20, "SW thermal slowdown");
+  add(0x40, "HW thermal slowdown");
+  add(0x8, "HW slowdown");
+  add(0x80, "HW power brake");
+  return out;
+}
+
+} // namespace
+
+std::vector<Interval> intervals(const GpuSeries& g, const std::vector<CpuPoint>& cpu) {
+  std::vector<Interval> out;
+  const auto& p = g.points;
+  if (p.size() < 2) return out;
+  std::vector<double> dts;
+  for (size_t i = 1; i < p.size(); ++i)
+    if (p[i].ts_ms > p[i - 1].ts_ms) dts.push_back(static_cast<double>(p[i].ts_ms - p[i - 1].ts_ms));
+  const double med_ms = median(dts);
+  const auto tolerance_ms = static_cast<int64_t>(med_ms / 2);
+  for (size_t i = 1; i < p.size(); ++i) {
+    const GpuPoint &a = p[i - 1], &b = p[i];
+    const double dt_ms = static_cast<double>(b.ts_ms - a.ts_ms);
+    if (dt_ms <= 0 || dt_ms > kMaxGapIntervals * med_ms) continue;
+    Interval v;
+    v.from_ms = a.ts_ms;
+    v.to_ms = b.ts_ms;
+    v.dt_s = dt_ms / 1000;
+    if (a.energy_j && b.energy_j && *b.energy_j >= *a.energy_j)
+      v.energy_j = *b.energy_j - *a.energy_j;
+    else if (a.power_w && b.power_w)
+      v.energy_j = (*a.power_w + *b.power_w) / 2 * v.dt_s; // trapezoid, where there is no counter
+    v.power_w = v.energy_j ? OptF(*v.energy_j / v.dt_s) : b.power_w;
+    v.util_pct = b.util_pct;
+    if (b.pcie_tx_bytes_per_s || b.pcie_rx_bytes_per_s)
+      v.pcie_bytes_per_s = static_cast<double>(b.pcie_tx_bytes_per_s.value_or(0)) +
+                           static_cast<double>(b.pcie_rx_bytes_per_s.value_or(0));
+    v.throttle_reasons = b.throttle_reasons;
+    v.clock_sm_mhz = b.clock_sm_mhz;
+    v.mem_used_bytes = b.mem_used_bytes;
+    v.temp_c = b.temp_c;
+    v.power_limit_w = b.power_limit_w ? b.power_limit_w : g.power_limit_w;
+    if (const CpuPoint* c = cpu_at(cpu, b.ts_ms, tolerance_ms)) v.cpu_util_pct = c->util_pct;
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::optional<IdlePower> estimate_idle_power(const std::vector<Interval>& iv, OptF power_limit_w) {
+  std::vector<double> idle;
+  double min_p = INFINITY;
+  double su = 0, sp = 0, suu = 0, sup = 0, umin = INFINITY, umax = -INFINITY;
+  size_t n = 0;
+  for (const auto& v : iv) {
+    if (!v.power_w) continue;
+    min_p = std::min(min_p, *v.power_w);
+    if (!v.util_pct) continue;
+    if (*v.util_pct <= kIdleUtilPct) idle.push_back(*v.power_w);
+    su += *v.util_pct, sp += *v.power_w, suu += *v.util_pct * *v.util_pct, sup += *v.util_pct * *v.power_w;
+    umin = std::min(umin, *v.util_pct), umax = std::max(umax, *v.util_pct);
+    ++n;
+  }
+  if (!idle.empty()) return IdlePower{median(idle), "the median power of its idle samples"};
+  // A fit needs utilisation to spread: 20 points of it, so that the intercept is an interpolation's neighbour.
+  if (n >= 3 && umax - umin >= 20) {
+    const double nn = static_cast<double>(n);
+    const double slope = (sup - su * sp / nn) / (suu - su * su / nn);
+    if (slope > 0) {
+      const double intercept = sp / nn - slope * su / nn;
+      return IdlePower{std::clamp(intercept, 0.0, min_p), "the intercept of its power/utilisation fit"};
+    }
+  }
+  const OptF limit = power_limit_w ? power_limit_w : [&]() -> OptF {
+    for (const auto& v : iv)
+      if (v.power_limit_w) return v.power_limit_w;
+    return std::nullopt;
+  }();
+  if (limit && *limit > 0) {
+    const double w = kFallbackIdlePowerShare * *limit;
+    if (std::isfinite(min_p) && min_p < w) return IdlePower{min_p, "its lowest power in the run"};
+    return IdlePower{w, fmt::format("{:.0f} % of its power limit (it was never idle)", 100 * kFallbackIdlePowerShare)};
+  }
+  return std::nullopt;
+}
+
+CapOutcome cap_outcome(const std::vector<Interval>& iv, double idle_w, double cap_w) {
+  CapOutcome o;
+  o.cap_w = cap_w;
+  for (const auto& v : iv) {
+    if (!v.power_w) continue;
+    const double p = *v.power_w;
+    o.baseline_j += p * v.dt_s;
+    o.baseline_s += v.dt_s;
+    if (p > cap_w && cap_w > idle_w && p > idle_w) {
+      const double r = std::pow((cap_w - idle_w) / (p - idle_w), 1 / kPowerClockExponent);
+      o.energy_j += cap_w * v.dt_s / r;
+      o.time_s += v.dt_s / r;
+    } else {
+      o.energy_j += p * v.dt_s;
+      o.time_s += v.dt_s;
+    }
+  }
+  return o;
+}
+
+std::optional<CapOutcome> best_cap(const std::vector<Interval>& iv, double idle_w, double limit_w) {
+  std::optional<CapOutcome> best;
+  for (int k = 1;; ++k) {
+    const double cap = limit_w * (1 - k * kCapStepShare);
+    if (cap < limit_w * kMinCapShare - 1e-9 || cap <= idle_w) break;
+    const CapOutcome o = cap_outcome(iv, idle_w, cap);
+    if (o.slowdown_pct() > kMaxSlowdownPct) continue;
+    if (o.saving_j() > 0 && (!best || o.saving_j() > best->saving_j())) best = o;
+  }
+  return best;
+}
+
+std::vector<Item> advise(const Input& in) {
+  std::vector<Item> items;
+  std::vector<std::vector<Interval>> per_gpu;
+  // The run's energy, the base of every saving_pct: the GPUs' interval energies plus the CPU's package and DRAM
+  // energy over the same samples.
+  double run_j = 0;
+  for (const auto& g : in.gpus) {
+    per_gpu.push_back(intervals(g, in.cpu));
+    for (const auto& v : per_gpu.back())
+      run_j += v.energy_j.value_or(0);
+  }
+  {
+    OptF first, last;
+    for (const auto& c : in.cpu)
+      if (c.energy_j) {
+        if (!first) first = c.energy_j;
+        last = c.energy_j;
+      }
+    if (first && last && *last > *first) run_j += *last - *first;
+  }
+  auto pct = [&](const OptF& j) -> OptF { return j && run_j > 0 ? OptF(100 * *j / run_j) : std::nullopt; };
+  auto push = [&](std::string kind, nlohmann::json ev, OptF saving, std::string text) {
+    Item it;
+    it.kind = std::move(kind);
+    it.saving_j = saving;
+    it.saving_pct = pct(saving);
+    it.severity = severity_of(it.saving_pct);
+    it.evidence = std::move(ev);
+    it.text = std::move(text);
+    items.push_back(std::move(it));
+  };
+
+  for (size_t gi = 0; gi < in.gpus.size(); ++gi) {
+    const GpuSeries& g = in.gpus[gi];
+    const auto& iv = per_gpu[gi];
+    double total_s = 0;
+    for (const auto& v : iv)
+      total_s += v.dt_s;
+    if (total_s <= 0) continue;
+    OptF limit = g.power_limit_w;
+    for (const auto& v : iv)
+      if (!limit && v.power_limit_w) limit = v.power_limit_w;
+    const auto idle_p = estimate_idle_power(iv, limit);
+    const std::string who = gpu_label(g);
+
+    Span idle, starved, transfer, fill, busy, throttled, at_limit;
+    int64_t throttle_bits = 0;
+    double lost_s = 0;
+    bool lost_known = true;
+    OptF max_temp;
+    for (const auto& v : iv) {
+      if (v.temp_c && (!max_temp || *v.temp_c > *max_temp)) max_temp = v.temp_c;
+      if (v.throttle_reasons && (*v.throttle_reasons & (kThrottleThermalMask | kThrottlePowerMask))) {
+        throttled.add(v);
+        throttle_bits |= *v.throttle_reasons & (kThrottleThermalMask | kThrottlePowerMask);
+        if (v.clock_sm_mhz && g.clock_sm_max_mhz && *g.clock_sm_max_mhz > 0)
+          lost_s += v.dt_s *
+                    std::max(0.0, 1 - static_cast<double>(*v.clock_sm_mhz) / static_cast<double>(*g.clock_sm_max_mhz));
+        else
+          lost_known = false;
+      }
+      if (!v.util_pct) continue;
+      const double u = *v.util_pct;
+      if (u <= kIdleUtilPct) {
+        idle.add(v);
+        continue;
+      }
+      busy.add(v);
+      if (limit && v.power_w &&
+          (*v.power_w >= kPowerBoundPct / 100 * *limit ||
+           (v.throttle_reasons && (*v.throttle_reasons & kSwPowerCapBit))))
+        at_limit.add(v);
+      if (u < kLowUtilPct && v.pcie_bytes_per_s && *v.pcie_bytes_per_s >= kPcieBusyBytesPerS)
+        transfer.add(v);
+      else if (u < kLowUtilPct && ((v.cpu_util_pct && *v.cpu_util_pct >= kCpuBusyPct) ||
+                                   (v.pcie_bytes_per_s && *v.pcie_bytes_per_s < kPcieQuietBytesPerS)))
+        starved.add(v);
+      else if (u < kFedUtilPct)
+        fill.add(v);
+    }
+    const std::string idle_how =
+        idle_p ? fmt::format("{:.0f} W idle power, {}", idle_p->watts, idle_p->basis) : "idle power unknown";
+    auto stall_saving = [&](const Span& s) -> OptF { return idle_p ? OptF(idle_p->watts * s.stall_s) : std::nullopt; };
+
+    // Idle or allocated-but-unused: measured, the energy it drew while nothing ran.
+    if (idle.seconds >= kMinShare * total_s) {
+      const bool whole = idle.seconds >= 0.95 * total_s;
+      const OptF saving = idle.energy_complete ? OptF(idle.energy_j) : std::nullopt;
+      nlohmann::json ev = base_evidence(g, idle, total_s);
+      ev["idle_energy_j"] = opt(saving);
+      ev["avg_power_w"] =
+          idle.energy_complete && idle.seconds > 0 ? nlohmann::json(idle.energy_j / idle.seconds) : nlohmann::json();
+      ev["avg_util_pct"] = opt(idle.avg_util());
+      ev["estimate"] = "measured";
+      std::string text =
+          whole ? fmt::format("{} did no work during the run (utilisation at most {:.0f} % for {:.1f} s) yet drew {}: "
+                              "it was allocated but unused. Release it: request fewer GPUs, or give the job only the "
+                              "ones it uses (CUDA_VISIBLE_DEVICES).",
+                              who, kIdleUtilPct, idle.seconds, saving ? format_energy(*saving) : "unmeasured energy")
+                : fmt::format("{} was idle (utilisation at most {:.0f} %) for {:.0f} % of the run ({:.1f} s between "
+                              "{} and {}) and drew {} meanwhile. Release it while it waits (a separate job for the "
+                              "idle stage), or overlap that stage with GPU work.",
+                              who, kIdleUtilPct, 100 * idle.seconds / total_s, idle.seconds, iso_utc_ms(idle.from_ms),
+                              iso_utc_ms(idle.to_ms), saving ? format_energy(*saving) : "unmeasured energy");
+      push("idle_gpu", std::move(ev), saving,
+           text + " " + saving_phrase(saving, pct(saving), "measured: the energy it drew while idle"));
+    }
+
+    const std::string stall_assumption =
+        fmt::format("the same work would run at {:.0f} % utilisation when fed, so the time below that is stall time, "
+                    "during which the GPU draws at least its idle power ({}); the host's own draw over that time is "
+                    "not counted",
+                    kFedUtilPct, idle_how);
+    if (starved.seconds >= kMinShare * total_s) {
+      const OptF saving = stall_saving(starved);
+      nlohmann::json ev = base_evidence(g, starved, total_s);
+      ev["avg_util_pct"] = opt(starved.avg_util());
+      ev["avg_cpu_util_pct"] = opt(starved.avg_cpu());
+      ev["avg_pcie_bytes_per_s"] = opt(starved.avg_pcie());
+      ev["stall_s"] = starved.stall_s;
+      ev["idle_power_w"] = idle_p ? nlohmann::json(idle_p->watts) : nlohmann::json();
+      ev["estimate"] = "modelled";
+      ev["assumption"] = stall_assumption;
+      const bool cpu_busy = starved.avg_cpu() && *starved.avg_cpu() >= kCpuBusyPct;
+      push("gpu_starved", std::move(ev), saving,
+           fmt::format("{} was starved by its input for {:.1f} s ({:.0f} % of the run): utilisation averaged {} while "
+                       "{} (host CPU {}, PCIe {}). Feed it faster: more data loader workers, pinned memory, "
+                       "prefetching{}. {} Assumes {}.",
+                       who, starved.seconds, 100 * starved.seconds / total_s, pct_or(starved.avg_util()),
+                       cpu_busy ? "the host CPU was busy" : "PCIe was quiet", pct_or(starved.avg_cpu()),
+                       mb_s(starved.avg_pcie()),
+                       cpu_busy ? ", or preprocessing moved to the GPU" : ", or faster storage for the input",
+                       saving_phrase(saving, pct(saving), "modelled"), stall_assumption));
+    }
+    if (transfer.seconds >= kMinShare * total_s) {
+      const OptF saving = stall_saving(transfer);
+      nlohmann::json ev = base_evidence(g, transfer, total_s);
+      ev["avg_util_pct"] = opt(transfer.avg_util());
+      ev["avg_pcie_bytes_per_s"] = opt(transfer.avg_pcie());
+      ev["stall_s"] = transfer.stall_s;
+      ev["idle_power_w"] = idle_p ? nlohmann::json(idle_p->watts) : nlohmann::json();
+      ev["estimate"] = "modelled";
+      ev["assumption"] = stall_assumption;
+      push("transfer_bound", std::move(ev), saving,
+           fmt::format("{} was bound by host-device transfers for {:.1f} s ({:.0f} % of the run): PCIe carried {} "
+                       "while utilisation averaged {}. Keep data on the GPU between steps, use pinned memory with "
+                       "non-blocking copies that overlap compute, and batch small transfers. {} Assumes {}.",
+                       who, transfer.seconds, 100 * transfer.seconds / total_s, mb_s(transfer.avg_pcie()),
+                       pct_or(transfer.avg_util()), saving_phrase(saving, pct(saving), "modelled"), stall_assumption));
+    }
+
+    // Memory headroom: only on a GPU that worked (an idle GPU's headroom says nothing about its batch).
+    OptI peak_mem;
+    for (const auto& p : g.points)
+      if (p.mem_used_bytes && (!peak_mem || *p.mem_used_bytes > *peak_mem)) peak_mem = p.mem_used_bytes;
+    if (peak_mem && g.mem_total_bytes && *g.mem_total_bytes > 0 && busy.seconds >= kMinShare * total_s &&
+        static_cast<double>(*peak_mem) < kHeadroomPeakPct / 100 * static_cast<double>(*g.mem_total_bytes)) {
+      const double peak_pct = 100.0 * static_cast<double>(*peak_mem) / static_cast<double>(*g.mem_total_bytes);
+      const OptF saving = fill.stall_s > 0 ? stall_saving(fill) : std::nullopt;
+      nlohmann::json ev = base_evidence(g, busy, total_s);
+      ev["peak_mem_used_bytes"] = *peak_mem;
+      ev["mem_total_bytes"] = *g.mem_total_bytes;
+      ev["peak_mem_pct"] = peak_pct;
+      ev["avg_util_pct"] = opt(busy.avg_util());
+      ev["underfilled_s"] = fill.seconds;
+      ev["stall_s"] = fill.stall_s;
+      ev["estimate"] = saving ? "modelled" : "not estimated";
+      if (saving) ev["assumption"] = stall_assumption + "; a larger batch fills the GPU to that utilisation";
+      const double factor = 100 / std::max(peak_pct, 1.0);
+      push("memory_headroom", std::move(ev), saving,
+           fmt::format("{} used at most {} of its {} memory ({:.0f} %): a batch about {:.1f}x as large would fit. "
+                       "Larger batches keep the GPU busier per step and amortise per-step overheads (adjust the "
+                       "learning rate to match). {}{}",
+                       who, format_bytes(static_cast<double>(*peak_mem)),
+                       format_bytes(static_cast<double>(*g.mem_total_bytes)), peak_pct, std::floor(factor * 10) / 10,
+                       saving_phrase(saving, pct(saving),
+                                     saving ? "modelled"
+                                     : starved.seconds + transfer.seconds > 0
+                                         ? "its waiting time is counted under the starvation or transfer advice; "
+                                           "whether a larger batch saves energy per sample is for a run at that batch "
+                                           "size to show ('wattscope compare')"
+                                         : fmt::format("it already ran at {:.0f} % utilisation or more; whether a "
+                                                       "larger batch saves energy per sample is for a run at that "
+                                                       "batch size to show ('wattscope compare')",
+                                                       kFedUtilPct)),
+                       saving ? " Assumes " + stall_assumption + "; a larger batch fills the GPU to that utilisation."
+                              : ""));
+    }
+
+    if (throttled.seconds >= kThrottleMinShare * total_s) {
+      const OptF saving = idle_p && lost_known ? OptF(idle_p->watts * lost_s) : std::nullopt;
+      const bool thermal = throttle_bits & kThrottleThermalMask;
+      nlohmann::json ev = base_evidence(g, throttled, total_s);
+      ev["reasons"] = reason_names(throttle_bits);
+      ev["reason_bits"] = throttle_bits;
+      ev["max_temp_c"] = opt(max_temp);
+      ev["clock_sm_max_mhz"] = g.clock_sm_max_mhz ? nlohmann::json(*g.clock_sm_max_mhz) : nlohmann::json();
+      ev["lost_s"] = lost_known ? nlohmann::json(lost_s) : nlohmann::json();
+      ev["idle_power_w"] = idle_p ? nlohmann::json(idle_p->watts) : nlohmann::json();
+      ev["estimate"] = saving ? "modelled" : "not estimated";
+      const std::string assumption =
+          fmt::format("work runs at the SM clock's speed, so throttled time at clock c does c/max of the work and "
+                      "the rest is lost time, during which the GPU draws at least its idle power ({})",
+                      idle_how);
+      if (saving) ev["assumption"] = assumption;
+      push("throttling", std::move(ev), saving,
+           fmt::format("{} was throttled ({}) for {:.1f} s ({:.0f} % of the run){}. {} {}", who,
+                       reason_names(throttle_bits), throttled.seconds, 100 * throttled.seconds / total_s,
+                       max_temp ? fmt::format(", up to {:.0f} °C", *max_temp) : "",
+                       thermal ? "Improve its cooling (airflow, fan curve, a cooler slot or rack position), or lower "
+                                 "its power limit so it stays below the thermal limit."
+                               : "Check the power delivery (PSU, cables, the node's power brake) and its placement.",
+                       saving ? saving_phrase(saving, pct(saving), "modelled") + " Assumes " + assumption + "."
+                              : saving_phrase(saving, pct(saving), "the SM clock or its maximum is not known")));
+    }
+
+    // Power limit (the Zeus observation), only on a GPU that spent its busy time at its limit.
+    if (limit && idle_p && busy.seconds > 0 && at_limit.seconds >= kPowerBoundMinShare * busy.seconds) {
+      if (auto cap = best_cap(iv, idle_p->watts, *limit);
+          cap && cap->baseline_j > 0 && 100 * cap->saving_j() / cap->baseline_j >= kMinCapSavingPct) {
+        const OptF saving = cap->saving_j();
+        const std::string assumption = fmt::format(
+            "the work is compute-bound (time ∝ 1/clock; memory-bound work slows less) and dynamic power grows with "
+            "clock³ above {:.0f} W idle power ({}); the host's extra draw over the longer run is not counted",
+            idle_p->watts, idle_p->basis);
+        nlohmann::json ev = base_evidence(g, at_limit, busy.seconds);
+        ev["power_limit_w"] = *limit;
+        ev["suggested_cap_w"] = cap->cap_w;
+        ev["modelled_slowdown_pct"] = cap->slowdown_pct();
+        ev["gpu_energy_j"] = cap->baseline_j;
+        ev["modelled_energy_j"] = cap->energy_j;
+        ev["idle_power_w"] = idle_p->watts;
+        ev["estimate"] = "modelled";
+        ev["assumption"] = assumption;
+        push("power_limit", std::move(ev), saving,
+             fmt::format("{} ran at or near its {:.0f} W power limit for {:.0f} % of its busy time. Capping it at "
+                         "{:.0f} W (nvidia-smi -i {} -pl {:.0f}) would have cut its energy by {:.1f} % for about "
+                         "{:.1f} % more time. {} Estimate; assumes {}.",
+                         who, *limit, 100 * at_limit.seconds / busy.seconds, cap->cap_w, g.gpu_index, cap->cap_w,
+                         100 * cap->saving_j() / cap->baseline_j, cap->slowdown_pct(),
+                         saving_phrase(saving, pct(saving), "modelled"), assumption));
+      }
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.saving_j.has_value() != b.saving_j.has_value()) return a.saving_j.has_value();
+    return a.saving_j.value_or(0) > b.saving_j.value_or(0);
+  });
+  return items;
+}
+
+nlohmann::json to_json(const std::vector<Item>& items) {
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& it : items)
+    arr.push_back({{"kind", it.kind},
+                   {"severity", it.severity},
+                   {"evidence", it.evidence},
+                   {"saving_j", opt(it.saving_j)},
+                   {"saving_pct", opt(it.saving_pct)},
+                   {"text", it.text}});
+  return arr;
+}
+
+std::string to_text(const std::vector<Item>& items, size_t max_items, bool with_evidence) {
+  if (items.empty()) return "";
+  std::string out;
+  const size_t n = std::min(max_items, items.size());
+  for (size_t i = 0; i < n; ++i) {
+    const Item& it = items[i];
+    out += fmt::format("  {}. [{}] {}: {}\n", i + 1, it.severity, it.kind, it.text);
+    if (with_evidence) {
+      std::string ev;
+      for (const auto& [k, v] : it.evidence.items())
+        if (k != "assumption")
+          ev += (ev.empty() ? "" : ", ") + k + "=" +
+                (v.is_string()         ? v.get<std::string>()
+                 : v.is_number_float() ? fmt::format("{:.6g}", v.get<double>())
+                                       : v.dump());
+      out += "     evidence: " + ev + "\n";
+    }
+  }
+  if (n < items.size()) out += fmt::format("  ({} more: 'wattscope advise' lists them all)\n", items.size() - n);
+  return out;
+}
+
+} // namespace wattscope::advice

@@ -1,0 +1,59 @@
+// wattscope advise [RUN]: what a stored run wasted and what to change, with the evidence and an estimated saving
+// (issue 14; the arithmetic is in docs/advice.md).
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "advice/advice_input.hpp"
+#include "cli/commands/commands.hpp"
+#include "cli/record_flags.hpp"
+#include "core/text.hpp"
+#include "pipeline/repair.hpp"
+
+namespace wattscope {
+
+namespace {
+
+class AdviseCommand final : public Command {
+public:
+  void add_options(CLI::App& sub) override {
+    add_read_options(sub, flags_);
+    sub.add_option("run", run_, "Run id, or a unique prefix or suffix of it (default: the latest run)");
+    sub.footer(
+        "Examples:\n  wattscope advise\n  wattscope advise 20261121-1203 --json\n"
+        "Each suggestion names its device, time range and figures, and an estimated saving: 'measured' (the\n"
+        "energy an idle GPU drew) or 'modelled' (stated with its assumption). docs/advice.md has the arithmetic.");
+  }
+  int run(CLI::App&, const CliContext&) override {
+    auto store = reader_for(flags_);
+    const RunInfo run = as_shown(*store, resolve_run(*store, run_));
+    const auto items = advice::advise_run(*store, run);
+    if (flags_.json) {
+      nlohmann::json j;
+      j["run_id"] = run.run_id;
+      j["task"] = run.task;
+      j["advice"] = advice::to_json(items);
+      std::cout << j.dump(2) << "\n";
+      return 0;
+    }
+    std::cout << fmt::format("run {}  task {}\n", run.run_id, run.task);
+    if (items.empty())
+      std::cout << "  no advice: no idle or starved GPU, no memory headroom, throttling or power-limit saving found\n";
+    else
+      std::cout << advice::to_text(items, items.size(), true);
+    return 0;
+  }
+
+private:
+  ReadFlags flags_;
+  std::string run_;
+};
+
+} // namespace
+
+std::unique_ptr<Command> make_advise_command() {
+  return std::make_unique<AdviseCommand>();
+}
+
+} // namespace wattscope
