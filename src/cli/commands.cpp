@@ -23,6 +23,8 @@ constexpr CommandEntry kCommands[] = {
     {"compare", "Whether two runs or tasks differ in energy by more than run-to-run noise (Welch's t-test)",
      make_compare_command},
     {"import", "Turn a log you already have (nvidia-smi --query-gpu CSV) into a run", make_import_command},
+    // ---- alerts (issue 14) ----
+    {"alerts", "Check a rules file (alerts check FILE) or list the rules in effect (alerts list)", make_alerts_command},
 };
 } // namespace
 

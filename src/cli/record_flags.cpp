@@ -34,7 +34,26 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
       ->capture_default_str();
+  add_alerts_option(sub, f); // alerts (issue 14)
 }
+
+// ---- alerts (issue 14) ----
+void add_alerts_option(CLI::App& sub, RecordFlags& f) {
+  sub.add_option("--alerts", f.alerts,
+                 "Alert rules and notifiers (TOML; docs/alerts.md). Default: ~/.config/wattscope/alerts.toml or "
+                 "/etc/wattscope/alerts.toml when present");
+}
+
+std::shared_ptr<const AlertConfig> alerts_flag(const std::string& file) {
+  const std::string path = file.empty() ? default_alert_config_path() : file;
+  if (path.empty()) return nullptr;
+  try {
+    return std::make_shared<const AlertConfig>(load_alert_config(path));
+  } catch (const AlertConfigError& e) {
+    throw UsageError(fmt::format("{}{}", file.empty() ? "" : "--alerts: ", e.what()));
+  }
+}
+// ---- end alerts
 
 void check_gpus_flag(const std::string& gpus) {
   flag_value("", [&] { return parse_gpu_selection(gpus, std::nullopt); });
@@ -82,6 +101,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
         fmt::format("--top-processes {}: expected a number of processes from 0 to 100000", f.top_processes));
   o.top_processes = static_cast<size_t>(f.top_processes);
   if (command.empty() && f.top_processes == 0) o.track_processes = false;
+  o.alerts = alerts_flag(f.alerts); // alerts (issue 14)
   return o;
 }
 

@@ -27,7 +27,13 @@ struct RecordFlags {
   std::vector<std::string> tags;
   double cpu_tdp = 0;
   int top_processes = 20; // attribution (issue 13)
+  std::string alerts;     // alerts (issue 14): --alerts FILE
 };
+
+// ---- alerts (issue 14) ----: --alerts FILE (run, record, serve), and the rules it selects: that file, else the
+// default file when one exists (alerts/rules.hpp), else none (null). Throws UsageError naming the file and line.
+void add_alerts_option(CLI::App& sub, RecordFlags& f);
+std::shared_ptr<const AlertConfig> alerts_flag(const std::string& file);
 
 // run and record: every recording option.
 void add_record_options(CLI::App& sub, RecordFlags& f);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "accounting/accounting.hpp"
+#include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/duration.hpp"
 #include "core/schema.hpp"
 #include "phases/marker_socket.hpp"
@@ -46,6 +47,11 @@ struct SessionOptions {
   // record/serve at --socket PATH. Neither: no socket.
   bool private_marker_socket = false;
   std::string marker_socket_path;
+  // ---- alerts (issue 14) ----: rules and notifiers (--alerts FILE or the default file); null: no alerts. The run's
+  // end gives the notifiers alert_delivery_timeout to deliver what is still waiting.
+  std::shared_ptr<const AlertConfig> alerts;
+  std::chrono::nanoseconds alert_delivery_timeout = std::chrono::seconds(5);
+  // ---- end alerts
 };
 
 class Session {
@@ -71,6 +77,8 @@ public:
   // ---- end attribution ----
   // The marker socket's path, "" when there is none (issue 15).
   std::string marker_socket() const { return markers_ ? markers_->path() : std::string(); }
+  // ---- alerts (issue 14) ----: the engine (firing alerts, /api/v1/alerts), null without rules.
+  const AlertEngine* alerts() const { return alerts_.get(); }
 
 private:
   SessionOptions opts_;
@@ -83,6 +91,7 @@ private:
   std::unique_ptr<ProcessTracker> tracker_;
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15
+  std::unique_ptr<AlertEngine> alerts_;     // issue 14
   bool all_stored_ = true;
   bool finished_ = false;
 };

@@ -21,5 +21,6 @@ std::unique_ptr<Command> make_mark_command();
 std::unique_ptr<Command> make_stats_command();
 std::unique_ptr<Command> make_compare_command();
 std::unique_ptr<Command> make_import_command();
+std::unique_ptr<Command> make_alerts_command(); // issue 14
 
 } // namespace wattscope
