@@ -16,6 +16,8 @@ packages=(
   python3-pytest python3-venv # issue 15: the Python marker helper's tests (pytest; pip install into a venv)
   clang libclang-rt-14-dev libfuzzer-14-dev llvm
   libncurses-dev libcurl4-openssl-dev python3-pyte # issue 16: top: ncursesw, libcurl (--connect), a VT emulator for its tests
+  # issue 14: alert rules (toml++), notifiers (libcurl), and the real endpoints the alert tests deliver to
+  libtomlplusplus-dev python3-aiosmtpd prometheus-alertmanager openssl
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

@@ -29,6 +29,8 @@ constexpr CommandEntry kCommands[] = {
     {"advise", "What a run wasted and what to change, with evidence and an estimated saving (default: latest run)",
      make_advise_command},
     // ---- end advice ----
+    // ---- alerts (issue 14) ----
+    {"alerts", "Check a rules file (alerts check FILE) or list the rules in effect (alerts list)", make_alerts_command},
 };
 } // namespace
 

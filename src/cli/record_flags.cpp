@@ -39,6 +39,7 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
       ->capture_default_str();
+  add_alerts_option(sub, f); // alerts (issue 14)
 }
 
 // ---- simulate (issue 19) ----
@@ -49,6 +50,23 @@ void add_simulate_option(CLI::App& sub, RecordFlags& f) {
                "measured. Samples every 250ms unless --interval is given");
 }
 // ---- end simulate
+// ---- alerts (issue 14) ----
+void add_alerts_option(CLI::App& sub, RecordFlags& f) {
+  sub.add_option("--alerts", f.alerts,
+                 "Alert rules and notifiers (TOML; docs/alerts.md). Default: ~/.config/wattscope/alerts.toml or "
+                 "/etc/wattscope/alerts.toml when present");
+}
+
+std::shared_ptr<const AlertConfig> alerts_flag(const std::string& file) {
+  const std::string path = file.empty() ? default_alert_config_path() : file;
+  if (path.empty()) return nullptr;
+  try {
+    return std::make_shared<const AlertConfig>(load_alert_config(path));
+  } catch (const AlertConfigError& e) {
+    throw UsageError(fmt::format("{}{}", file.empty() ? "" : "--alerts: ", e.what()));
+  }
+}
+// ---- end alerts
 
 void check_gpus_flag(const std::string& gpus) {
   flag_value("", [&] { return parse_gpu_selection(gpus, std::nullopt); });
@@ -113,6 +131,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
     if (!f.interval_given) o.interval = std::chrono::milliseconds(250);
   }
   // ---- end simulate
+  o.alerts = alerts_flag(f.alerts); // alerts (issue 14)
   return o;
 }
 

@@ -32,12 +32,18 @@ struct RecordFlags {
   std::string simulate;        // --simulate[=SCENARIO]: "" not given, "true" (bare flag) or the scenario
   bool interval_given = false; // --simulate samples every 250ms unless --interval says otherwise
   // ---- end simulate
+  std::string alerts;     // alerts (issue 14): --alerts FILE
 };
 
 // ---- simulate (issue 19): --simulate[=SCENARIO] on a command that records (run, record, serve, top). A flag, so
 // `run --simulate python train.py` never takes the command for a scenario; a scenario is given with '='.
 void add_simulate_option(CLI::App& sub, RecordFlags& f);
 // ---- end simulate
+
+// ---- alerts (issue 14) ----: --alerts FILE (run, record, serve), and the rules it selects: that file, else the
+// default file when one exists (alerts/rules.hpp), else none (null). Throws UsageError naming the file and line.
+void add_alerts_option(CLI::App& sub, RecordFlags& f);
+std::shared_ptr<const AlertConfig> alerts_flag(const std::string& file);
 
 // run and record: every recording option.
 void add_record_options(CLI::App& sub, RecordFlags& f);

@@ -96,6 +96,12 @@ void Session::open() {
   }
   for (auto& n : notices)
     acc_->add_event(std::move(n));
+  // ---- alerts (issue 14) ----
+  if (opts_.alerts && !opts_.alerts->rules.empty())
+    alerts_ = std::make_unique<AlertEngine>(*opts_.alerts,
+                                            AlertContext{run_.host, run_.run_id, run_.task, !opts_.command.empty()},
+                                            [acc = acc_.get()](Event ev) { acc->add_event(std::move(ev)); });
+  // ---- end alerts
 
   // --- issue 15: markers. Begin/end/work settle on the sampler thread (PhaseTracker); points and model
   // descriptions are events.
@@ -137,6 +143,7 @@ void Session::open() {
 void Session::start() {
   for (auto& w : writers_)
     w->start();
+  if (alerts_) alerts_->start(); // alerts (issue 14)
   sampler_ = std::make_unique<Sampler>(sources_, opts_.interval, [this](Frame& f) {
     if (tracker_) f.processes = tracker_->take();
     acc_->process(f);
@@ -145,6 +152,7 @@ void Session::start() {
     for (auto& w : writers_)
       w->push(shared);
     if (opts_.on_frame) opts_.on_frame(shared);
+    if (alerts_) alerts_->offer(shared); // alerts (issue 14): queued, evaluated on the engine's thread
   });
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
@@ -225,6 +233,11 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
         w->push(shared);
     }
   }
+  // ---- alerts (issue 14) ----: every frame evaluated, then a bounded wait for deliveries; their events (and those
+  // of the last transitions) go out with the closing frame below.
+  if (alerts_)
+    alerts_->stop(SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(opts_.alert_delivery_timeout));
+  // ---- end alerts
   run_.end_ms = wall_now_ms();
   if (phases_ && acc_) {
     // Phases still open end with the run; markers after the last tick settle at it.

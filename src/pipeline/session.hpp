@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "accounting/accounting.hpp"
+#include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/duration.hpp"
 #include "core/schema.hpp"
 #include "phases/marker_socket.hpp"
@@ -56,6 +57,11 @@ struct SessionOptions {
   // simulated=true and the scenario's timeline sends its phase and work markers.
   std::shared_ptr<const Simulation> simulate;
   // ---- end simulate
+  // ---- alerts (issue 14) ----: rules and notifiers (--alerts FILE or the default file); null: no alerts. The run's
+  // end gives the notifiers alert_delivery_timeout to deliver what is still waiting.
+  std::shared_ptr<const AlertConfig> alerts;
+  std::chrono::nanoseconds alert_delivery_timeout = std::chrono::seconds(5);
+  // ---- end alerts
 };
 
 class Session {
@@ -81,6 +87,8 @@ public:
   // ---- end attribution ----
   // The marker socket's path, "" when there is none (issue 15).
   std::string marker_socket() const { return markers_ ? markers_->path() : std::string(); }
+  // ---- alerts (issue 14) ----: the engine (firing alerts, /api/v1/alerts), null without rules.
+  const AlertEngine* alerts() const { return alerts_.get(); }
 
 private:
   SessionOptions opts_;
@@ -93,6 +101,7 @@ private:
   std::unique_ptr<ProcessTracker> tracker_;
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15
+  std::unique_ptr<AlertEngine> alerts_;     // issue 14
   bool all_stored_ = true;
   bool finished_ = false;
   std::function<void(Marker, int64_t)> on_marker_; // issue 15: what a marker does, from the socket or the simulation

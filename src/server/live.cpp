@@ -521,7 +521,27 @@ std::string LiveState::metrics_text() const {
   }
   std::string out = x.take();
   if (board_) out += board_->metrics_text; // prepared once per process scan
+  // ---- alerts (issue 14) ----: one series per firing rule and scope (the engine's copy: no evaluation here).
+  if (alerts_) {
+    out += "# HELP wattscope_alerts_firing Alerts firing now, one series per rule and scope (wattscope --alerts).\n"
+           "# TYPE wattscope_alerts_firing gauge\n";
+    const std::string host = prom_label_value(run_.host);
+    for (const auto& a : alerts_->firing())
+      out += fmt::format("wattscope_alerts_firing{{rule=\"{}\",severity=\"{}\",scope=\"{}\",host=\"{}\"}} 1\n",
+                         prom_label_value(a.rule), prom_label_value(a.severity), prom_label_value(a.scope), host);
+  }
+  // ---- end alerts
   return out;
+}
+
+nlohmann::json LiveState::alerts_json() const {
+  if (!alerts_)
+    return {{"rules", 0},
+            {"firing", nlohmann::json::array()},
+            {"recent", nlohmann::json::array()},
+            {"notifiers", nlohmann::json::array()},
+            {"frames_dropped", 0}};
+  return alerts_->json();
 }
 
 } // namespace wattscope

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/frame.hpp"
 #include "core/schema.hpp"
 #include "sampler/sampler.hpp"
@@ -30,6 +31,10 @@ public:
 
   void set_run(const RunInfo& run, std::vector<GpuDevice> devices);
   void set_sampler(const SamplerStats* stats) { sampler_ = stats; }
+  // ---- alerts (issue 14) ----: the session's alert engine (null: no rules); before the server starts.
+  void set_alerts(const AlertEngine* engine) { alerts_ = engine; }
+  // /api/v1/alerts: firing and recent alerts (AlertEngine::json); {"rules": 0, ...} without rules.
+  nlohmann::json alerts_json() const;
   // Processes and units exported one by one (the rest summed as `other`); before set_run.
   void set_process_cap(size_t n) { process_cap_ = n; }
   // From the sampler thread, after accounting: never blocks for long.
@@ -83,6 +88,7 @@ private:
   RunInfo run_;
   std::vector<GpuDevice> devices_;
   const SamplerStats* sampler_ = nullptr;
+  const AlertEngine* alerts_ = nullptr; // issue 14
   std::shared_ptr<const Frame> latest_;
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;

@@ -560,6 +560,7 @@ struct HttpServer::Impl {
     if (const StaticFile* f = files.find(path)) return send(static_file(*f, req));
     if (path == "/metrics") return send(content(live.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"));
     if (path == "/api/v1/current") return send(content(live.current_json().dump(), "application/json"));
+    if (path == "/api/v1/alerts") return send(content(live.alerts_json().dump(), "application/json")); // issue 14
     if (path == "/healthz") return send(content("ok\n", "text/plain"));
     if (path == "/favicon.ico") {
       Response r;

@@ -1,5 +1,7 @@
 #include "top/top.hpp"
 
+#include "alerts/engine.hpp" // before ncurses.h, whose macros (timeout, clear, ...) would rename its members
+
 #include <langinfo.h>
 #include <poll.h>
 #include <signal.h>
@@ -71,7 +73,12 @@ public:
       std::lock_guard lock(mu_);
       out.push_back(view_);
     }
-    if (alerts_) out.front().alerts = alerts_();
+    if (alerts_) {
+      out.front().alerts = alerts_();
+    } else if (const AlertEngine* engine = session_->alerts()) { // issue 14: the session's own evaluator
+      for (const auto& a : engine->firing())
+        out.front().alerts.push_back({a.rule, a.severity, a.scope, a.message});
+    }
     return out;
   }
   bool settled(Clock::time_point) override {

@@ -26,5 +26,6 @@ std::unique_ptr<Command> make_top_command();
 // ---- advice (issue 14) ----
 std::unique_ptr<Command> make_advise_command();
 // ---- end advice ----
+std::unique_ptr<Command> make_alerts_command(); // issue 14
 
 } // namespace wattscope

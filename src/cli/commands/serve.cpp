@@ -48,12 +48,13 @@ public:
     sub.add_option("--socket", socket_,
                    "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
                    "WATTSCOPE_SOCKET=PATH in the workloads that send them");
+    add_alerts_option(sub, rec_); // alerts (issue 14)
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
                "  wattscope serve --simulate                        # simulated GPUs: see every view without one\n"
                "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
                "Endpoints: / (dashboard), /metrics (Prometheus), /api/v1/current, /api/v1/history?range=6h&step=1m,\n"
-               "/api/v1/runs, /api/v1/runs/ID, /api/v1/events (server-sent events). deploy/ has a Grafana "
-               "dashboard,\na Prometheus scrape config and a systemd unit. SIGTERM stops it cleanly.");
+               "/api/v1/runs, /api/v1/runs/ID, /api/v1/events (server-sent events), /api/v1/alerts. deploy/ has a "
+               "Grafana dashboard,\na Prometheus scrape config and a systemd unit. SIGTERM stops it cleanly.");
   }
 
   int run(CLI::App&, const CliContext& ctx) override {
@@ -92,6 +93,7 @@ public:
     http.bind();
     session.start();
     live.set_sampler(session.sampler_stats());
+    live.set_alerts(session.alerts()); // alerts (issue 14)
     std::thread server([&http] {
       name_this_thread("ws-http");
       http.run();

@@ -1,6 +1,7 @@
 // wattscope top: a live terminal view of this machine, or of several `serve` endpoints (issue 16).
 #include <CLI/CLI.hpp>
 
+#include "alerts/rules.hpp"
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "server/token.hpp"
@@ -23,6 +24,7 @@ public:
     sub.add_option("--sort", sort_, "Process order: power, cpu, mem, gpumem, sm or pid (the s key cycles)")
         ->capture_default_str();
     add_simulate_option(sub, flags_); // issue 19: the simulated GPUs, labelled so on screen
+    add_alerts_option(sub, flags_);   // issue 14: the rules the status line shows (notifiers are not used by top)
     sub.add_option("--gpus", flags_.gpus, "GPUs to show: all, 0,2 or GPU-UUIDs");
     sub.add_option("--top-processes", flags_.top_processes,
                    "Processes sampled per scan, the top N by CPU or GPU use (0: no process list)")
@@ -44,7 +46,13 @@ public:
     f.task = "top";
     f.process_interval = "1s";
     f.interval_given = true; // --simulate keeps top's refresh (a recording samples at 250 ms by default)
-    const SessionOptions session = session_options(f, {}, /*require_store=*/false);
+    SessionOptions session = session_options(f, {}, /*require_store=*/false);
+    // top shows firing alerts on its status line: the rules file's, else the built-in rules. It never notifies (a
+    // terminal view must not page anyone), so the notifiers are left out.
+    auto rules = std::make_shared<AlertConfig>(session.alerts ? *session.alerts
+                                                              : AlertConfig{builtin_alert_rules(), {}, ""});
+    rules->notifiers.clear();
+    session.alerts = std::move(rules);
     if (session.interval < std::chrono::milliseconds(100))
       throw UsageError(fmt::format("--interval {}: top redraws at most every 100ms", flags_.interval));
     o.interval = session.interval;

@@ -1,0 +1,291 @@
+#include "alerts/evaluator.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "core/metrics.hpp"
+
+namespace wattscope {
+
+std::string_view to_string(AlertChange c) {
+  switch (c) {
+  case AlertChange::Pending:
+    return "pending";
+  case AlertChange::Cancelled:
+    return "cancelled";
+  case AlertChange::Firing:
+    return "firing";
+  case AlertChange::Resolved:
+    return "resolved";
+  case AlertChange::Repeat:
+    return "repeat";
+  }
+  return "?";
+}
+
+AlertEvaluator::AlertEvaluator(std::vector<AlertRule> rules)
+    : rules_(std::move(rules)), gpu_(rules_.size()), cpu_(rules_.size()), named_(rules_.size()) {}
+
+AlertEvaluator::Slot& AlertEvaluator::gpu_slot(size_t rule, int gpu_index) {
+  auto& v = gpu_[rule];
+  const auto i = static_cast<size_t>(gpu_index);
+  if (v.size() <= i) v.resize(i + 1);
+  return v[i];
+}
+
+namespace {
+
+bool trips(AlertOp op, double v, double thr) {
+  switch (op) {
+  case AlertOp::Gt:
+    return v > thr;
+  case AlertOp::Ge:
+    return v >= thr;
+  case AlertOp::Lt:
+    return v < thr;
+  case AlertOp::Le:
+    return v <= thr;
+  case AlertOp::Bits:
+    return (static_cast<int64_t>(v) & static_cast<int64_t>(thr)) != 0;
+  }
+  return false;
+}
+
+// Back past the clear level (hysteresis); without one, simply no longer past the threshold.
+bool clears(const AlertRule& r, double v, double thr, std::optional<double> clear) {
+  if (!clear) return !trips(r.op, v, thr);
+  return (r.op == AlertOp::Gt || r.op == AlertOp::Ge) ? v < *clear : v > *clear;
+}
+
+std::string format_value(const AlertRule& r, std::optional<double> v) {
+  if (!v) return "n/a";
+  if (r.op == AlertOp::Bits) return fmt::format("0x{:x}", static_cast<int64_t>(*v));
+  return fmt::format("{:.4g}", *v);
+}
+
+} // namespace
+
+void AlertEvaluator::step(size_t ri, Slot& s, std::optional<double> raw, std::optional<double> ref,
+                          const std::string& scope, const Frame& f, int64_t now_ms, std::vector<AlertTransition>& out) {
+  const AlertRule& r = rules_[ri];
+  if (ref && *ref > 0) s.ref = ref;
+  if (!raw) return; // missing is missing: the state holds until the device answers again
+  std::optional<double> value = raw;
+  double thr = r.threshold;
+  std::optional<double> clear = r.clear;
+  if (!r.relative_to.empty()) {
+    if (!s.ref) return; // a percentage of nothing known yet
+    value = *raw / *s.ref * 100.0;
+  }
+  s.last_value = value;
+  s.last_threshold = thr;
+  auto emit = [&](AlertChange c, bool notify) {
+    out.push_back({ri, scope, c, value, thr, raw, f.ts_ms, s.since_ts_ms, notify});
+  };
+  switch (s.state) {
+  case AlertState::Inactive:
+    if (!trips(r.op, *value, thr)) return;
+    s.since_mono_ms = now_ms;
+    s.since_ts_ms = f.ts_ms;
+    if (r.for_ms.count() > 0) {
+      s.state = AlertState::Pending;
+      emit(AlertChange::Pending, false);
+      return;
+    }
+    [[fallthrough]];
+  case AlertState::Pending:
+    if (s.state == AlertState::Pending) {
+      // Hysteresis holds here too: a value hovering between the clear level and the threshold stays pending, so
+      // `for` measures how long it has been high, not how long it stayed above one exact line.
+      if (clears(r, *value, thr, clear)) {
+        s.state = AlertState::Inactive;
+        emit(AlertChange::Cancelled, false);
+        return;
+      }
+      if (now_ms - s.since_mono_ms < r.for_ms.count()) return;
+      s.since_mono_ms = now_ms;
+      s.since_ts_ms = f.ts_ms;
+    }
+    s.state = AlertState::Firing;
+    // No storm: a scope that fires again within repeat_every of its last notification is recorded, not notified.
+    s.notified = !s.ever_notified || r.repeat_every.count() == 0 || now_ms - s.last_notify_ms >= r.repeat_every.count();
+    if (s.notified) {
+      s.ever_notified = true;
+      s.last_notify_ms = now_ms;
+    }
+    emit(AlertChange::Firing, s.notified);
+    return;
+  case AlertState::Firing:
+    if (clears(r, *value, thr, clear)) {
+      s.state = AlertState::Inactive;
+      emit(AlertChange::Resolved, s.notified);
+      return;
+    }
+    if (r.repeat_every.count() > 0 && s.notified && now_ms - s.last_notify_ms >= r.repeat_every.count()) {
+      s.last_notify_ms = now_ms;
+      emit(AlertChange::Repeat, true);
+    }
+    return;
+  }
+}
+
+void AlertEvaluator::evaluate(const Frame& f, std::vector<AlertTransition>& out) {
+  out.clear();
+  if (f.rows_only || f.markers_only) return;
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(f.mono.time_since_epoch()).count();
+  if (f.processes) {
+    // Which GPUs are allocated: in `run`, every GPU the run records; elsewhere, one a process holds.
+    std::fill(allocated_.begin(), allocated_.end(), 0);
+    for (const auto& gp : f.processes->gpu_procs) {
+      const auto i = static_cast<size_t>(gp.gpu_index);
+      if (allocated_.size() <= i) allocated_.resize(i + 1, 0);
+      allocated_[i] = 1;
+    }
+  }
+  for (const auto& g : f.gpus) {
+    const auto i = static_cast<size_t>(g.gpu_index);
+    if (gpu_names_.size() <= i)
+      for (size_t k = gpu_names_.size(); k <= i; ++k)
+        gpu_names_.push_back(fmt::format("gpu{}", k));
+  }
+  for (size_t ri = 0; ri < rules_.size(); ++ri) {
+    const AlertRule& r = rules_[ri];
+    if (r.kind == AlertKind::DeviceLost) {
+      for (const auto& ev : f.events) {
+        if (ev.kind != "device-lost" || !ev.source.starts_with("gpu")) continue;
+        int idx = -1;
+        try {
+          idx = std::stoi(ev.source.substr(3));
+        } catch (const std::exception&) {
+          continue;
+        }
+        if (idx < 0 || idx > 4096) continue;
+        Slot& s = gpu_slot(ri, idx);
+        if (s.state == AlertState::Firing) continue;
+        s.state = AlertState::Firing;
+        s.since_ts_ms = f.ts_ms;
+        s.notified = s.ever_notified = true;
+        s.last_notify_ms = now_ms;
+        out.push_back({ri, ev.source, AlertChange::Firing, std::nullopt, 0, std::nullopt, f.ts_ms, f.ts_ms, true});
+      }
+      continue;
+    }
+    switch (r.scope) {
+    case AlertScope::Gpu: {
+      const auto& m = kGpuMetrics[r.metric_index];
+      for (const auto& g : f.gpus) {
+        if (r.allocated_only && !run_mode_) {
+          const auto i = static_cast<size_t>(g.gpu_index);
+          if (i >= allocated_.size() || !allocated_[i]) {
+            // No longer allocated: an idle alert on it has nothing left to say.
+            Slot& s = gpu_slot(ri, g.gpu_index);
+            if (s.state != AlertState::Inactive) {
+              out.push_back({ri, gpu_names_[i],
+                             s.state == AlertState::Firing ? AlertChange::Resolved : AlertChange::Cancelled,
+                             s.last_value, s.last_threshold, std::nullopt, f.ts_ms, s.since_ts_ms,
+                             s.state == AlertState::Firing && s.notified});
+              s.state = AlertState::Inactive;
+            }
+            continue;
+          }
+        }
+        std::optional<double> ref;
+        if (!r.relative_to.empty()) ref = kGpuMetrics[r.relative_index].get(g);
+        step(ri, gpu_slot(ri, g.gpu_index), m.get(g), ref, gpu_names_[static_cast<size_t>(g.gpu_index)], f, now_ms,
+             out);
+      }
+      break;
+    }
+    case AlertScope::Cpu: {
+      static const std::string kCpu = "cpu";
+      std::optional<double> ref;
+      if (!r.relative_to.empty()) ref = kCpuMetrics[r.relative_index].get(f.cpu);
+      step(ri, cpu_[ri], kCpuMetrics[r.metric_index].get(f.cpu), ref, kCpu, f, now_ms, out);
+      break;
+    }
+    case AlertScope::Zone:
+      for (const auto& z : f.cpu.zones) {
+        if (!r.zone.empty() && z.zone != r.zone) continue;
+        auto [it, added] = named_[ri].try_emplace(std::string(z.domain));
+        std::optional<double> ref;
+        if (!r.relative_to.empty()) ref = kZoneMetrics[r.relative_index].get(z);
+        step(ri, it->second, kZoneMetrics[r.metric_index].get(z), ref, it->first, f, now_ms, out);
+      }
+      break;
+    case AlertScope::Unit:
+      if (!f.processes) break; // units are known once a scan (at most once a second)
+      for (const auto& u : f.processes->units) {
+        if (u.unit.empty()) continue;
+        auto [it, added] = named_[ri].try_emplace(u.unit);
+        std::optional<double> ref;
+        if (!r.relative_to.empty()) ref = alert_unit_value(u, r.relative_index);
+        step(ri, it->second, alert_unit_value(u, r.metric_index), ref, it->first, f, now_ms, out);
+      }
+      break;
+    }
+  }
+}
+
+std::string AlertEvaluator::message(const AlertTransition& t) const {
+  const AlertRule& r = rules_[t.rule];
+  std::string tmpl = r.message.empty() ? std::string("{rule} on {scope}: {value} {op} {threshold}") : r.message;
+  const std::string unit = r.kind == AlertKind::DeviceLost ? std::string()
+                           : r.relative_to.empty()         ? std::string(alert_metric_unit(r.scope, r.metric_index))
+                                                           : std::string("%");
+  std::string out;
+  out.reserve(tmpl.size() + 32);
+  for (size_t i = 0; i < tmpl.size();) {
+    if (tmpl[i] == '{') {
+      const size_t close = tmpl.find('}', i);
+      if (close != std::string::npos) {
+        const std::string_view key(tmpl.data() + i + 1, close - i - 1);
+        std::optional<std::string> rep;
+        if (key == "rule")
+          rep = r.name;
+        else if (key == "scope")
+          rep = t.scope;
+        else if (key == "value")
+          rep = format_value(r, t.value);
+        else if (key == "threshold")
+          rep = format_value(r, t.threshold);
+        else if (key == "unit")
+          rep = unit;
+        else if (key == "severity")
+          rep = r.severity;
+        else if (key == "metric")
+          rep = r.metric;
+        else if (key == "op")
+          rep = std::string(to_string(r.op));
+        if (rep) {
+          out += *rep;
+          i = close + 1;
+          continue;
+        }
+      }
+    }
+    out += tmpl[i++];
+  }
+  return out;
+}
+
+std::vector<FiringAlert> AlertEvaluator::firing() const {
+  std::vector<FiringAlert> out;
+  auto add = [&](size_t ri, const Slot& s, const std::string& scope) {
+    if (s.state != AlertState::Firing) return;
+    AlertTransition t{ri, scope, AlertChange::Firing, s.last_value, s.last_threshold, std::nullopt, 0, 0, false};
+    out.push_back(
+        {rules_[ri].name, rules_[ri].severity, scope, message(t), s.last_value, s.last_threshold, s.since_ts_ms});
+  };
+  for (size_t ri = 0; ri < rules_.size(); ++ri) {
+    for (size_t i = 0; i < gpu_[ri].size(); ++i)
+      add(ri, gpu_[ri][i], fmt::format("gpu{}", i));
+    add(ri, cpu_[ri], "cpu");
+    for (const auto& [name, s] : named_[ri])
+      add(ri, s, name);
+  }
+  return out;
+}
+
+} // namespace wattscope

@@ -1,0 +1,83 @@
+// Where alert notifications go (issue 14): a generic webhook (JSON with a Slack-compatible `text`), e-mail through
+// SMTP (libcurl, STARTTLS, credentials from the environment or a file), and Prometheus Alertmanager's v2 API. Each
+// notifier delivers on its own thread from a bounded queue, with retries and exponential back-off, so a dead or slow
+// endpoint delays only its own notifications: never sampling, storing, evaluation, or the other notifiers.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "alerts/rules.hpp"
+
+namespace wattscope {
+
+struct AlertNotification {
+  std::string rule;
+  std::string severity;
+  std::string scope;
+  std::string state; // firing | resolved | repeat
+  std::string message;
+  std::optional<double> value;
+  double threshold = 0;
+  std::string unit;
+  int64_t ts_ms = 0;
+  int64_t since_ms = 0;
+  std::string host, run_id, task;
+};
+
+// One line a person reads: "[FIRING] gpu_temperature_high on gpu0 (node7): gpu0 at 91 °C, above 85 °C".
+std::string notification_text(const AlertNotification& n);
+// The bodies each notifier sends (tests and docs/alerts.md show them).
+std::string webhook_body(const AlertNotification& n);
+std::string alertmanager_body(const AlertNotification& n);
+std::string email_message(const NotifierConfig& c, const AlertNotification& n);
+
+struct DeliveryStats {
+  std::atomic<int64_t> sent{0};
+  std::atomic<int64_t> failed{0};  // notifications given up after every retry
+  std::atomic<int64_t> dropped{0}; // the queue was full
+};
+
+class Notifier {
+public:
+  // `on_failure(detail)`: a notification given up (after its retries, dropped, or left when the run ended); called
+  // on the notifier's thread, must not block.
+  Notifier(NotifierConfig cfg, std::function<void(const AlertNotification&, const std::string&)> on_failure);
+  ~Notifier();
+  Notifier(const Notifier&) = delete;
+  Notifier& operator=(const Notifier&) = delete;
+  void start();
+  void enqueue(AlertNotification n); // never blocks; the oldest waiting notification goes when the queue is full
+  // Delivers what is queued until `deadline`, then abandons the rest (each one reported as a failure).
+  void stop(std::chrono::steady_clock::time_point deadline);
+  const NotifierConfig& config() const { return cfg_; }
+  const DeliveryStats& stats() const { return stats_; }
+  static constexpr size_t kQueueCap = 256;
+
+private:
+  void loop();
+  // One attempt; "" on success, else why it failed.
+  std::string send_once(const AlertNotification& n);
+
+  NotifierConfig cfg_;
+  std::function<void(const AlertNotification&, const std::string&)> on_failure_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<AlertNotification> queue_;
+  bool stopping_ = false;
+  std::chrono::steady_clock::time_point deadline_{};
+  std::atomic<bool> abort_{false}; // past the deadline: the transfer in flight is cut
+  DeliveryStats stats_;
+  std::thread thread_;
+};
+
+} // namespace wattscope
