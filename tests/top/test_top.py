@@ -316,12 +316,12 @@ def test_no_color_and_dumb_terminal(world):
 
 
 class Serve:
-    def __init__(self, world, name):
+    def __init__(self, world, name, extra=()):
         self.dir = os.path.join(world["tmp"], name)
         os.mkdir(self.dir)
         self.err = open(os.path.join(self.dir, "err"), "w+")
         self.proc = subprocess.Popen([BINARY, "serve", "--listen", "127.0.0.1:0", "--interval", "200ms",
-                                      "--sysfs-root", world["sysfs"]],
+                                      "--sysfs-root", world["sysfs"], *extra],
                                      env=dict(world["env"], HOSTNAME=name), cwd=self.dir,
                                      stdout=subprocess.DEVNULL, stderr=self.err)
         deadline = time.monotonic() + 20
@@ -416,70 +416,22 @@ def test_token_protected_serve(world):
         err.close()
 
 
-def test_firing_alerts_from_a_serve_that_has_them(world):
-    """serve's /api/v1/alerts is being built beside top (issue 14); until then a small stand-in answers it, with the
-    event stream replaying a document a real serve sent, so the status line is tested with content."""
-    import http.server
-    import threading
-    import urllib.request
-
-    real = Serve(world, "real")
+def test_firing_alerts_from_a_serve_that_has_them(world, tmp_path):
+    """A real serve evaluating a rules file (issue 14): top --connect reads its /api/v1/alerts and shows what fires.
+    GPU 1 of the scenario runs at 88 C; the rule has no `for`, so it fires on serve's first frame."""
+    rules = tmp_path / "alerts.toml"
+    rules.write_text('builtin_rules = false\n[[rule]]\nname = "gpu-hot"\nmetric = "temp_gpu_c"\nop = ">"\n'
+                     'threshold = 85\nfor = "0s"\nseverity = "critical"\n')
+    srv = Serve(world, "alerting", ("--alerts", str(rules)))
     try:
-        doc = None
-        with urllib.request.urlopen(real.url + "/api/v1/current", timeout=10) as r:
-            doc = r.read()
-        deadline = time.monotonic() + 10
-        while json.loads(doc).get("tick") in (None, 0, 1) and time.monotonic() < deadline:
-            time.sleep(0.2)
-            with urllib.request.urlopen(real.url + "/api/v1/current", timeout=10) as r:
-                doc = r.read()
-    finally:
-        real.close()
-    alerts = json.dumps({"alerts": [
-        {"rule": "gpu-hot", "severity": "critical", "scope": "gpu1", "message": "88 C over 85 C", "state": "firing"},
-        {"rule": "gpu-busy", "severity": "warning", "scope": "gpu0", "message": "resolved", "state": "resolved"}]})
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.0"
-
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            if self.path == "/api/v1/alerts":
-                body = alerts.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            elif self.path == "/api/v1/events":
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.end_headers()
-                try:
-                    for _ in range(100):
-                        self.wfile.write(b"data: " + doc + b"\n\n")
-                        self.wfile.flush()
-                        time.sleep(0.2)
-                except OSError:
-                    pass
-            else:
-                self.send_error(404)
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    srv.daemon_threads = True
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        out = subprocess.run([BINARY, "top", "--once", "--connect", f"http://127.0.0.1:{srv.server_port}"],
+        out = subprocess.run([BINARY, "top", "--once", "--connect", srv.url],
                              env=dict(world["env"], COLUMNS="120", LINES="40"), capture_output=True, text=True,
                              timeout=60)
         assert out.returncode == 0, out.stderr
         alert_lines = [line for line in out.stdout.splitlines() if line.startswith("ALERTS")]
-        assert alert_lines == ["ALERTS 1: [critical] gpu-hot gpu1: 88 C over 85 C;"], out.stdout
+        assert len(alert_lines) == 1 and alert_lines[0].startswith("ALERTS 1: [critical] gpu-hot gpu1"), out.stdout
     finally:
-        srv.shutdown()
-        srv.server_close()
+        srv.close()
 
 
 def test_simulate_says_so_on_screen(world):
@@ -494,3 +446,20 @@ def test_simulate_says_so_on_screen(world):
                           capture_output=True, text=True, timeout=60)
     assert real.returncode == 0, real.stderr
     assert "SIMULATED" not in real.stdout
+
+
+def test_local_view_shows_the_sessions_firing_alerts(world, tmp_path):
+    # Issue 14 in top: the local view evaluates the rules itself (the built-in ones unless --alerts) and shows what
+    # fires on its status line. GPU 1 of the scenario runs at 88 C; a rule with no `for` fires on the first frame.
+    rules = tmp_path / "alerts.toml"
+    rules.write_text('builtin_rules = false\n[[rule]]\nname = "hot_gpu"\nmetric = "temp_gpu_c"\nop = ">"\n'
+                     'threshold = 85\nfor = "0s"\nseverity = "critical"\n'
+                     '[[webhook]]\nurl = "http://127.0.0.1:9/never"\n')  # top never notifies
+    out = subprocess.run(top_args(world, "--once", "--alerts", str(rules)),
+                         env=dict(world["env"], COLUMNS="160", LINES="60"), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"(?m)^ALERTS 1: \[critical\] hot_gpu gpu1", out.stdout), out.stdout
+    quiet = subprocess.run(top_args(world, "--once"), env=dict(world["env"], COLUMNS="160", LINES="60"),
+                           capture_output=True, text=True, timeout=60)
+    assert quiet.returncode == 0, quiet.stderr
+    assert "no alerts firing" in quiet.stdout, quiet.stdout
