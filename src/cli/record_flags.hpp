@@ -26,13 +26,13 @@ struct RecordFlags {
   std::string gpus;
   std::vector<std::string> tags;
   double cpu_tdp = 0;
-  int top_processes = 20; // attribution (issue 13)
+  int top_processes = 20;       // attribution (issue 13)
   std::string process_interval; // "": 1s for run, 5s for record and serve (issue 12)
   // ---- simulate (issue 19) ----
   std::string simulate;        // --simulate[=SCENARIO]: "" not given, "true" (bare flag) or the scenario
   bool interval_given = false; // --simulate samples every 250ms unless --interval says otherwise
   // ---- end simulate
-  std::string alerts;     // alerts (issue 14): --alerts FILE
+  std::string alerts; // alerts (issue 14): --alerts FILE
 };
 
 // ---- simulate (issue 19): --simulate[=SCENARIO] on a command that records (run, record, serve, top). A flag, so

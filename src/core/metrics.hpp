@@ -106,11 +106,11 @@ template <class S> struct MetricDef {
   X(util_dec_pct, F, "%", "wattscope_gpu_decoder_utilization_ratio", Gauge, 0.01, "",                                  \
     "Share of time the video decoder was busy.", "Decoder utilisation", "%", 1, kChart)                                \
   X(mem_reserved_bytes, I, "bytes", "wattscope_gpu_memory_reserved_bytes", Gauge, 1, "",                               \
-    "Device memory the driver reserves (NVML memory v2; missing on older drivers).", "Memory reserved", "GiB",          \
+    "Device memory the driver reserves (NVML memory v2; missing on older drivers).", "Memory reserved", "GiB",         \
     1.0 / (1024.0 * 1024 * 1024), 0)                                                                                   \
   X(mem_free_bytes, I, "bytes", "wattscope_gpu_memory_free_bytes", Gauge, 1, "",                                       \
     "Device memory free for allocations.", "Memory free", "GiB", 1.0 / (1024.0 * 1024 * 1024), 0)                      \
-  X(clock_video_mhz, I, "MHz", "wattscope_gpu_clock_hertz", Gauge, 1e6, "clock=\"video\"", "GPU clocks.",                \
+  X(clock_video_mhz, I, "MHz", "wattscope_gpu_clock_hertz", Gauge, 1e6, "clock=\"video\"", "GPU clocks.",              \
     "Video clock", "MHz", 1, 0)
 
 // Host CPU and memory, one row per tick (cpu_samples). Prometheus samples carry the host label.

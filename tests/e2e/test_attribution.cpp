@@ -147,13 +147,12 @@ TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
                          {{"pid_file", dir / "n.pid"}, {"sm", 20}, {"mem_bytes", 2LL << 30}}})}}};
   write_file(dir / "scenario.json", scen.dump());
   // --top-processes 1: the worker is exported on its own, the neighbour only inside `other`.
-  const int serve =
-      start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes", "1",
-             "--process-interval", "1s"},
-            {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-             {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-             {"CUDA_VISIBLE_DEVICES", "\x01"}},
-            dir.path(), dir / "s.out", dir / "s.err");
+  const int serve = start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes",
+                           "1", "--process-interval", "1s"},
+                          {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                           {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                           {"CUDA_VISIBLE_DEVICES", "\x01"}},
+                          dir.path(), dir / "s.out", dir / "s.err");
   const int port = wait_for_serve_port(dir / "s.err", 200);
   const std::string mine = "wattscope_process_power_watts{pid=\"" + std::to_string(worker) + "\",";
   const std::string mine_j = "wattscope_process_energy_joules_total{pid=\"" + std::to_string(worker) + "\",";
@@ -216,8 +215,8 @@ TEST(Attribution, RecordScansTheMachineEveryFiveSecondsUnlessToldOtherwise) {
     return ticks;
   };
   // 200 ms ticks for 6.5 s: the default scans at the first tick and 5 s later; 1 s scans about every 5th tick.
-  Result def = run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--db", dir / "d.db"}, {},
-                   dir.path());
+  Result def =
+      run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--db", dir / "d.db"}, {}, dir.path());
   ASSERT_EQ(def.exit_code, 0) << def.err;
   Result fast = run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--process-interval", "1s",
                      "--db", dir / "f.db"},
@@ -233,8 +232,8 @@ TEST(Attribution, RecordScansTheMachineEveryFiveSecondsUnlessToldOtherwise) {
   for (size_t i = 1; i < f.size(); ++i)
     EXPECT_GE(f[i] - f[i - 1], 4);
 
-  Result bad = run({wattscope(), "record", "--process-interval", "500ms", "--duration", "1s", "--db", dir / "b.db"},
-                   {}, dir.path());
+  Result bad = run({wattscope(), "record", "--process-interval", "500ms", "--duration", "1s", "--db", dir / "b.db"}, {},
+                   dir.path());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--process-interval 500ms: processes are scanned at most once a second"), std::string::npos)
       << bad.err;

@@ -49,8 +49,8 @@ public:
     SessionOptions session = session_options(f, {}, /*require_store=*/false);
     // top shows firing alerts on its status line: the rules file's, else the built-in rules. It never notifies (a
     // terminal view must not page anyone), so the notifiers are left out.
-    auto rules = std::make_shared<AlertConfig>(session.alerts ? *session.alerts
-                                                              : AlertConfig{builtin_alert_rules(), {}, ""});
+    auto rules =
+        std::make_shared<AlertConfig>(session.alerts ? *session.alerts : AlertConfig{builtin_alert_rules(), {}, ""});
     rules->notifiers.clear();
     session.alerts = std::move(rules);
     if (session.interval < std::chrono::milliseconds(100))

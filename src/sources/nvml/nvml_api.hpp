@@ -21,8 +21,8 @@ inline constexpr Return kErrorLibraryNotFound = 12;
 inline constexpr Return kErrorFunctionNotFound = 13;
 inline constexpr Return kErrorGpuIsLost = 15;
 inline constexpr Return kErrorResetRequired = 16;
-inline constexpr Return kErrorOperatingSystem = 17;        // often after a driver upgrade without a reboot
-inline constexpr Return kErrorLibRmVersionMismatch = 18;   // libnvidia-ml and the kernel module differ
+inline constexpr Return kErrorOperatingSystem = 17;         // often after a driver upgrade without a reboot
+inline constexpr Return kErrorLibRmVersionMismatch = 18;    // libnvidia-ml and the kernel module differ
 inline constexpr Return kErrorArgumentVersionMismatch = 25; // a versioned struct this driver does not know
 inline constexpr Return kErrorUnknown = 999;
 
@@ -191,7 +191,7 @@ enum class Need { Required, Optional };
   X1(device_power_usage, Optional, (Device d, unsigned int* mw), (d, mw), nvmlDeviceGetPowerUsage)                     \
   X1(device_total_energy, Optional, (Device d, unsigned long long* mj), (d, mj), nvmlDeviceGetTotalEnergyConsumption)  \
   X1(device_utilization, Optional, (Device d, Utilization * u), (d, u), nvmlDeviceGetUtilizationRates)                 \
-  X1(device_temperature_v, Optional, (Device d, TemperatureV1 * t), (d, t), nvmlDeviceGetTemperatureV)                \
+  X1(device_temperature_v, Optional, (Device d, TemperatureV1 * t), (d, t), nvmlDeviceGetTemperatureV)                 \
   X1(device_temperature, Optional, (Device d, int sensor, unsigned int* c), (d, sensor, c), nvmlDeviceGetTemperature)  \
   X1(device_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetClockInfo)          \
   X1(device_pcie_width, Optional, (Device d, unsigned int* w), (d, w), nvmlDeviceGetCurrPcieLinkWidth)                 \

@@ -211,7 +211,8 @@ constexpr CallSpec kCalls[] = {
        }
        return rc;
      }},
-    {NvmlSource::cMemory, "memory", bits({G::mem_used_bytes, G::mem_total_bytes, G::mem_reserved_bytes, G::mem_free_bytes}),
+    {NvmlSource::cMemory, "memory",
+     bits({G::mem_used_bytes, G::mem_total_bytes, G::mem_reserved_bytes, G::mem_free_bytes}),
      [](const Library& l) { return l.device_memory_v2 != nullptr || l.device_memory != nullptr; }, read_memory},
     // nvmlDeviceGetTemperatureV where the library has it (nvmlDeviceGetTemperature is deprecated in NVML 13), the
     // old call where it does not or where it does not know our struct version.
@@ -469,8 +470,7 @@ bool NvmlSource::open() {
     PciInfoLegacy legacy{};
     if (lib_->device_pci_info && lib_->device_pci_info(d.handle, &pci) == kSuccess)
       d.info.pci_bus_id = cstr(pci.busId, sizeof pci.busId);
-    else if (lib_->device_pci_info_legacy && lib_->device_pci_info_legacy(d.handle, &legacy) == kSuccess)
-    {
+    else if (lib_->device_pci_info_legacy && lib_->device_pci_info_legacy(d.handle, &legacy) == kSuccess) {
       // "0000:18:00.0" there; the _v3 form (and nvidia-smi's) has an 8-digit domain: stored alike either way
       d.info.pci_bus_id = cstr(legacy.busId, sizeof legacy.busId);
       if (d.info.pci_bus_id.size() == 12 && d.info.pci_bus_id[4] == ':') d.info.pci_bus_id.insert(0, "0000");
@@ -605,7 +605,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
     const Return rc = c.read(ctx, d, s);
     if (rc == kSuccess || rc == kNoCall) continue;
     ok(d, c.call, rc, frame);
-    if (d.lost) return;                                                  // no row for a lost GPU on the tick it was lost
+    if (d.lost) return; // no row for a lost GPU on the tick it was lost
     if (rc == kErrorUnknown && d.unknown_failures > 0 && d.retry_at > frame.mono) return; // backing off: no row
   }
   if (d.unknown_failures > 0) {

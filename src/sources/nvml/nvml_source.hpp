@@ -88,8 +88,8 @@ public:
     std::array<int, 4> field_failures{}; // per entry of `fields`: errors in a row other than NOT_SUPPORTED
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
-  static constexpr int kUnknownLimit = 5;        // failures in a row (back-offs of 1, 2, 4, 8 s between them)
-  static constexpr int kFieldFailureLimit = 3;   // a field failing this many ticks in a row is not asked for again
+  static constexpr int kUnknownLimit = 5;      // failures in a row (back-offs of 1, 2, 4, 8 s between them)
+  static constexpr int kFieldFailureLimit = 3; // a field failing this many ticks in a row is not asked for again
 
   explicit NvmlSource(Options opts);
   ~NvmlSource() override;
