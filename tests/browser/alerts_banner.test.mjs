@@ -2,11 +2,10 @@
 // rule's threshold shows the firing alert; the page makes no JavaScript error.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { startServe, launchChromium } from './lib.mjs';
 
 const WS = process.env.WATTSCOPE_BINARY;
 const FAKE = process.env.WATTSCOPE_FAKE_NVML;
@@ -25,22 +24,8 @@ before(async () => {
   const env = { ...process.env, WATTSCOPE_NVML_LIBRARY: FAKE, WATTSCOPE_FAKE_NVML_SCENARIO: join(dir, 'scenario.json'),
     HOME: dir, XDG_CONFIG_HOME: join(dir, 'config') };
   delete env.CUDA_VISIBLE_DEVICES;
-  serve = spawn(WS, ['serve', '--listen', '127.0.0.1:0', '--interval', '200ms', '--alerts', join(dir, 'alerts.toml')],
-    { cwd: dir, env });
-  base = await new Promise((resolve, reject) => {
-    let err = '';
-    serve.stderr.on('data', (d) => {
-      err += d;
-      const m = err.match(/serving on (http:\/\/127\.0\.0\.1:\d+)\//);
-      if (m) resolve(m[1]);
-    });
-    serve.on('exit', (code) => reject(new Error(`serve exited ${code}: ${err}`)));
-    setTimeout(() => reject(new Error('serve did not start: ' + err)), 15000);
-  });
-  browser = await chromium.launch({
-    executablePath: process.env.WATTSCOPE_CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-  });
+  ({ serve, base } = await startServe(WS, ['--listen', '127.0.0.1:0', '--interval', '200ms', '--alerts', join(dir, 'alerts.toml')], { cwd: dir, env }));
+  browser = await launchChromium();
 });
 
 after(async () => {

@@ -9,7 +9,7 @@ import { mkdtempSync, rmSync, existsSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { chromium } from 'playwright-core';
+import { startServe, launchChromium } from './lib.mjs';
 
 const WS = process.env.WATTSCOPE_BINARY;
 const dir = mkdtempSync(join(tmpdir(), 'wattscope-sim-'));
@@ -26,21 +26,8 @@ function exited(child) {
 
 before(async () => {
   // serve starts first; the run follows once the dashboard is open, so both pictures show the same 20 s.
-  serve = spawn(WS, ['serve', '--simulate', '--listen', '127.0.0.1:0', '--interval', '250ms', '--task', 'training'], { cwd: dir, env });
-  base = await new Promise((resolve, reject) => {
-    let err = '';
-    serve.stderr.on('data', (d) => {
-      err += d;
-      const m = err.match(/serving on (http:\/\/127\.0\.0\.1:\d+)\//);
-      if (m) resolve(m[1]);
-    });
-    serve.on('exit', (code) => reject(new Error(`serve exited ${code}: ${err}`)));
-    setTimeout(() => reject(new Error('serve did not start: ' + err)), 15000);
-  });
-  browser = await chromium.launch({
-    executablePath: process.env.WATTSCOPE_CHROMIUM || '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-  });
+  ({ serve, base } = await startServe(WS, ['--simulate', '--listen', '127.0.0.1:0', '--interval', '250ms', '--task', 'training'], { cwd: dir, env }));
+  browser = await launchChromium();
   // The dashboard is open from the start, so it draws the run's 20 s from live updates (one point a tick).
   dash = await page_at(base + '/');
   // 19.5 s: one whole pass of the built-in scenario (warm-up, three epochs, two evaluations).
