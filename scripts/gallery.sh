@@ -9,4 +9,4 @@ scripts/build.sh release wattscope
 echo "gallery: recording a simulated run and serve --simulate (about 30 s), then photographing them into docs/"
 WATTSCOPE_BINARY="$PWD/build/wattscope" WATTSCOPE_GALLERY_DIR="$PWD/docs" NODE_PATH="$PWD/node_modules" \
   node --test tests/browser/simulate.test.mjs
-ls -l docs/report-simulated.png docs/dashboard-simulated.png
+ls -l docs/report-simulated.png docs/dashboard-simulated.png docs/top-simulated.png

@@ -418,9 +418,7 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
   if (sel_gpu) {
     const auto& s = sel_gpu->s;
     LineBuilder b;
-    b.add(fmt::format("GPU {} {}{}", s.gpu_index, printable(sel_gpu->name),
-                      hosts[sel_host].simulated ? " (simulated)" : ""),
-          Tone::Title);
+    b.add(fmt::format("GPU {} {}", s.gpu_index, printable(sel_gpu->name)), Tone::Title); // a simulated name says so
     if (o.fleet) b.add(" on " + printable(hosts[sel_host].name), Tone::Dim);
     b.add(fmt::format(": util {}%  mem {}/{}  power {} of {}  temp {} C  {}", opt_num(s.util_gpu_pct, "{:.0f}"),
                       bytes_text(s.mem_used_bytes), bytes_text(s.mem_total_bytes), power_text(s.power_w),

@@ -4,7 +4,7 @@
 // test's own temporary directory: the test writes nowhere else.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, existsSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -93,4 +93,21 @@ test('the dashboard of serve --simulate says SIMULATED in a visible banner', asy
   assert.match(title, /SIMULATED/);
   await page.screenshot({ path: join(gallery, 'dashboard-simulated.png') });
   assert.ok(existsSync(join(gallery, 'dashboard-simulated.png')));
+});
+
+// `top --simulate --once` at 100x34, drawn as a terminal would (its plain-text frame in a monospace page), for the
+// README's picture of top. The frame must say SIMULATED, and show the scenario's four GPUs.
+test('top --simulate: the frame says so, and its picture', async () => {
+  const frame = execFileSync(WS, ['top', '--simulate', '--once', '--sort', 'cpu'],
+    { cwd: dir, env: { ...env, COLUMNS: '100', LINES: '34', TERM: 'dumb' }, encoding: 'utf8', timeout: 60000 });
+  assert.match(frame, /SIMULATED GPUs, not measurements/);
+  assert.equal((frame.match(/^ [0-3] /gm) || []).length, 4, frame);
+  assert.doesNotMatch(frame, /\(simulated\) \(simulated\)/);
+  const page = await browser.newPage({ viewport: { width: 1000, height: 640 } });
+  await page.setContent('<body style="margin:0;background:#111"><pre id="t" style="margin:12px;color:#ddd;' +
+    'font:14px/1.3 DejaVu Sans Mono,monospace"></pre></body>');
+  await page.evaluate((t) => { document.getElementById('t').textContent = t; }, frame);
+  await page.screenshot({ path: join(gallery, 'top-simulated.png') });
+  assert.ok(existsSync(join(gallery, 'top-simulated.png')));
+  await page.close();
 });
