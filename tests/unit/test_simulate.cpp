@@ -44,7 +44,9 @@ TEST(Simulate, TheBuiltInTimelineSendsItsPhasesThenLoopsFromEpochOneWithIndicesG
   // Times never go back, and at one instant an end comes before a begin (consecutive phases, never nested).
   for (size_t i = 1; i < seen.size(); ++i) {
     EXPECT_GE(seen[i].t, seen[i - 1].t);
-    if (seen[i].t == seen[i - 1].t) EXPECT_FALSE(seen[i - 1].kind == Marker::Kind::Begin);
+    if (seen[i].t == seen[i - 1].t) {
+      EXPECT_FALSE(seen[i - 1].kind == Marker::Kind::Begin);
+    }
   }
   std::vector<std::pair<std::string, int64_t>> begins;
   for (const auto& s : seen)
@@ -62,7 +64,9 @@ TEST(Simulate, TheBuiltInTimelineSendsItsPhasesThenLoopsFromEpochOneWithIndicesG
   EXPECT_EQ(warmups, 1); // the warm-up is not repeated
   // Epoch 4 begins when the first pass ends (20 s).
   for (const auto& s : seen)
-    if (s.kind == Marker::Kind::Begin && s.name == "epoch" && s.index == 4) EXPECT_DOUBLE_EQ(s.t, 20.0);
+    if (s.kind == Marker::Kind::Begin && s.name == "epoch" && s.index == 4) {
+      EXPECT_DOUBLE_EQ(s.t, 20.0);
+    }
 }
 
 TEST(Simulate, WorkIsSentWhileTheTimelineSaysSo) {
