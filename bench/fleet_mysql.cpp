@@ -55,9 +55,9 @@ struct Options {
   long server_pid = 0;
   int nodes = 100;
   int gpus = 8;
-  int cpus = 224;  // logical CPUs of a DGX H100 (2 x 56 cores, SMT): one cpu_core_samples row each per tick
-  int zones = 6;   // RAPL: package, core and dram on each of 2 sockets
-  int top = 20;    // serve's --top-processes
+  int cpus = 224;        // logical CPUs of a DGX H100 (2 x 56 cores, SMT): one cpu_core_samples row each per tick
+  int zones = 6;         // RAPL: package, core and dram on each of 2 sockets
+  int top = 20;          // serve's --top-processes
   int process_every = 5; // serve's --process-interval, in ticks at 1 s
   double seconds = 60;
   std::vector<double> speedups = {1.5, 2, 3, 4, 6, 8};
@@ -127,8 +127,8 @@ double own_cpu_seconds() {
 std::map<std::string, double> table_bytes(const MysqlUrl& url) {
   MYSQL* c = mysql_init(nullptr);
   const char* pw = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
-  if (!mysql_real_connect(c, url.host.empty() ? nullptr : url.host.c_str(), url.user.c_str(), pw,
-                          url.database.c_str(), url.port, url.socket.empty() ? nullptr : url.socket.c_str(), 0)) {
+  if (!mysql_real_connect(c, url.host.empty() ? nullptr : url.host.c_str(), url.user.c_str(), pw, url.database.c_str(),
+                          url.port, url.socket.empty() ? nullptr : url.socket.c_str(), 0)) {
     std::string e = mysql_error(c);
     mysql_close(c);
     throw std::runtime_error("cannot connect for the size query: " + e);
@@ -185,8 +185,8 @@ public:
     run_.version = "fleet-bench";
     auto sink = std::make_unique<TimedSink>(make_mysql_sink(url, /*spill_on_outage=*/false), lat);
     sink->begin_run(run_);
-    writer_ = std::make_unique<SinkWriter>(std::move(sink), CommitPolicy{0, std::chrono::seconds(1)}, run_.run_id,
-                                           devices_);
+    writer_ =
+        std::make_unique<SinkWriter>(std::move(sink), CommitPolicy{0, std::chrono::seconds(1)}, run_.run_id, devices_);
     writer_->start();
   }
 
@@ -230,8 +230,7 @@ public:
     if (t == 0) f->device_rows = *devices_;
     if (t % o_.process_every == 0) f->processes = scan(t);
     made_ += static_cast<int64_t>(1 + f->cpu.zones.size() + f->cpu.core_util_pct.size() + f->gpus.size());
-    if (f->processes)
-      made_ += static_cast<int64_t>(f->processes->procs.size() + f->processes->gpu_procs.size());
+    if (f->processes) made_ += static_cast<int64_t>(f->processes->procs.size() + f->processes->gpu_procs.size());
     writer_->push(std::move(f));
   }
 
@@ -376,14 +375,22 @@ int main(int argc, char** argv) try {
   Options o;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--url") o.url = v;
-    else if (k == "--server-pid") o.server_pid = std::stol(v);
-    else if (k == "--nodes") o.nodes = std::stoi(v);
-    else if (k == "--gpus") o.gpus = std::stoi(v);
-    else if (k == "--cpus") o.cpus = std::stoi(v);
-    else if (k == "--seconds") o.seconds = std::stod(v);
-    else if (k == "--speedups") o.speedups = parse_list(v);
-    else throw std::invalid_argument("unknown option " + k);
+    if (k == "--url")
+      o.url = v;
+    else if (k == "--server-pid")
+      o.server_pid = std::stol(v);
+    else if (k == "--nodes")
+      o.nodes = std::stoi(v);
+    else if (k == "--gpus")
+      o.gpus = std::stoi(v);
+    else if (k == "--cpus")
+      o.cpus = std::stoi(v);
+    else if (k == "--seconds")
+      o.seconds = std::stod(v);
+    else if (k == "--speedups")
+      o.speedups = parse_list(v);
+    else
+      throw std::invalid_argument("unknown option " + k);
   }
   if (o.url.empty()) throw std::invalid_argument("--url mysql://USER@HOST:PORT/DB is required");
   const MysqlUrl url = parse_mysql_url(o.url);
@@ -409,7 +416,7 @@ int main(int argc, char** argv) try {
   for (int i = 0; i < o.nodes; ++i)
     nodes.push_back(std::make_unique<Node>(i, o, url, lat));
   drive(nodes, 1, 3, o.server_pid); // warm-up: first commits, gpu_devices and processes rows
-  settle(nodes);                     // its backlog stored before the window opens
+  settle(nodes);                    // its backlog stored before the window opens
   lat.take();
   const auto size1 = table_bytes(url);
   const Window w = drive(nodes, 1, o.seconds, o.server_pid);

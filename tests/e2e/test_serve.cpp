@@ -323,7 +323,8 @@ TEST(Serve, DeployFilesWorkWithIt) {
   // Prometheus on a fleet that has both.
   for (const auto& m : used)
     if (m.rfind("wattscope_unit_", 0) != 0 && m != "wattscope_alerts_firing")
-      EXPECT_TRUE(metrics.find("\n" + m + "{") != std::string::npos || metrics.find("\n" + m + " ") != std::string::npos)
+      EXPECT_TRUE(metrics.find("\n" + m + "{") != std::string::npos ||
+                  metrics.find("\n" + m + " ") != std::string::npos)
           << m << " is not exported";
   std::set<std::string> variables;
   for (const auto& v : dash["templating"]["list"])
