@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_opt.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 
@@ -70,10 +71,6 @@ struct Span {
   OptF avg_cpu() const { return cpu_n_s > 0 ? OptF(cpu_s / cpu_n_s) : std::nullopt; }
   OptF avg_pcie() const { return pcie_n_s > 0 ? OptF(pcie_s / pcie_n_s) : std::nullopt; }
 };
-
-nlohmann::json opt(const OptF& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
-}
 
 nlohmann::json base_evidence(const GpuSeries& g, const Span& s, double total_s) {
   return {{"device", fmt::format("gpu{}", g.gpu_index)},

@@ -3,15 +3,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/json_opt.hpp"
 #include "core/thread_name.hpp"
 #include "core/time_util.hpp"
 
 namespace wattscope {
 
 namespace {
-nlohmann::json opt(const std::optional<double>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
-}
 std::string dump(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/json_opt.hpp"
 #include "core/thread_name.hpp"
 #include "core/time_util.hpp"
 
@@ -41,10 +42,6 @@ std::string upper(std::string_view s) {
   for (auto& c : out)
     if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
   return out;
-}
-
-nlohmann::json opt(const std::optional<double>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
 }
 
 std::string dump(const nlohmann::json& j) {

@@ -88,7 +88,7 @@ constexpr Known kKnown[] = {
     {"clocks_event_reasons.active", Field::Throttle},
 };
 
-struct Column {
+struct SmiColumn {
   std::string header; // as written, for messages
   Field field = Field::Ignored;
   std::string unit; // from "[W]" in the header; "" when none
@@ -120,8 +120,8 @@ std::string lower(std::string_view s) {
   return out;
 }
 
-Column column_of(std::string_view text) {
-  Column c;
+SmiColumn column_of(std::string_view text) {
+  SmiColumn c;
   c.header = text;
   std::string_view name = text;
   if (const size_t br = text.find('['); br != std::string_view::npos) {
@@ -146,7 +146,7 @@ bool missing(std::string_view v) {
 
 // A number followed by an optional unit word, scaled to the column's stored unit: `scale_of(unit)` says what one
 // of that unit is in the stored unit (nullopt: not a unit of this column).
-template <class ScaleOf> double number(std::string_view v, const Column& c, int64_t line, ScaleOf scale_of) {
+template <class ScaleOf> double number(std::string_view v, const SmiColumn& c, int64_t line, ScaleOf scale_of) {
   double d = 0;
   const char* b = v.data();
   const char* e = v.data() + v.size();
@@ -251,7 +251,7 @@ int64_t parse_timestamp(std::string_view v, bool utc, int64_t line) {
 
 void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::function<void(const SmiRecord&)>& fn,
                       std::vector<std::string>* ignored) {
-  std::vector<Column> cols;
+  std::vector<SmiColumn> cols;
   std::string header_line; // to skip repeats of it
   int timestamp_col = -1;
   int64_t data_rows = 0;
@@ -299,7 +299,7 @@ void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::
     GpuSample& s = r.sample;
     s.power_source = "nvidia-smi";
     for (size_t i = 0; i < cols.size(); ++i) {
-      const Column& c = cols[i];
+      const SmiColumn& c = cols[i];
       const std::string_view v = fields[i];
       if (c.field == Field::Timestamp) {
         r.ts_ms = parse_timestamp(v, opts.utc, line_no);

@@ -21,12 +21,7 @@ bool has_num(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number();
 }
-// ---- simulate (issue 19): a run recorded with --simulate (its tag simulated=true)
-bool simulated_run(const RunInfo& r) {
-  const nlohmann::json tags = parse_or_empty(r.tags);
-  auto it = tags.find("simulated");
-  return it != tags.end() && it->is_string() && *it == "true";
-}
+// ---- simulate (issue 19)
 std::string scenario_of(const RunInfo& r) {
   const nlohmann::json tags = parse_or_empty(r.tags);
   auto it = tags.find("simulate_scenario");
@@ -34,6 +29,12 @@ std::string scenario_of(const RunInfo& r) {
 }
 // ---- end simulate
 } // namespace
+
+bool simulated_run(const RunInfo& r) {
+  const nlohmann::json tags = parse_or_empty(r.tags);
+  auto it = tags.find("simulated");
+  return it != tags.end() && it->is_string() && *it == "true";
+}
 
 nlohmann::json run_json(const RunInfo& r) {
   const nlohmann::json s = parse_or_empty(r.summary);

@@ -13,5 +13,7 @@ namespace wattscope {
 nlohmann::json run_json(const RunInfo& run);
 std::string run_text(const RunInfo& run, const std::vector<std::string>& stores = {});
 std::string runs_table(const std::vector<RunInfo>& runs);
+// A run recorded with --simulate (its tag simulated=true).
+bool simulated_run(const RunInfo& run);
 
 } // namespace wattscope

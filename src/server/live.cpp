@@ -8,8 +8,10 @@
 
 #include <fmt/format.h>
 
+#include "core/json_opt.hpp"
 #include "core/metrics.hpp"
 #include "core/time_util.hpp"
+#include "pipeline/run_view.hpp"
 #include "wattscope/version.hpp"
 
 namespace wattscope {
@@ -23,17 +25,8 @@ std::string run_tag(const RunInfo& r, const char* key) {
   auto it = tags.find(key);
   return it != tags.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
-bool simulated_run(const RunInfo& r) {
-  return run_tag(r, "simulated") == "true";
-}
 // ---- end simulate
 
-nlohmann::json opt(const OptF& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
-}
-nlohmann::json opt(const OptI& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
-}
 float f_or_nan(const OptF& v) {
   return v ? static_cast<float>(*v) : NAN;
 }

@@ -1,4 +1,5 @@
 #include "server/process_board.hpp"
+#include "core/json_opt.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -32,13 +33,6 @@ void line(std::string& out, std::string_view family, std::string_view labels, do
 }
 void head(std::string& out, std::string_view family, std::string_view type, std::string_view help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", family, help, family, type);
-}
-
-nlohmann::json opt(const std::optional<double>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
-}
-nlohmann::json opt(const std::optional<int64_t>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
 }
 
 } // namespace
