@@ -13,10 +13,12 @@ case "$kind" in
   asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DWATTSCOPE_SANITIZE=ON -DWATTSCOPE_BUILD_BENCH=OFF) ;;
   *) echo "usage: $0 [release|asan]" >&2; exit 2 ;;
 esac
-# ccache, where installed, makes rebuilds (and builds in several worktrees of one checkout) much cheaper.
+# ccache, where installed, makes rebuilds (and builds in several worktrees of one checkout) much cheaper. Paths are
+# made relative to the checkout itself, so that two worktrees compile identical command lines and share hits.
+# The settings travel in the launcher, so a later plain `cmake --build` keeps them.
 if command -v ccache >/dev/null; then
-  flags+=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd .. && pwd)} CCACHE_NOHASHDIR=1
+  launcher="env;CCACHE_BASEDIR=$(pwd);CCACHE_NOHASHDIR=1;ccache"
+  flags+=("-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher" "-DCMAKE_C_COMPILER_LAUNCHER=$launcher")
 fi
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
 if [ ${#targets[@]} -gt 0 ]; then
