@@ -209,6 +209,8 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
     ++unit_other_count;
   }
   prev_unit_ = std::move(unit_now);
+  // A host whose GPUs list no processes (none, or no NVML) has no GPU figure for its units: absent, never 0.
+  const bool gpus = !snap.gpus_listed.empty();
   if (!units.empty()) {
     const std::string unit_note = fmt::format(
         "Only the top {} units by power are exported one by one (serve --top-processes); the rest are summed in the "
@@ -225,11 +227,11 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
              unit_note);
     for (size_t i = 0; i < un; ++i) {
       line(m, "wattscope_unit_power_watts", ul(units[i], "cpu"), units[i]->cpu_power_w);
-      line(m, "wattscope_unit_power_watts", ul(units[i], "gpu"), units[i]->gpu_power_w);
+      if (gpus) line(m, "wattscope_unit_power_watts", ul(units[i], "gpu"), units[i]->gpu_power_w);
     }
     if (unit_other_count) {
       line(m, "wattscope_unit_power_watts", ul(nullptr, "cpu"), unit_other_cpu_w);
-      line(m, "wattscope_unit_power_watts", ul(nullptr, "gpu"), unit_other_gpu_w);
+      if (gpus) line(m, "wattscope_unit_power_watts", ul(nullptr, "gpu"), unit_other_gpu_w);
     }
     head(m, "wattscope_unit_energy_joules_total", "counter",
          "Energy attributed to a unit since serve started: its processes', kept when they exit; device=\"gpu\" sums "
@@ -237,11 +239,11 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
              unit_note + " The unit=\"other\" series counts what units used while outside the top N.");
     for (size_t i = 0; i < un; ++i) {
       line(m, "wattscope_unit_energy_joules_total", ul(units[i], "cpu"), units[i]->cpu_energy_j);
-      line(m, "wattscope_unit_energy_joules_total", ul(units[i], "gpu"), units[i]->gpu_energy_j);
+      if (gpus) line(m, "wattscope_unit_energy_joules_total", ul(units[i], "gpu"), units[i]->gpu_energy_j);
     }
     if (!unit_other_energy_j_.empty()) {
       line(m, "wattscope_unit_energy_joules_total", ul(nullptr, "cpu"), unit_other_energy_j_[-1]);
-      line(m, "wattscope_unit_energy_joules_total", ul(nullptr, "gpu"), unit_other_energy_j_[0]);
+      if (gpus) line(m, "wattscope_unit_energy_joules_total", ul(nullptr, "gpu"), unit_other_energy_j_[0]);
     }
   }
   board->units = nlohmann::json::array();

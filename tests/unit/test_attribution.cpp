@@ -310,6 +310,7 @@ TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   g.mem_used_bytes = 1 << 30;
   s1.gpu_procs = {g};
   s1.units = {{"docker aaa", "container", 2, 40, 0, 500, 0}};
+  s1.gpus_listed = {0};
   auto b1 = b.build(s1);
   const std::string& m = b1->metrics_text;
   // Top 2 by power: 2 (20 W CPU + 100 W GPU), then 1 (30 W); 3 is `other`; 4 has no figure at all.
@@ -325,6 +326,9 @@ TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   EXPECT_NE(m.find("top 2 processes by power"), std::string::npos) << "the cap is in the HELP text";
   EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"cpu\""),
             500);
+  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""),
+            0)
+      << "a GPU host: the unit used none of its GPUs";
   ASSERT_EQ(b1->processes.size(), 2u);
   EXPECT_EQ(b1->processes[0]["pid"], 2);
   EXPECT_EQ(b1->processes[0]["power_w"], 120.0);
@@ -339,6 +343,19 @@ TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   EXPECT_EQ(value_of(b2->metrics_text, "wattscope_process_energy_joules_total{pid=\"other\""), 410);
   EXPECT_EQ(value_of(b2->metrics_text, "wattscope_process_energy_joules_total{pid=\"3\","), 450);
   EXPECT_EQ(value_of(b2->metrics_text, "wattscope_process_power_watts{pid=\"other\""), 1);
+}
+
+TEST(ProcessBoard, AUnitOnAHostWithoutGpusHasNoGpuSeries) {
+  ProcessBoardBuilder b(2, "cpu-node");
+  ProcessSnapshot s;
+  s.procs = {filled(1, 30, 100, "docker aaa")};
+  s.units = {{"docker aaa", "container", 1, 30, 0, 100, 0}};
+  const std::string m = b.build(s)->metrics_text; // no GPU listed its processes: gpus_listed is empty
+  EXPECT_EQ(value_of(m, "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",device=\"cpu\""), 30);
+  EXPECT_EQ(series(m, "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""), "")
+      << "missing, never 0";
+  EXPECT_EQ(series(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""),
+            "");
 }
 
 GpuState idle_gpu(int i) {
