@@ -72,7 +72,6 @@ struct GpuSample {
   OptI mem_reserved_bytes;            // driver-reserved device memory (NVML memory v2 only)
   OptI mem_free_bytes;                //
   OptI clock_video_mhz;               //
-  OptF temp_junction_c;               // hotspot temperature (ROCm SMI); NVML has none
   const char* power_source = nullptr; // static string naming where power_w came from
 };
 

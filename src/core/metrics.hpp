@@ -111,9 +111,7 @@ template <class S> struct MetricDef {
   X(mem_free_bytes, I, "bytes", "wattscope_gpu_memory_free_bytes", Gauge, 1, "",                                       \
     "Device memory free for allocations.", "Memory free", "GiB", 1.0 / (1024.0 * 1024 * 1024), 0)                      \
   X(clock_video_mhz, I, "MHz", "wattscope_gpu_clock_hertz", Gauge, 1e6, "clock=\"video\"", "GPU clocks.",              \
-    "Video clock", "MHz", 1, 0)                                                                                      \
-  X(temp_junction_c, F, "C", "wattscope_gpu_junction_temperature_celsius", Gauge, 1, "",                             \
-    "GPU hotspot (junction) temperature (AMD; NVML has no such reading).", "Junction temperature", "°C", 1, 0)
+    "Video clock", "MHz", 1, 0)
 
 // Host CPU and memory, one row per tick (cpu_samples). Prometheus samples carry the host label.
 #define WATTSCOPE_CPU_METRICS(X)                                                                                       \

@@ -60,7 +60,7 @@ TEST(RocmSmiE2E, ACardSeenByRocmSmiAndHwmonIsRecordedOnceByRocmSmi) {
   EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_devices WHERE vendor='intel'"), "1");
   EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT power_w) FROM gpu_samples WHERE vendor='amd'"), "200.0")
       << "ROCm SMI's reading, not hwmon's 123.45 W";
-  EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT temp_junction_c) FROM gpu_samples WHERE vendor='amd'"), "58.0");
+  EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT temp_gpu_c) FROM gpu_samples WHERE vendor='amd'"), "44.0");
   // Energy from the counter, exact: 1 J per read after the first (a read whose tick was late leaves no row, so the
   // rows may count fewer reads than the counter saw, never more).
   const auto rows = std::stoi(scalar(db, "SELECT count(*) FROM gpu_samples WHERE vendor='amd'"));

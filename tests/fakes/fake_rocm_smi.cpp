@@ -20,7 +20,7 @@
 // (constant) | [list] (k-th, the last repeats) | {"linear": [a, b]} (a + b*k). Static entries (the *_levels_hz lists,
 // pcie_lanes, fan_max, energy_resolution_uj) are read as they are. A metric that is absent or listed in
 // "unsupported" answers RSMI_STATUS_NOT_SUPPORTED; "errors" makes the calls with k in "ticks" (or k >= "from_tick")
-// answer "code". From call k = lost_at_tick on, every per-tick call on that device answers lost_code (default
+// answer "code". From the first call with k >= lost_at_tick on, every per-tick call on that device answers lost_code (default
 // RSMI_STATUS_FILE_ERROR, as when the GPU's sysfs files vanish). A *_level that is not an index into its levels
 // reports "no current level", as the library does. The "version" sets rsmi_version_get's answer and with it the
 // layout of rsmi_frequencies_t (ROCm 6 added a leading bool): the fake fills the layout of the version it claims.
@@ -59,6 +59,7 @@ struct State {
   json scenario;
   std::string version_build = "fake";
   std::vector<std::map<std::string, long long, std::less<>>> calls; // per device, per metric
+  std::vector<bool> lost;                                           // per device: lost_at_tick reached
   std::map<std::string, long long> proc_calls;                      // per "pid/gpu"
   std::map<std::string, long long, std::less<>> symbol_calls;
 } g;
@@ -68,6 +69,15 @@ void count_call(std::string_view symbol) {
   auto it = g.symbol_calls.find(symbol);
   if (it == g.symbol_calls.end()) it = g.symbol_calls.emplace(std::string(symbol), 0).first;
   it->second++;
+}
+
+// A member of a scenario object, or an empty one: by reference, so a pointer or iterator into it outlives the call
+// (json::value returns a copy).
+const json& member(const json& j, const char* key, bool array) {
+  static const json kArray = json::array(), kObject = json::object();
+  if (j.is_object())
+    if (auto it = j.find(key); it != j.end()) return *it;
+  return array ? kArray : kObject;
 }
 
 double eval(const json& v, long long k) {
@@ -96,16 +106,18 @@ Status metric(uint32_t dv, std::string_view name, double& out) {
   auto c = counts.find(name);
   if (c == counts.end()) c = counts.emplace(std::string(name), 0).first;
   const long long k = c->second++;
-  if (auto lost = spec->find("lost_at_tick"); lost != spec->end() && k >= lost->get<long long>())
-    return spec->value("lost_code", kFileError);
+  // Lost for good from the first call with k >= lost_at_tick on, whatever metric it asked for: a GPU that fell off
+  // the bus does not answer a sensor it was never asked about either.
+  if (auto lost = spec->find("lost_at_tick"); lost != spec->end() && k >= lost->get<long long>()) g.lost[dv] = true;
+  if (g.lost[dv]) return spec->value("lost_code", kFileError);
   if (auto errs = spec->find("errors"); errs != spec->end())
     if (auto e = errs->find(name); e != errs->end()) {
       bool hit = e->contains("from_tick") && k >= e->at("from_tick").get<long long>();
-      for (const auto& t : e->value("ticks", json::array()))
+      for (const auto& t : member(*e, "ticks", true))
         hit = hit || t.get<long long>() == k;
       if (hit) return e->value("code", kUnknownError);
     }
-  for (const auto& u : spec->value("unsupported", json::array()))
+  for (const auto& u : member(*spec, "unsupported", true))
     if (u.get<std::string>() == name) return kNotSupported;
   auto metrics = spec->find("metrics");
   if (metrics == spec->end()) return kNotSupported;
@@ -162,7 +174,7 @@ uint32_t live_pid(const json& p) {
 }
 
 const json* process(uint32_t pid) {
-  for (const auto& p : g.scenario.value("processes", json::array()))
+  for (const auto& p : member(g.scenario, "processes", true))
     if (live_pid(p) == pid && pid != 0) return &p;
   return nullptr;
 }
@@ -170,7 +182,7 @@ const json* process(uint32_t pid) {
 Status process_on(uint32_t pid, uint32_t dv, ProcessInfo* out) {
   const json* p = process(pid);
   if (!p) return kNotFound;
-  auto gp = p->value("gpus", json::object());
+  const json& gp = member(*p, "gpus", false);
   auto it = gp.find(std::to_string(dv));
   if (it == gp.end()) return kNotFound;
   const long long k = g.proc_calls[std::to_string(pid) + "/" + std::to_string(dv)]++;
@@ -196,7 +208,9 @@ Status init(uint64_t) {
   if (g.scenario.is_discarded() || !g.scenario.is_object()) return kInitError;
   if (const Status e = g.scenario.value("init_error", kSuccess); e != kSuccess) return e;
   g.calls.assign(g.scenario.value("devices", json::array()).size(), {});
+  g.lost.assign(g.calls.size(), false);
   g.proc_calls.clear(); // a library that is never unloaded (unique symbols) starts each scenario afresh
+  g.symbol_calls.clear();
   if (!g.scenario.contains("devices")) g.scenario["devices"] = json::array();
   g.initialised = true;
   return kSuccess;
@@ -365,7 +379,7 @@ Status compute_process_info(ProcessInfo* procs, uint32_t* n) {
   std::lock_guard lock(g.mu);
   if (!g.initialised) return kInitError;
   std::vector<uint32_t> live;
-  for (const auto& p : g.scenario.value("processes", json::array()))
+  for (const auto& p : member(g.scenario, "processes", true))
     if (const uint32_t pid = live_pid(p)) live.push_back(pid);
   if (!procs) {
     *n = static_cast<uint32_t>(live.size());
@@ -383,7 +397,7 @@ Status compute_process_gpus(uint32_t pid, uint32_t* indices, uint32_t* n) {
   const json* p = process(pid);
   if (!p) return kNotFound;
   std::vector<uint32_t> gpus;
-  for (const auto& [k, v] : p->value("gpus", json::object()).items())
+  for (const auto& [k, v] : member(*p, "gpus", false).items())
     gpus.push_back(static_cast<uint32_t>(std::stoul(k)));
   if (!indices) {
     *n = static_cast<uint32_t>(gpus.size());
@@ -406,7 +420,7 @@ Status compute_process_info_by_pid(uint32_t pid, ProcessInfo* out) {
   const json* p = process(pid);
   if (!p) return kNotFound;
   ProcessInfo sum{pid, 0, 0, 0, 0};
-  for (const auto& [k, v] : p->value("gpus", json::object()).items()) {
+  for (const auto& [k, v] : member(*p, "gpus", false).items()) {
     ProcessInfo one{};
     if (process_on(pid, static_cast<uint32_t>(std::stoul(k)), &one) != kSuccess) continue;
     sum.vram_usage += one.vram_usage;

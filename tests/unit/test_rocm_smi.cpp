@@ -149,7 +149,6 @@ TEST(RocmSmi, ReadsEveryMetricPerTickAndDevice) {
       EXPECT_EQ(*s->mem_used_bytes, static_cast<int64_t>(at(m["vram_used_bytes"], k)));
       EXPECT_EQ(*s->mem_total_bytes, 68702699520LL);
       EXPECT_DOUBLE_EQ(*s->temp_gpu_c, at(m["temp_edge_mc"], k) / 1000);
-      EXPECT_DOUBLE_EQ(*s->temp_junction_c, at(m["temp_junction_mc"], k) / 1000);
       EXPECT_DOUBLE_EQ(*s->temp_mem_c, at(m["temp_memory_mc"], k) / 1000);
       EXPECT_EQ(*s->clock_sm_mhz, m["sclk_levels_hz"][m["sclk_level"][k + 1].get<size_t>()].get<int64_t>() / 1000000);
       EXPECT_EQ(*s->clock_mem_mhz, m["mclk_levels_hz"][m["mclk_level"][k + 1].get<size_t>()].get<int64_t>() / 1000000);
@@ -262,7 +261,7 @@ TEST(RocmSmi, NoLibraryIsMissingWithAFix) {
 // leaves the value missing for that tick only.
 TEST(RocmSmi, UnsupportedFieldsAreMissingAndTransientErrorsOneTick) {
   json scen = scenario(1);
-  scen["devices"][0]["unsupported"] = {"temp_junction_mc", "fan_speed"};
+  scen["devices"][0]["unsupported"] = {"power_ave_uw", "fan_speed"};
   scen["devices"][0]["errors"] = {{"temp_memory_mc", {{"code", 3}, {"from_tick", 0}}},  // FILE_ERROR from the start
                                   {"busy_pct", {{"code", 16}, {"ticks", {1}}}}};        // BUSY once
   Fake f(scen);
@@ -271,14 +270,15 @@ TEST(RocmSmi, UnsupportedFieldsAreMissingAndTransientErrorsOneTick) {
     const Frame fr = f.tick(k);
     ASSERT_EQ(fr.gpus.size(), 1u);
     const GpuSample& s = fr.gpus[0];
-    EXPECT_FALSE(s.temp_junction_c.has_value());
+    EXPECT_FALSE(s.power_avg_w.has_value());
+    EXPECT_TRUE(s.power_w.has_value()) << "the socket power still answers";
     EXPECT_FALSE(s.fan_pct.has_value());
     EXPECT_FALSE(s.temp_mem_c.has_value());
     EXPECT_TRUE(s.temp_gpu_c.has_value());
     EXPECT_EQ(s.util_gpu_pct.has_value(), k != 1) << "tick " << k;
   }
   const json rep = f.src->report()["devices"][0]["metrics"];
-  EXPECT_FALSE(rep["temp_junction"].get<bool>());
+  EXPECT_FALSE(rep["power_ave"].get<bool>());
   EXPECT_FALSE(rep["fan_speed"].get<bool>());
   EXPECT_FALSE(rep["temp_memory"].get<bool>());
   EXPECT_TRUE(rep["busy_percent"].get<bool>()) << "a transient error does not switch a call off";
@@ -354,4 +354,27 @@ TEST(RocmSmi, ProcessesWithoutThePerDeviceCall) {
   EXPECT_EQ(out[0].gpu_index, 1);
   EXPECT_EQ(out[0].mem_used_bytes, 5LL << 20);
   EXPECT_EQ(out[0].sm_pct, 25.0);
+}
+
+// MI300 has no edge sensor: the GPU temperature is then the junction (hotspot) sensor's; with an edge sensor the
+// junction is not asked for at all.
+TEST(RocmSmi, GpuTemperatureFromTheJunctionWhereThereIsNoEdgeSensor) {
+  json scen = scenario(2);
+  scen["devices"][1]["unsupported"] = {"temp_edge_mc"};
+  Fake f(scen);
+  ::setenv("WATTSCOPE_FAKE_ROCM_SMI_CALLS", (f.dir / "calls.json").c_str(), 1);
+  ASSERT_TRUE(f.src->open());
+  for (int k = 0; k < 3; ++k) {
+    const Frame fr = f.tick(k);
+    ASSERT_EQ(fr.gpus.size(), 2u);
+    EXPECT_DOUBLE_EQ(*on(fr, 0)->temp_gpu_c, at(scen["devices"][0]["metrics"]["temp_edge_mc"], k) / 1000);
+    EXPECT_DOUBLE_EQ(*on(fr, 1)->temp_gpu_c, at(scen["devices"][1]["metrics"]["temp_junction_mc"], k) / 1000);
+  }
+  f.src.reset(); // rsmi_shut_down writes the call counts
+  ::unsetenv("WATTSCOPE_FAKE_ROCM_SMI_CALLS");
+  const json c = json::parse(read_file(f.dir / "calls.json"));
+  // Over 3 ticks: memory on both GPUs, edge on GPU 0, edge once on GPU 1 (NOT_SUPPORTED switches it off), and the
+  // junction on GPU 1 only.
+  EXPECT_EQ(c["rsmi_dev_temp_metric_get"].get<int>(), 3 * 2 /*memory*/ + 3 /*edge, gpu 0*/ + 1 /*edge, gpu 1*/ +
+                                                        3 /*junction, gpu 1*/);
 }

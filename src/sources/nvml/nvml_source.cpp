@@ -319,9 +319,8 @@ constexpr CallSpec kCalls[] = {
      }},
 };
 
-// Registry metrics no NVML call reads: accounting derives them (energy_j), or NVML has no such reading (the hotspot
-// temperature, which ROCm SMI reports).
-constexpr GpuMetricSet kDerived = bits({G::energy_j, G::temp_junction_c});
+// Registry metrics no NVML call reads: accounting derives them.
+constexpr GpuMetricSet kDerived = bits({G::energy_j});
 
 constexpr bool calls_in_order() {
   for (size_t i = 0; i < std::size(kCalls); ++i)

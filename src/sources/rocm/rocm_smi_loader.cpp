@@ -7,9 +7,12 @@
 namespace wattscope::rocm {
 
 std::vector<std::string> Library::default_candidates() {
-  // The unversioned name first (a ROCm install's own link), then the sonames of ROCm 6 and 5; /opt/rocm last, for
-  // installs that do not add their lib directory to the loader's path.
-  return {"librocm_smi64.so", "librocm_smi64.so.6", "librocm_smi64.so.5", "/opt/rocm/lib/librocm_smi64.so"};
+  // The unversioned name first (a ROCm install's own link), then AMD's sonames newest first (.so.7 from ROCm 6.2,
+  // .so.6, .so.5), then Debian's and Fedora's own (.so.1, the library of librocm-smi64-1); /opt/rocm last, for
+  // installs that do not add their lib directory to the loader's path. Which struct layouts to use is decided by the
+  // version the library reports, never by its file name.
+  return {"librocm_smi64.so",   "librocm_smi64.so.7", "librocm_smi64.so.6",
+          "librocm_smi64.so.5", "librocm_smi64.so.1", "/opt/rocm/lib/librocm_smi64.so"};
 }
 
 std::unique_ptr<Library> Library::load(const std::string& explicit_path, std::string& why) {

@@ -63,6 +63,10 @@ bool present(const Library& l, RocmSmiSource::Call c, bool layout_known) {
 }
 
 // A property of the device or library, not of the moment: the call is not made again on this device.
+// A call that made no library request this tick (PCIe throughput, read by its own thread): nothing to classify, and
+// not an answer from the device either.
+constexpr Status kNoCall = 0xFFFFFFFE;
+
 bool property_error(Status rc) {
   return rc == kNotSupported || rc == kNotYetImplemented || rc == kPermission || rc == kInvalidArgs ||
          rc == kInputOutOfBounds;
@@ -323,11 +327,13 @@ Status RocmSmiSource::read(Call c, Dev& d, GpuSample& s, SteadyClock::time_point
   case cTempEdge:
   case cTempJunction:
   case cTempMemory: {
+    // The GPU temperature is the edge sensor's; boards without one (MI300) report the junction (hotspot) sensor,
+    // which is then asked for instead.
+    if (c == cTempJunction && s.temp_gpu_c) return kNoCall;
     const uint32_t sensor = c == cTempEdge ? kTempEdge : c == cTempJunction ? kTempJunction : kTempMemory;
     rc = l.dev_temp_metric(d.dv, sensor, kTempCurrent, &i64);
     if (rc != kSuccess) return rc;
-    const double celsius = static_cast<double>(i64) / 1000.0; // millidegrees
-    (c == cTempEdge ? s.temp_gpu_c : c == cTempJunction ? s.temp_junction_c : s.temp_mem_c) = celsius;
+    (c == cTempMemory ? s.temp_mem_c : s.temp_gpu_c) = static_cast<double>(i64) / 1000.0; // millidegrees
     return kSuccess;
   }
   case cClockSys:
@@ -364,13 +370,13 @@ Status RocmSmiSource::read(Call c, Dev& d, GpuSample& s, SteadyClock::time_point
     std::lock_guard lock(d.slow->mu);
     if (d.slow->off) {
       d.on[cPcieThroughput] = false;
-      return kSuccess;
+      return kNoCall;
     }
     if (d.slow->tx && mono - d.slow->at <= opts_.slow_period * 3 + std::chrono::seconds(1)) {
       s.pcie_tx_bytes_per_s = d.slow->tx;
       s.pcie_rx_bytes_per_s = d.slow->rx;
     }
-    return kSuccess;
+    return kNoCall; // a copy of the thread's reading says nothing about whether the device answers now
   }
   case kCallCount:
     break;
@@ -388,6 +394,7 @@ void RocmSmiSource::sample_device(Dev& d, Frame& frame) {
     const auto c = static_cast<Call>(i);
     if (!d.on[c]) continue;
     const Status rc = read(c, d, s, frame.mono);
+    if (rc == kNoCall) continue;
     if (rc == kSuccess) {
       ++answered;
       d.answered[c] = true;
