@@ -48,9 +48,9 @@ TEST(RocmSmiE2E, ACardSeenByRocmSmiAndHwmonIsRecordedOnceByRocmSmi) {
   const std::string root = dir / "sys";
   amd_and_intel_gpus(root);
   write_file(dir / "rocm.json", json({{"version", {6, 1, 2}}, {"devices", {mi210("0000:03:00.0")}}}).dump());
-  auto r = run({wattscope(), "record", "--interval", "50ms", "--duration", "600ms", "--sysfs-root", root, "--db",
-                dir / "w.db"},
-               env(dir), dir.path());
+  auto r = run(
+      {wattscope(), "record", "--interval", "50ms", "--duration", "600ms", "--sysfs-root", root, "--db", dir / "w.db"},
+      env(dir), dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string db = dir / "w.db";
   EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_devices WHERE vendor='amd'"), "1");
@@ -76,9 +76,9 @@ TEST(RocmSmiE2E, ACardOnAnotherBusStaysHwmons) {
   const std::string root = dir / "sys";
   amd_and_intel_gpus(root);
   write_file(dir / "rocm.json", json({{"devices", {mi210("0000:c3:00.0")}}}).dump());
-  auto r = run({wattscope(), "record", "--interval", "50ms", "--duration", "400ms", "--sysfs-root", root, "--db",
-                dir / "w.db"},
-               env(dir), dir.path());
+  auto r = run(
+      {wattscope(), "record", "--interval", "50ms", "--duration", "400ms", "--sysfs-root", root, "--db", dir / "w.db"},
+      env(dir), dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(scalar(dir / "w.db", "SELECT group_concat(pci_bus_id, ',') FROM (SELECT pci_bus_id FROM gpu_devices "
                                  "WHERE vendor='amd' ORDER BY pci_bus_id)"),
@@ -89,11 +89,12 @@ TEST(RocmSmiE2E, ACardOnAnotherBusStaysHwmons) {
 TEST(RocmSmiE2E, ProcessesOnTheGpuAreAttributed) {
   TempDir dir;
   json gpu = mi210("0000:03:00.0");
-  write_file(dir / "rocm.json",
-             json({{"devices", {gpu}},
-                   {"processes",
-                    {{{"pid_file", dir / "w.pid"}, {"gpus", {{"0", {{"vram_bytes", 2LL << 30}, {"cu_occupancy", 70}}}}}}}}})
-                 .dump());
+  write_file(
+      dir / "rocm.json",
+      json({{"devices", {gpu}},
+            {"processes",
+             {{{"pid_file", dir / "w.pid"}, {"gpus", {{"0", {{"vram_bytes", 2LL << 30}, {"cu_occupancy", 70}}}}}}}}})
+          .dump());
   TempDir empty;
   auto e = env(dir);
   e["CUDA_VISIBLE_DEVICES"] = "\x01";

@@ -20,9 +20,9 @@
 // (constant) | [list] (k-th, the last repeats) | {"linear": [a, b]} (a + b*k). Static entries (the *_levels_hz lists,
 // pcie_lanes, fan_max, energy_resolution_uj) are read as they are. A metric that is absent or listed in
 // "unsupported" answers RSMI_STATUS_NOT_SUPPORTED; "errors" makes the calls with k in "ticks" (or k >= "from_tick")
-// answer "code". From the first call with k >= lost_at_tick on, every per-tick call on that device answers lost_code (default
-// RSMI_STATUS_FILE_ERROR, as when the GPU's sysfs files vanish). A *_level that is not an index into its levels
-// reports "no current level", as the library does. The "version" sets rsmi_version_get's answer and with it the
+// answer "code". From the first call with k >= lost_at_tick on, every per-tick call on that device answers lost_code
+// (default RSMI_STATUS_FILE_ERROR, as when the GPU's sysfs files vanish). A *_level that is not an index into its
+// levels reports "no current level", as the library does. The "version" sets rsmi_version_get's answer and with it the
 // layout of rsmi_frequencies_t (ROCm 6 added a leading bool): the fake fills the layout of the version it claims.
 //
 // Processes: listed by rsmi_compute_process_info_get while their pid file names a live process (not a zombie);
@@ -190,9 +190,8 @@ Status process_on(uint32_t pid, uint32_t dv, ProcessInfo* out) {
   out->pasid = 0;
   out->vram_usage = static_cast<uint64_t>(std::llround(eval(it->value("vram_bytes", json(0)), k)));
   out->sdma_usage = 0;
-  out->cu_occupancy = it->contains("cu_occupancy")
-                          ? static_cast<uint32_t>(std::llround(eval((*it)["cu_occupancy"], k)))
-                          : kCuOccupancyInvalid;
+  out->cu_occupancy = it->contains("cu_occupancy") ? static_cast<uint32_t>(std::llround(eval((*it)["cu_occupancy"], k)))
+                                                   : kCuOccupancyInvalid;
   return kSuccess;
 }
 
@@ -292,11 +291,21 @@ Status dev_energy_count(uint32_t dv, uint64_t* count, float* resolution_uj, uint
   if (timestamp_ns) *timestamp_ns = 0;
   return kSuccess;
 }
-Status dev_power_ave(uint32_t dv, uint32_t, uint64_t* uw) { return metric_to(dv, "power_ave_uw", uw); }
-Status dev_current_socket_power(uint32_t dv, uint64_t* uw) { return metric_to(dv, "socket_power_uw", uw); }
-Status dev_power_cap(uint32_t dv, uint32_t, uint64_t* uw) { return metric_to(dv, "power_cap_uw", uw); }
-Status dev_busy_percent(uint32_t dv, uint32_t* pct) { return metric_to(dv, "busy_pct", pct); }
-Status dev_memory_busy_percent(uint32_t dv, uint32_t* pct) { return metric_to(dv, "mem_busy_pct", pct); }
+Status dev_power_ave(uint32_t dv, uint32_t, uint64_t* uw) {
+  return metric_to(dv, "power_ave_uw", uw);
+}
+Status dev_current_socket_power(uint32_t dv, uint64_t* uw) {
+  return metric_to(dv, "socket_power_uw", uw);
+}
+Status dev_power_cap(uint32_t dv, uint32_t, uint64_t* uw) {
+  return metric_to(dv, "power_cap_uw", uw);
+}
+Status dev_busy_percent(uint32_t dv, uint32_t* pct) {
+  return metric_to(dv, "busy_pct", pct);
+}
+Status dev_memory_busy_percent(uint32_t dv, uint32_t* pct) {
+  return metric_to(dv, "mem_busy_pct", pct);
+}
 Status dev_memory_total(uint32_t dv, uint32_t type, uint64_t* bytes) {
   if (type != kMemVram) return kNotSupported;
   return metric_to(dv, "vram_total_bytes", bytes);
@@ -332,7 +341,9 @@ Status dev_gpu_clk_freq(uint32_t dv, uint32_t clk, FrequenciesBuf* f) {
   }
   return kSuccess;
 }
-Status dev_fan_speed(uint32_t dv, uint32_t, int64_t* speed) { return metric_to(dv, "fan_speed", speed); }
+Status dev_fan_speed(uint32_t dv, uint32_t, int64_t* speed) {
+  return metric_to(dv, "fan_speed", speed);
+}
 Status dev_fan_speed_max(uint32_t dv, uint32_t, uint64_t* max) {
   if (!max) return kInvalidArgs;
   std::lock_guard lock(g.mu);

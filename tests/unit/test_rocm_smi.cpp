@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/support.hpp"
 #include "accounting/accounting.hpp"
 #include "sources/rocm/rocm_smi_source.hpp"
-#include "../support/support.hpp"
 
 using namespace wattscope;
 using namespace wstest;
@@ -187,7 +187,7 @@ TEST(RocmSmi, ClocksReadInTheLayoutOfTheLibrarysVersion) {
     const Frame fr = f.tick(0);
     ASSERT_EQ(fr.gpus.size(), 1u);
     EXPECT_EQ(fr.gpus[0].clock_sm_mhz, 1000); // sclk_level[1] (open() made call 0): 1000 MHz
-    EXPECT_EQ(fr.gpus[0].clock_mem_mhz, 400);  // mclk_level[1]: 400 MHz
+    EXPECT_EQ(fr.gpus[0].clock_mem_mhz, 400); // mclk_level[1]: 400 MHz
     EXPECT_EQ(fr.gpus[0].pcie_link_width, 16);
   }
 }
@@ -262,8 +262,8 @@ TEST(RocmSmi, NoLibraryIsMissingWithAFix) {
 TEST(RocmSmi, UnsupportedFieldsAreMissingAndTransientErrorsOneTick) {
   json scen = scenario(1);
   scen["devices"][0]["unsupported"] = {"power_ave_uw", "fan_speed"};
-  scen["devices"][0]["errors"] = {{"temp_memory_mc", {{"code", 3}, {"from_tick", 0}}},  // FILE_ERROR from the start
-                                  {"busy_pct", {{"code", 16}, {"ticks", {1}}}}};        // BUSY once
+  scen["devices"][0]["errors"] = {{"temp_memory_mc", {{"code", 3}, {"from_tick", 0}}}, // FILE_ERROR from the start
+                                  {"busy_pct", {{"code", 16}, {"ticks", {1}}}}};       // BUSY once
   Fake f(scen);
   ASSERT_TRUE(f.src->open());
   for (int k = 0; k < 4; ++k) {
@@ -375,6 +375,6 @@ TEST(RocmSmi, GpuTemperatureFromTheJunctionWhereThereIsNoEdgeSensor) {
   const json c = json::parse(read_file(f.dir / "calls.json"));
   // Over 3 ticks: memory on both GPUs, edge on GPU 0, edge once on GPU 1 (NOT_SUPPORTED switches it off), and the
   // junction on GPU 1 only.
-  EXPECT_EQ(c["rsmi_dev_temp_metric_get"].get<int>(), 3 * 2 /*memory*/ + 3 /*edge, gpu 0*/ + 1 /*edge, gpu 1*/ +
-                                                        3 /*junction, gpu 1*/);
+  EXPECT_EQ(c["rsmi_dev_temp_metric_get"].get<int>(),
+            3 * 2 /*memory*/ + 3 /*edge, gpu 0*/ + 1 /*edge, gpu 1*/ + 3 /*junction, gpu 1*/);
 }

@@ -4,8 +4,8 @@
 // exports, so the two can never drift apart.
 #pragma once
 
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 
 namespace wattscope::rocm {
 
@@ -13,7 +13,8 @@ using Status = uint32_t; // rsmi_status_t (an enum whose last value is 0xFFFFFFF
 inline constexpr Status kSuccess = 0;
 inline constexpr Status kInvalidArgs = 1;
 inline constexpr Status kNotSupported = 2;
-inline constexpr Status kFileError = 3; // a sysfs file could not be read: absent on this kernel/ASIC, or the GPU is gone
+// A sysfs file could not be read: absent on this kernel or board, or the GPU is gone.
+inline constexpr Status kFileError = 3;
 inline constexpr Status kPermission = 4;
 inline constexpr Status kOutOfResources = 5;
 inline constexpr Status kInternalException = 6;
@@ -102,8 +103,7 @@ enum class Need { Required, Optional };
   X(shut_down, Required, (), (), rsmi_shut_down)                                                                       \
   X(num_devices, Required, (uint32_t * n), (n), rsmi_num_monitor_devices)                                              \
   X(version, Optional, (Version * v), (v), rsmi_version_get)                                                           \
-  X(version_str, Optional, (uint32_t component, char* buf, uint32_t len), (component, buf, len),                       \
-    rsmi_version_str_get)                                                                                              \
+  X(version_str, Optional, (uint32_t component, char* buf, uint32_t len), (component, buf, len), rsmi_version_str_get) \
   X(dev_name, Optional, (uint32_t dv, char* buf, size_t len), (dv, buf, len), rsmi_dev_name_get)                       \
   X(dev_unique_id, Optional, (uint32_t dv, uint64_t * id), (dv, id), rsmi_dev_unique_id_get)                           \
   X(dev_pci_id, Optional, (uint32_t dv, uint64_t * bdfid), (dv, bdfid), rsmi_dev_pci_id_get)                           \

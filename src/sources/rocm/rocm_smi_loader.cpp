@@ -30,9 +30,8 @@ std::unique_ptr<Library> Library::load(const std::string& explicit_path, std::st
     errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e ? e : c);
   }
   if (!lib->handle_) {
-    why = explicit_path.empty()
-              ? fmt::format("no ROCm SMI library (librocm_smi64.so) found: {}", errors)
-              : fmt::format("cannot load WATTSCOPE_ROCM_SMI_LIBRARY={}: {}", explicit_path, errors);
+    why = explicit_path.empty() ? fmt::format("no ROCm SMI library (librocm_smi64.so) found: {}", errors)
+                                : fmt::format("cannot load WATTSCOPE_ROCM_SMI_LIBRARY={}: {}", explicit_path, errors);
     return nullptr;
   }
   std::vector<std::string> missing_required;
@@ -47,8 +46,7 @@ std::unique_ptr<Library> Library::load(const std::string& explicit_path, std::st
     std::string names;
     for (const auto& n : missing_required)
       names += (names.empty() ? "" : ", ") + n;
-    why = fmt::format("{} lacks required ROCm SMI functions ({}); it is not a usable librocm_smi64", lib->path_,
-                      names);
+    why = fmt::format("{} lacks required ROCm SMI functions ({}); it is not a usable librocm_smi64", lib->path_, names);
     return nullptr;
   }
   return lib;

@@ -18,10 +18,14 @@ using namespace rocm;
 
 namespace {
 
-constexpr const char* kCallNames[] = {
-    "energy_count",      "current_socket_power", "power_ave", "power_cap",   "busy_percent", "memory_busy_percent",
-    "vram_used",         "vram_total",           "temp_edge", "temp_junction", "temp_memory", "clock_sys",
-    "clock_mem",         "fan_speed",            "pcie_bandwidth", "pcie_throughput"};
+constexpr const char* kCallNames[] = {"energy_count",   "current_socket_power",
+                                      "power_ave",      "power_cap",
+                                      "busy_percent",   "memory_busy_percent",
+                                      "vram_used",      "vram_total",
+                                      "temp_edge",      "temp_junction",
+                                      "temp_memory",    "clock_sys",
+                                      "clock_mem",      "fan_speed",
+                                      "pcie_bandwidth", "pcie_throughput"};
 static_assert(std::size(kCallNames) == RocmSmiSource::kCallCount, "one name per RocmSmiSource::Call");
 
 // Whether the library has what a call needs.
@@ -196,8 +200,8 @@ bool RocmSmiSource::open() {
     for (size_t c = 0; c < kCallCount; ++c)
       d.on[c] = present(*lib_, static_cast<Call>(c), lib_major_ != 0);
     // The highest clock levels, once: the device's maximum clocks.
-    for (const auto& [clk, member] : {std::pair{kClkSys, &GpuDevice::clock_sm_max_mhz},
-                                      std::pair{kClkMem, &GpuDevice::clock_mem_max_mhz}}) {
+    for (const auto& [clk, member] :
+         {std::pair{kClkSys, &GpuDevice::clock_sm_max_mhz}, std::pair{kClkMem, &GpuDevice::clock_mem_max_mhz}}) {
       FrequenciesBuf f{};
       if (!d.on[cClockSys] || lib_->dev_gpu_clk_freq(i, clk, &f) != kSuccess) continue;
       const Levels l = levels(f, v6_layout());
@@ -298,7 +302,7 @@ Status RocmSmiSource::read(Call c, Dev& d, GpuSample& s, SteadyClock::time_point
     rc = l.dev_power_ave(d.dv, 0, &u);
     if (rc == kSuccess) {
       s.power_avg_w = static_cast<double>(u) / 1e6; // µW
-      if (!s.power_w) {                              // boards before MI300 / RDNA3 have only the average
+      if (!s.power_w) {                             // boards before MI300 / RDNA3 have only the average
         s.power_w = s.power_avg_w;
         s.power_source = "rsmi_dev_power_ave_get";
       }
@@ -355,8 +359,8 @@ Status RocmSmiSource::read(Call c, Dev& d, GpuSample& s, SteadyClock::time_point
     rc = l.dev_pci_bandwidth(d.dv, &b);
     if (rc != kSuccess) return rc;
     const bool v6 = v6_layout();
-    const uint32_t n = std::min<uint32_t>(v6 ? b.v6.transfer_rate.num_supported : b.v5.transfer_rate.num_supported,
-                                          v6 ? 33 : 32);
+    const uint32_t n =
+        std::min<uint32_t>(v6 ? b.v6.transfer_rate.num_supported : b.v5.transfer_rate.num_supported, v6 ? 33 : 32);
     const uint32_t cur = v6 ? b.v6.transfer_rate.current : b.v5.transfer_rate.current;
     const uint32_t* lanes = v6 ? b.v6.lanes : b.v5.lanes;
     uint32_t top = 0;
