@@ -62,19 +62,27 @@ constexpr SourceEntry kSources[] = {
        auto opts = RocmSmiSource::Options::from_env();
        opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
        return std::make_unique<RocmSmiSource>(std::move(opts));
-     }},
+     },
+     true},
 #endif
     // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.
     {"hwmon-gpu",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
        if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
        return std::make_unique<HwmonGpuSource>(o.sysfs_root);
-     }},
+     },
+     true},
 };
 } // namespace
 
 std::span<const SourceEntry> source_registry() {
   return kSources;
+}
+
+bool quiet_when_missing(std::string_view name) {
+  for (const auto& e : kSources)
+    if (e.name == name) return e.quiet_when_missing;
+  return false;
 }
 
 std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts) {

@@ -148,3 +148,18 @@ TEST(RocmSmiE2E, DoctorReportsTheBackend) {
       EXPECT_FALSE(s["fix"].get<std::string>().empty());
     }
 }
+
+// Most machines have no ROCm: a run there says nothing about it (debug only) and stores no source-missing event.
+TEST(RocmSmiE2E, NoRocmIsQuiet) {
+  TempDir dir;
+  TempDir empty;
+  auto e = env(dir);
+  e["WATTSCOPE_ROCM_SMI_LIBRARY"] = "/nonexistent/librocm_smi64.so";
+  auto r = run({wattscope(), "record", "--interval", "50ms", "--duration", "200ms", "--sysfs-root", empty.path(),
+                "--db", dir / "w.db"},
+               e, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("ROCm"), std::string::npos) << r.err;
+  EXPECT_EQ(scalar(dir / "w.db", "SELECT count(*) FROM events WHERE source = 'rocm-smi'"), "0");
+  EXPECT_EQ(scalar(dir / "w.db", "SELECT count(*) FROM events WHERE source = 'nvml'"), "1") << "NVML still says so";
+}

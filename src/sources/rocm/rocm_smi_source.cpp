@@ -148,12 +148,17 @@ bool RocmSmiSource::open() {
   for (const auto& m : lib_->missing_optional())
     spdlog::debug("rocm-smi: {} lacks {}; what it reads is off", lib_->path(), m);
   Status rc = lib_->init(0);
+  if (rc == kPermission) {
+    status_ = SourceStatus::no_permission(
+        fmt::format("no AMD GPU recorded through ROCm SMI: rsmi_init failed with {}", status_name(rc)),
+        "run as a user in the 'render' and 'video' groups (sudo usermod -aG render,video $USER, then log in again)");
+    return false;
+  }
   if (rc != kSuccess) {
     status_ = SourceStatus::missing(
         fmt::format("no AMD GPU recorded through ROCm SMI: rsmi_init failed with {}", status_name(rc)),
-        rc == kPermission ? "run as a user in the 'render' and 'video' groups"
-                          : "none needed unless this machine has an AMD GPU; then check that the amdgpu kernel driver "
-                            "is loaded ('rocm-smi' should list the GPUs)");
+        "none needed unless this machine has an AMD GPU; then check that the amdgpu kernel driver is loaded "
+        "('rocm-smi' should list the GPUs)");
     return false;
   }
   initialised_ = true;
