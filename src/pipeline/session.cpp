@@ -50,16 +50,17 @@ void Session::open() {
     const bool opened = s->open();
     const SourceStatus st = s->status();
     if (!opened) {
-      // Said once, in words a user can act on. No AMD/Intel GPU is the normal case and only shown with -v.
+      // Said once, in words a user can act on. No AMD/Intel GPU (no hwmon card, no ROCm SMI) is the normal case and
+      // only shown with -v.
       // The event says the state in words first ("no permission: ...", "missing: ..."), as doctor does.
       const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
       if (st.state == SourceStatus::State::NoPermission)
         spdlog::warn("{}", said);
-      else if (s->name() == "hwmon-gpu")
+      else if (quiet_when_missing(s->name()))
         spdlog::debug("{}", said);
       else
         spdlog::info("{}", st.line());
-      if (s->name() != "hwmon-gpu") notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
+      if (!quiet_when_missing(s->name())) notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
       continue;
     }
     if (const size_t n = s->release_claimed(claimed)) {

@@ -10,6 +10,9 @@
 #ifdef WATTSCOPE_HAVE_NVML
 #include "sources/nvml/nvml_source.hpp"
 #endif
+#ifdef WATTSCOPE_HAVE_ROCM
+#include "sources/rocm/rocm_smi_source.hpp"
+#endif
 
 namespace wattscope {
 
@@ -51,17 +54,35 @@ constexpr SourceEntry kSources[] = {
        return std::make_unique<NvmlSource>(std::move(opts));
      }},
 #endif
+#ifdef WATTSCOPE_HAVE_ROCM
+    // AMD through ROCm SMI: before hwmon, which then leaves the cards claimed here (by PCI bus id) to it.
+    {"rocm-smi",
+     [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
+       auto opts = RocmSmiSource::Options::from_env();
+       opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
+       return std::make_unique<RocmSmiSource>(std::move(opts));
+     },
+     true},
+#endif
     // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.
     {"hwmon-gpu",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
        if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
        return std::make_unique<HwmonGpuSource>(o.sysfs_root);
-     }},
+     },
+     true},
 };
 } // namespace
 
 std::span<const SourceEntry> source_registry() {
   return kSources;
+}
+
+bool quiet_when_missing(std::string_view name) {
+  for (const auto& e : kSources)
+    if (e.name == name) return e.quiet_when_missing;
+  return false;
 }
 
 std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts) {

@@ -18,8 +18,13 @@ struct SourceEntry {
   std::string_view name;
   // Null when this backend has nothing to do with these options (the TDP estimate without --cpu-tdp).
   std::unique_ptr<Source> (*make)(const SessionOptions& opts);
+  // Absent is the normal case (most machines have no AMD or Intel GPU): a run says so at debug level only and stores
+  // no source-missing event, unless the source found the hardware but may not read it (no permission).
+  bool quiet_when_missing = false;
 };
 std::span<const SourceEntry> source_registry();
+// The registry's quiet_when_missing for the source of that name (false for a name it does not know).
+bool quiet_when_missing(std::string_view name);
 
 // Every source the registry makes for these options, unopened, in registry order.
 std::vector<std::unique_ptr<Source>> make_sources(const SessionOptions& opts);
