@@ -72,8 +72,36 @@ struct GpuSample {
   OptI mem_reserved_bytes;            // driver-reserved device memory (NVML memory v2 only)
   OptI mem_free_bytes;                //
   OptI clock_video_mhz;               //
+  // ---- issue 17: health and throughput (NVIDIA; docs/nvidia.md)
+  OptI mig_mode;                    // 1 when MIG is enabled
+  OptI ecc_corrected_errors;        // volatile ECC counts (since the driver loaded)
+  OptI ecc_uncorrected_errors;      //
+  OptI remapped_rows_correctable;   // rows remapped for correctable / uncorrectable errors
+  OptI remapped_rows_uncorrectable; //
+  OptI remap_pending;               // 0/1
+  OptI remap_failed;                // 0/1
+  OptI pcie_replays;                // since the driver loaded
+  OptI nvlink_tx_bytes_per_s;       // summed over links, from NVML's KiB counters
+  OptI nvlink_rx_bytes_per_s;       //
+  OptF throttle_power_s;            // violation time since the run started
+  OptF throttle_thermal_s;          //
+  // ---- end issue 17
   const char* power_source = nullptr; // static string naming where power_w came from
 };
+
+// ---- issue 17: one MIG compute instance of a GPU (NVML), as last read (once a second, on the source's slow thread).
+// Power and energy are the parent GPU's: NVML measures them per GPU, not per instance.
+struct MigSample {
+  int gpu_index = 0;         // the parent GPU
+  int64_t gpu_instance = 0;  // NVML GPU instance id
+  int64_t compute_instance = 0;
+  std::string uuid;          // MIG-…
+  OptI mem_used_bytes;       // of the instance's memory slice
+  OptI mem_total_bytes;      //
+  OptI processes;            // compute processes running in it
+  bool selected = false;     // the run's selection named it (CUDA_VISIBLE_DEVICES=MIG-…): attribution is scoped to it
+};
+// ---- end issue 17
 
 struct Event {
   int64_t seq = 0; // per run, assigned by accounting in order
@@ -131,6 +159,7 @@ struct Frame {
   CpuSample cpu;
   std::vector<GpuSample> gpus; // only devices that answered this tick
   std::vector<Event> events;
+  std::vector<MigSample> migs; // issue 17: MIG instances of the recorded GPUs (empty where MIG is off)
   // Devices as finally known (energy method settled on the first tick); set on tick 0 only, stored in gpu_devices.
   std::vector<GpuDevice> device_rows;
   // The process tracker's latest scan, on the first frame after it (at most one a second); accounting fills its

@@ -93,6 +93,11 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     out += fmt::format("  SIMULATED the GPUs of this run are simulated (--simulate, scenario {}): their figures, and "
                        "totals that include them, are not measurements\n",
                        scenario_of(r));
+  // issue 17: where MIG was on, the GPU figures are the whole GPU's (NVML measures power per GPU, not per instance)
+  if (const auto tags = parse_or_empty(r.tags); tags.contains("mig") && tags["mig"].is_string())
+    out += fmt::format("  MIG       {}\n            energy and power are per GPU: shared by all its MIG instances, "
+                       "not measured per instance\n",
+                       tags["mig"].get<std::string>());
   if (rebuilt && s.contains("last_event") && s["last_event"].is_string())
     out += fmt::format("  last event {}\n", s["last_event"].get<std::string>());
   if (!r.command.empty()) out += fmt::format("  command   {}\n", r.command);

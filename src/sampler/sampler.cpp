@@ -133,6 +133,7 @@ void Sampler::ask(Worker& w, Frame& frame) {
   w.scratch.ts_ms = frame.ts_ms;
   w.scratch.mono = frame.mono;
   w.scratch.gpus.clear(); // keeps its capacity: a tick on time allocates nothing here
+  w.scratch.migs.clear(); // issue 17: MIG instances (NVML), merged like the GPUs
   w.scratch.events.clear();
   w.requested = true;
   w.unmerged = true;
@@ -165,6 +166,7 @@ void Sampler::collect(Worker& w, Frame& frame, SteadyClock::time_point deadline)
   lock.unlock(); // the scratch is the sampler's again
   w.unmerged = false;
   frame.gpus.insert(frame.gpus.end(), w.scratch.gpus.begin(), w.scratch.gpus.end());
+  frame.migs.insert(frame.migs.end(), w.scratch.migs.begin(), w.scratch.migs.end()); // issue 17
   for (auto& e : w.scratch.events)
     frame.events.push_back(std::move(e));
   if (w.late_since >= 0) {

@@ -443,8 +443,10 @@ std::string LiveState::metrics_text() const {
     const GpuDevice* d = nullptr;
     for (const auto& dev : devices_)
       if (dev.gpu_index == s.gpu_index) d = &dev;
-    gs.emplace_back(&s, fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"{}", s.gpu_index,
+    // issue 17: pci_bus_id joins a series to node exporters and DCGM's, which name GPUs by bus
+    gs.emplace_back(&s, fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", s.gpu_index,
                                     prom_label_value(d ? d->uuid : ""), prom_label_value(d ? d->name : ""), host,
+                                    prom_label_value(d ? d->pci_bus_id : ""),
                                     d && d->energy_method == "simulated" ? ",simulated=\"true\"" : ""));
   }
   x.family("wattscope_gpu_up", "gauge", "1 when the GPU answered the latest tick, 0 when it is lost.");
@@ -452,8 +454,9 @@ std::string LiveState::metrics_text() const {
     bool up = false;
     for (const auto& s : f.gpus)
       up = up || s.gpu_index == d.gpu_index;
-    x.sample(fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\"{}", d.gpu_index, prom_label_value(d.uuid),
-                         prom_label_value(d.name), host, d.energy_method == "simulated" ? ",simulated=\"true\"" : ""),
+    x.sample(fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", d.gpu_index,
+                         prom_label_value(d.uuid), prom_label_value(d.name), host, prom_label_value(d.pci_bus_id),
+                         d.energy_method == "simulated" ? ",simulated=\"true\"" : ""),
              up ? 1.0 : 0.0);
   }
   // Registry metrics sharing a family (the clocks, the link widths) are adjacent: HELP and TYPE once, then every
@@ -487,6 +490,41 @@ std::string LiveState::metrics_text() const {
     }
     i = end;
   }
+
+  // ---- issue 17: MIG instances, one series per compute instance. Power and energy have none: NVML measures them
+  // per GPU, so they stay on the parent's series.
+  if (!f.migs.empty()) {
+    std::vector<std::pair<const MigSample*, std::string>> ms;
+    for (const auto& m : f.migs) {
+      const GpuDevice* d = nullptr;
+      for (const auto& dev : devices_)
+        if (dev.gpu_index == m.gpu_index) d = &dev;
+      ms.emplace_back(&m, fmt::format("gpu=\"{}\",uuid=\"{}\",gpu_instance=\"{}\",compute_instance=\"{}\","
+                                      "mig_uuid=\"{}\",host=\"{}\"",
+                                      m.gpu_index, prom_label_value(d ? d->uuid : ""), m.gpu_instance,
+                                      m.compute_instance, prom_label_value(m.uuid), host));
+    }
+    x.family("wattscope_gpu_mig_instance_info", "gauge",
+             "A MIG compute instance of a GPU (selected=\"true\": the run's processes are this instance's). Its "
+             "energy is not measured apart: NVML measures power per GPU.");
+    for (auto& [m, l] : ms)
+      x.sample(l + fmt::format(",selected=\"{}\"", m->selected ? "true" : "false"), 1.0);
+    auto family = [&](const char* name, const char* help, OptI MigSample::*member) {
+      bool any = false;
+      for (auto& [m, l] : ms)
+        any = any || (m->*member).has_value();
+      if (!any) return; // absent, never 0
+      x.family(name, "gauge", help);
+      for (auto& [m, l] : ms)
+        x.sample(l, m->*member);
+    };
+    family("wattscope_gpu_mig_memory_used_bytes", "Memory in use in a MIG instance's slice.",
+           &MigSample::mem_used_bytes);
+    family("wattscope_gpu_mig_memory_total_bytes", "Size of a MIG instance's memory slice.",
+           &MigSample::mem_total_bytes);
+    family("wattscope_gpu_mig_processes", "Compute processes running in a MIG instance.", &MigSample::processes);
+  }
+  // ---- end issue 17
 
   const auto& c = f.cpu;
   const std::string host_label = fmt::format("host=\"{}\"", host);

@@ -37,6 +37,22 @@
 //
 // MIG: "mig": ["MIG-…", …] on a device gives it that many MIG instances (nvmlDeviceGetMaxMigDeviceCount,
 // nvmlDeviceGetMigDeviceHandleByIndex), each answering nvmlDeviceGetUUID; without it both answer NOT_SUPPORTED.
+// ---- issue 17 ----
+// An instance may instead be an object: {"uuid": "MIG-…", "gpu_instance": 1, "compute_instance": 0, "metrics":
+// {"mem_used_bytes": V, "mem_total_bytes": V}, "processes": [...]} (as a device's: its memory slice and the processes
+// listed on its handle); ids default to the slot number + 1 and 0. nvmlDeviceGetMigMode answers the device's
+// "mig_mode" (current and pending), else 1 where "mig" is given, else NOT_SUPPORTED.
+// Health counters, per-call values like any metric: "ecc_corrected", "ecc_uncorrected" (volatile; the aggregate
+// counter answers NOT_SUPPORTED), "remapped_cor", "remapped_unc", "remap_pending", "remap_failed" (all four, or the
+// call answers NOT_SUPPORTED), "pcie_replays", "violation_power_ns", "violation_thermal_ns"; NVLink counters read
+// through nvmlDeviceGetFieldValues: "nvlink_tx_kib", "nvlink_rx_kib" (unsigned long long, only for scopeId UINT_MAX,
+// the sum over links; INVALID_ARGUMENT for another scope), stamped with "field_timestamp_us" when given (one value per
+// field-values call) so a rate can be checked exactly.
+// Xid errors: "xid": [{"after_s": 0.3, "xid": 79, "gpu_instance": 1, "compute_instance": 0}] on a device are
+// delivered once each, in order, by nvmlEventSetWait(_v2) on a set that device is registered with, once `after_s`
+// seconds have passed since nvmlInit (the ids are 0xFFFFFFFF when left out). "unsupported": ["xid"] makes
+// nvmlDeviceRegisterEvents answer NOT_SUPPORTED; a top-level "event_wait_error": code makes every wait answer it.
+// ---- end issue 17
 //
 // ---- simulate (issue 19) ----
 // A timeline (wattscope --simulate, docs/simulate.md): the scenario's top-level "timeline" cuts time since nvmlInit
@@ -60,6 +76,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -82,6 +99,10 @@ struct FakeDevice {
   std::vector<long long> proc_calls;                   // per entry of its "processes": utilisation reads so far
   std::map<std::string, long long, std::less<>> calls; // per metric
   std::vector<bool> hung;                              // per entry of its "hang"
+  size_t xid_delivered = 0;                            // issue 17: entries of its "xid" already delivered
+};
+struct FakeEventSet { // issue 17
+  std::vector<FakeDevice*> devices;
 };
 
 struct State {
@@ -95,6 +116,7 @@ struct State {
   double t0 = 0;
   double default_cost_us = 0;
   std::map<std::string, double, std::less<>> cost_us; // per symbol
+  std::vector<std::unique_ptr<FakeEventSet>> event_sets; // issue 17
   // ---- simulate (issue 19) ----
   std::string scenario_text; // wattscope_fake_nvml_set_scenario: used instead of the file when set
   std::vector<std::pair<std::string, double>> segments; // the timeline: (label, seconds), in order
@@ -336,11 +358,17 @@ Return init() {
   g.devices.clear();
   g.hung.clear();
   g.migs.clear();
+  g.event_sets.clear(); // issue 17: they point at the devices
   for (const auto& d : g.scenario.value("devices", json::array())) {
-    g.devices.push_back({d, {}, {}, {}});
+    g.devices.push_back({d, {}, {}, {}, 0});
     g.migs.emplace_back();
-    for (const auto& uuid : d.value("mig", json::array()))
-      if (uuid.is_string()) g.migs.back().push_back({json{{"uuid", uuid}}, {}, {}, {}});
+    for (const auto& m : d.value("mig", json::array())) {
+      json spec = m.is_string() ? json{{"uuid", m}} : m; // issue 17: an instance may be an object
+      if (!spec.is_object()) continue;
+      if (!spec.contains("gpu_instance")) spec["gpu_instance"] = g.migs.back().size() + 1;
+      if (!spec.contains("compute_instance")) spec["compute_instance"] = 0;
+      g.migs.back().push_back({spec, {}, {}, {}, 0});
+    }
   }
   g.default_cost_us = 0;
   g.cost_us.clear();
@@ -523,18 +551,39 @@ Return device_field_values(Device d, int count, FieldValue* values) {
     std::lock_guard lock(g.mu);
     if (!dev(d)) return kErrorInvalidArgument;
   }
+  // issue 17: a scripted timestamp for every field of this call, when the scenario gives one
+  long long stamp = static_cast<long long>(now_s() * 1e6);
+  bool scripted = false;
+  {
+    std::lock_guard lock(g.mu);
+    const json& spec = dev(d)->spec;
+    scripted = spec.contains("metrics") && spec["metrics"].contains("field_timestamp_us");
+  }
+  if (scripted) {
+    double ts = 0;
+    if (metric(d, "field_timestamp_us", ts) == kSuccess) stamp = std::llround(ts);
+  }
   for (int i = 0; i < count; ++i) {
     FieldValue& f = values[i];
+    const bool nvlink = f.fieldId == kFieldNvlinkDataTx || f.fieldId == kFieldNvlinkDataRx;
     const char* name = f.fieldId == kFieldPowerInstant   ? "power_instant_mw"
                        : f.fieldId == kFieldPowerAverage ? "power_avg_mw"
                        : f.fieldId == kFieldMemoryTemp   ? "temp_mem"
+                       : f.fieldId == kFieldNvlinkDataTx ? "nvlink_tx_kib"
+                       : f.fieldId == kFieldNvlinkDataRx ? "nvlink_rx_kib"
                                                          : nullptr;
     double v = 0;
     f.nvmlReturn = name ? metric(d, name, v) : kErrorNotSupported;
     if (f.nvmlReturn == kErrorGpuIsLost) return kErrorGpuIsLost;
-    f.valueType = kValueUInt;
-    f.value.uiVal = static_cast<unsigned int>(std::llround(v));
-    f.timestamp = static_cast<long long>(now_s() * 1e6);
+    if (nvlink && f.nvmlReturn == kSuccess && f.scopeId != kScopeAllLinks) f.nvmlReturn = kErrorInvalidArgument;
+    if (nvlink) {
+      f.valueType = kValueULongLong;
+      f.value.ullVal = static_cast<unsigned long long>(std::llround(v));
+    } else {
+      f.valueType = kValueUInt;
+      f.value.uiVal = static_cast<unsigned int>(std::llround(v));
+    }
+    f.timestamp = stamp;
     f.latencyUsec = 0;
   }
   return kSuccess;
@@ -562,6 +611,132 @@ Return device_mig_by_index(Device d, unsigned int index, Device* mig) {
     }
   return kErrorInvalidArgument;
 }
+// ---- issue 17: MIG mode and ids, health counters, Xid events ----
+Return device_mig_mode(Device d, unsigned int* current, unsigned int* pending) {
+  std::lock_guard lock(g.mu);
+  if (!current || !pending) return kErrorInvalidArgument;
+  for (auto& fd : g.devices)
+    if (reinterpret_cast<Device>(&fd) == d) {
+      if (fd.spec.contains("mig_mode"))
+        *current = *pending = fd.spec["mig_mode"].get<unsigned int>();
+      else if (fd.spec.contains("mig"))
+        *current = *pending = kMigEnabled;
+      else
+        return kErrorNotSupported;
+      return kSuccess;
+    }
+  return dev(d) ? kErrorNotSupported : kErrorInvalidArgument; // a MIG handle has no MIG mode of its own
+}
+// The id of a MIG handle; INVALID_ARGUMENT for a GPU's own handle, as the driver answers.
+Return instance_id(Device d, const char* key, unsigned int* id) {
+  std::lock_guard lock(g.mu);
+  if (!id) return kErrorInvalidArgument;
+  for (auto& m : g.migs)
+    for (auto& fd : m)
+      if (reinterpret_cast<Device>(&fd) == d) {
+        *id = fd.spec.value(key, 0u);
+        return kSuccess;
+      }
+  return kErrorInvalidArgument;
+}
+Return device_gpu_instance_id(Device d, unsigned int* id) {
+  return instance_id(d, "gpu_instance", id);
+}
+Return device_compute_instance_id(Device d, unsigned int* id) {
+  return instance_id(d, "compute_instance", id);
+}
+Return device_total_ecc_errors(Device d, int error_type, int counter_type, unsigned long long* count) {
+  if (!count || (error_type != kMemoryErrorCorrected && error_type != kMemoryErrorUncorrected))
+    return kErrorInvalidArgument;
+  if (counter_type != kEccCounterVolatile) return kErrorNotSupported;
+  return metric_to(d, error_type == kMemoryErrorCorrected ? "ecc_corrected" : "ecc_uncorrected", count);
+}
+Return device_remapped_rows(Device d, unsigned int* corrected, unsigned int* uncorrected, unsigned int* pending,
+                            unsigned int* failure) {
+  if (!corrected || !uncorrected || !pending || !failure) return kErrorInvalidArgument;
+  Return rc = metric_to(d, "remapped_cor", corrected);
+  if (rc == kSuccess) rc = metric_to(d, "remapped_unc", uncorrected);
+  if (rc == kSuccess) rc = metric_to(d, "remap_pending", pending);
+  if (rc == kSuccess) rc = metric_to(d, "remap_failed", failure);
+  return rc;
+}
+Return device_pcie_replay_counter(Device d, unsigned int* n) {
+  return metric_to(d, "pcie_replays", n);
+}
+Return device_violation_status(Device d, int policy, ViolationTime* t) {
+  if (!t) return kErrorInvalidArgument;
+  if (policy != kPerfPolicyPower && policy != kPerfPolicyThermal) return kErrorNotSupported;
+  t->referenceTime = static_cast<unsigned long long>(now_s() * 1e6);
+  return metric_to(d, policy == kPerfPolicyPower ? "violation_power_ns" : "violation_thermal_ns", &t->violationTime);
+}
+FakeEventSet* event_set(EventSet set) {
+  for (auto& s : g.event_sets)
+    if (reinterpret_cast<EventSet>(s.get()) == set) return s.get();
+  return nullptr;
+}
+Return event_set_create(EventSet* set) {
+  std::lock_guard lock(g.mu);
+  if (!g.initialised) return kErrorUninitialized;
+  if (!set) return kErrorInvalidArgument;
+  g.event_sets.push_back(std::make_unique<FakeEventSet>());
+  *set = reinterpret_cast<EventSet>(g.event_sets.back().get());
+  return kSuccess;
+}
+Return device_register_events(Device d, unsigned long long types, EventSet set) {
+  std::lock_guard lock(g.mu);
+  FakeDevice* fd = dev(d);
+  FakeEventSet* es = event_set(set);
+  if (!fd || !es) return kErrorInvalidArgument;
+  for (const auto& u : fd->spec.value("unsupported", json::array()))
+    if (u.is_string() && u.get_ref<const std::string&>() == "xid") return kErrorNotSupported;
+  if (types != kEventTypeXidCriticalError) return kErrorNotSupported; // the only type this fake delivers
+  es->devices.push_back(fd);
+  return kSuccess;
+}
+Return event_set_wait(EventSet set, EventData* data, unsigned int timeout_ms) {
+  if (!data) return kErrorInvalidArgument;
+  const double deadline = now_s() + timeout_ms * 1e-3;
+  for (;;) {
+    double next = deadline;
+    {
+      std::lock_guard lock(g.mu);
+      FakeEventSet* es = event_set(set);
+      if (!es || !g.initialised) return kErrorInvalidArgument;
+      if (int e = g.scenario.value("event_wait_error", 0)) return e;
+      const double t = now_s() - g.t0;
+      for (FakeDevice* fd : es->devices) {
+        const json xids = fd->spec.value("xid", json::array());
+        if (fd->xid_delivered >= xids.size()) continue;
+        const json& x = xids[fd->xid_delivered];
+        const double at = x.value("after_s", 0.0);
+        if (at <= t) {
+          fd->xid_delivered++;
+          *data = {};
+          data->device = reinterpret_cast<Device>(fd);
+          data->eventType = kEventTypeXidCriticalError;
+          data->eventData = x.value("xid", 999ULL);
+          data->gpuInstanceId = x.value("gpu_instance", kNoInstance);
+          data->computeInstanceId = x.value("compute_instance", kNoInstance);
+          return kSuccess;
+        }
+        next = std::min(next, g.t0 + at);
+      }
+    }
+    const double now = now_s();
+    if (now >= deadline) return kErrorTimeout;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(next, deadline) - now + 1e-4));
+  }
+}
+Return event_set_free(EventSet set) {
+  std::lock_guard lock(g.mu);
+  for (auto it = g.event_sets.begin(); it != g.event_sets.end(); ++it)
+    if (reinterpret_cast<EventSet>(it->get()) == set) {
+      g.event_sets.erase(it);
+      return kSuccess;
+    }
+  return kErrorInvalidArgument;
+}
+// ---- end issue 17
 } // namespace impl
 
 // ---- processes on a device ----

@@ -74,11 +74,17 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
         // A process can be both a compute and a graphics client: its memory is the same allocation, listed twice.
         if (!fresh && bytes && (!it->second || *bytes > *it->second)) it->second = bytes;
       };
-      auto read_list = [&](auto v3, auto v1) {
+      // Issue 17: where the selection named a MIG instance of this GPU, its processes are that instance's (listed
+      // from the instance's own handle): the parent's other instances belong to other people.
+      std::vector<Device> handles;
+      for (const auto& m : d.migs)
+        if (m.info.selected) handles.push_back(m.handle);
+      if (handles.empty()) handles.push_back(d.handle);
+      auto read_one_list = [&](Device h, auto v3, auto v1) {
         if (ps.list_v3 && (*lib_).*v3) {
           std::vector<ProcessInfo> infos;
           const Return rc =
-              list<ProcessInfo>([&](unsigned int* n, ProcessInfo* p) { return ((*lib_).*v3)(d.handle, n, p); }, infos);
+              list<ProcessInfo>([&](unsigned int* n, ProcessInfo* p) { return ((*lib_).*v3)(h, n, p); }, infos);
           if (rc == kSuccess) {
             any_list = true;
             for (const auto& p : infos)
@@ -91,13 +97,17 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
         if ((*lib_).*v1) {
           std::vector<ProcessInfoV1> infos;
           const Return rc = list<ProcessInfoV1>(
-              [&](unsigned int* n, ProcessInfoV1* p) { return ((*lib_).*v1)(d.handle, n, p); }, infos);
+              [&](unsigned int* n, ProcessInfoV1* p) { return ((*lib_).*v1)(h, n, p); }, infos);
           if (rc == kSuccess) {
             any_list = true;
             for (const auto& p : infos)
               take(p.pid, p.usedGpuMemory);
           }
         }
+      };
+      auto read_list = [&](auto v3, auto v1) {
+        for (Device h : handles)
+          read_one_list(h, v3, v1);
       };
       read_list(&Library::device_compute_processes, &Library::device_compute_processes_v1);
       read_list(&Library::device_graphics_processes, &Library::device_graphics_processes_v1);

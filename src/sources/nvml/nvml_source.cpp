@@ -5,6 +5,8 @@
 #include <cstring>
 #include <initializer_list>
 #include <set>
+#include <cmath>
+#include <tuple>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -30,6 +32,7 @@ struct TickCtx {
   const Library& lib;
   SteadyClock::time_point mono;
   std::chrono::nanoseconds slow_period;
+  bool health = false; // issue 17: the health counters are due this tick
 };
 
 using Dev = NvmlSource::Dev;
@@ -74,10 +77,14 @@ double field_number(const FieldValue& f, bool& ok) {
 
 Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
   if (d.fields.empty()) return kNoCall;
-  FieldValue fv[3] = {};
+  FieldValue fv[5] = {};
+  static_assert(std::tuple_size_v<decltype(d.field_failures)> >= std::size(fv));
   const int n = static_cast<int>(std::min<size_t>(d.fields.size(), std::size(fv)));
-  for (int i = 0; i < n; ++i)
+  for (int i = 0; i < n; ++i) {
     fv[i].fieldId = d.fields[static_cast<size_t>(i)]; // scopeId 0: the GPU alone
+    // NVLink throughput: UINT_MAX asks for the sum over every link (nvml.h, "NVLink throughput counters")
+    if (fv[i].fieldId == kFieldNvlinkDataTx || fv[i].fieldId == kFieldNvlinkDataRx) fv[i].scopeId = kScopeAllLinks;
+  }
   Return rc = c.lib.device_field_values(d.handle, n, fv);
   if (rc != kSuccess) return rc;
   bool drop = false;
@@ -108,11 +115,26 @@ Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
       s.power_avg_w = v * kMilli;
     } else if (f.fieldId == kFieldMemoryTemp) {
       s.temp_mem_c = v;
+    } else if (f.fieldId == kFieldNvlinkDataTx || f.fieldId == kFieldNvlinkDataRx) {
+      // A cumulative KiB counter: the rate over the interval since the previous reading, timed by NVML's own
+      // timestamp of the reading (µs), or by the tick where it gives none. The first reading only sets the base.
+      const bool tx = f.fieldId == kFieldNvlinkDataTx;
+      auto& prev = d.nvlink[tx ? 0 : 1];
+      const auto kib = f.valueType == kValueULongLong ? f.value.ullVal : static_cast<unsigned long long>(v);
+      const long long at_us =
+          f.timestamp > 0 ? f.timestamp
+                          : std::chrono::duration_cast<std::chrono::microseconds>(c.mono.time_since_epoch()).count();
+      if (prev.kib && at_us > prev.at_us && kib >= *prev.kib) {
+        const double bytes = static_cast<double>(kib - *prev.kib) * 1024.0;
+        const auto rate = static_cast<int64_t>(std::llround(bytes * 1e6 / static_cast<double>(at_us - prev.at_us)));
+        (tx ? s.nvlink_tx_bytes_per_s : s.nvlink_rx_bytes_per_s) = rate;
+      }
+      if (!prev.kib || at_us > prev.at_us) prev = {kib, at_us}; // a cached value (same timestamp) keeps the base
     }
   }
   if (drop) { // rare: only on the tick a field is given up
     std::vector<unsigned int> keep;
-    std::array<int, 4> failures{};
+    std::array<int, 8> failures{};
     for (int i = 0; i < n; ++i) {
       const auto fi = static_cast<size_t>(i);
       if (dropped[fi]) {
@@ -174,13 +196,33 @@ template <auto Fn> Return read_codec(const TickCtx& c, Dev& d, unsigned int& pct
   return (c.lib.*Fn)(d.handle, &pct, &period_us);
 }
 
+// ---- issue 17: violation (throttle) time for one policy (0 power, 1 thermal): NVML counts nanoseconds below the
+// application clocks since the driver loaded; stored as seconds since the run's first reading, so a run's last row
+// says how long it was throttled. A counter that went backwards (driver reloaded) starts a new base.
+template <int Policy> Return read_violation(const TickCtx& c, Dev& d, GpuSample& s) {
+  OptF& held = Policy == 0 ? d.health.throttle_power_s : d.health.throttle_thermal_s;
+  Return rc = kNoCall;
+  if (c.health) {
+    held.reset();
+    ViolationTime t{};
+    rc = c.lib.device_violation_status(d.handle, Policy == 0 ? kPerfPolicyPower : kPerfPolicyThermal, &t);
+    if (rc != kSuccess) return rc;
+    auto& base = d.health.violation_base_ns[Policy];
+    if (!base || t.violationTime < *base) base = t.violationTime;
+    held = static_cast<double>(t.violationTime - *base) * 1e-9;
+  }
+  (Policy == 0 ? s.throttle_power_s : s.throttle_thermal_s) = held;
+  return rc;
+}
+
 // Present when the library has the symbol.
 template <auto Fn> bool has(const Library& lib) {
   return lib.*Fn != nullptr;
 }
 
 constexpr CallSpec kCalls[] = {
-    {NvmlSource::cFieldValues, "field_values", bits({G::power_w, G::power_avg_w, G::temp_mem_c}),
+    {NvmlSource::cFieldValues, "field_values",
+     bits({G::power_w, G::power_avg_w, G::temp_mem_c, G::nvlink_tx_bytes_per_s, G::nvlink_rx_bytes_per_s}),
      has<&Library::device_field_values>, read_fields},
     {NvmlSource::cPowerUsage, "power_usage", bits({G::power_w}), has<&Library::device_power_usage>,
      [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
@@ -317,6 +359,73 @@ constexpr CallSpec kCalls[] = {
      [](const TickCtx& c, Dev& d, GpuSample& s) {
        return read_uint<&GpuSample::clock_video_mhz, &Library::device_clock, kClockVideo>(c, d, s, 1);
      }},
+    // ---- issue 17: MIG mode, read once at open(); then the health counters, read when due (once a slow period) and
+    // carried forward in between, so every row has the latest reading. An error clears the carried value.
+    {NvmlSource::cMigMode, "mig_mode", bits({G::mig_mode}), has<&Library::device_mig_mode>,
+     [](const TickCtx&, Dev& d, GpuSample& s) -> Return {
+       if (d.mig_mode_rc != kSuccess) return d.mig_mode_rc; // switched off on the first tick, as a failed call is
+       s.mig_mode = d.mig_mode;
+       return kNoCall;
+     }},
+    {NvmlSource::cEcc, "ecc_errors", bits({G::ecc_corrected_errors, G::ecc_uncorrected_errors}),
+     has<&Library::device_total_ecc_errors>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       Return rc = kNoCall;
+       if (c.health) {
+         d.health.ecc_corrected.reset();
+         d.health.ecc_uncorrected.reset();
+         unsigned long long corrected = 0, uncorrected = 0;
+         rc = c.lib.device_total_ecc_errors(d.handle, kMemoryErrorCorrected, kEccCounterVolatile, &corrected);
+         if (rc == kSuccess)
+           rc = c.lib.device_total_ecc_errors(d.handle, kMemoryErrorUncorrected, kEccCounterVolatile, &uncorrected);
+         if (rc != kSuccess) return rc;
+         d.health.ecc_corrected = static_cast<int64_t>(corrected);
+         d.health.ecc_uncorrected = static_cast<int64_t>(uncorrected);
+       }
+       s.ecc_corrected_errors = d.health.ecc_corrected;
+       s.ecc_uncorrected_errors = d.health.ecc_uncorrected;
+       return rc;
+     }},
+    {NvmlSource::cRemappedRows, "remapped_rows",
+     bits({G::remapped_rows_correctable, G::remapped_rows_uncorrectable, G::remap_pending, G::remap_failed}),
+     has<&Library::device_remapped_rows>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       Return rc = kNoCall;
+       auto& h = d.health;
+       if (c.health) {
+         h.rows_correctable.reset(), h.rows_uncorrectable.reset(), h.remap_pending.reset(), h.remap_failed.reset();
+         unsigned int corrected = 0, uncorrected = 0, pending = 0, failed = 0;
+         rc = c.lib.device_remapped_rows(d.handle, &corrected, &uncorrected, &pending, &failed);
+         if (rc != kSuccess) return rc;
+         h.rows_correctable = corrected, h.rows_uncorrectable = uncorrected;
+         h.remap_pending = pending ? 1 : 0, h.remap_failed = failed ? 1 : 0;
+       }
+       s.remapped_rows_correctable = h.rows_correctable;
+       s.remapped_rows_uncorrectable = h.rows_uncorrectable;
+       s.remap_pending = h.remap_pending;
+       s.remap_failed = h.remap_failed;
+       return rc;
+     }},
+    {NvmlSource::cPcieReplay, "pcie_replay_counter", bits({G::pcie_replays}), has<&Library::device_pcie_replay_counter>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       Return rc = kNoCall;
+       if (c.health) {
+         d.health.replays.reset();
+         unsigned int n = 0;
+         rc = c.lib.device_pcie_replay_counter(d.handle, &n);
+         if (rc != kSuccess) return rc;
+         d.health.replays = n;
+       }
+       s.pcie_replays = d.health.replays;
+       return rc;
+     }},
+    {NvmlSource::cViolationPower, "violation_power", bits({G::throttle_power_s}),
+     has<&Library::device_violation_status>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) { return read_violation<0>(c, d, s); }},
+    {NvmlSource::cViolationThermal, "violation_thermal", bits({G::throttle_thermal_s}),
+     has<&Library::device_violation_status>,
+     [](const TickCtx& c, Dev& d, GpuSample& s) { return read_violation<1>(c, d, s); }},
+    // ---- end issue 17
 };
 
 // Registry metrics no NVML call reads: accounting derives them.
@@ -372,6 +481,10 @@ std::string NvmlSource::mig_of(Device gpu) {
 }
 
 NvmlSource::~NvmlSource() {
+  // issue 17: the Xid thread first; it returns within one event wait, then the set is freed before nvmlShutdown
+  event_stop_ = true;
+  if (event_thread_.joinable()) event_thread_.join();
+  if (event_set_ && lib_ && lib_->event_set_free) lib_->event_set_free(event_set_);
   {
     std::lock_guard lock(slow_mu_);
     slow_stop_ = true;
@@ -480,7 +593,15 @@ bool NvmlSource::open() {
       d.info.clock_sm_max_mhz = mhz;
     if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockMem, &mhz) == kSuccess)
       d.info.clock_mem_max_mhz = mhz;
-    d.fields = {kFieldPowerInstant, kFieldPowerAverage, kFieldMemoryTemp};
+    d.fields = {kFieldPowerInstant, kFieldPowerAverage, kFieldMemoryTemp, kFieldNvlinkDataTx, kFieldNvlinkDataRx};
+    // ---- issue 17: MIG mode, and the instances where it is on
+    if (lib_->device_mig_mode) {
+      unsigned int current = 0, pending = 0;
+      d.mig_mode_rc = lib_->device_mig_mode(d.handle, &current, &pending);
+      if (d.mig_mode_rc == kSuccess) d.mig_mode = current == kMigEnabled ? 1 : 0;
+    }
+    if (d.mig_mode == 1) enumerate_migs(d);
+    // ---- end issue 17
     // A missing optional symbol is a call that is off from the start.
     for (const auto& c : kCalls)
       d.on[c.call] = c.present(*lib_);
@@ -508,12 +629,13 @@ bool NvmlSource::open() {
                                          driver_version_.empty() ? "unknown" : driver_version_),
                        true);
   for (const auto& d : devs_)
-    if (d.on[cPcieThroughput]) slow_wanted_ = true;
+    if (d.on[cPcieThroughput] || !d.migs.empty()) slow_wanted_ = true; // issue 17: MIG instances are read there too
   if (slow_wanted_)
     slow_thread_ = std::thread([this] {
       name_this_thread("ws-nvml-pcie");
       slow_loop();
     });
+  start_events(); // issue 17
   return true;
 }
 
@@ -557,6 +679,13 @@ void NvmlSource::describe(RunInfo& run) const {
   if (tags.is_discarded() || !tags.is_object()) tags = nlohmann::json::object();
   if (!driver_version_.empty()) tags["nvidia_driver"] = driver_version_;
   if (!nvml_version_.empty()) tags["nvml_version"] = nvml_version_;
+  // issue 17: MIG instances, for show and the report (energy stays per GPU: they say so where this tag is)
+  std::string mig;
+  for (const auto& d : devs_)
+    for (const auto& m : d.migs)
+      mig += fmt::format("{}gpu{} GI {} CI {} {}{}", mig.empty() ? "" : "; ", d.info.gpu_index, m.info.gpu_instance,
+                         m.info.compute_instance, m.info.uuid, m.info.selected ? " (selected)" : "");
+  if (!mig.empty()) tags["mig"] = mig;
   run.tags = tags.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -599,7 +728,10 @@ bool NvmlSource::ok(Dev& d, Call c, Return rc, Frame& frame) {
 void NvmlSource::sample_device(Dev& d, Frame& frame) {
   GpuSample s;
   s.gpu_index = d.info.gpu_index;
-  const TickCtx ctx{*lib_, frame.mono, opts_.slow_period};
+  // issue 17: health counters once a slow period (they change slowly; see docs/nvidia.md for the cost measured)
+  const bool health = frame.mono >= d.health_next;
+  if (health) d.health_next = frame.mono + opts_.health_period;
+  const TickCtx ctx{*lib_, frame.mono, opts_.slow_period, health};
   for (const auto& c : kCalls) {
     if (!d.on[c.call]) continue;
     const Return rc = c.read(ctx, d, s);
@@ -615,6 +747,14 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
     d.unknown_failures = 0;
   }
   frame.gpus.push_back(std::move(s));
+  if (!d.migs.empty()) { // issue 17: the instances as the slow thread last read them (ids and uuid when not yet)
+    std::lock_guard lock(d.slow->mu);
+    if (d.slow->migs.size() == d.migs.size())
+      frame.migs.insert(frame.migs.end(), d.slow->migs.begin(), d.slow->migs.end());
+    else
+      for (const auto& m : d.migs)
+        frame.migs.push_back(m.info);
+  }
 }
 
 void NvmlSource::sample(Frame& frame) noexcept {
@@ -625,6 +765,13 @@ void NvmlSource::sample(Frame& frame) noexcept {
       if (d.unknown_failures > 0 && frame.mono < d.retry_at) continue; // backing off after NVML_ERROR_UNKNOWN
       sample_device(d, frame);
     }
+    if (events_pending_.load(std::memory_order_acquire)) { // issue 17: Xid errors the event thread received
+      std::lock_guard lock(event_mu_);
+      for (auto& e : pending_events_)
+        frame.events.push_back(std::move(e));
+      pending_events_.clear();
+      events_pending_.store(false, std::memory_order_release);
+    }
   } catch (...) {
     // allocation failure: the tick keeps what it has
   }
@@ -634,11 +781,15 @@ void NvmlSource::slow_loop() {
   std::unique_lock lock(slow_mu_);
   for (;;) {
     for (auto& d : devs_) {
+      bool pcie_off = false;
       {
         std::lock_guard l(d.slow->mu);
-        if (d.slow->lost || d.slow->off) continue;
+        if (d.slow->lost) continue;
+        pcie_off = d.slow->off;
       }
-      if (!d.on[cPcieThroughput]) continue; // constant after open(): its tick reader makes no call to classify
+      read_migs(d); // issue 17
+      // d.on[cPcieThroughput] is constant after open(): its tick reader makes no call to classify
+      if (pcie_off || !d.on[cPcieThroughput]) continue;
       unsigned int tx = 0, rx = 0;
       Return a = lib_->device_pcie_throughput(d.handle, kPcieUtilTx, &tx);
       Return b = a == kSuccess ? lib_->device_pcie_throughput(d.handle, kPcieUtilRx, &rx) : a;
@@ -667,6 +818,8 @@ nlohmann::json NvmlSource::report() const {
                     {"uuid", d.info.uuid},
                     {"pci_bus_id", d.info.pci_bus_id},
                     {"lost", d.lost},
+                    {"mig_mode", d.mig_mode ? nlohmann::json(*d.mig_mode) : nlohmann::json()}, // issue 17
+                    {"mig_instances", d.migs.size()},
                     {"metrics", supported}});
   }
   return {{"library", lib_ ? lib_->path() : ""},

@@ -28,6 +28,11 @@ public:
     std::string library_path; // WATTSCOPE_NVML_LIBRARY, or empty for the system library
     GpuSelection selection;
     std::chrono::nanoseconds slow_period = std::chrono::seconds(1);
+    // issue 17: how often the health counters (ECC, remapped rows, PCIe replays, violation time) are read; rows in
+    // between carry the latest reading. Where ticks are further apart, every tick reads them.
+    std::chrono::nanoseconds health_period = std::chrono::seconds(1);
+    // issue 17: how long one nvmlEventSetWait blocks; bounds how long stopping waits for the Xid thread
+    std::chrono::milliseconds event_wait = std::chrono::milliseconds(250);
     // ---- simulate (issue 19): the simulated library (library_path) and its scenario, handed over in memory.
     // Its devices carry energy_method "simulated".
     std::string simulated_scenario_json;
@@ -60,6 +65,14 @@ public:
     cEncoder,
     cDecoder,
     cClockVideo,
+    // ---- issue 17: read once a slow period (health counters change slowly), carried forward between reads
+    cMigMode, // read at open(); copied
+    cEcc,
+    cRemappedRows,
+    cPcieReplay,
+    cViolationPower,
+    cViolationThermal,
+    // ---- end issue 17
     kCallCount
   };
   static const char* call_name(Call c);
@@ -70,7 +83,23 @@ public:
     SteadyClock::time_point at{};
     bool lost = false; // mirror of Dev::lost for the slow thread
     bool off = false;  // the device answered NOT_SUPPORTED for PCIe throughput
+    std::vector<MigSample> migs; // issue 17: the MIG instances' latest memory and process counts
   };
+  // ---- issue 17: health counters as last read (once a slow period), and what rates and run-relative times need
+  struct Health {
+    OptI ecc_corrected, ecc_uncorrected, rows_correctable, rows_uncorrectable, remap_pending, remap_failed, replays;
+    OptF throttle_power_s, throttle_thermal_s;
+    std::array<std::optional<unsigned long long>, 2> violation_base_ns; // first reading: power, thermal
+  };
+  struct NvlinkCounter { // previous reading of a cumulative KiB counter
+    std::optional<unsigned long long> kib;
+    long long at_us = 0;
+  };
+  struct MigInstance {
+    nvml::Device handle = nullptr;
+    MigSample info; // static part: ids, uuid, selected
+  };
+  // ---- end issue 17
   struct Dev {
     nvml::Device handle = nullptr;
     GpuDevice info;
@@ -85,7 +114,16 @@ public:
     // failure in a row, and lost only after kUnknownLimit of them.
     int unknown_failures = 0;
     SteadyClock::time_point retry_at{};
-    std::array<int, 4> field_failures{}; // per entry of `fields`: errors in a row other than NOT_SUPPORTED
+    std::array<int, 8> field_failures{}; // per entry of `fields`: errors in a row other than NOT_SUPPORTED
+    // ---- issue 17
+    Health health;
+    SteadyClock::time_point health_next{}; // when the health counters are read next
+    std::array<NvlinkCounter, 2> nvlink;   // TX, RX
+    nvml::Return mig_mode_rc = nvml::kErrorNotSupported;
+    OptI mig_mode;
+    std::vector<MigInstance> migs; // where MIG is on
+    bool mig_scoped = false;       // a MIG instance of it was selected: its processes are that instance's only
+    // ---- end issue 17
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
   static constexpr int kUnknownLimit = 5;      // failures in a row (back-offs of 1, 2, 4, 8 s between them)
@@ -105,6 +143,8 @@ public:
   nlohmann::json report() const override;
   bool lists_gpu_processes() const override;
   void gpu_processes(std::vector<GpuProcessSample>& out, std::vector<int>& listed) noexcept override;
+  // issue 17: whether the Xid event thread runs (an event set with at least one device registered)
+  bool watches_xid() const { return event_thread_.joinable(); }
 
 private:
   // Classifies a return code: true when the value may be used. Switches the metric off on NOT_SUPPORTED and
@@ -112,6 +152,12 @@ private:
   bool ok(Dev& d, Call c, nvml::Return rc, Frame& frame);
   void sample_device(Dev& d, Frame& frame);
   void slow_loop();
+  // ---- issue 17: MIG instances (open()), the slow thread's reads of them, and the Xid event thread
+  void enumerate_migs(Dev& d);
+  void read_migs(Dev& d);
+  void start_events();
+  void event_loop();
+  // ---- end issue 17
   // The selection's MIG-… entry naming one of this GPU's MIG instances, or "" (open(), before the sampler starts).
   std::string mig_of(nvml::Device gpu);
 
@@ -128,6 +174,16 @@ private:
   std::condition_variable slow_cv_;
   bool slow_stop_ = false;
   std::atomic<bool> slow_wanted_{false};
+
+  // ---- issue 17: Xid errors from an NVML event set, on their own thread; the tick moves them into its frame
+  nvml::EventSet event_set_ = nullptr;
+  std::thread event_thread_;
+  std::atomic<bool> event_stop_{false};
+  std::mutex event_mu_;
+  std::vector<Event> pending_events_;
+  std::atomic<bool> events_pending_{false};
+  std::atomic<int64_t> xid_seen_{0};
+  // ---- end issue 17
 
   // Process calls (nvml_processes.cpp), made by the process tracker's thread only.
   struct ProcState {
