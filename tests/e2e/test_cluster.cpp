@@ -103,11 +103,13 @@ TEST(ServeCluster, PodUnitsCarryNamespaceAndNameFromTheKubeletAndTheNodeIsTheHos
   // The JSON API shows the same.
   auto cur = json::parse(wstest::http::get(s.port, "/api/v1/current", {}, 5s).body);
   bool named = false;
-  for (const auto& u : cur["units"])
-    if (u["unit"] == "pod 1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718")
+  for (const auto& u : cur["units"]) {
+    if (u["unit"] == "pod 1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718") {
       named = u["namespace"] == "ml-team" && u["pod"] == "trainer-0";
-    else if (u["unit_kind"] == "k8s-pod")
+    } else if (u["unit_kind"] == "k8s-pod") {
       EXPECT_TRUE(u["pod"].is_null()) << u.dump();
+    }
+  }
   EXPECT_TRUE(named) << cur["units"].dump();
   EXPECT_GE(kubelet.requests(), 1);
   EXPECT_LE(kubelet.requests(), 2) << "fetched on a miss, at most once per 30 s";
