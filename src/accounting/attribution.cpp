@@ -242,6 +242,8 @@ void Attributor::fill(ProcessSnapshot& snap, const Frame& f) {
       u.cpu_energy_j = t->second.cpu_energy_j;
       u.gpu_energy_j = t->second.gpu_energy_j;
     }
+    for (const auto& [pod_unit, names] : snap.pods) // issue 18: a handful of pods per node, a linear search
+      if (pod_unit == name) u.pod = names;
     snap.units.push_back(std::move(u));
   }
 }

@@ -64,11 +64,18 @@ struct GpuProcessSample {
   std::optional<double> energy_j; // filled by accounting: attributed energy on this GPU since the run started
 };
 
+// A Kubernetes pod's names, from the kubelet (processes/kubelet.hpp); the cgroup path gives only its uid.
+struct PodName {
+  std::string ns;   // metadata.namespace
+  std::string name; // metadata.name
+};
+
 // A unit (job, pod, container, service, session) at one scan, filled by accounting: what its processes draw now,
 // and what they used since the run started (kept when a process exits, so the total only grows).
 struct UnitSample {
   std::string unit;
   std::string unit_kind;
+  std::optional<PodName> pod; // k8s-pod units whose names the kubelet gave; nullopt: known by uid only
   size_t processes = 0;    // its processes in this scan
   double cpu_power_w = 0;  // summed over its processes at that tick (0 where the CPU's power is not measured)
   double gpu_power_w = 0;  // summed over its processes and GPUs
@@ -87,6 +94,7 @@ struct ProcessSnapshot {
   std::vector<int> gpus_listed;            // GPUs whose process lists answered this scan
   std::vector<ProcessRow> rows;            // processes first seen or gone since the previous scan
   std::vector<UnitSample> units;           // filled by accounting: every unit with a process in this scan
+  std::vector<std::pair<std::string, PodName>> pods; // unit ("pod <uid>") → names, for this scan's named pods
 };
 
 } // namespace wattscope

@@ -13,6 +13,7 @@
 #include "core/thread_name.hpp"
 #include "core/time_util.hpp"
 #include "pipeline/sources.hpp"
+#include "processes/kubelet.hpp"
 #include "wattscope/version.hpp"
 
 namespace wattscope {
@@ -93,6 +94,9 @@ void Session::open() {
     t.period = std::max({opts_.interval, opts_.process_interval, std::chrono::nanoseconds(std::chrono::seconds(1))});
     t.top_processes = opts_.top_processes;
     if (const long hz = ::sysconf(_SC_CLK_TCK); hz > 0) t.clock_ticks_per_s = hz;
+    // issue 18: pod names from the kubelet (WATTSCOPE_KUBELET_URL; "off" disables). Nothing is fetched, and no
+    // thread started, until a process in a pod's cgroup is seen.
+    if (auto k = kubelet_options_from_env()) t.pod_names = std::make_shared<KubeletPodNames>(std::move(*k));
     tracker_ = std::make_unique<ProcessTracker>(t, std::move(gpu));
   }
   for (auto& n : notices)

@@ -124,8 +124,13 @@ Unit parse_cgroup_unit(std::string_view text) {
       return {"slurm job " + std::string(part.substr(4)), "slurm-job"};
   }
   // Kubernetes: kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice or
-  // kubepods/besteffort/pod<uid>
-  if (!parts.empty() && parts[0].substr(0, 8) == "kubepods") {
+  // kubepods/besteffort/pod<uid>. Read from inside a pod (the DaemonSet), the path is relative to the reader's own
+  // cgroup namespace, whose root is its container's cgroup: "/../../../kubepods-besteffort.slice/…-pod<uid>.slice/…"
+  // (issue 18), so the leading ".." steps are skipped.
+  size_t first = 0;
+  while (first < parts.size() && parts[first] == "..")
+    ++first;
+  if (first < parts.size() && parts[first].substr(0, 8) == "kubepods") {
     for (auto part : parts) {
       const size_t pod = part.rfind("pod");
       if (pod == std::string_view::npos || (pod > 0 && part[pod - 1] != '-')) continue; // "kubepods" itself

@@ -425,6 +425,18 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     }
     snap->procs.push_back(std::move(p));
   }
+  // issue 18: the names of this scan's pods, from the kubelet's list (a lookup in a cache; a miss asks the kubelet
+  // thread for a fetch and the pod stays named by uid until its answer).
+  if (opts_.pod_names)
+    for (auto& [pid, it] : mine) {
+      const Known& k = it->second;
+      if (k.unit_kind != "k8s-pod" || k.unit.size() <= 4) continue;
+      bool have = false;
+      for (const auto& [u, names] : snap->pods)
+        have = have || u == k.unit;
+      if (have) continue;
+      if (auto names = opts_.pod_names->find(k.unit.substr(4))) snap->pods.emplace_back(k.unit, std::move(*names));
+    }
   first_scan_ = false;
   return snap;
 }

@@ -20,6 +20,7 @@
 
 #include "core/fd.hpp"
 #include "core/processes.hpp"
+#include "processes/kubelet.hpp"
 #include "processes/procfs.hpp"
 #include "sources/source.hpp"
 
@@ -31,6 +32,7 @@ struct TrackerOptions {
   size_t top_processes = 20;                                 // machine mode: processes sampled per scan
   long clock_ticks_per_s = 100;                              // sysconf(_SC_CLK_TCK)
   bool keep_stat_fds = true; // on the kernel's procfs, keep /proc/PID/stat open between scans (within a budget)
+  std::shared_ptr<KubeletPodNames> pod_names; // issue 18: names "pod <uid>" units; null: uids only
 };
 
 class ProcessTracker {

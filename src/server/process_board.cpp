@@ -217,9 +217,14 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
         "series with unit=\"other\".",
         cap_);
     auto ul = [&](const UnitSample* u, const char* dev) {
-      return u ? fmt::format("unit=\"{}\",kind=\"{}\",device=\"{}\",host=\"{}\"", prom_label_value(u->unit),
-                             prom_label_value(u->unit_kind), dev, host)
-               : fmt::format("unit=\"other\",kind=\"\",device=\"{}\",host=\"{}\"", dev, host);
+      // issue 18: a pod's namespace and name (from the kubelet) beside its uid; empty for other units and for pods
+      // the kubelet did not name, so that every series of the family has the same labels.
+      return u ? fmt::format("unit=\"{}\",kind=\"{}\",namespace=\"{}\",pod=\"{}\",device=\"{}\",host=\"{}\"",
+                             prom_label_value(u->unit), prom_label_value(u->unit_kind),
+                             u->pod ? prom_label_value(u->pod->ns) : "", u->pod ? prom_label_value(u->pod->name) : "",
+                             dev, host)
+               : fmt::format("unit=\"other\",kind=\"\",namespace=\"\",pod=\"\",device=\"{}\",host=\"{}\"", dev,
+                             host);
     };
     head(m, "wattscope_unit_power_watts", "gauge",
          "Power attributed to a unit (Slurm job, Kubernetes pod, container, systemd service, user session): the sum "
@@ -251,6 +256,8 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
     const UnitSample& u = *units[i];
     board->units.push_back({{"unit", u.unit},
                             {"unit_kind", u.unit_kind},
+                            {"namespace", u.pod ? nlohmann::json(u.pod->ns) : nlohmann::json()}, // issue 18
+                            {"pod", u.pod ? nlohmann::json(u.pod->name) : nlohmann::json()},
                             {"processes", u.processes},
                             {"power_w", u.cpu_power_w + u.gpu_power_w},
                             {"cpu_power_w", u.cpu_power_w},

@@ -43,6 +43,11 @@ public:
         ->capture_default_str();
     sub.add_option("--process-interval", rec_.process_interval,
                    "How often the machine's processes are scanned, at least 1s (default 5s)");
+    // issue 18: RAPL is absent or root-only on many nodes; the same labelled estimate as record, so the CPU power
+    // panels of a fleet are not empty there.
+    sub.add_option("--cpu-tdp", rec_.cpu_tdp,
+                   "Where RAPL measures nothing, estimate CPU package power as WATTS x utilisation (labelled "
+                   "'estimated')");
     sub.add_option("--procfs-root", rec_.procfs_root, "Where procfs is mounted")->capture_default_str();
     sub.add_option("--sysfs-root", rec_.sysfs_root, "Where sysfs is mounted")->capture_default_str();
     sub.add_option("--socket", socket_,

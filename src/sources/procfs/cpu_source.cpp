@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +15,15 @@
 namespace wattscope {
 
 namespace {
+
+// A host name from the environment becomes a label value and a stored column: letters, digits, '.', '-', '_' only
+// (what node names are made of), at most 253 characters; anything else makes it empty (the hostname is used).
+std::string sanitize_host(std::string_view h) {
+  if (h.size() > 253) return {};
+  for (char c : h)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_')) return {};
+  return std::string(h);
+}
 
 // Reads an unsigned decimal and advances; /proc/stat fields are plain non-negative integers.
 uint64_t next_u64(std::string_view line, size_t& pos, bool& ok) {
@@ -214,7 +225,11 @@ void ProcfsCpuSource::sample(Frame& frame) noexcept {
 
 void ProcfsCpuSource::describe(RunInfo& run) const {
   run.cpu_model = parse_cpu_model(read_small_file(root_ + "/cpuinfo"));
-  std::string host = read_small_file(root_ + "/sys/kernel/hostname");
+  // issue 18: in a pod the hostname (UTS namespace) is the pod's name; the DaemonSet passes the node's name instead
+  // (WATTSCOPE_HOST from spec.nodeName), so a fleet's series are labelled by node.
+  std::string host;
+  if (const char* h = std::getenv("WATTSCOPE_HOST"); h && *h) host = sanitize_host(h);
+  if (host.empty()) host = read_small_file(root_ + "/sys/kernel/hostname");
   while (!host.empty() && (host.back() == '\n' || host.back() == ' '))
     host.pop_back();
   if (host.empty()) {
