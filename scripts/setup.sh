@@ -18,6 +18,7 @@ packages=(
   libncurses-dev libcurl4-openssl-dev python3-pyte # issue 16: top: ncursesw, libcurl (--connect), a VT emulator for its tests
   # issue 14: alert rules (toml++), notifiers (libcurl), and the real endpoints the alert tests deliver to
   libtomlplusplus-dev python3-aiosmtpd prometheus-alertmanager openssl
+  slurm-wlm munge # issue 18: the Slurm prolog/epilog tests start a private single-node Slurm
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
