@@ -208,7 +208,8 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   if (finished_) return run_;
   finished_ = true;
   if (tracker_) tracker_->stop(); // its last scan goes out with the sampler's last tick
-  if (tracker_ && tracker_->options().filtered()) { // issue 18: the Slurm steps seen, e.g. "0,1,batch"
+  // issue 18: the Slurm steps seen (e.g. "0,1,batch") and the array ids the prolog could not know
+  if (tracker_ && tracker_->options().filtered()) {
     std::string steps;
     for (const auto& st : tracker_->slurm_steps())
       steps += (steps.empty() ? "" : ",") + st;

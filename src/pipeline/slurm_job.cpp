@@ -99,8 +99,8 @@ void ensure_state_dir(const std::string& dir) {
   if (::lstat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
     throw std::runtime_error(fmt::format("the state directory {} is not a directory (a link is refused)", dir));
   if (sb.st_uid != ::geteuid())
-    throw std::runtime_error(fmt::format("the state directory {} belongs to uid {}, not to this user ({})", dir,
-                                         sb.st_uid, ::geteuid()));
+    throw std::runtime_error(
+        fmt::format("the state directory {} belongs to uid {}, not to this user ({})", dir, sb.st_uid, ::geteuid()));
 }
 
 std::string read_tail(const std::string& path, size_t max_bytes = 2000) {
@@ -158,9 +158,9 @@ SlurmJob slurm_job_from_env(const EnvLookup& env) {
 SlurmConfig load_slurm_config(const std::string& path, bool path_given, const EnvLookup& env) {
   SlurmConfig cfg;
   std::map<std::string, std::pair<std::string, std::string>> values; // key -> value, where ("file:line" or "env")
-  static const char* const kKeys[] = {"WATTSCOPE_SLURM_DB",           "WATTSCOPE_SLURM_STATE_DIR",
-                                      "WATTSCOPE_SLURM_RECORD_ARGS",  "WATTSCOPE_SLURM_STOP_TIMEOUT",
-                                      "WATTSCOPE_MYSQL_PASSWORD",     "WATTSCOPE_NVML_LIBRARY"};
+  static const char* const kKeys[] = {"WATTSCOPE_SLURM_DB",          "WATTSCOPE_SLURM_STATE_DIR",
+                                      "WATTSCOPE_SLURM_RECORD_ARGS", "WATTSCOPE_SLURM_STOP_TIMEOUT",
+                                      "WATTSCOPE_MYSQL_PASSWORD",    "WATTSCOPE_NVML_LIBRARY"};
   auto known = [](std::string_view k) {
     for (const char* key : kKeys)
       if (k == key) return true;
@@ -188,8 +188,8 @@ SlurmConfig load_slurm_config(const std::string& path, bool path_given, const En
                                            where, excerpt(key)));
         continue;
       }
-      if (value.size() >= 2 && ((value.front() == '"' && value.back() == '"') ||
-                                (value.front() == '\'' && value.back() == '\'')))
+      if (value.size() >= 2 &&
+          ((value.front() == '"' && value.back() == '"') || (value.front() == '\'' && value.back() == '\'')))
         value = value.substr(1, value.size() - 2);
       values[key] = {value, where};
     }
@@ -229,9 +229,9 @@ SlurmConfig load_slurm_config(const std::string& path, bool path_given, const En
 
 std::vector<std::string> recorder_args(const SlurmJob& job, const SlurmConfig& cfg) {
   // A job array's tasks share a task name, so `wattscope stats --task slurm-array-N` compares them.
-  std::vector<std::string> a = {"--task", job.array_job_id.empty() ? "slurm-job-" + job.job_id
-                                                                   : "slurm-array-" + job.array_job_id,
-                                "--db", cfg.db};
+  std::vector<std::string> a = {
+      "--task", job.array_job_id.empty() ? "slurm-job-" + job.job_id : "slurm-array-" + job.array_job_id, "--db",
+      cfg.db};
   // SLURM_JOB_GPUS: Slurm's indices of the job's GPUs on this node, as --gpus takes them. Anything else (a job
   // without GPUs, a value --gpus would refuse) records no GPU: never another job's.
   std::string gpus = "none";
@@ -388,8 +388,8 @@ void slurm_log(const SlurmConfig& cfg, const std::string& line) {
   std::fputs(text.c_str(), stderr);
   struct stat sb {};
   if (::lstat(cfg.state_dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
-  UniqueFd fd(::open((cfg.state_dir + "/slurm.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
-                     0600));
+  UniqueFd fd(
+      ::open((cfg.state_dir + "/slurm.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd) return;
   [[maybe_unused]] const ssize_t n = ::write(fd.get(), text.data(), text.size());
 }

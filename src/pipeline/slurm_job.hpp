@@ -23,12 +23,12 @@ EnvLookup env_lookup(std::vector<std::string> environment);
 
 // What slurmd tells its prolog and epilog about the job (their environment).
 struct SlurmJob {
-  std::string job_id;        // SLURM_JOB_ID: digits
-  std::string user;          // SLURM_JOB_USER
-  std::string uid;           // SLURM_JOB_UID
-  std::string node;          // SLURMD_NODENAME
-  std::string gpus;          // SLURM_JOB_GPUS: "0,2" (Slurm's GPU indices on this node); empty: none allocated
-  std::string array_job_id;  // SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID: empty outside a job array
+  std::string job_id;       // SLURM_JOB_ID: digits
+  std::string user;         // SLURM_JOB_USER
+  std::string uid;          // SLURM_JOB_UID
+  std::string node;         // SLURMD_NODENAME
+  std::string gpus;         // SLURM_JOB_GPUS: "0,2" (Slurm's GPU indices on this node); empty: none allocated
+  std::string array_job_id; // SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID: empty outside a job array
   std::string array_task_id;
   std::string partition; // SLURM_JOB_PARTITION
   std::string cluster;   // SLURM_CLUSTER_NAME
@@ -39,13 +39,13 @@ SlurmJob slurm_job_from_env(const EnvLookup& env);
 // Where runs go and how the recorder runs: /etc/wattscope/slurm.conf (or the file WATTSCOPE_SLURM_CONFIG names), lines
 // of KEY=VALUE with the keys below, '#' comments; a variable of the same name in the environment wins.
 struct SlurmConfig {
-  std::string db = "/var/lib/wattscope/slurm.db";      // WATTSCOPE_SLURM_DB: any --db (mysql://USER@HOST/DB shared)
-  std::string state_dir = "/run/wattscope-slurm";      // WATTSCOPE_SLURM_STATE_DIR: pid files, logs
-  std::vector<std::string> record_args;                // WATTSCOPE_SLURM_RECORD_ARGS: more `record` flags, by spaces
-  std::chrono::milliseconds stop_timeout{30000};       // WATTSCOPE_SLURM_STOP_TIMEOUT: epilog's wait, e.g. 30s
-  std::optional<std::string> mysql_password;           // WATTSCOPE_MYSQL_PASSWORD, for the recorder only
-  std::string nvml_library;                            // WATTSCOPE_NVML_LIBRARY, passed on when set
-  std::string config_file;                             // the file read ("" when none was)
+  std::string db = "/var/lib/wattscope/slurm.db"; // WATTSCOPE_SLURM_DB: any --db (mysql://USER@HOST/DB shared)
+  std::string state_dir = "/run/wattscope-slurm"; // WATTSCOPE_SLURM_STATE_DIR: pid files, logs
+  std::vector<std::string> record_args;           // WATTSCOPE_SLURM_RECORD_ARGS: more `record` flags, by spaces
+  std::chrono::milliseconds stop_timeout{30000};  // WATTSCOPE_SLURM_STOP_TIMEOUT: epilog's wait, e.g. 30s
+  std::optional<std::string> mysql_password;      // WATTSCOPE_MYSQL_PASSWORD, for the recorder only
+  std::string nvml_library;                       // WATTSCOPE_NVML_LIBRARY, passed on when set
+  std::string config_file;                        // the file read ("" when none was)
   // What was wrong with the file or the environment, each naming the file and line or the variable (the setting keeps
   // its default). The prolog logs them and records nothing, rather than record somewhere unintended.
   std::vector<std::string> problems;

@@ -178,7 +178,8 @@ bool ProcessTracker::admits(pid_t pid, const std::string& cgroup_text) {
   std::string step;
   if (!opts_.only_units.empty() && !cgroup_text.empty()) {
     const Unit u = parse_cgroup_unit(cgroup_text);
-    in = !u.name.empty() && std::find(opts_.only_units.begin(), opts_.only_units.end(), u.name) != opts_.only_units.end();
+    in = !u.name.empty() &&
+         std::find(opts_.only_units.begin(), opts_.only_units.end(), u.name) != opts_.only_units.end();
     // Slurm's cgroup path names the step below the job: …/job_42/step_batch/…, …/job_42/step_0/user/task_0
     if (in && u.kind == "slurm-job") {
       const size_t at = cgroup_text.find("/step_");

@@ -39,9 +39,9 @@ std::vector<std::string> tags_in(const std::vector<std::string>& v) {
 }
 
 TEST(SlurmJob, ReadsSlurmdsEnvironmentAndRefusesWhatIsNotAJob) {
-  const SlurmJob j = slurm_job_from_env(env_lookup({"SLURM_JOB_ID=4242", "SLURM_JOB_USER=ada", "SLURMD_NODENAME=gpu07",
-                                                    "SLURM_JOB_GPUS=1,3", "SLURM_ARRAY_JOB_ID=4240",
-                                                    "SLURM_ARRAY_TASK_ID=2", "SLURM_JOB_PARTITION=gpu"}));
+  const SlurmJob j = slurm_job_from_env(
+      env_lookup({"SLURM_JOB_ID=4242", "SLURM_JOB_USER=ada", "SLURMD_NODENAME=gpu07", "SLURM_JOB_GPUS=1,3",
+                  "SLURM_ARRAY_JOB_ID=4240", "SLURM_ARRAY_TASK_ID=2", "SLURM_JOB_PARTITION=gpu"}));
   EXPECT_EQ(j.job_id, "4242");
   EXPECT_EQ(j.user, "ada");
   EXPECT_EQ(j.node, "gpu07");
@@ -237,8 +237,8 @@ TEST(ProcessTracker, OnlyUnitAndOnlyEnvChooseTheJobsProcessesAndNameItsSteps) {
   s = t.scan();
   EXPECT_EQ(pids_of(*s), (std::vector<int64_t>{10, 11, 13, 16}));
   EXPECT_EQ(t.slurm_steps(), (std::vector<std::string>{"0", "1", "batch"}));
-  EXPECT_EQ(t.slurm_array(), (std::map<std::string, std::string>{{"slurm_array_job_id", "40"},
-                                                                 {"slurm_array_task_id", "2"}}));
+  EXPECT_EQ(t.slurm_array(),
+            (std::map<std::string, std::string>{{"slurm_array_job_id", "40"}, {"slurm_array_task_id", "2"}}));
 
   // Without a filter, the machine: every process.
   ProcessTracker all({.procfs_root = d / "proc"}, {});

@@ -6,10 +6,10 @@
 #include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
+#include "core/text.hpp"
 #include "pipeline/phase_view.hpp"
 #include "pipeline/repair.hpp"
 #include "pipeline/run_tags.hpp"
-#include "core/text.hpp"
 #include "pipeline/run_view.hpp"
 
 namespace wattscope {
