@@ -241,7 +241,9 @@ TEST(ProcessTracker, OnlyUnitAndOnlyEnvChooseTheJobsProcessesAndNameItsSteps) {
             (std::map<std::string, std::string>{{"slurm_array_job_id", "40"}, {"slurm_array_task_id", "2"}}));
 
   // Without a filter, the machine: every process.
-  ProcessTracker all({.procfs_root = d / "proc"}, {});
+  TrackerOptions machine;
+  machine.procfs_root = d / "proc";
+  ProcessTracker all(machine, {});
   EXPECT_EQ(all.scan()->procs.size(), 7u);
 }
 
