@@ -20,6 +20,7 @@ packages=(
   libtomlplusplus-dev python3-aiosmtpd prometheus-alertmanager openssl
   # issue 18: the Kubernetes manifests' tests (YAML), the runtime image (built with buildah; busybox for its init step)
   python3-yaml buildah busybox-static
+  slurm-wlm munge # issue 18: the Slurm prolog/epilog tests start a private single-node Slurm
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

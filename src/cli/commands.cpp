@@ -31,6 +31,8 @@ constexpr CommandEntry kCommands[] = {
     // ---- end advice ----
     // ---- alerts (issue 14) ----
     {"alerts", "Check a rules file (alerts check FILE) or list the rules in effect (alerts list)", make_alerts_command},
+    // issue 18
+    {"slurm", "Record Slurm jobs: 'slurm prolog' / 'slurm epilog', run by slurmd (docs/slurm.md)", make_slurm_command},
 };
 } // namespace
 

@@ -93,6 +93,8 @@ void Session::open() {
     t.procfs_root = opts_.procfs_root;
     t.period = std::max({opts_.interval, opts_.process_interval, std::chrono::nanoseconds(std::chrono::seconds(1))});
     t.top_processes = opts_.top_processes;
+    t.only_units = opts_.only_units; // issue 18
+    t.only_env = opts_.only_env;
     if (const long hz = ::sysconf(_SC_CLK_TCK); hz > 0) t.clock_ticks_per_s = hz;
     // issue 18: pod names from the kubelet (WATTSCOPE_KUBELET_URL; "off" disables). Nothing is fetched, and no
     // thread started, until a process in a pod's cgroup is seen.
@@ -211,6 +213,19 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   if (finished_) return run_;
   finished_ = true;
   if (tracker_) tracker_->stop(); // its last scan goes out with the sampler's last tick
+  // issue 18: the Slurm steps seen (e.g. "0,1,batch") and the array ids the prolog could not know
+  if (tracker_ && tracker_->options().filtered()) {
+    std::string steps;
+    for (const auto& st : tracker_->slurm_steps())
+      steps += (steps.empty() ? "" : ",") + st;
+    auto tags = nlohmann::json::parse(run_.tags, nullptr, false);
+    if (tags.is_object()) {
+      if (!steps.empty()) tags["slurm_steps"] = steps;
+      for (const auto& [k, v] : tracker_->slurm_array()) // what the prolog could not know
+        if (!tags.contains(k)) tags[k] = v;
+      run_.tags = tags.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    }
+  }
   if (markers_) markers_->stop(); // what arrived before now is settled below
   if (sim_thread_.joinable()) {   // issue 19
     {

@@ -49,6 +49,10 @@ struct SessionOptions {
   // --process-interval: how often processes are scanned, never below 1 s nor the sampling interval (issue 12).
   std::chrono::nanoseconds process_interval = std::chrono::seconds(1);
   // ---- end attribution ----
+  // record --only-unit / --only-env (issue 18): the run's processes are those of these units or with these
+  // environment entries (TrackerOptions); the Slurm steps they ran in become the tag slurm_steps.
+  std::vector<std::string> only_units;
+  std::vector<std::string> only_env;
   // Markers (issue 15): `run` listens in a private directory (its path goes to the child as WATTSCOPE_SOCKET);
   // record/serve at --socket PATH. Neither: no socket.
   bool private_marker_socket = false;

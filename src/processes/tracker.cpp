@@ -162,12 +162,86 @@ void ProcessTracker::close_stale_fds() {
     it = it->second.second == scan_no_ ? std::next(it) : stat_fds_.erase(it);
 }
 
+namespace {
+// Slurm's special step ids (slurm.h): the batch script, the extern step (PrologFlags=Contain), an interactive step.
+std::string slurm_step_name(std::string_view id) {
+  if (id == "4294967291" || id == "batch") return "batch";
+  if (id == "4294967292" || id == "extern") return "extern";
+  if (id == "4294967290" || id == "interactive") return "interactive";
+  return std::string(id);
+}
+} // namespace
+
+bool ProcessTracker::admits(pid_t pid, const std::string& cgroup_text) {
+  if (pid == ::getpid()) return false; // the recorder itself is not the job it records
+  bool in = false;
+  std::string step;
+  if (!opts_.only_units.empty() && !cgroup_text.empty()) {
+    const Unit u = parse_cgroup_unit(cgroup_text);
+    in = !u.name.empty() &&
+         std::find(opts_.only_units.begin(), opts_.only_units.end(), u.name) != opts_.only_units.end();
+    // Slurm's cgroup path names the step below the job: …/job_42/step_batch/…, …/job_42/step_0/user/task_0
+    if (in && u.kind == "slurm-job") {
+      const size_t at = cgroup_text.find("/step_");
+      if (at != std::string::npos) {
+        const size_t from = at + 6, to = cgroup_text.find_first_of("/\n", from);
+        step = slurm_step_name(std::string_view(cgroup_text).substr(from, to == std::string::npos ? to : to - from));
+      }
+    }
+  }
+  if (!opts_.only_env.empty()) {
+    char path[64];
+    // /proc/PID/environ is the environment the process was started with: NUL-separated, readable by its owner and
+    // root (the Slurm prolog runs as root). Not readable: the process cannot be judged by it, so it is left out.
+    if (read_small_file(opts_.procfs_root + "/" + pid_path(path, pid, "environ"), buf_)) {
+      bool env_in = false, slurm_script = false;
+      std::string env_step, array_job, array_task;
+      std::string_view t = buf_;
+      while (!t.empty()) {
+        const size_t nul = t.find('\0');
+        const std::string_view entry = t.substr(0, nul);
+        t.remove_prefix(nul == std::string_view::npos ? t.size() : nul + 1);
+        for (const auto& want : opts_.only_env)
+          if (entry == want) env_in = true;
+        if (entry.starts_with("SLURM_STEP_ID=")) env_step = slurm_step_name(entry.substr(14));
+        if (entry.starts_with("SLURM_ARRAY_JOB_ID=")) array_job = entry.substr(19);
+        if (entry.starts_with("SLURM_ARRAY_TASK_ID=")) array_task = entry.substr(20);
+        // slurmd's own prolog and epilog carry the job's variables too, but they are not the job's work
+        if (entry.starts_with("SLURM_SCRIPT_CONTEXT=")) slurm_script = true;
+      }
+      if (env_in && !slurm_script) {
+        in = true;
+        if (step.empty()) step = env_step.empty() ? "batch" : env_step;
+      }
+      // slurmd gives its prolog no array ids (22.05); the job's own processes carry them.
+      auto digits = [](const std::string& v) {
+        return !v.empty() && v.size() <= 20 && v.find_first_not_of("0123456789") == std::string::npos;
+      };
+      if (in && !slurm_script && digits(array_job) && digits(array_task)) {
+        slurm_array_.try_emplace("slurm_array_job_id", array_job);
+        slurm_array_.try_emplace("slurm_array_task_id", array_task);
+      }
+    }
+  }
+  if (in && !step.empty() && steps_.size() < 1000) steps_.insert(step);
+  return in;
+}
+
+std::vector<std::string> ProcessTracker::slurm_steps() const {
+  return {steps_.begin(), steps_.end()};
+}
+
+std::map<std::string, std::string> ProcessTracker::slurm_array() const {
+  return slurm_array_;
+}
+
 // Share of one core that the top N's smaps_rollup reads may take together (see scan()).
 constexpr double kSmapsBudget = 0.0005;
 
 std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   auto snap = std::make_shared<ProcessSnapshot>();
-  snap->run_mode = run_mode_;
+  const bool filtered = !run_mode_ && opts_.filtered();
+  snap->run_mode = run_mode_ || filtered; // filtered: in_run marks the unit's processes, as a run's tree
   ++scan_no_;
   const auto now = std::chrono::steady_clock::now();
   snap->window_s =
@@ -252,14 +326,32 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   std::vector<std::pair<pid_t, std::map<ProcessId, Known>::iterator>> mine;
   mine.reserve(seen.size());
   char path[64];
+  std::string cgroup_text;
   for (const auto& s : seen) {
     if (run_mode_ && !tree.count(s.pid)) continue;
     const ProcessId id{s.pid, static_cast<int64_t>(s.st.start_time)};
+    bool have_cgroup = false;
+    if (filtered && !known_.count(id)) {
+      // A process outside stays outside (its cgroup and environ are read once, not every scan) until it execs: a
+      // child of slurmstepd is moved into the job's cgroup and given the job's environment between fork and exec.
+      auto o = outside_.find(id);
+      if (o != outside_.end() && o->second.second == s.st.comm) {
+        o->second.first = scan_no_;
+        continue;
+      }
+      have_cgroup = read_small_file(root + "/" + pid_path(path, s.pid, "cgroup"), cgroup_text);
+      if (!have_cgroup) cgroup_text.clear();
+      if (!admits(s.pid, cgroup_text)) {
+        outside_.insert_or_assign(id, std::pair{scan_no_, s.st.comm});
+        continue;
+      }
+      if (o != outside_.end()) outside_.erase(o);
+    }
     auto [it, fresh] = known_.try_emplace(id);
     Known& k = it->second;
     if (fresh) {
-      if (read_small_file(root + "/" + pid_path(path, s.pid, "cgroup"), buf_)) {
-        Unit u = parse_cgroup_unit(buf_);
+      if (have_cgroup || read_small_file(root + "/" + pid_path(path, s.pid, "cgroup"), cgroup_text)) {
+        Unit u = parse_cgroup_unit(cgroup_text);
         k.unit = std::move(u.name);
         k.unit_kind = std::move(u.kind);
       }
@@ -276,6 +368,8 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     k.scan = scan_no_;
     mine.emplace_back(s.pid, it);
   }
+  for (auto it = outside_.begin(); it != outside_.end();)
+    it = it->second.first == scan_no_ ? std::next(it) : outside_.erase(it);
   auto find_mine = [&](pid_t pid) -> Known* {
     auto it = std::lower_bound(mine.begin(), mine.end(), pid, [](const auto& m, pid_t p) { return m.first < p; });
     return it != mine.end() && it->first == pid ? &it->second->second : nullptr;
@@ -316,7 +410,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     if (m != mine.end() && m->first == g.id.pid) {
       g.id = m->second->first;
       g.in_run = true;
-    } else if (!run_mode_) {
+    } else if (!run_mode_ && !filtered) {
       // Not visible in this /proc (another pid namespace): kept under its pid with start time 0.
       g.in_run = true;
     } else {
@@ -378,7 +472,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     p.unit_kind = k.unit_kind;
     p.in_run = true;
     p.cpu_time_s = k.cpu_s;
-    p.sampled = run_mode_ || detail;
+    p.sampled = run_mode_ || filtered || detail;
     if (p.sampled) {
       if (snap->window_s > 0) p.cpu_pct = p.cpu_time_s / snap->window_s * 100;
       if (k.rss_pages >= 0) p.rss_bytes = k.rss_pages * page_bytes;

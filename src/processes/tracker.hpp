@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -33,6 +34,12 @@ struct TrackerOptions {
   long clock_ticks_per_s = 100;                              // sysconf(_SC_CLK_TCK)
   bool keep_stat_fds = true; // on the kernel's procfs, keep /proc/PID/stat open between scans (within a budget)
   std::shared_ptr<KubeletPodNames> pod_names; // issue 18: names "pod <uid>" units; null: uids only
+  // record --only-unit / --only-env (issue 18, a Slurm job's run): in machine mode, only the processes whose cgroup
+  // unit is one of only_units ("slurm job 42") or whose environment holds one of only_env ("SLURM_JOB_ID=42") are
+  // the run's; the others are left out, as `run` leaves out what is not its command's. Each process is judged once.
+  std::vector<std::string> only_units;
+  std::vector<std::string> only_env;
+  bool filtered() const { return !only_units.empty() || !only_env.empty(); }
 };
 
 class ProcessTracker {
@@ -57,6 +64,12 @@ public:
   // One scan now, on the caller's thread (the thread calls this; tests and benchmarks may too).
   std::shared_ptr<ProcessSnapshot> scan();
   const TrackerOptions& options() const { return opts_; }
+  // Filtered mode (only_units / only_env), after stop(): the Slurm steps its processes belonged to ("batch", "0",
+  // "extern"), from the step_<ID> part of their cgroup path or their SLURM_STEP_ID; sorted, each once.
+  std::vector<std::string> slurm_steps() const;
+  // Filtered mode, after stop(): slurm_array_job_id and slurm_array_task_id from the environment of the job's
+  // processes (SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID), when it is a job array's task; empty otherwise.
+  std::map<std::string, std::string> slurm_array() const;
 
 private:
   struct Known {
@@ -84,6 +97,9 @@ private:
   // process), else opened now. False when the process is gone.
   bool read_stat(pid_t pid, std::string_view& text);
   void close_stale_fds();
+  // Filtered mode: whether a process first seen now is the run's (its cgroup text is in buf_ on entry, read again
+  // only for the environment); notes its Slurm step.
+  bool admits(pid_t pid, const std::string& cgroup_text);
 
   TrackerOptions opts_;
   std::vector<std::shared_ptr<Source>> gpu_sources_;
@@ -106,6 +122,11 @@ private:
   bool real_procfs_ = false;
   size_t fd_budget_ = 0;
   std::unordered_map<pid_t, std::pair<UniqueFd, uint64_t>> stat_fds_;
+  // Filtered mode: processes judged not the run's, with the scan that last saw them and their comm then (each is
+  // judged again only after an exec).
+  std::map<ProcessId, std::pair<uint64_t, std::string>> outside_;
+  std::set<std::string> steps_;
+  std::map<std::string, std::string> slurm_array_;
 
   std::mutex mu_;
   std::condition_variable cv_;

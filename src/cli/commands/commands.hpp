@@ -27,5 +27,6 @@ std::unique_ptr<Command> make_top_command();
 std::unique_ptr<Command> make_advise_command();
 // ---- end advice ----
 std::unique_ptr<Command> make_alerts_command(); // issue 14
+std::unique_ptr<Command> make_slurm_command();  // issue 18
 
 } // namespace wattscope

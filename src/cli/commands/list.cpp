@@ -6,6 +6,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "pipeline/repair.hpp"
+#include "pipeline/run_tags.hpp"
 #include "pipeline/run_view.hpp"
 
 namespace wattscope {
@@ -16,11 +17,16 @@ class ListCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
     add_read_options(sub, flags_);
-    sub.footer("Examples:\n  wattscope list\n  wattscope list --db lab.db --json");
+    sub.add_option("--tag", tags_,
+                   "Only the runs with this tag, KEY=VALUE, exact match (repeatable: every one must match), e.g. "
+                   "slurm_job_id=42");
+    sub.footer("Examples:\n  wattscope list\n  wattscope list --db lab.db --json\n"
+               "  wattscope list --db mysql://lab@db.example.org/energy --tag slurm_job_id=4242");
   }
   int run(CLI::App&, const CliContext&) override {
+    const auto filters = flag_value("", [&] { return parse_tag_filters(tags_); });
     auto store = reader_for(flags_);
-    auto runs = store->runs();
+    auto runs = filter_runs(store->runs(), filters);
     for (auto& r : runs)
       r = as_shown(*store, r); // unfinished: figures from the stored samples
     if (flags_.json) {
@@ -28,6 +34,9 @@ public:
       for (const auto& r : runs)
         arr.push_back(run_json(r));
       std::cout << arr.dump(2) << "\n";
+    } else if (runs.empty() && !filters.empty()) {
+      std::cout << store->describe() << " holds no run tagged " << tags_.front() << (tags_.size() > 1 ? " …" : "")
+                << "\n";
     } else if (runs.empty()) {
       std::cout << store->describe() << " holds no runs yet\n";
     } else {
@@ -38,6 +47,7 @@ public:
 
 private:
   ReadFlags flags_;
+  std::vector<std::string> tags_; // issue 18
 };
 
 } // namespace

@@ -9,6 +9,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/duration.hpp"
+#include "core/text.hpp"
 #include "pipeline/run_view.hpp"
 #include "pipeline/session.hpp"
 
@@ -24,14 +25,32 @@ public:
     sub.add_option("--socket", socket_,
                    "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
                    "WATTSCOPE_SOCKET=PATH in the workloads that send them");
+    // issue 18: one job's run on a shared node (wattscope slurm prolog passes both)
+    sub.add_option("--only-unit", only_units_,
+                   "Only the processes of this unit are the run's, e.g. \"slurm job 42\" (the unit names of "
+                   "docs/attribution.md: slurm job N, pod UID, docker ID, NAME.service; repeatable)");
+    sub.add_option("--only-env", only_env_,
+                   "Only the processes started with this KEY=VALUE in their environment are the run's, e.g. "
+                   "SLURM_JOB_ID=42 (read from /proc/PID/environ: root or the processes' owner; repeatable; with "
+                   "--only-unit, a process that matches either is the run's)");
     sub.footer("Examples:\n"
                "  wattscope record --task idle-baseline --duration 5m --interval 250ms\n"
-               "  wattscope record --db mysql://lab@db.example.org/energy     # until Ctrl-C or SIGTERM");
+               "  wattscope record --db mysql://lab@db.example.org/energy     # until Ctrl-C or SIGTERM\n"
+               "  wattscope record --only-unit 'slurm job 42' --only-env SLURM_JOB_ID=42 --gpus 0,1");
   }
 
   int run(CLI::App& sub, const CliContext& ctx) override {
     SessionOptions opts = session_options(flags_, {});
     opts.marker_socket_path = socket_;
+    for (const auto& u : only_units_)
+      flag_value("--only-unit", [&] { validate_printable_text("the unit", u, kMaxTagValueBytes); });
+    for (const auto& e : only_env_)
+      flag_value(fmt::format("--only-env '{}'", excerpt(e)), [&] { parse_tag(e); });
+    if ((!only_units_.empty() || !only_env_.empty()) && !opts.track_processes)
+      throw UsageError("--only-unit/--only-env choose the run's processes: they need process tracking (drop "
+                       "--top-processes 0)");
+    opts.only_units = only_units_;
+    opts.only_env = only_env_;
     std::optional<std::chrono::nanoseconds> duration;
     // Given at all, --duration must say how long: an empty value is a mistake, not "forever".
     if (sub.count("--duration") > 0) {
@@ -65,6 +84,7 @@ private:
   RecordFlags flags_;
   std::string duration_;
   std::string socket_;
+  std::vector<std::string> only_units_, only_env_; // issue 18
 };
 
 } // namespace

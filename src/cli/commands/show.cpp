@@ -6,8 +6,10 @@
 #include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
+#include "core/text.hpp"
 #include "pipeline/phase_view.hpp"
 #include "pipeline/repair.hpp"
+#include "pipeline/run_tags.hpp"
 #include "pipeline/run_view.hpp"
 
 namespace wattscope {
@@ -19,9 +21,14 @@ public:
   void add_options(CLI::App& sub) override {
     add_read_options(sub, flags_);
     sub.add_option("run", run_, "Run id, or a unique prefix or suffix of it");
-    sub.footer("Examples:\n  wattscope show\n  wattscope show 20261121-1203 --json");
+    sub.add_option("--tag", tags_,
+                   "Every run with this tag, KEY=VALUE (repeatable), as one: per run its node, duration, exit and "
+                   "energy, and the total, e.g. a Slurm job across its nodes: --tag slurm_job_id=42");
+    sub.footer("Examples:\n  wattscope show\n  wattscope show 20261121-1203 --json\n"
+               "  wattscope show --db mysql://lab@db.example.org/energy --tag slurm_job_id=4242");
   }
   int run(CLI::App&, const CliContext&) override {
+    if (!tags_.empty()) return show_tagged();
     auto store = reader_for(flags_);
     // An unfinished run is shown with figures rebuilt from its stored samples, and says so.
     const RunInfo run = as_shown(*store, resolve_run(*store, run_));
@@ -38,8 +45,28 @@ public:
   }
 
 private:
+  // issue 18: the runs that share the tags (a job's runs on its nodes), summed.
+  int show_tagged() {
+    if (!run_.empty()) throw UsageError("give a RUN or --tag, not both");
+    const auto filters = flag_value("", [&] { return parse_tag_filters(tags_); });
+    auto store = reader_for(flags_);
+    auto runs = filter_runs(store->runs(), filters);
+    if (runs.empty()) {
+      if (flags_.json) {
+        std::cout << runs_total_json(runs, filters).dump(2) << "\n";
+        return 1;
+      }
+      throw std::runtime_error(fmt::format("{} holds no run tagged {}", store->describe(), excerpt(tags_.front())));
+    }
+    for (auto& r : runs)
+      r = as_shown(*store, r); // unfinished: figures from the stored samples
+    std::cout << (flags_.json ? runs_total_json(runs, filters).dump(2) + "\n" : runs_total_text(runs, filters));
+    return 0;
+  }
+
   ReadFlags flags_;
   std::string run_;
+  std::vector<std::string> tags_;
 };
 
 } // namespace

@@ -1,0 +1,158 @@
+#include "pipeline/run_tags.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "core/text.hpp"
+#include "core/time_util.hpp"
+#include "pipeline/run_view.hpp"
+
+namespace wattscope {
+
+namespace {
+nlohmann::json tags_of(const RunInfo& run) {
+  auto j = nlohmann::json::parse(run.tags, nullptr, false);
+  return j.is_discarded() || !j.is_object() ? nlohmann::json::object() : j;
+}
+std::string tag_text(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+std::string node_of(const RunInfo& run, const nlohmann::json& tags) {
+  if (auto it = tags.find("slurm_node"); it != tags.end() && it->is_string() && !it->get<std::string>().empty())
+    return it->get<std::string>();
+  return run.host;
+}
+std::string filters_text(const std::vector<TagFilter>& filters) {
+  std::string out;
+  for (const auto& f : filters)
+    out += fmt::format("{}{}={}", out.empty() ? "" : " ", f.key, f.value);
+  return out;
+}
+// Energy of one part of a run's summary (the CPU's, a GPU's), when measured.
+std::optional<double> energy_in(const nlohmann::json& part) {
+  auto it = part.find("energy_j");
+  return it != part.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+}
+} // namespace
+
+std::vector<TagFilter> parse_tag_filters(const std::vector<std::string>& texts) {
+  std::vector<TagFilter> out;
+  for (const auto& t : texts) {
+    try {
+      auto [k, v] = parse_tag(t);
+      out.push_back({std::move(k), std::move(v)});
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(fmt::format("--tag '{}': {}", excerpt(t), e.what()));
+    }
+  }
+  return out;
+}
+
+bool run_matches(const RunInfo& run, const std::vector<TagFilter>& filters) {
+  if (filters.empty()) return true;
+  const nlohmann::json tags = tags_of(run);
+  return std::all_of(filters.begin(), filters.end(), [&](const TagFilter& f) {
+    auto it = tags.find(f.key);
+    return it != tags.end() && tag_text(*it) == f.value;
+  });
+}
+
+std::vector<RunInfo> filter_runs(std::vector<RunInfo> runs, const std::vector<TagFilter>& filters) {
+  std::erase_if(runs, [&](const RunInfo& r) { return !run_matches(r, filters); });
+  return runs;
+}
+
+nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters) {
+  nlohmann::json j;
+  j["tags"] = nlohmann::json::object();
+  for (const auto& f : filters)
+    j["tags"][f.key] = f.value;
+  double total = 0, cpu = 0, gpu = 0, cpu_attr = 0;
+  size_t measured = 0, unfinished = 0;
+  bool cpu_seen = false, gpu_seen = false, cpu_attr_seen = false;
+  std::vector<std::string> nodes;
+  nlohmann::json arr = nlohmann::json::array();
+  for (const auto& r : runs) {
+    const nlohmann::json tags = tags_of(r);
+    nlohmann::json one = run_json(r);
+    one["node"] = node_of(r, tags);
+    const nlohmann::json summary = nlohmann::json::parse(r.summary, nullptr, false);
+    std::optional<double> cpu_j, gpu_j, cpu_attr_j;
+    if (summary.is_object()) {
+      if (auto c = summary.find("cpu"); c != summary.end() && c->is_object()) cpu_j = energy_in(*c);
+      if (auto g = summary.find("gpus"); g != summary.end() && g->is_array())
+        for (const auto& d : *g)
+          if (auto e = energy_in(d)) gpu_j = gpu_j.value_or(0) + *e;
+      // The CPU is the node's whole package: the job's processes' share of it is the attributed part.
+      if (auto a = summary.find("attribution"); a != summary.end() && a->is_object() && a->contains("devices")) {
+        const auto& d = (*a)["devices"];
+        if (auto c = d.find("cpu"); c != d.end() && c->is_object()) {
+          auto at = c->find("attributed_j");
+          if (at != c->end() && at->is_number()) cpu_attr_j = at->get<double>();
+        }
+      }
+    }
+    one["cpu_attributed_j"] = cpu_attr_j ? nlohmann::json(*cpu_attr_j) : nlohmann::json();
+    if (cpu_attr_j) cpu_attr += *cpu_attr_j, cpu_attr_seen = true;
+    one["cpu_energy_j"] = cpu_j ? nlohmann::json(*cpu_j) : nlohmann::json();
+    one["gpu_energy_j"] = gpu_j ? nlohmann::json(*gpu_j) : nlohmann::json();
+    if (cpu_j) cpu += *cpu_j, cpu_seen = true;
+    if (gpu_j) gpu += *gpu_j, gpu_seen = true;
+    if (r.total_energy_j) total += *r.total_energy_j, ++measured;
+    if (!r.end_ms) ++unfinished;
+    if (std::find(nodes.begin(), nodes.end(), one["node"].get<std::string>()) == nodes.end())
+      nodes.push_back(one["node"].get<std::string>());
+    arr.push_back(std::move(one));
+  }
+  j["runs"] = std::move(arr);
+  j["nodes"] = nodes;
+  j["runs_measured"] = measured;
+  j["runs_unfinished"] = unfinished;
+  j["total_energy_j"] = measured ? nlohmann::json(total) : nlohmann::json();
+  j["cpu_energy_j"] = cpu_seen ? nlohmann::json(cpu) : nlohmann::json();
+  j["gpu_energy_j"] = gpu_seen ? nlohmann::json(gpu) : nlohmann::json();
+  j["cpu_attributed_j"] = cpu_attr_seen ? nlohmann::json(cpu_attr) : nlohmann::json();
+  return j;
+}
+
+std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters) {
+  const nlohmann::json j = runs_total_json(runs, filters);
+  std::string out = fmt::format("{} run{} tagged {} on {} node{}\n", runs.size(), runs.size() == 1 ? "" : "s",
+                                filters_text(filters), j["nodes"].size(), j["nodes"].size() == 1 ? "" : "s");
+  out += fmt::format("  {:<20} {:<26} {:<20} {:>10} {:>5} {:>12} {:>12} {:>12} {:>12}\n", "NODE", "RUN", "START (UTC)",
+                     "DURATION", "EXIT", "CPU (J)", "GPU (J)", "TOTAL (J)", "CPU JOB (J)");
+  auto joules = [](const nlohmann::json& v) { return v.is_number() ? fmt::format("{:.1f}", v.get<double>()) : "-"; };
+  for (const auto& r : j["runs"]) {
+    std::string start = r["start"].get<std::string>().substr(0, 19);
+    start[10] = ' ';
+    const std::string node = r["node"].get<std::string>();
+    out += fmt::format("  {:<20} {:<26} {:<20} {:>10} {:>5} {:>12} {:>12} {:>12} {:>12}{}\n",
+                       node.size() > 20 ? node.substr(0, 19) + "…" : node, r["run_id"].get<std::string>(), start,
+                       r["duration_s"].is_number() ? fmt::format("{:.1f} s", r["duration_s"].get<double>()) : "?",
+                       r["exit_status"].is_number() ? std::to_string(r["exit_status"].get<int64_t>()) : "-",
+                       joules(r["cpu_energy_j"]), joules(r["gpu_energy_j"]), joules(r["total_energy_j"]),
+                       joules(r["cpu_attributed_j"]),
+                       r["finished"].get<bool>() ? "" : "  not finished (figures from its samples)");
+  }
+  if (j["total_energy_j"].is_number()) {
+    out += fmt::format("  energy    {} in all", format_energy(j["total_energy_j"].get<double>()));
+    if (j["cpu_energy_j"].is_number()) out += fmt::format(" · CPU {:.1f} J", j["cpu_energy_j"].get<double>());
+    if (j["gpu_energy_j"].is_number()) out += fmt::format(" · GPUs {:.1f} J", j["gpu_energy_j"].get<double>());
+    out += "\n";
+    if (j["cpu_attributed_j"].is_number())
+      out += fmt::format("            of the CPU energy, {:.1f} J is attributed to the runs' own processes (by CPU "
+                         "time; the rest is other processes' and idle)\n",
+                         j["cpu_attributed_j"].get<double>());
+    const size_t measured = j["runs_measured"].get<size_t>();
+    if (measured < runs.size())
+      out += fmt::format("            {} of the {} runs measured no energy: the total is of the other {}\n",
+                         runs.size() - measured, runs.size(), measured);
+  } else {
+    out += "  energy    not measured on any of these runs ('wattscope doctor' on their nodes says why)\n";
+  }
+  return out;
+}
+
+} // namespace wattscope
