@@ -1,17 +1,11 @@
 #include "accounting/accounting.hpp"
+#include "core/json_opt.hpp"
 
 #include <algorithm>
 
 namespace wattscope {
 
-namespace {
-nlohmann::json opt_json(const OptF& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
-}
-nlohmann::json opt_json(const OptI& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json();
-}
-} // namespace
+namespace {} // namespace
 
 OptF RunSummary::cpu_energy_j() const {
   if (!cpu_package_energy_j && !cpu_dram_energy_j) return std::nullopt;
@@ -34,11 +28,11 @@ nlohmann::json RunSummary::to_json() const {
                   {"vendor", g.device.vendor},
                   {"energy_j", g.samples ? nlohmann::json(g.energy_j) : nlohmann::json()},
                   {"energy_method", g.device.energy_method},
-                  {"avg_power_w", opt_json(g.power_w.avg())},
-                  {"peak_power_w", opt_json(g.power_w.peak)},
-                  {"avg_util_pct", opt_json(g.util_gpu_pct.avg())},
-                  {"peak_mem_used_bytes", opt_json(g.peak_mem_used_bytes)},
-                  {"mem_total_bytes", opt_json(g.device.mem_total_bytes)},
+                  {"avg_power_w", opt(g.power_w.avg())},
+                  {"peak_power_w", opt(g.power_w.peak)},
+                  {"avg_util_pct", opt(g.util_gpu_pct.avg())},
+                  {"peak_mem_used_bytes", opt(g.peak_mem_used_bytes)},
+                  {"mem_total_bytes", opt(g.device.mem_total_bytes)},
                   {"samples", g.samples},
                   {"lost", g.lost}});
   }
@@ -46,27 +40,27 @@ nlohmann::json RunSummary::to_json() const {
   for (const auto& z : zones)
     zj.push_back({{"domain", z.domain},
                   {"zone", z.zone},
-                  {"socket", opt_json(z.socket)},
+                  {"socket", opt(z.socket)},
                   {"energy_j", z.energy_j},
-                  {"avg_power_w", opt_json(z.power_w.avg())},
-                  {"peak_power_w", opt_json(z.power_w.peak)}});
+                  {"avg_power_w", opt(z.power_w.avg())},
+                  {"peak_power_w", opt(z.power_w.peak)}});
   return {{"samples", samples},
           {"skipped_ticks", skipped_ticks},
           {"cpu",
-           {{"avg_util_pct", opt_json(cpu_util_pct.avg())},
-            {"peak_util_pct", opt_json(cpu_util_pct.peak)},
-            {"peak_mem_used_bytes", opt_json(cpu_mem_peak_bytes)},
-            {"mem_total_bytes", opt_json(cpu_mem_total_bytes)},
-            {"energy_j", opt_json(cpu_energy_j())},
+           {{"avg_util_pct", opt(cpu_util_pct.avg())},
+            {"peak_util_pct", opt(cpu_util_pct.peak)},
+            {"peak_mem_used_bytes", opt(cpu_mem_peak_bytes)},
+            {"mem_total_bytes", opt(cpu_mem_total_bytes)},
+            {"energy_j", opt(cpu_energy_j())},
             {"energy_method", cpu_energy_method.empty() ? nlohmann::json() : nlohmann::json(cpu_energy_method)},
-            {"package_energy_j", opt_json(cpu_package_energy_j)},
-            {"dram_energy_j", opt_json(cpu_dram_energy_j)},
-            {"avg_package_power_w", opt_json(cpu_package_power_w.avg())},
-            {"peak_package_power_w", opt_json(cpu_package_power_w.peak)},
+            {"package_energy_j", opt(cpu_package_energy_j)},
+            {"dram_energy_j", opt(cpu_dram_energy_j)},
+            {"avg_package_power_w", opt(cpu_package_power_w.avg())},
+            {"peak_package_power_w", opt(cpu_package_power_w.peak)},
             {"zones", zj}}},
           {"gpus", gj},
           {"events", events},
-          {"total_energy_j", opt_json(total_energy_j())},
+          {"total_energy_j", opt(total_energy_j())},
           {"attribution", attribution.tracked ? attribution.to_json() : nlohmann::json()}};
 }
 

@@ -10,9 +10,6 @@
 namespace wattscope {
 
 namespace {
-std::string dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 std::string_view kind_name(NotifierConfig::Kind k) {
   switch (k) {
   case NotifierConfig::Kind::Webhook:

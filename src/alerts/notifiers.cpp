@@ -44,10 +44,6 @@ std::string upper(std::string_view s) {
   return out;
 }
 
-std::string dump(const nlohmann::json& j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 std::string rfc2822(int64_t ts_ms) {
   const std::time_t t = static_cast<std::time_t>(ts_ms / 1000);
   std::tm tm{};

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -9,6 +10,11 @@ namespace wattscope {
 
 template <class T> nlohmann::json opt(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json();
+}
+
+// JSON as one line of text; invalid UTF-8 in strings is replaced, never an exception.
+inline std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 } // namespace wattscope

@@ -131,17 +131,17 @@ const Table kTables[] = {
 };
 static_assert(std::size(kTables) == kTableCount, "one Table per TableId");
 
-Value opt(const OptF& v) {
+Value to_value(const OptF& v) {
   return v ? Value(*v) : Value();
 }
-Value opt(const OptI& v) {
+Value to_value(const OptI& v) {
   return v ? Value(*v) : Value();
 }
 Value text_or_null(std::string_view s) {
   return s.empty() ? Value() : Value(std::string(s));
 }
 template <class S> Value metric_value(const MetricDef<S>& m, const S& s) {
-  return m.real ? opt(s.*m.real) : opt(s.*m.integer);
+  return m.real ? to_value(s.*m.real) : to_value(s.*m.integer);
 }
 
 // Reads a row by column name: a reader never counts positions.
@@ -235,12 +235,12 @@ void append_run_row(const RunInfo& r, TableRows& out) {
   c.emplace_back(r.host);
   c.push_back(text_or_null(r.cpu_model));
   c.emplace_back(r.start_ms);
-  c.push_back(opt(r.end_ms));
-  c.push_back(opt(r.duration_s()));
-  c.push_back(opt(r.exit_status));
+  c.push_back(to_value(r.end_ms));
+  c.push_back(to_value(r.duration_s()));
+  c.push_back(to_value(r.exit_status));
   c.emplace_back(r.interval_ms);
   c.emplace_back(r.samples);
-  c.push_back(opt(r.total_energy_j));
+  c.push_back(to_value(r.total_energy_j));
   c.emplace_back(r.tags);
   c.emplace_back(r.version);
   c.emplace_back(r.summary);
@@ -276,10 +276,10 @@ void append_device_row(std::string_view run_id, const GpuDevice& d, TableRows& o
   c.push_back(text_or_null(d.uuid));
   c.push_back(text_or_null(d.name));
   c.push_back(text_or_null(d.pci_bus_id));
-  c.push_back(opt(d.mem_total_bytes));
-  c.push_back(opt(d.power_limit_w));
-  c.push_back(opt(d.clock_sm_max_mhz));
-  c.push_back(opt(d.clock_mem_max_mhz));
+  c.push_back(to_value(d.mem_total_bytes));
+  c.push_back(to_value(d.power_limit_w));
+  c.push_back(to_value(d.clock_sm_max_mhz));
+  c.push_back(to_value(d.clock_mem_max_mhz));
   c.emplace_back(d.energy_method);
   c.push_back(text_or_null(d.power_source));
 }
@@ -318,13 +318,13 @@ static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch
     p.push_back(rid);
     p.emplace_back(ph.phase_id);
     p.emplace_back(ph.name);
-    p.push_back(opt(ph.index));
-    p.push_back(opt(ph.parent));
+    p.push_back(to_value(ph.index));
+    p.push_back(to_value(ph.parent));
     p.emplace_back(ph.start_ms);
     p.emplace_back(ph.end_ms);
     p.emplace_back(ph.start_tick);
     p.emplace_back(ph.end_tick);
-    p.push_back(opt(ph.energy_j));
+    p.push_back(to_value(ph.energy_j));
     p.push_back(text_or_null(ph.energy_method));
     p.emplace_back(device_energy_json(ph.device_energy_j));
     p.emplace_back(); // attributed_energy_j: attribution (issue 13) fills it where it runs
@@ -337,7 +337,7 @@ static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch
     w.emplace_back(wr.ts_ms);
     w.emplace_back(wr.amount);
     w.emplace_back(wr.unit);
-    w.push_back(opt(wr.phase_id));
+    w.push_back(to_value(wr.phase_id));
   }
 }
 // --- end issue 15
@@ -379,7 +379,7 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
       c.emplace_back(f.tick);
       c.emplace_back(f.ts_ms);
       c.emplace_back(z.zone);
-      c.push_back(opt(z.socket));
+      c.push_back(to_value(z.socket));
       c.emplace_back(z.domain);
       for (const auto& m : kZoneMetrics)
         c.push_back(metric_value(m, z));
@@ -392,7 +392,7 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
       c.emplace_back(f.tick);
       c.emplace_back(f.ts_ms);
       c.emplace_back(static_cast<int64_t>(core));
-      c.push_back(opt(f.cpu.core_util_pct[core]));
+      c.push_back(to_value(f.cpu.core_util_pct[core]));
     }
   }
   append_marker_rows(run_id, f, out);
@@ -426,14 +426,14 @@ void append_process_rows(std::string_view run_id, const Frame& f, RowBatch& out)
     pr.push_back(rid);
     pr.emplace_back(r.id.pid);
     pr.emplace_back(r.id.start_time);
-    pr.push_back(opt(r.ppid));
+    pr.push_back(to_value(r.ppid));
     pr.push_back(text_or_null(r.comm));
     pr.push_back(text_or_null(r.cmdline));
-    pr.push_back(opt(r.uid));
+    pr.push_back(to_value(r.uid));
     pr.push_back(text_or_null(r.unit));
     pr.push_back(text_or_null(r.unit_kind));
     pr.emplace_back(r.first_tick);
-    pr.push_back(opt(r.last_tick));
+    pr.push_back(to_value(r.last_tick));
   }
   auto& ps = out.tables[static_cast<size_t>(TableId::ProcessSamples)].cells;
   for (const auto& p : f.processes->procs) {
@@ -443,13 +443,13 @@ void append_process_rows(std::string_view run_id, const Frame& f, RowBatch& out)
     ps.emplace_back(f.ts_ms);
     ps.emplace_back(p.id.pid);
     ps.emplace_back(p.id.start_time);
-    ps.push_back(opt(p.cpu_pct));
-    ps.push_back(opt(p.rss_bytes));
-    ps.push_back(opt(p.pss_bytes));
-    ps.push_back(opt(p.uss_bytes));
-    ps.push_back(opt(p.read_bytes_per_s));
-    ps.push_back(opt(p.write_bytes_per_s));
-    ps.push_back(opt(p.cpu_energy_j));
+    ps.push_back(to_value(p.cpu_pct));
+    ps.push_back(to_value(p.rss_bytes));
+    ps.push_back(to_value(p.pss_bytes));
+    ps.push_back(to_value(p.uss_bytes));
+    ps.push_back(to_value(p.read_bytes_per_s));
+    ps.push_back(to_value(p.write_bytes_per_s));
+    ps.push_back(to_value(p.cpu_energy_j));
   }
   auto& pg = out.tables[static_cast<size_t>(TableId::ProcessGpuSamples)].cells;
   for (const auto& g : f.processes->gpu_procs) {
@@ -459,13 +459,13 @@ void append_process_rows(std::string_view run_id, const Frame& f, RowBatch& out)
     pg.emplace_back(g.id.pid);
     pg.emplace_back(g.id.start_time);
     pg.emplace_back(int64_t{g.gpu_index});
-    pg.push_back(opt(g.mem_used_bytes));
-    pg.push_back(opt(g.sm_pct));
-    pg.push_back(opt(g.mem_pct));
-    pg.push_back(opt(g.enc_pct));
-    pg.push_back(opt(g.dec_pct));
-    pg.push_back(opt(g.power_w));
-    pg.push_back(opt(g.energy_j));
+    pg.push_back(to_value(g.mem_used_bytes));
+    pg.push_back(to_value(g.sm_pct));
+    pg.push_back(to_value(g.mem_pct));
+    pg.push_back(to_value(g.enc_pct));
+    pg.push_back(to_value(g.dec_pct));
+    pg.push_back(to_value(g.power_w));
+    pg.push_back(to_value(g.energy_j));
   }
 }
 // ---- end attribution ----

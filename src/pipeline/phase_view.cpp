@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/json_opt.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 
@@ -13,10 +14,10 @@ namespace wattscope {
 namespace {
 using json = nlohmann::json;
 
-json opt_json(const std::optional<double>& v) {
+json opt(const std::optional<double>& v) {
   return v ? json(*v) : json();
 }
-json opt_json(const std::optional<int64_t>& v) {
+json opt(const std::optional<int64_t>& v) {
   return v ? json(*v) : json();
 }
 
@@ -116,8 +117,8 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
     const double dur = static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
     json j = {{"phase_id", p.phase_id},
               {"name", p.name},
-              {"index", opt_json(p.index)},
-              {"parent", opt_json(p.parent)},
+              {"index", opt(p.index)},
+              {"parent", opt(p.parent)},
               {"start", iso_utc_ms(p.start_ms)},
               {"end", iso_utc_ms(p.end_ms)},
               {"start_ms", p.start_ms},
@@ -125,7 +126,7 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
               {"duration_s", dur},
               {"start_tick", p.start_tick},
               {"end_tick", p.end_tick},
-              {"energy_j", opt_json(p.energy_j)},
+              {"energy_j", opt(p.energy_j)},
               {"energy_method", p.energy_method.empty() ? json() : json(p.energy_method)},
               {"devices", dev},
               {"closed_by_run_end", p.closed_by_run_end}};

@@ -35,7 +35,7 @@ bool all_digits(std::string_view s) {
   return !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string_view::npos;
 }
 
-std::string trim(std::string_view s) {
+std::string trimmed(std::string_view s) {
   const size_t a = s.find_first_not_of(" \t\r");
   if (a == std::string_view::npos) return {};
   const size_t b = s.find_last_not_of(" \t\r");
@@ -171,7 +171,7 @@ SlurmConfig load_slurm_config(const std::string& path, bool path_given, const En
     cfg.config_file = path;
     std::string line;
     for (int n = 1; std::getline(in, line); ++n) {
-      const std::string t = trim(line);
+      const std::string t = trimmed(line);
       if (t.empty() || t.front() == '#') continue;
       const size_t eq = t.find('=');
       const std::string where = fmt::format("{}:{}", path, n);
@@ -179,7 +179,7 @@ SlurmConfig load_slurm_config(const std::string& path, bool path_given, const En
         cfg.problems.push_back(fmt::format("{}: expected KEY=VALUE, found '{}'", where, excerpt(t)));
         continue;
       }
-      std::string key = trim(t.substr(0, eq)), value = trim(t.substr(eq + 1));
+      std::string key = trimmed(t.substr(0, eq)), value = trimmed(t.substr(eq + 1));
       if (!known(key)) {
         cfg.problems.push_back(fmt::format("{}: unknown key '{}'; the keys are WATTSCOPE_SLURM_DB, "
                                            "WATTSCOPE_SLURM_STATE_DIR, WATTSCOPE_SLURM_RECORD_ARGS, "

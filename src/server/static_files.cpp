@@ -25,7 +25,7 @@ std::string fnv1a64_hex(std::string_view data) {
   return fmt::format("{:016x}", h);
 }
 
-std::string_view trim(std::string_view s) {
+std::string_view trim_ows(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
     s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
@@ -48,7 +48,7 @@ bool iequals(std::string_view a, std::string_view b) {
 template <class F> void each_element(std::string_view list, F f) {
   while (!list.empty()) {
     const size_t comma = list.find(',');
-    const std::string_view e = trim(list.substr(0, comma));
+    const std::string_view e = trim_ows(list.substr(0, comma));
     if (!e.empty()) f(e);
     if (comma == std::string_view::npos) break;
     list.remove_prefix(comma + 1);
@@ -61,16 +61,16 @@ bool accepts_gzip(std::string_view accept_encoding) {
   int gzip = -1, star = -1; // -1 unnamed, 0 refused, 1 accepted
   each_element(accept_encoding, [&](std::string_view e) {
     const size_t semi = e.find(';');
-    const std::string_view coding = trim(e.substr(0, semi));
+    const std::string_view coding = trim_ows(e.substr(0, semi));
     bool refused = false;
     if (semi != std::string_view::npos) {
       std::string_view params = e.substr(semi + 1);
       // Only "q=0", "q=0.", "q=0.0", "q=0.00", "q=0.000" refuse (RFC 9110 12.4.2); anything else is a positive weight.
       while (!params.empty()) {
         const size_t next = params.find(';');
-        const std::string_view p = trim(params.substr(0, next));
+        const std::string_view p = trim_ows(params.substr(0, next));
         if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
-          const std::string_view v = trim(p.substr(2));
+          const std::string_view v = trim_ows(p.substr(2));
           refused = !v.empty() && v[0] == '0' && v.find_first_not_of("0.", 0) == std::string_view::npos;
         }
         if (next == std::string_view::npos) break;

@@ -28,7 +28,7 @@ std::string_view sql_type(ColType t) {
   return "TEXT";
 }
 
-std::string create_table_sql(const Table& t) {
+std::string sqlite_create_table(const Table& t) {
   std::string sql = fmt::format("CREATE TABLE IF NOT EXISTS {} (", t.name);
   for (const auto& c : t.columns)
     sql += fmt::format("\"{}\" {}, ", c.name, sql_type(c.type)); // quoted: phases has a column "index"
@@ -137,7 +137,7 @@ Value column_value(sqlite3_stmt* st, int i) {
   }
 }
 
-std::string column_list(const Table& t) {
+std::string sqlite_columns(const Table& t) {
   std::string cols;
   for (size_t i = 0; i < t.columns.size(); ++i)
     cols += fmt::format("{}\"{}\"", i ? ", " : "", t.columns[i].name);
@@ -176,7 +176,7 @@ void ensure_schema(Db& db) {
   db.exec("BEGIN IMMEDIATE;");
   try {
     for (const auto& t : all_tables())
-      db.exec(create_table_sql(t));
+      db.exec(sqlite_create_table(t));
     // Forward migration: a column this version has and the stored table lacks is added (NULL in old rows). Columns
     // are only ever added, so every older database can be brought forward this way.
     for (const auto& t : all_tables()) {
@@ -237,7 +237,7 @@ public:
       for (size_t r = 1; r < kRowsPerInsert; ++r)
         many += "," + one;
       // OR REPLACE: the runs row is rewritten at the end; replayed sample batches are idempotent on their key.
-      const std::string head = fmt::format("INSERT OR REPLACE INTO {} ({}) VALUES ", t.name, column_list(t));
+      const std::string head = fmt::format("INSERT OR REPLACE INTO {} ({}) VALUES ", t.name, sqlite_columns(t));
       insert_[i] = db_->prepare(head + one);
       // The many-row form is prepared on first use: a 64-row statement takes ~1 ms to compile, and a run at 1 s with
       // commits every second never fills one (issue 12: start-up is part of what a run costs).
@@ -387,7 +387,7 @@ std::unique_ptr<StoreReader> make_sqlite_reader(const std::string& path) {
 std::string sqlite_schema_sql() {
   std::string sql;
   for (const auto& t : all_tables())
-    sql += create_table_sql(t);
+    sql += sqlite_create_table(t);
   return sql;
 }
 

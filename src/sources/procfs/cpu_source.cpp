@@ -55,7 +55,7 @@ bool parse_cpu_line(std::string_view line, size_t pos, CpuTimes& t) {
   return true;
 }
 
-std::string read_small_file(const std::string& path) {
+std::string read_whole_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) return {};
   std::ostringstream ss;
@@ -224,12 +224,12 @@ void ProcfsCpuSource::sample(Frame& frame) noexcept {
 }
 
 void ProcfsCpuSource::describe(RunInfo& run) const {
-  run.cpu_model = parse_cpu_model(read_small_file(root_ + "/cpuinfo"));
+  run.cpu_model = parse_cpu_model(read_whole_file(root_ + "/cpuinfo"));
   // issue 18: in a pod the hostname (UTS namespace) is the pod's name; the DaemonSet passes the node's name instead
   // (WATTSCOPE_HOST from spec.nodeName), so a fleet's series are labelled by node.
   std::string host;
   if (const char* h = std::getenv("WATTSCOPE_HOST"); h && *h) host = sanitize_host(h);
-  if (host.empty()) host = read_small_file(root_ + "/sys/kernel/hostname");
+  if (host.empty()) host = read_whole_file(root_ + "/sys/kernel/hostname");
   while (!host.empty() && (host.back() == '\n' || host.back() == ' '))
     host.pop_back();
   if (host.empty()) {
