@@ -53,13 +53,17 @@ void Session::open() {
       // Said once, in words a user can act on. No AMD/Intel GPU is the normal case and only shown with -v.
       // The event says the state in words first ("no permission: ...", "missing: ..."), as doctor does.
       const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
+      // No AMD/Intel card, no Level Zero loader or GPU: the normal state of most machines (a broken Level Zero
+      // install is an Error, and said).
+      const bool quiet = s->name() == "hwmon-gpu" ||
+                         (s->name() == "level-zero" && st.state == SourceStatus::State::Missing);
       if (st.state == SourceStatus::State::NoPermission)
         spdlog::warn("{}", said);
-      else if (s->name() == "hwmon-gpu")
+      else if (quiet)
         spdlog::debug("{}", said);
       else
         spdlog::info("{}", st.line());
-      if (s->name() != "hwmon-gpu") notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
+      if (!quiet) notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
       continue;
     }
     if (const size_t n = s->release_claimed(claimed)) {
