@@ -36,7 +36,9 @@ DoctorReport doctor_report(const SessionOptions& opts) {
     const std::string name(s.name());
     sources.push_back(
         {{"name", name}, {"status", st.state_name()}, {"detail", st.detail}, {"fix", st.fix}, {"details", s.report()}});
-    if (opened[i] && st.is_ok() && st.measures_power) measuring.push_back(name);
+    // A source whose every GPU a richer backend records measures nothing of its own here.
+    const bool all_released = released[i] > 0 && s.devices().empty();
+    if (opened[i] && st.is_ok() && st.measures_power && !all_released) measuring.push_back(name);
     text += fmt::format("  {:<10} {:<14} {}\n", name, st.state_name(), st.detail);
     if (released[i])
       text += fmt::format("  {:<10} {:<14} {} GPU(s) left to the backend above that records them (same PCI bus id)\n",
