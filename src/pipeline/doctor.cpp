@@ -10,8 +10,15 @@ namespace wattscope {
 DoctorReport doctor_report(const SessionOptions& opts) {
   auto all = make_sources(opts);
   std::vector<bool> opened;
-  for (auto& s : all)
-    opened.push_back(s->open());
+  std::vector<size_t> released(all.size(), 0);
+  std::vector<std::string> claimed; // as a session does: a GPU a richer backend opened first is not listed again
+  for (size_t i = 0; i < all.size(); ++i) {
+    opened.push_back(all[i]->open());
+    if (!opened.back()) continue;
+    released[i] = all[i]->release_claimed(claimed);
+    for (const auto& d : all[i]->devices())
+      if (!d.pci_bus_id.empty()) claimed.push_back(normalize_pci_bus_id(d.pci_bus_id));
+  }
   // One tick: NVML probes each call (NOT_SUPPORTED switches it off), RAPL and hwmon read their files. Whether a
   // source measures power is asked after it.
   Frame f;
@@ -29,8 +36,13 @@ DoctorReport doctor_report(const SessionOptions& opts) {
     const std::string name(s.name());
     sources.push_back(
         {{"name", name}, {"status", st.state_name()}, {"detail", st.detail}, {"fix", st.fix}, {"details", s.report()}});
-    if (opened[i] && st.is_ok() && st.measures_power) measuring.push_back(name);
+    // A source whose every GPU a richer backend records measures nothing of its own here.
+    const bool all_released = released[i] > 0 && s.devices().empty();
+    if (opened[i] && st.is_ok() && st.measures_power && !all_released) measuring.push_back(name);
     text += fmt::format("  {:<10} {:<14} {}\n", name, st.state_name(), st.detail);
+    if (released[i])
+      text += fmt::format("  {:<10} {:<14} {} GPU(s) left to the backend above that records them (same PCI bus id)\n",
+                          "", "", released[i]);
     if (opened[i])
       for (const auto& line : s.doctor_lines())
         text += fmt::format("  {:<10} {:<14} {}\n", "", "", line);

@@ -55,13 +55,17 @@ void Session::open() {
       // only shown with -v.
       // The event says the state in words first ("no permission: ...", "missing: ..."), as doctor does.
       const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
+      // No AMD/Intel card, no Level Zero loader or GPU: the normal state of most machines (a broken Level Zero
+      // install is an Error, and said).
+      const bool quiet = quiet_when_missing(s->name()) ||
+                         (s->name() == "level-zero" && st.state == SourceStatus::State::Missing);
       if (st.state == SourceStatus::State::NoPermission)
         spdlog::warn("{}", said);
-      else if (quiet_when_missing(s->name()))
+      else if (quiet)
         spdlog::debug("{}", said);
       else
         spdlog::info("{}", st.line());
-      if (!quiet_when_missing(s->name())) notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
+      if (!quiet) notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
       continue;
     }
     if (const size_t n = s->release_claimed(claimed)) {

@@ -13,6 +13,9 @@
 #ifdef WATTSCOPE_HAVE_ROCM
 #include "sources/rocm/rocm_smi_source.hpp"
 #endif
+#ifdef WATTSCOPE_HAVE_LEVEL_ZERO
+#include "sources/levelzero/level_zero_source.hpp"
+#endif
 
 namespace wattscope {
 
@@ -64,6 +67,14 @@ constexpr SourceEntry kSources[] = {
        return std::make_unique<RocmSmiSource>(std::move(opts));
      },
      true},
+#endif
+#ifdef WATTSCOPE_HAVE_LEVEL_ZERO
+    // Intel GPUs through Level Zero Sysman: before hwmon-gpu, which then leaves the cards it claims (by PCI bus id).
+    {"level-zero",
+     [](const SessionOptions& o) -> std::unique_ptr<Source> {
+       if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
+       return std::make_unique<LevelZeroSource>(LevelZeroSource::Options::from_env());
+     }},
 #endif
     // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.
     {"hwmon-gpu",

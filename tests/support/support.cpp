@@ -101,6 +101,10 @@ std::string fake_nvml(const std::string& variant) {
   return std::string(WATTSCOPE_FAKES_DIR) + "/libnvidia-ml-fake" + (variant.empty() ? "" : "-" + variant) + ".so";
 }
 
+std::string fake_level_zero(const std::string& variant) {
+  return std::string(WATTSCOPE_FAKES_DIR) + "/libze-fake" + (variant.empty() ? "" : "-" + variant) + ".so";
+}
+
 std::vector<Row> query(const std::string& db, const std::string& sql) {
   sqlite3* h = nullptr;
   if (sqlite3_open_v2(db.c_str(), &h, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {

@@ -44,6 +44,8 @@ int wait_for_serve_port(const std::string& err_file, int tries = 200);
 
 std::string wattscope();                                // path of the binary under test
 std::string fake_nvml(const std::string& variant = ""); // "", "noenergy", "legacy", "broken"
+// The fake Level Zero loader (issue 17): "", "legacy", "sparse", "broken" (tests/fakes/CMakeLists.txt).
+std::string fake_level_zero(const std::string& variant = "");
 
 // Rows of a query as strings; NULL becomes std::nullopt.
 using Row = std::vector<std::optional<std::string>>;
