@@ -33,8 +33,8 @@ json scenario(double quiet_s) {
   for (int k = 0; k < kEnergyCalls; ++k)
     energy.push_back(e += 1000 + (k * 7919) % 5003);
   json util = {{"timeline", {{"quiet", 1}, {"busy", 70}}}};
-  json m0 = {{"power_instant_mw", 90000}, {"energy_mj", energy}, {"util_gpu", util}};
-  json m1 = {{"power_instant_mw", 100000}, {"util_gpu", util}};
+  json m0 = {{"power_instant_mw", 90000}, {"energy_mj", energy}, {"util_gpu", util}, {"util_mem", 0}};
+  json m1 = {{"power_instant_mw", 100000}, {"util_gpu", util}, {"util_mem", 0}}; // one call answers both
   return {{"timeline", {{"loop", false}, {"segments", {{{"label", "quiet"}, {"s", quiet_s}}, {{"label", "busy"}, {"s", 1000}}}}}},
           {"devices",
            {{{"name", "counter"}, {"uuid", "GPU-adaptive-0"}, {"metrics", m0}},
