@@ -106,7 +106,7 @@ def main():
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--driver-like", action="store_true")
     a = ap.parse_args()
-    fake = os.path.join(a.build, "fakes", "libnvidia-ml.so.1")
+    fake = os.path.join(a.build, "fakes", "libnvidia-ml-fake.so")
     if not os.path.exists(fake):
         sys.exit(f"no fake NVML at {fake}: build the fake_nvml target")
     work = tempfile.mkdtemp(prefix="ws-idle-bench-")
