@@ -19,6 +19,12 @@ OptF RunSummary::total_energy_j() const {
   return total;
 }
 
+nlohmann::json SamplingSummary::to_json() const {
+  return {{"adaptive", adaptive},           {"interval_s", interval_s},         {"idle_interval_s", idle_interval_s},
+          {"idle_after_s", idle_after_s},   {"idle_stretches", idle_stretches}, {"idle_s", idle_s},
+          {"probe_ticks", probe_ticks}};
+}
+
 nlohmann::json RunSummary::to_json() const {
   nlohmann::json gj = nlohmann::json::array();
   for (const auto& g : gpus) {
@@ -35,6 +41,9 @@ nlohmann::json RunSummary::to_json() const {
                   {"mem_total_bytes", opt(g.device.mem_total_bytes)},
                   {"samples", g.samples},
                   {"lost", g.lost}});
+    // issue 18: an integral's coarsest step, where it spans more than a few intervals (idle stretches, stalls)
+    if (g.device.energy_method == "integrated" && g.max_integration_step_s > 0)
+      gj.back()["max_integration_step_s"] = g.max_integration_step_s;
   }
   nlohmann::json zj = nlohmann::json::array();
   for (const auto& z : zones)
@@ -60,6 +69,7 @@ nlohmann::json RunSummary::to_json() const {
             {"zones", zj}}},
           {"gpus", gj},
           {"events", events},
+          {"sampling", sampling.adaptive ? sampling.to_json() : nlohmann::json()},
           {"total_energy_j", opt(total_energy_j())},
           {"attribution", attribution.tracked ? attribution.to_json() : nlohmann::json()}};
 }
@@ -70,6 +80,15 @@ Accounting::Accounting(std::vector<GpuDevice> devices) {
     g.device = std::move(d);
     summary_.gpus.push_back(std::move(g));
   }
+}
+
+void Accounting::set_sampling(const SamplingSummary& configured) {
+  std::lock_guard lock(mu_);
+  auto& s = summary_.sampling;
+  s.adaptive = configured.adaptive;
+  s.interval_s = configured.interval_s;
+  s.idle_interval_s = configured.idle_interval_s;
+  s.idle_after_s = configured.idle_after_s;
 }
 
 void Accounting::add_event(Event ev) {
@@ -100,6 +119,7 @@ void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
   if (s.power_w && st.last_power_w) {
     const double dt = std::chrono::duration<double>(f.mono - st.last_mono).count();
     st.integral_j += 0.5 * (*s.power_w + *st.last_power_w) * dt;
+    st.max_step_s = std::max(st.max_step_s, dt);
   }
   if (s.power_w) {
     st.last_power_w = s.power_w;
@@ -130,7 +150,19 @@ void Accounting::process(Frame& f) {
 
   summary_.samples++;
   last_tick_ = f.tick;
-  summary_.skipped_ticks = f.tick + 1 - summary_.samples;
+  // Slots only probed while idle (issue 18) were not missed: they are not skipped ticks.
+  summary_.sampling.probe_ticks += f.probe_ticks;
+  summary_.skipped_ticks = std::max<int64_t>(0, f.tick + 1 - summary_.samples - summary_.sampling.probe_ticks);
+  for (const auto& ev : f.events) {
+    if (ev.kind == "sampling-idle" && !idle_since_) {
+      idle_since_ = f.mono;
+      summary_.sampling.idle_stretches++;
+    } else if (ev.kind == "sampling-active" && idle_since_) {
+      summary_.sampling.idle_s += std::chrono::duration<double>(f.mono - *idle_since_).count();
+      idle_since_.reset();
+    }
+  }
+  last_mono_ = f.mono;
   summary_.cpu_util_pct.add(f.cpu.util_pct);
   if (f.cpu.mem_used_bytes && (!summary_.cpu_mem_peak_bytes || *f.cpu.mem_used_bytes > *summary_.cpu_mem_peak_bytes))
     summary_.cpu_mem_peak_bytes = f.cpu.mem_used_bytes;
@@ -161,6 +193,7 @@ void Accounting::process(Frame& f) {
       }
       g.samples++;
       if (s.energy_j) g.energy_j = *s.energy_j;
+      if (auto st = energy_.find(s.gpu_index); st != energy_.end()) g.max_integration_step_s = st->second.max_step_s;
       g.power_w.add(s.power_w);
       g.util_gpu_pct.add(s.util_gpu_pct);
       if (s.mem_used_bytes && (!g.peak_mem_used_bytes || *s.mem_used_bytes > *g.peak_mem_used_bytes))
@@ -197,6 +230,7 @@ RunSummary Accounting::summary() const {
   std::lock_guard lock(mu_);
   RunSummary out = summary_;
   out.attribution = attributor_.summary();
+  if (idle_since_) out.sampling.idle_s += std::chrono::duration<double>(last_mono_ - *idle_since_).count(); // issue 18
   // ---- simulate (issue 19): shares of a simulated GPU's energy are simulated too, and say so
   for (const auto& g : out.gpus)
     if (g.device.energy_method == "simulated")

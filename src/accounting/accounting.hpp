@@ -4,6 +4,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,21 @@ struct GpuSummary {
   OptI peak_mem_used_bytes;
   int64_t samples = 0;
   bool lost = false;
+  // Integrated devices: the longest step between two power readings the integral spans (adaptive sampling's idle
+  // stretches, a stall); 0 for counters.
+  double max_integration_step_s = 0;
+};
+
+// Adaptive sampling (issue 18): how the run was sampled when it went idle. Absent from the summary when it was off.
+struct SamplingSummary {
+  bool adaptive = false;
+  double interval_s = 0;
+  double idle_interval_s = 0; // as in force: whole grid slots
+  double idle_after_s = 0;
+  int64_t idle_stretches = 0; // sampling-idle switches
+  double idle_s = 0;          // time spent sampling at the idle interval
+  int64_t probe_ticks = 0;    // grid slots only probed (not stored)
+  nlohmann::json to_json() const;
 };
 
 struct ZoneSummary {
@@ -59,6 +75,7 @@ struct RunSummary {
   OptF cpu_energy_j() const;      // package + DRAM (psys covers the platform and would count twice)
   std::vector<GpuSummary> gpus;
   int64_t events = 0;
+  SamplingSummary sampling;       // issue 18
   AttributionSummary attribution; // who used the energy; tracked only when a process scan reached accounting
   OptF total_energy_j() const;    // GPUs + CPU package + DRAM; missing when nothing measured energy
   nlohmann::json to_json() const;
@@ -67,6 +84,9 @@ struct RunSummary {
 class Accounting {
 public:
   explicit Accounting(std::vector<GpuDevice> devices);
+  // Adaptive sampling is on (issue 18): the summary says how idle stretches were sampled (the configuration part of
+  // `sampling`; the counts are accounting's).
+  void set_sampling(const SamplingSummary& configured);
   // Called on the sampler thread for every frame, before the bus.
   void process(Frame& frame);
   // Thread-safe: queue an event for the next frame (start-up notices, sink outages).
@@ -89,6 +109,7 @@ private:
     OptF last_power_w;
     SteadyClock::time_point last_mono{};
     double integral_j = 0;
+    double max_step_s = 0;
   };
   void energy(GpuSample& s, const Frame& f, EnergyState& st);
   void settle_events_locked(Frame& f);
@@ -100,6 +121,8 @@ private:
   Attributor attributor_;
   int64_t last_tick_ = 0;
   RunSummary summary_;
+  std::optional<SteadyClock::time_point> idle_since_; // issue 18: the current idle stretch began
+  SteadyClock::time_point last_mono_{};
 };
 
 } // namespace wattscope

@@ -39,8 +39,44 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
       ->capture_default_str();
-  add_alerts_option(sub, f); // alerts (issue 14)
+  add_alerts_option(sub, f);   // alerts (issue 14)
+  add_adaptive_options(sub, f); // issue 18
 }
+
+// ---- adaptive sampling (issue 18) ----
+void add_adaptive_options(CLI::App& sub, RecordFlags& f) {
+  sub.add_option("--idle-interval", f.idle_interval,
+                 "Adaptive sampling: once the machine is idle (every GPU below 5 % utilisation, the CPU quiet) for "
+                 "--idle-after, take full samples only this often (e.g. 10s); a cheap probe keeps --interval and the "
+                 "first busy tick returns to it (docs/sampling.md). Default: off");
+  sub.add_option("--idle-after", f.idle_after,
+                 "With --idle-interval: how long the machine must be idle before sampling slows (default 1m)");
+}
+
+AdaptiveOptions adaptive_flags(const RecordFlags& f, std::chrono::nanoseconds interval) {
+  AdaptiveOptions a;
+  if (f.idle_interval.empty()) {
+    if (!f.idle_after.empty())
+      throw UsageError(fmt::format("--idle-after {} has no effect without --idle-interval (e.g. --idle-interval 10s)",
+                                   excerpt(f.idle_after)));
+    return a;
+  }
+  a.idle_interval = flag_value("--idle-interval", [&] { return parse_duration(f.idle_interval); });
+  if (a.idle_interval <= interval)
+    throw UsageError(fmt::format("--idle-interval {} must be longer than the sampling interval ({}): it is the slower "
+                                 "rate used while idle, e.g. 10s",
+                                 excerpt(f.idle_interval), format_duration(interval)));
+  if (a.idle_interval > std::chrono::hours(1))
+    throw UsageError(fmt::format("--idle-interval {}: at most 1h (a stored sample at least every hour)",
+                                 excerpt(f.idle_interval)));
+  if (!f.idle_after.empty()) {
+    a.idle_after = flag_value("--idle-after", [&] { return parse_duration(f.idle_after); });
+    if (a.idle_after > std::chrono::hours(24 * 7))
+      throw UsageError(fmt::format("--idle-after {}: at most a week (168h)", excerpt(f.idle_after)));
+  }
+  return a;
+}
+// ---- end adaptive sampling
 
 // ---- simulate (issue 19) ----
 void add_simulate_option(CLI::App& sub, RecordFlags& f) {
@@ -131,7 +167,8 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
     if (!f.interval_given) o.interval = std::chrono::milliseconds(250);
   }
   // ---- end simulate
-  o.alerts = alerts_flag(f.alerts); // alerts (issue 14)
+  o.alerts = alerts_flag(f.alerts);              // alerts (issue 14)
+  o.adaptive = adaptive_flags(f, o.interval); // issue 18 (after --simulate, which may set the interval)
   return o;
 }
 

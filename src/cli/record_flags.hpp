@@ -33,7 +33,17 @@ struct RecordFlags {
   bool interval_given = false; // --simulate samples every 250ms unless --interval says otherwise
   // ---- end simulate
   std::string alerts; // alerts (issue 14): --alerts FILE
+  // ---- adaptive sampling (issue 18) ----
+  std::string idle_interval; // --idle-interval: "" off
+  std::string idle_after;    // --idle-after: "" the default (1m)
+  // ---- end adaptive sampling
 };
+
+// ---- adaptive sampling (issue 18): --idle-interval and --idle-after (run, record, serve; docs/sampling.md)
+void add_adaptive_options(CLI::App& sub, RecordFlags& f);
+// Checked against the sampling interval: throws UsageError naming the flag and what is expected.
+AdaptiveOptions adaptive_flags(const RecordFlags& f, std::chrono::nanoseconds interval);
+// ---- end adaptive sampling
 
 // ---- simulate (issue 19): --simulate[=SCENARIO] on a command that records (run, record, serve, top). A flag, so
 // `run --simulate python train.py` never takes the command for a scenario; a scenario is given with '='.

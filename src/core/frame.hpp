@@ -167,6 +167,9 @@ struct Frame {
   std::shared_ptr<ProcessSnapshot> processes;
   // The end of a run: a frame that carries only the final `processes` rows (no samples).
   bool rows_only = false;
+  // Adaptive sampling (issue 18): grid slots since the previous frame that were only probed (idle, not stored); they
+  // are not skipped ticks.
+  int64_t probe_ticks = 0;
   // Phases that ended and work reported since the previous tick (issue 15).
   std::vector<PhaseRecord> phases;
   std::vector<WorkRecord> work;

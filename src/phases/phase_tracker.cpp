@@ -22,6 +22,11 @@ void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
   pending_.push_back({std::move(m), ts_ms, at});
 }
 
+bool PhaseTracker::has_pending() const {
+  std::lock_guard lock(mu_);
+  return !pending_.empty();
+}
+
 int64_t PhaseTracker::dropped() const {
   std::lock_guard lock(mu_);
   return dropped_;

@@ -40,6 +40,8 @@ public:
   Frame finish(int64_t end_ms);
 
   int64_t dropped() const;
+  // Thread-safe: markers wait for a tick (adaptive sampling takes the next tick in full for them, issue 18).
+  bool has_pending() const;
   int64_t unmatched_ends() const { return unmatched_ends_; }
 
 private:

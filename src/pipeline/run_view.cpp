@@ -51,6 +51,7 @@ nlohmann::json run_json(const RunInfo& r) {
   j["samples"] = r.samples;
   j["interval_s"] = r.interval_ms / 1000.0;
   j["skipped_ticks"] = s.value("skipped_ticks", 0);
+  j["sampling"] = s.value("sampling", nlohmann::json()); // issue 18: null unless --idle-interval was given
   j["finished"] = r.end_ms.has_value();
   if (s.value("rebuilt_from_samples", false)) {
     // An unfinished run, or one `wattscope repair` finalised: its figures come from its stored samples.
@@ -110,6 +111,19 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   out += fmt::format("  duration  {} · {} samples every {}{}\n", duration, r.samples,
                      format_duration(std::chrono::nanoseconds(static_cast<int64_t>(r.interval_ms * 1e6))),
                      skipped ? fmt::format(" ({} late ticks skipped)", skipped) : "");
+  // ---- adaptive sampling (issue 18) ----
+  const nlohmann::json sampling = s.value("sampling", nlohmann::json());
+  const bool idle_stretches = sampling.is_object() && sampling.value("idle_stretches", int64_t{0}) > 0;
+  if (idle_stretches)
+    out += fmt::format("  sampling  {} idle stretch{} ({:.0f} s in all) sampled at {:g} s instead of {:g} s "
+                       "(--idle-interval; a probe kept every {:g} s); energy counters span them\n",
+                       sampling.value("idle_stretches", int64_t{0}),
+                       sampling.value("idle_stretches", int64_t{0}) == 1 ? "" : "es", num(sampling, "idle_s"),
+                       num(sampling, "idle_interval_s"), num(sampling, "interval_s"), num(sampling, "interval_s"));
+  else if (sampling.is_object() && sampling.value("adaptive", false))
+    out += fmt::format("  sampling  never idle for {:g} s: every sample at {:g} s (--idle-interval {:g} s unused)\n",
+                       num(sampling, "idle_after_s"), num(sampling, "interval_s"), num(sampling, "idle_interval_s"));
+  // ---- end adaptive sampling
   const auto cpu = s.value("cpu", nlohmann::json::object());
   std::string cpu_line = "  CPU      ";
   cpu_line += has_num(cpu, "avg_util_pct") ? fmt::format(" util avg {:.1f} % · peak {:.1f} %", num(cpu, "avg_util_pct"),
@@ -137,7 +151,11 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   for (const auto& g : s.value("gpus", nlohmann::json::array())) {
     std::string line = fmt::format("  GPU {:<5} {}", g.value("index", 0), g.value("name", std::string("?")));
     if (has_num(g, "energy_j"))
-      line += fmt::format(" · {} [{}]", format_energy(num(g, "energy_j")), g.value("energy_method", std::string()));
+      line += fmt::format(" · {} [{}{}]", format_energy(num(g, "energy_j")), g.value("energy_method", std::string()),
+                          // issue 18: an integral over idle stretches is coarser, and says so
+                          idle_stretches && has_num(g, "max_integration_step_s")
+                              ? fmt::format(", steps up to {:.0f} s in idle stretches", num(g, "max_integration_step_s"))
+                              : std::string());
     else
       line += " · energy not measured";
     if (has_num(g, "avg_power_w"))

@@ -89,6 +89,16 @@ void Session::open() {
     spdlog::info("recording {} SIMULATED GPUs (--simulate, scenario {}): no GPU figure of this run is a measurement",
                  devices_->size(), opts_.simulate->name());
   acc_ = std::make_unique<Accounting>(*devices_);
+  if (opts_.adaptive.enabled()) { // issue 18: the idle interval as in force, a whole number of grid slots
+    const IdleSchedule schedule(opts_.adaptive, opts_.interval);
+    SamplingSummary sampling;
+    sampling.adaptive = true;
+    sampling.interval_s = std::chrono::duration<double>(opts_.interval).count();
+    sampling.idle_interval_s =
+        std::chrono::duration<double>(opts_.interval * schedule.slots_per_full_while_idle()).count();
+    sampling.idle_after_s = std::chrono::duration<double>(opts_.adaptive.idle_after).count();
+    acc_->set_sampling(sampling);
+  }
   if (opts_.track_processes) {
     std::vector<std::shared_ptr<Source>> gpu;
     for (const auto& s : sources_)
@@ -164,7 +174,9 @@ void Session::start() {
       w->push(shared);
     if (opts_.on_frame) opts_.on_frame(shared);
     if (alerts_) alerts_->offer(shared); // alerts (issue 14): queued, evaluated on the engine's thread
-  });
+  }, opts_.adaptive, devices_->size());
+  // issue 18: a marker that arrives while idle is settled on the next --interval tick, not an idle interval later.
+  if (opts_.adaptive.enabled()) sampler_->set_activity_hint([this] { return phases_ && phases_->has_pending(); });
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
   if (markers_) markers_->start();

@@ -32,6 +32,7 @@ struct SessionOptions {
   std::string task;
   std::vector<std::string> command; // empty for `record`
   std::chrono::nanoseconds interval = std::chrono::seconds(1);
+  AdaptiveOptions adaptive; // --idle-interval, --idle-after (issue 18, sampler/adaptive.hpp); off by default
   std::vector<StoreSpec> stores;
   CommitPolicy commit;
   std::chrono::nanoseconds drain_timeout = kDefaultDrainTimeout; // how long the end of a run waits for its stores

@@ -30,6 +30,7 @@ struct Sampler::Worker {
   std::condition_variable wake; // sampler -> worker: a tick is asked for, or quit
   std::condition_variable done; // worker -> sampler: the tick asked for is filled
   bool requested = false;       // guarded by mu
+  bool probe = false;           // guarded by mu: the tick asked for is a probe (adaptive sampling), not a sample
   bool busy = false;            // guarded by mu: inside source->sample()
   bool quit = false;            // guarded by mu
   bool ready = false;           // guarded by mu: the thread runs and waits for its first tick
@@ -42,8 +43,9 @@ struct Sampler::Worker {
   std::thread thread;
 };
 
-Sampler::Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval, FrameHandler on_frame)
-    : interval_(interval), on_frame_(std::move(on_frame)) {
+Sampler::Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval, FrameHandler on_frame,
+                 AdaptiveOptions adaptive, size_t gpus)
+    : interval_(interval), on_frame_(std::move(on_frame)), adaptive_(adaptive), gpus_(gpus) {
   for (auto& s : sources) {
     if (s->may_block()) {
       auto w = std::make_shared<Worker>();
@@ -72,8 +74,12 @@ void Sampler::start() {
         if (w->quit) return;
         w->requested = false;
         w->busy = true;
+        const bool probe = w->probe;
         lock.unlock();
-        w->source->sample(w->scratch);
+        if (probe)
+          w->source->probe(w->scratch);
+        else
+          w->source->sample(w->scratch);
         lock.lock();
         w->busy = false;
         w->done.notify_all();
@@ -119,7 +125,7 @@ void Sampler::stop() {
   }
 }
 
-void Sampler::ask(Worker& w, Frame& frame) {
+void Sampler::ask(Worker& w, Frame& frame, bool probe) {
   std::unique_lock lock(w.mu);
   w.asked = !(w.requested || w.busy); // still inside an earlier tick's call: not asked again
   if (!w.asked) return;
@@ -136,6 +142,7 @@ void Sampler::ask(Worker& w, Frame& frame) {
   w.scratch.migs.clear(); // issue 17: MIG instances (NVML), merged like the GPUs
   w.scratch.events.clear();
   w.requested = true;
+  w.probe = probe;
   w.unmerged = true;
   lock.unlock();
   w.wake.notify_one();
@@ -180,45 +187,124 @@ void Sampler::collect(Worker& w, Frame& frame, SteadyClock::time_point deadline)
   }
 }
 
+void Sampler::gather(Frame& frame, bool probe, SteadyClock::time_point deadline) {
+  const size_t before = frame.gpus.size();
+  // Workers first, so they run while the inline sources read procfs and sysfs.
+  for (auto& w : workers_)
+    ask(*w, frame, probe);
+  for (auto& s : inline_) {
+    if (probe)
+      s->probe(frame);
+    else
+      s->sample(frame);
+  }
+  const size_t inline_gpus = frame.gpus.size();
+  for (auto& w : workers_)
+    collect(*w, frame, deadline);
+  // Devices in index order whatever thread sampled them (indices are unique within a frame).
+  if (inline_gpus > before && frame.gpus.size() > inline_gpus)
+    std::sort(frame.gpus.begin(), frame.gpus.end(),
+              [](const GpuSample& a, const GpuSample& b) { return a.gpu_index < b.gpu_index; });
+}
+
+namespace {
+std::string seconds_text(std::chrono::nanoseconds d) {
+  return fmt::format("{:g} s", std::chrono::duration<double>(d).count());
+}
+} // namespace
+
 void Sampler::loop() {
   const GridSchedule grid(SteadyClock::now(), interval_);
   const auto wait_for_sources = source_deadline(interval_);
+  // Adaptive sampling (issue 18): the grid stays at --interval; while idle, most of its slots only probe.
+  const bool adaptive = adaptive_.enabled();
+  IdleSchedule idle(adaptive_, interval_);
+  ActivityRule rule(gpus_);
+  stats_.interval_ns.store(interval_.count(), std::memory_order_relaxed);
+  int64_t probes_since_full = 0;
+  std::string why;
+  bool stopping = false;
   int64_t slot = 0;
   for (;;) {
     if (slot > 0) { // tick 0 is taken whatever happens: every run has at least its starting sample
       std::unique_lock lock(mu_);
       // wait_until on steady_clock uses pthread_cond_clockwait: immune to wall-clock jumps.
-      if (cv_.wait_until(lock, grid.due(slot), [this] { return stop_; })) break;
+      stopping = cv_.wait_until(lock, grid.due(slot), [this] { return stop_; });
+      // A run that ends while idle takes one last full sample now: its energy counters and the integrals close at
+      // the end of the run, not up to an idle interval before it.
+      if (stopping && probes_since_full == 0) break;
     }
     const auto started = SteadyClock::now();
     Frame frame;
     frame.tick = slot;
     frame.mono = started;
     frame.ts_ms = wall_now_ms();
-    // Workers first, so they run while the inline sources read procfs and sysfs.
-    for (auto& w : workers_)
-      ask(*w, frame);
-    for (auto& s : inline_)
-      s->sample(frame);
     const auto deadline = started + (slot == 0 ? std::max(wait_for_sources, kFirstTickDeadline) : wait_for_sources);
-    const size_t inline_gpus = frame.gpus.size();
-    for (auto& w : workers_)
-      collect(*w, frame, deadline);
-    // Devices in index order whatever thread sampled them (indices are unique within a frame).
-    if (inline_gpus > 0 && frame.gpus.size() > inline_gpus)
-      std::sort(frame.gpus.begin(), frame.gpus.end(),
-                [](const GpuSample& a, const GpuSample& b) { return a.gpu_index < b.gpu_index; });
-    try {
-      on_frame_(frame);
-    } catch (const std::exception& e) {
-      // The sampling loop never throws (STYLE 14); a failing hand-off is reported and the next tick goes on.
-      spdlog::error("tick {}: {}", slot, e.what());
+    bool full = stopping || idle.full_due(slot);
+    bool quiet = true;
+    why.clear();
+    if (!full) {
+      gather(frame, /*probe=*/true, deadline);
+      quiet = rule.quiet(frame, &why);
+      if (quiet && !frame.events.empty()) { // a device lost or failing is news: stored now, at full rate
+        quiet = false;
+        why = fmt::format("{} {}", frame.events.front().kind, frame.events.front().source);
+      }
+      if (quiet && activity_hint_ && activity_hint_()) {
+        quiet = false;
+        why = "markers arrived";
+      }
+      if (!quiet) {
+        // The tick that saw activity is stored in full. The probe's GPU readings give way to the full ones; its
+        // CPU reading and its events stay (the CPU source does not read /proc/stat twice in one tick).
+        frame.gpus.clear();
+        full = true;
+        gather(frame, /*probe=*/false, std::max(deadline, SteadyClock::now() + wait_for_sources));
+      }
+    } else {
+      gather(frame, /*probe=*/false, deadline);
+      if (adaptive) quiet = rule.quiet(frame, idle.idle() ? &why : nullptr);
+    }
+    if (adaptive) {
+      const auto change = idle.observe(slot, frame.mono, quiet, full);
+      if (change != IdleSchedule::Switch::None) {
+        const bool to_idle = change == IdleSchedule::Switch::ToIdle;
+        std::string detail =
+            to_idle ? fmt::format("interval {}: every GPU below {:g} % utilisation and the CPU within {:g} cores of "
+                                  "its idle baseline ({:.2f} cores) for {}; full samples every {}, a probe (GPU "
+                                  "utilisation, /proc/stat) every {}. Energy counters span the gaps; devices "
+                                  "integrated from power are integrated over {} steps",
+                                  seconds_text(idle.interval_in_force()), kIdleGpuUtilPct, kQuietCpuCores,
+                                  rule.baseline_cores().value_or(0), seconds_text(adaptive_.idle_after),
+                                  seconds_text(idle.interval_in_force()), seconds_text(interval_),
+                                  seconds_text(idle.interval_in_force()))
+                    : fmt::format("interval {}: {}; full samples every {} again", seconds_text(interval_), why,
+                                  seconds_text(interval_));
+        const char* kind = to_idle ? "sampling-idle" : "sampling-active";
+        spdlog::info("{}: {}", kind, detail);
+        frame.events.push_back({0, frame.ts_ms, kind, "sampler", std::move(detail)});
+        stats_.interval_ns.store(idle.interval_in_force().count(), std::memory_order_relaxed);
+      }
+    }
+    if (full) {
+      frame.probe_ticks = probes_since_full;
+      probes_since_full = 0;
+      try {
+        on_frame_(frame);
+      } catch (const std::exception& e) {
+        // The sampling loop never throws (STYLE 14); a failing hand-off is reported and the next tick goes on.
+        spdlog::error("tick {}: {}", slot, e.what());
+      }
+    } else {
+      ++probes_since_full;
+      stats_.probe_ticks.fetch_add(1, std::memory_order_relaxed);
     }
     const auto finished = SteadyClock::now();
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(finished - started).count();
     stats_.last_tick_ns.store(ns, std::memory_order_relaxed);
     stats_.total_tick_ns.fetch_add(ns, std::memory_order_relaxed);
     stats_.ticks.fetch_add(1, std::memory_order_relaxed);
+    if (stopping) break;
     const int64_t next = grid.next_slot(slot, finished);
     if (next > slot + 1) stats_.skipped.fetch_add(next - slot - 1, std::memory_order_relaxed);
     slot = next;

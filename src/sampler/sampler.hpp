@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/frame.hpp"
+#include "sampler/adaptive.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -52,6 +53,10 @@ struct SamplerStats {
   std::atomic<int64_t> late{0};         // (source, tick) pairs left out because the source was still busy
   std::atomic<int64_t> last_tick_ns{0}; // CPU-side duration of the latest tick (sources + hand-off)
   std::atomic<int64_t> total_tick_ns{0};
+  // Adaptive sampling (issue 18): the interval full samples are taken at now (--interval, or --idle-interval while
+  // idle), and the ticks that only probed (counted in `ticks`, never handed on).
+  std::atomic<int64_t> interval_ns{0};
+  std::atomic<int64_t> probe_ticks{0};
 };
 
 class Sampler {
@@ -59,11 +64,17 @@ public:
   using FrameHandler = std::function<void(Frame&)>;
   // Shared ownership: a worker stuck in a driver call when the run ends is left behind (detached) and keeps its
   // source alive until the call returns, so nothing it touches is freed under it.
-  Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval, FrameHandler on_frame);
+  // `adaptive` off: every tick is a full sample. On: `gpus` is how many GPUs the sources opened, all of which must
+  // answer quiet for the machine to count as idle.
+  Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval, FrameHandler on_frame,
+          AdaptiveOptions adaptive = {}, size_t gpus = 0);
   ~Sampler();
   Sampler(const Sampler&) = delete;
   Sampler& operator=(const Sampler&) = delete;
 
+  // Adaptive sampling (issue 18), before start(): asked on each probe tick; true (markers waiting to settle, say) takes
+  // that tick in full and back to the full rate, as activity does.
+  void set_activity_hint(std::function<bool()> hint) { activity_hint_ = std::move(hint); }
   void start(); // first tick at once
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
   // waited for: it is detached and ends when the call returns.
@@ -74,13 +85,18 @@ public:
 private:
   struct Worker;
   void loop();
-  void ask(Worker& w, Frame& frame);
+  void ask(Worker& w, Frame& frame, bool probe);
   void collect(Worker& w, Frame& frame, SteadyClock::time_point deadline);
+  // One round over every source: a full sample, or the probe (adaptive sampling).
+  void gather(Frame& frame, bool probe, SteadyClock::time_point deadline);
 
   std::vector<std::shared_ptr<Source>> inline_;
   std::vector<std::shared_ptr<Worker>> workers_;
   std::chrono::nanoseconds interval_;
   FrameHandler on_frame_;
+  AdaptiveOptions adaptive_;
+  size_t gpus_ = 0;
+  std::function<bool()> activity_hint_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

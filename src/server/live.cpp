@@ -421,8 +421,14 @@ std::string LiveState::metrics_text() const {
                        prom_label_value(run_.task), host, simulated ? "true" : "false"),
            1.0);
   if (sampler_) {
-    x.family("wattscope_sampler_interval_seconds", "gauge", "Sampling interval.");
-    x.sample("", run_.interval_ms / 1000.0);
+    // issue 18: the interval in force, which --idle-interval lengthens while the machine is idle.
+    const int64_t in_force_ns = sampler_->interval_ns.load();
+    x.family("wattscope_sampler_interval_seconds", "gauge",
+             "Interval full samples are taken at now: --interval, or --idle-interval while the machine is idle.");
+    x.sample("", in_force_ns > 0 ? static_cast<double>(in_force_ns) / 1e9 : run_.interval_ms / 1000.0);
+    x.family("wattscope_sampler_probe_ticks_total", "counter",
+             "Ticks that only probed for activity while idle (adaptive sampling): not stored, not skipped.");
+    x.sample("", static_cast<double>(sampler_->probe_ticks.load()));
     x.family("wattscope_sampler_tick_duration_seconds", "gauge", "CPU-side duration of the latest sampler tick.");
     x.sample("", static_cast<double>(sampler_->last_tick_ns.load()) / 1e9);
     x.family("wattscope_sampler_ticks_total", "counter", "Ticks taken since serve started.");

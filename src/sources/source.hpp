@@ -49,6 +49,11 @@ public:
   // true for a vendor library that can block inside the driver: sampled on its own thread against a deadline, and then
   // it writes only frame.gpus and frame.events.
   virtual bool may_block() const { return false; }
+  // Adaptive sampling (issue 18, sampler/adaptive.hpp): the cheap reading taken on the ticks between full samples
+  // while the machine is idle, enough to see activity: GPU utilisation only (one GpuSample per device with
+  // util_gpu_pct), or the CPU's utilisation. Most sources have nothing to say about activity and do nothing. A
+  // full sample() on the same tick (frame.tick) may follow: a source must then not count the interval twice.
+  virtual void probe(Frame& /*frame*/) noexcept {}
   virtual SourceStatus status() const = 0;
   virtual std::vector<GpuDevice> devices() const { return {}; }
   virtual void describe(RunInfo& /*run*/) const {}

@@ -132,6 +132,21 @@ std::vector<GpuDevice> HwmonGpuSource::devices() const {
   return out;
 }
 
+void HwmonGpuSource::probe(Frame& frame) noexcept {
+  try {
+    // Adaptive sampling (issue 18): gpu_busy_percent only; a card without it (i915) answers with none, which the
+    // activity rule takes for not idle.
+    for (auto& c : cards_) {
+      GpuSample s;
+      s.gpu_index = c.info.gpu_index;
+      if (auto b = sysfs::pread_i64(c.busy_pct)) s.util_gpu_pct = static_cast<double>(*b);
+      frame.gpus.push_back(s);
+    }
+  } catch (...) {
+    // allocation failure: the tick keeps what it has
+  }
+}
+
 void HwmonGpuSource::sample(Frame& frame) noexcept {
   try {
     for (auto& c : cards_) {

@@ -23,6 +23,7 @@ public:
   std::vector<std::string> doctor_lines() const override;
   std::vector<GpuDevice> devices() const override;
   // gpu_index of the first card: the session numbers these after the NVIDIA GPUs so indices never collide.
+  void probe(Frame& frame) noexcept override; // adaptive sampling (issue 18): utilisation only
   void set_first_index(int first) override;
   size_t release_claimed(const std::vector<std::string>& bus_ids) override;
   nlohmann::json report() const override;

@@ -777,6 +777,33 @@ void NvmlSource::sample(Frame& frame) noexcept {
   }
 }
 
+void NvmlSource::probe(Frame& frame) noexcept {
+  try {
+    frame.gpus.reserve(frame.gpus.size() + devs_.size());
+    for (auto& d : devs_) {
+      if (d.lost) continue;
+      if (d.unknown_failures > 0 && frame.mono < d.retry_at) continue;
+      GpuSample s;
+      s.gpu_index = d.info.gpu_index;
+      // A device without utilisation answers with none: the activity rule takes not knowing for not idle.
+      if (d.on[cUtil]) {
+        Utilization u{};
+        const Return rc = lib_->device_utilization(d.handle, &u);
+        if (rc == kSuccess) {
+          s.util_gpu_pct = u.gpu;
+          s.util_mem_pct = u.memory;
+        } else {
+          ok(d, cUtil, rc, frame); // lost, backing off or switched off, as on a full tick (with its event)
+          if (d.lost) continue;
+        }
+      }
+      frame.gpus.push_back(s);
+    }
+  } catch (...) {
+    // allocation failure: the tick keeps what it has
+  }
+}
+
 void NvmlSource::slow_loop() {
   std::unique_lock lock(slow_mu_);
   for (;;) {

@@ -134,6 +134,8 @@ public:
   std::string_view name() const override { return "nvml"; }
   bool open() override;
   void sample(Frame& frame) noexcept override;
+  // Adaptive sampling (issue 18): one nvmlDeviceGetUtilizationRates per device instead of every per-tick call.
+  void probe(Frame& frame) noexcept override;
   bool may_block() const override { return true; } // a GPU falling off the bus can hang NVML for seconds
   SourceStatus status() const override;
   std::vector<std::string> doctor_lines() const override;

@@ -201,18 +201,32 @@ bool ProcfsCpuSource::open() {
   return stat_fd_.valid() || meminfo_fd_.valid();
 }
 
+void ProcfsCpuSource::read_stat(Frame& frame) {
+  if (stat_fd_ && read_fd(stat_fd_.get(), buf_) && parse_proc_stat(buf_, cur_)) {
+    if (have_prev_) {
+      frame.cpu.util_pct = util_between(prev_.total, cur_.total);
+      frame.cpu.core_util_pct.resize(cur_.cores.size());
+      for (size_t i = 0; i < cur_.cores.size(); ++i)
+        frame.cpu.core_util_pct[i] = i < prev_.cores.size() ? util_between(prev_.cores[i], cur_.cores[i]) : OptF{};
+    }
+    std::swap(prev_, cur_);
+    have_prev_ = true;
+  }
+}
+
+void ProcfsCpuSource::probe(Frame& frame) noexcept {
+  try {
+    read_stat(frame);
+    probed_tick_ = frame.tick;
+  } catch (...) {
+    // allocation failure: the probe sees no CPU reading, which keeps the full rate
+  }
+}
+
 void ProcfsCpuSource::sample(Frame& frame) noexcept {
   try {
-    if (stat_fd_ && read_fd(stat_fd_.get(), buf_) && parse_proc_stat(buf_, cur_)) {
-      if (have_prev_) {
-        frame.cpu.util_pct = util_between(prev_.total, cur_.total);
-        frame.cpu.core_util_pct.resize(cur_.cores.size());
-        for (size_t i = 0; i < cur_.cores.size(); ++i)
-          frame.cpu.core_util_pct[i] = i < prev_.cores.size() ? util_between(prev_.cores[i], cur_.cores[i]) : OptF{};
-      }
-      std::swap(prev_, cur_);
-      have_prev_ = true;
-    }
+    // Read again microseconds after the probe, /proc/stat would give the utilisation of no time at all.
+    if (frame.tick != probed_tick_) read_stat(frame);
     int64_t total = 0, avail = 0;
     if (meminfo_fd_ && read_fd(meminfo_fd_.get(), buf_) && parse_meminfo(buf_, total, avail)) {
       frame.cpu.mem_total_bytes = total;

@@ -35,6 +35,8 @@ public:
   std::string_view name() const override { return "procfs"; }
   bool open() override;
   void sample(Frame& frame) noexcept override;
+  // Adaptive sampling (issue 18): /proc/stat only. A full sample on the same tick keeps what the probe read.
+  void probe(Frame& frame) noexcept override;
   SourceStatus status() const override { return status_; }
   void describe(RunInfo& run) const override;
 
@@ -48,6 +50,8 @@ private:
   ProcStat prev_;
   ProcStat cur_;
   bool have_prev_ = false;
+  int64_t probed_tick_ = -1; // the tick whose /proc/stat the probe already read
+  void read_stat(Frame& frame);
 };
 
 } // namespace wattscope
