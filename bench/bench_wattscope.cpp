@@ -211,15 +211,24 @@ BENCHMARK(BM_NvmlTickWattscope)->Unit(benchmark::kMicrosecond);
 void BM_NvmlTickHealth(benchmark::State& state) {
   nlohmann::json devs = nlohmann::json::array();
   for (int i = 0; i < 8; ++i) {
-    nlohmann::json m = {{"power_instant_mw", 312000}, {"energy_mj", {{"linear", {1000000, 300}}}},
-                        {"util_gpu", 97},              {"util_mem", 41},
-                        {"mem_used_bytes", 75161927680LL}, {"mem_total_bytes", 85899345920LL},
-                        {"temp_gpu", 64},              {"clock_sm", 1980},
-                        {"clock_mem", 2619},           {"power_limit_mw", 700000},
-                        {"ecc_corrected", 3},          {"ecc_uncorrected", 0},
-                        {"remapped_cor", 1},           {"remapped_unc", 0},
-                        {"remap_pending", 0},          {"remap_failed", 0},
-                        {"pcie_replays", 12},          {"violation_power_ns", {{"linear", {0, 1000000}}}},
+    nlohmann::json m = {{"power_instant_mw", 312000},
+                        {"energy_mj", {{"linear", {1000000, 300}}}},
+                        {"util_gpu", 97},
+                        {"util_mem", 41},
+                        {"mem_used_bytes", 75161927680LL},
+                        {"mem_total_bytes", 85899345920LL},
+                        {"temp_gpu", 64},
+                        {"clock_sm", 1980},
+                        {"clock_mem", 2619},
+                        {"power_limit_mw", 700000},
+                        {"ecc_corrected", 3},
+                        {"ecc_uncorrected", 0},
+                        {"remapped_cor", 1},
+                        {"remapped_unc", 0},
+                        {"remap_pending", 0},
+                        {"remap_failed", 0},
+                        {"pcie_replays", 12},
+                        {"violation_power_ns", {{"linear", {0, 1000000}}}},
                         {"violation_thermal_ns", 0}};
     devs.push_back({{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", "GPU-" + std::to_string(i)}, {"metrics", m}});
   }
@@ -228,7 +237,8 @@ void BM_NvmlTickHealth(benchmark::State& state) {
   setenv("WATTSCOPE_FAKE_NVML_SCENARIO", path.c_str(), 1);
   NvmlSource::Options o;
   o.library_path = WATTSCOPE_FAKE_NVML;
-  o.health_period = state.range(0) == 0 ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(std::chrono::seconds(1));
+  o.health_period =
+      state.range(0) == 0 ? std::chrono::nanoseconds(0) : std::chrono::nanoseconds(std::chrono::seconds(1));
   NvmlSource src(o);
   if (!src.open()) {
     state.SkipWithError(src.status().line().c_str());

@@ -20,8 +20,8 @@ OptF RunSummary::total_energy_j() const {
 }
 
 nlohmann::json SamplingSummary::to_json() const {
-  return {{"adaptive", adaptive},           {"interval_s", interval_s},         {"idle_interval_s", idle_interval_s},
-          {"idle_after_s", idle_after_s},   {"idle_stretches", idle_stretches}, {"idle_s", idle_s},
+  return {{"adaptive", adaptive},         {"interval_s", interval_s},         {"idle_interval_s", idle_interval_s},
+          {"idle_after_s", idle_after_s}, {"idle_stretches", idle_stretches}, {"idle_s", idle_s},
           {"probe_ticks", probe_ticks}};
 }
 

@@ -39,7 +39,7 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
       ->capture_default_str();
   sub.add_option("--sysfs-root", f.sysfs_root, "Where sysfs is mounted (for containers and tests)")
       ->capture_default_str();
-  add_alerts_option(sub, f);   // alerts (issue 14)
+  add_alerts_option(sub, f);    // alerts (issue 14)
   add_adaptive_options(sub, f); // issue 18
 }
 
@@ -67,8 +67,8 @@ AdaptiveOptions adaptive_flags(const RecordFlags& f, std::chrono::nanoseconds in
                                  "rate used while idle, e.g. 10s",
                                  excerpt(f.idle_interval), format_duration(interval)));
   if (a.idle_interval > std::chrono::hours(1))
-    throw UsageError(fmt::format("--idle-interval {}: at most 1h (a stored sample at least every hour)",
-                                 excerpt(f.idle_interval)));
+    throw UsageError(
+        fmt::format("--idle-interval {}: at most 1h (a stored sample at least every hour)", excerpt(f.idle_interval)));
   if (!f.idle_after.empty()) {
     a.idle_after = flag_value("--idle-after", [&] { return parse_duration(f.idle_after); });
     if (a.idle_after > std::chrono::hours(24 * 7))
@@ -167,7 +167,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
     if (!f.interval_given) o.interval = std::chrono::milliseconds(250);
   }
   // ---- end simulate
-  o.alerts = alerts_flag(f.alerts);              // alerts (issue 14)
+  o.alerts = alerts_flag(f.alerts);           // alerts (issue 14)
   o.adaptive = adaptive_flags(f, o.interval); // issue 18 (after --simulate, which may set the interval)
   return o;
 }

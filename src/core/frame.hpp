@@ -66,12 +66,12 @@ struct GpuSample {
   OptF fan_pct;
   OptI pstate;
   OptF power_limit_w;
-  OptI throttle_reasons;              // NVML clock-event reason bit mask
-  OptF util_enc_pct;                  // video encoder busy share
-  OptF util_dec_pct;                  // video decoder busy share
-  OptI mem_reserved_bytes;            // driver-reserved device memory (NVML memory v2 only)
-  OptI mem_free_bytes;                //
-  OptI clock_video_mhz;               //
+  OptI throttle_reasons;   // NVML clock-event reason bit mask
+  OptF util_enc_pct;       // video encoder busy share
+  OptF util_dec_pct;       // video decoder busy share
+  OptI mem_reserved_bytes; // driver-reserved device memory (NVML memory v2 only)
+  OptI mem_free_bytes;     //
+  OptI clock_video_mhz;    //
   // ---- issue 17: health and throughput (NVIDIA; docs/nvidia.md)
   OptI mig_mode;                    // 1 when MIG is enabled
   OptI ecc_corrected_errors;        // volatile ECC counts (since the driver loaded)
@@ -92,14 +92,14 @@ struct GpuSample {
 // ---- issue 17: one MIG compute instance of a GPU (NVML), as last read (once a second, on the source's slow thread).
 // Power and energy are the parent GPU's: NVML measures them per GPU, not per instance.
 struct MigSample {
-  int gpu_index = 0;         // the parent GPU
-  int64_t gpu_instance = 0;  // NVML GPU instance id
+  int gpu_index = 0;        // the parent GPU
+  int64_t gpu_instance = 0; // NVML GPU instance id
   int64_t compute_instance = 0;
-  std::string uuid;          // MIG-…
-  OptI mem_used_bytes;       // of the instance's memory slice
-  OptI mem_total_bytes;      //
-  OptI processes;            // compute processes running in it
-  bool selected = false;     // the run's selection named it (CUDA_VISIBLE_DEVICES=MIG-…): attribution is scoped to it
+  std::string uuid;      // MIG-…
+  OptI mem_used_bytes;   // of the instance's memory slice
+  OptI mem_total_bytes;  //
+  OptI processes;        // compute processes running in it
+  bool selected = false; // the run's selection named it (CUDA_VISIBLE_DEVICES=MIG-…): attribution is scoped to it
 };
 // ---- end issue 17
 

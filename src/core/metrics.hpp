@@ -120,29 +120,28 @@ template <class S> struct MetricDef {
   X(mig_mode, I, "", "wattscope_gpu_mig_mode", Gauge, 1, "",                                                           \
     "1 when MIG is enabled (power and energy stay the whole GPU's, shared by its instances).", "MIG mode", "", 1, 0)   \
   X(ecc_corrected_errors, I, "errors", "wattscope_gpu_ecc_errors_total", Counter, 1, "error=\"corrected\"",            \
-    "ECC errors since the driver loaded (NVML volatile counters).", "ECC errors (corrected)", "", 1, 0)               \
+    "ECC errors since the driver loaded (NVML volatile counters).", "ECC errors (corrected)", "", 1, 0)                \
   X(ecc_uncorrected_errors, I, "errors", "wattscope_gpu_ecc_errors_total", Counter, 1, "error=\"uncorrected\"",        \
-    "ECC errors since the driver loaded (NVML volatile counters).", "ECC errors (uncorrected)", "", 1, 0)             \
+    "ECC errors since the driver loaded (NVML volatile counters).", "ECC errors (uncorrected)", "", 1, 0)              \
   X(remapped_rows_correctable, I, "rows", "wattscope_gpu_remapped_rows", Gauge, 1, "cause=\"correctable\"",            \
-    "Memory rows remapped to spares, by the kind of error that caused it.", "Remapped rows (correctable)", "", 1, 0)  \
+    "Memory rows remapped to spares, by the kind of error that caused it.", "Remapped rows (correctable)", "", 1, 0)   \
   X(remapped_rows_uncorrectable, I, "rows", "wattscope_gpu_remapped_rows", Gauge, 1, "cause=\"uncorrectable\"",        \
-    "Memory rows remapped to spares, by the kind of error that caused it.", "Remapped rows (uncorrectable)", "", 1,   \
-    0)                                                                                                                 \
+    "Memory rows remapped to spares, by the kind of error that caused it.", "Remapped rows (uncorrectable)", "", 1, 0) \
   X(remap_pending, I, "", "wattscope_gpu_remapped_rows_pending", Gauge, 1, "",                                         \
     "1 when a row remap waits for the next GPU reset.", "Remap pending", "", 1, 0)                                     \
   X(remap_failed, I, "", "wattscope_gpu_remapped_rows_failed", Gauge, 1, "",                                           \
     "1 when a row remap failed (the GPU needs service).", "Remap failed", "", 1, 0)                                    \
   X(pcie_replays, I, "", "wattscope_gpu_pcie_replays_total", Counter, 1, "",                                           \
     "PCIe link-level replays since the driver loaded.", "PCIe replays", "", 1, 0)                                      \
-  X(nvlink_tx_bytes_per_s, I, "B/s", "wattscope_gpu_nvlink_transmit_bytes_per_second", Gauge, 1, "",                  \
+  X(nvlink_tx_bytes_per_s, I, "B/s", "wattscope_gpu_nvlink_transmit_bytes_per_second", Gauge, 1, "",                   \
     "NVLink data sent, summed over links (NVML's KiB counter as a rate).", "NVLink TX", "MB/s", 1e-6, 0)               \
   X(nvlink_rx_bytes_per_s, I, "B/s", "wattscope_gpu_nvlink_receive_bytes_per_second", Gauge, 1, "",                    \
     "NVLink data received, summed over links (NVML's KiB counter as a rate).", "NVLink RX", "MB/s", 1e-6, 0)           \
   X(throttle_power_s, F, "s", "wattscope_gpu_throttle_seconds_total", Counter, 1, "reason=\"power\"",                  \
-    "Time the GPU was held below its application clocks since the run started (NVML violation status).",              \
+    "Time the GPU was held below its application clocks since the run started (NVML violation status).",               \
     "Throttled (power)", "s", 1, 0)                                                                                    \
   X(throttle_thermal_s, F, "s", "wattscope_gpu_throttle_seconds_total", Counter, 1, "reason=\"thermal\"",              \
-    "Time the GPU was held below its application clocks since the run started (NVML violation status).",              \
+    "Time the GPU was held below its application clocks since the run started (NVML violation status).",               \
     "Throttled (thermal)", "s", 1, 0)
 // ---- end issue 17
 

@@ -76,10 +76,10 @@ struct UnitSample {
   std::string unit;
   std::string unit_kind;
   std::optional<PodName> pod; // k8s-pod units whose names the kubelet gave; nullopt: known by uid only
-  size_t processes = 0;    // its processes in this scan
-  double cpu_power_w = 0;  // summed over its processes at that tick (0 where the CPU's power is not measured)
-  double gpu_power_w = 0;  // summed over its processes and GPUs
-  double cpu_energy_j = 0; // attributed since the run started
+  size_t processes = 0;       // its processes in this scan
+  double cpu_power_w = 0;     // summed over its processes at that tick (0 where the CPU's power is not measured)
+  double gpu_power_w = 0;     // summed over its processes and GPUs
+  double cpu_energy_j = 0;    // attributed since the run started
   double gpu_energy_j = 0;
 };
 
@@ -89,11 +89,11 @@ struct ProcessSnapshot {
   // Host CPU time in the window, summed over CPUs (/proc/stat), for the busy share.
   std::optional<double> cpu_busy_s;
   std::optional<double> cpu_total_s;
-  std::vector<ProcessSample> procs;        // every process the scan covers (the run's tree, or the machine)
-  std::vector<GpuProcessSample> gpu_procs; // one per (process, GPU) NVML listed
-  std::vector<int> gpus_listed;            // GPUs whose process lists answered this scan
-  std::vector<ProcessRow> rows;            // processes first seen or gone since the previous scan
-  std::vector<UnitSample> units;           // filled by accounting: every unit with a process in this scan
+  std::vector<ProcessSample> procs;                  // every process the scan covers (the run's tree, or the machine)
+  std::vector<GpuProcessSample> gpu_procs;           // one per (process, GPU) NVML listed
+  std::vector<int> gpus_listed;                      // GPUs whose process lists answered this scan
+  std::vector<ProcessRow> rows;                      // processes first seen or gone since the previous scan
+  std::vector<UnitSample> units;                     // filled by accounting: every unit with a process in this scan
   std::vector<std::pair<std::string, PodName>> pods; // unit ("pod <uid>") → names, for this scan's named pods
 };
 

@@ -151,11 +151,12 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   for (const auto& g : s.value("gpus", nlohmann::json::array())) {
     std::string line = fmt::format("  GPU {:<5} {}", g.value("index", 0), g.value("name", std::string("?")));
     if (has_num(g, "energy_j"))
-      line += fmt::format(" · {} [{}{}]", format_energy(num(g, "energy_j")), g.value("energy_method", std::string()),
-                          // issue 18: an integral over idle stretches is coarser, and says so
-                          idle_stretches && has_num(g, "max_integration_step_s")
-                              ? fmt::format(", steps up to {:.0f} s in idle stretches", num(g, "max_integration_step_s"))
-                              : std::string());
+      line +=
+          fmt::format(" · {} [{}{}]", format_energy(num(g, "energy_j")), g.value("energy_method", std::string()),
+                      // issue 18: an integral over idle stretches is coarser, and says so
+                      idle_stretches && has_num(g, "max_integration_step_s")
+                          ? fmt::format(", steps up to {:.0f} s in idle stretches", num(g, "max_integration_step_s"))
+                          : std::string());
     else
       line += " · energy not measured";
     if (has_num(g, "avg_power_w"))

@@ -57,8 +57,8 @@ void Session::open() {
       const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
       // No AMD/Intel card, no Level Zero loader or GPU: the normal state of most machines (a broken Level Zero
       // install is an Error, and said).
-      const bool quiet = quiet_when_missing(s->name()) ||
-                         (s->name() == "level-zero" && st.state == SourceStatus::State::Missing);
+      const bool quiet =
+          quiet_when_missing(s->name()) || (s->name() == "level-zero" && st.state == SourceStatus::State::Missing);
       if (st.state == SourceStatus::State::NoPermission)
         spdlog::warn("{}", said);
       else if (quiet)
@@ -165,16 +165,19 @@ void Session::start() {
   for (auto& w : writers_)
     w->start();
   if (alerts_) alerts_->start(); // alerts (issue 14)
-  sampler_ = std::make_unique<Sampler>(sources_, opts_.interval, [this](Frame& f) {
-    if (tracker_) f.processes = tracker_->take();
-    acc_->process(f);
-    phases_->process(f);
-    auto shared = std::make_shared<const Frame>(std::move(f));
-    for (auto& w : writers_)
-      w->push(shared);
-    if (opts_.on_frame) opts_.on_frame(shared);
-    if (alerts_) alerts_->offer(shared); // alerts (issue 14): queued, evaluated on the engine's thread
-  }, opts_.adaptive, devices_->size());
+  sampler_ = std::make_unique<Sampler>(
+      sources_, opts_.interval,
+      [this](Frame& f) {
+        if (tracker_) f.processes = tracker_->take();
+        acc_->process(f);
+        phases_->process(f);
+        auto shared = std::make_shared<const Frame>(std::move(f));
+        for (auto& w : writers_)
+          w->push(shared);
+        if (opts_.on_frame) opts_.on_frame(shared);
+        if (alerts_) alerts_->offer(shared); // alerts (issue 14): queued, evaluated on the engine's thread
+      },
+      opts_.adaptive, devices_->size());
   // issue 18: a marker that arrives while idle is settled on the next --interval tick, not an idle interval later.
   if (opts_.adaptive.enabled()) sampler_->set_activity_hint([this] { return phases_ && phases_->has_pending(); });
   sampler_->start();

@@ -17,10 +17,9 @@ std::map<std::string, PodName> parse_kubelet_pods(std::string_view json_text) {
   const auto j = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw std::runtime_error("the kubelet's /pods answer is not JSON");
   if (!j.is_object() || !j.contains("items") || !j["items"].is_array())
-    throw std::runtime_error(fmt::format("the kubelet's /pods answer has no 'items' list (kind '{}')",
-                                         j.is_object() && j.contains("kind") && j["kind"].is_string()
-                                             ? j["kind"].get<std::string>()
-                                             : std::string()));
+    throw std::runtime_error(fmt::format(
+        "the kubelet's /pods answer has no 'items' list (kind '{}')",
+        j.is_object() && j.contains("kind") && j["kind"].is_string() ? j["kind"].get<std::string>() : std::string()));
   std::map<std::string, PodName> out;
   auto str = [](const nlohmann::json& m, const char* key) -> std::string {
     auto it = m.find(key);
@@ -155,7 +154,8 @@ std::optional<std::string> KubeletPodNames::fetch(std::string& error) const {
       error = fmt::format("cannot read the token file {}", opts_.token_file);
       return std::nullopt;
     }
-    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
+      token.pop_back();
     headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   }

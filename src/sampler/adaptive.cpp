@@ -23,7 +23,8 @@ bool ActivityRule::quiet(const Frame& f, std::string* why) {
     return false;
   }
   if (*busy_cores > *baseline_cores_ + kQuietCpuCores) {
-    if (why) *why = fmt::format("CPU busy {:.2f} cores, above the idle baseline of {:.2f}", *busy_cores, *baseline_cores_);
+    if (why)
+      *why = fmt::format("CPU busy {:.2f} cores, above the idle baseline of {:.2f}", *busy_cores, *baseline_cores_);
     return false;
   }
   const size_t expected = gpus_ - lost_;

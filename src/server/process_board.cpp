@@ -223,8 +223,7 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
                              prom_label_value(u->unit), prom_label_value(u->unit_kind),
                              u->pod ? prom_label_value(u->pod->ns) : "", u->pod ? prom_label_value(u->pod->name) : "",
                              dev, host)
-               : fmt::format("unit=\"other\",kind=\"\",namespace=\"\",pod=\"\",device=\"{}\",host=\"{}\"", dev,
-                             host);
+               : fmt::format("unit=\"other\",kind=\"\",namespace=\"\",pod=\"\",device=\"{}\",host=\"{}\"", dev, host);
     };
     head(m, "wattscope_unit_power_watts", "gauge",
          "Power attributed to a unit (Slurm job, Kubernetes pod, container, systemd service, user session): the sum "

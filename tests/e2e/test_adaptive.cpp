@@ -35,7 +35,8 @@ json scenario(double quiet_s) {
   json util = {{"timeline", {{"quiet", 1}, {"busy", 70}}}};
   json m0 = {{"power_instant_mw", 90000}, {"energy_mj", energy}, {"util_gpu", util}, {"util_mem", 0}};
   json m1 = {{"power_instant_mw", 100000}, {"util_gpu", util}, {"util_mem", 0}}; // one call answers both
-  return {{"timeline", {{"loop", false}, {"segments", {{{"label", "quiet"}, {"s", quiet_s}}, {{"label", "busy"}, {"s", 1000}}}}}},
+  return {{"timeline",
+           {{"loop", false}, {"segments", {{{"label", "quiet"}, {"s", quiet_s}}, {{"label", "busy"}, {"s", 1000}}}}}},
           {"devices",
            {{{"name", "counter"}, {"uuid", "GPU-adaptive-0"}, {"metrics", m0}},
             {{"name", "integrated"}, {"uuid", "GPU-adaptive-1"}, {"metrics", m1}}}}};
@@ -85,8 +86,8 @@ std::map<std::string, std::string> fake_env(const TempDir& dir) {
 }
 
 std::vector<std::string> adaptive_args(const TempDir& dir) {
-  return {"--interval", "100ms", "--idle-interval", "500ms", "--idle-after", "400ms", "--top-processes", "0",
-          "--procfs-root", dir / "proc", "--sysfs-root", dir / "sys"};
+  return {"--interval",      "100ms", "--idle-interval", "500ms",      "--idle-after", "400ms",
+          "--top-processes", "0",     "--procfs-root",   dir / "proc", "--sysfs-root", dir / "sys"};
 }
 
 int64_t num(const std::optional<std::string>& s) {
@@ -202,7 +203,7 @@ TEST(Adaptive, IntegratedEnergyStaysRightAcrossTheIdleStretch) {
                                   "gpu_index = 1");
   const double span_s = static_cast<double>(num(rows[0][1]) - num(rows[0][0])) / 1000.0;
   EXPECT_NEAR(std::stod(*rows[0][2]), 100.0 * span_s, 3.0); // ts_ms is the wall clock, in ms
-  EXPECT_LT(num(rows[0][3]), 20); // 30 at full rate
+  EXPECT_LT(num(rows[0][3]), 20);                           // 30 at full rate
   EXPECT_EQ(scalar(dir / "w.db", "SELECT count(*) FROM events WHERE kind = 'sampling-active'"), "0");
   // The run ended while idle: its last row is at the end, not an idle interval before it.
   const int64_t end_ms = num(query(dir / "w.db", "SELECT end_ms FROM runs")[0][0]);
@@ -252,8 +253,9 @@ TEST(Adaptive, BadFlagValuesAreRejectedWithAClearMessage) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {{"--interval", "1s", "--idle-interval", "500ms"}, "--idle-interval 500ms must be longer than the sampling "
-                                                         "interval (1s)"},
+      {{"--interval", "1s", "--idle-interval", "500ms"},
+       "--idle-interval 500ms must be longer than the sampling "
+       "interval (1s)"},
       {{"--interval", "1s", "--idle-interval", "1s"}, "must be longer than the sampling interval"},
       {{"--idle-interval", "0"}, "--idle-interval"},
       {{"--idle-interval", "0s"}, "--idle-interval"},
@@ -284,9 +286,9 @@ TEST(Adaptive, BadFlagValuesAreRejectedWithAClearMessage) {
 
 TEST(Adaptive, GoodFlagsAreAcceptedByRun) {
   TempDir dir;
-  Result r = run({wattscope(), "run", "--db", dir / "w.db", "--idle-interval", "10s", "--idle-after", "30s", "--",
-                  "true"},
-                 {{"WATTSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1"}}, dir.path());
+  Result r =
+      run({wattscope(), "run", "--db", dir / "w.db", "--idle-interval", "10s", "--idle-after", "30s", "--", "true"},
+          {{"WATTSCOPE_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1"}}, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(run({wattscope(), "show", "--json", "--db", dir / "w.db"}).out);
   EXPECT_EQ(j["sampling"]["adaptive"], true);

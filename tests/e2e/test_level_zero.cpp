@@ -18,18 +18,20 @@ constexpr double kCounterStepUj = 15'000'000; // per read, 100 ms apart on the c
 
 // The fixture's Intel card (card1, 0000:00:02.0) as Level Zero sees it.
 json intel_arc() {
-  return {{"devices",
-           {{{"name", "Intel(R) Arc(TM) A770 Graphics"},
-             {"pci", {0, 0, 2, 0}},
-             {"power_domains",
-              {{{"domain", "card"},
-                {"card", true},
-                {"energy_uj", {{"linear", {2'000'000'000, kCounterStepUj}}}},
-                {"timestamp_us", {{"linear", {9'000'000, 100'000}}}}}}},
-             {"engines", {{{"type", "all"}, {"active_us", {{"linear", {0, 40'000}}}}, {"timestamp_us", {{"linear", {0, 100'000}}}}}}},
-             {"memory", {{{"location", "device"}, {"size", 17'179'869'184LL}, {"free", {{"linear", {16e9, -1e8}}}}}}},
-             {"frequency", {{{"domain", "gpu"}, {"actual_mhz", {{"linear", {2000, 10}}}}}}},
-             {"temperature", {{{"sensor", "gpu"}, {"celsius", {{"linear", {45, 0.5}}}}}}}}}}};
+  return {
+      {"devices",
+       {{{"name", "Intel(R) Arc(TM) A770 Graphics"},
+         {"pci", {0, 0, 2, 0}},
+         {"power_domains",
+          {{{"domain", "card"},
+            {"card", true},
+            {"energy_uj", {{"linear", {2'000'000'000, kCounterStepUj}}}},
+            {"timestamp_us", {{"linear", {9'000'000, 100'000}}}}}}},
+         {"engines",
+          {{{"type", "all"}, {"active_us", {{"linear", {0, 40'000}}}}, {"timestamp_us", {{"linear", {0, 100'000}}}}}}},
+         {"memory", {{{"location", "device"}, {"size", 17'179'869'184LL}, {"free", {{"linear", {16e9, -1e8}}}}}}},
+         {"frequency", {{{"domain", "gpu"}, {"actual_mhz", {{"linear", {2000, 10}}}}}}},
+         {"temperature", {{{"sensor", "gpu"}, {"celsius", {{"linear", {45, 0.5}}}}}}}}}}};
 }
 
 struct Run {
@@ -50,9 +52,9 @@ std::unique_ptr<Run> record(const json& scen, bool with_level_zero) {
   auto r = std::make_unique<Run>();
   write_file(r->dir / "scenario.json", scen.dump());
   amd_and_intel_gpus(r->root());
-  r->result = run({wattscope(), "run", "--task", "intel", "--interval", "50ms", "--sysfs-root", r->root(), "--", "sleep",
-                   "0.6"},
-                  env_for(*r, with_level_zero), r->dir.path());
+  r->result = run(
+      {wattscope(), "run", "--task", "intel", "--interval", "50ms", "--sysfs-root", r->root(), "--", "sleep", "0.6"},
+      env_for(*r, with_level_zero), r->dir.path());
   return r;
 }
 

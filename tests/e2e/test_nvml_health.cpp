@@ -63,10 +63,7 @@ json health_metrics() {
 }
 
 json device(const json& metrics, const std::string& uuid = "GPU-health-0") {
-  return {{"name", "NVIDIA H100 80GB HBM3"},
-          {"uuid", uuid},
-          {"pci_bus_id", "00000000:3B:00.0"},
-          {"metrics", metrics}};
+  return {{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", uuid}, {"pci_bus_id", "00000000:3B:00.0"}, {"metrics", metrics}};
 }
 
 struct Run {
@@ -183,10 +180,10 @@ TEST(NvmlHealth, UnsupportedCountersAreMissingAndProbedOnce) {
   auto r = run_with(scen, {"run", "--interval", "100ms", "--db", "w.db", "--", "sleep", "1.3"});
   ASSERT_EQ(r->result.exit_code, 0) << r->result.err;
   EXPECT_GE(std::stoi(scalar(r->db(), "SELECT count(*) FROM gpu_samples")), 5);
-  for (const char* col : {"ecc_corrected_errors", "ecc_uncorrected_errors", "remapped_rows_correctable",
-                          "remapped_rows_uncorrectable", "remap_pending", "remap_failed", "pcie_replays",
-                          "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s", "throttle_power_s", "throttle_thermal_s",
-                          "mig_mode"})
+  for (const char* col :
+       {"ecc_corrected_errors", "ecc_uncorrected_errors", "remapped_rows_correctable", "remapped_rows_uncorrectable",
+        "remap_pending", "remap_failed", "pcie_replays", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
+        "throttle_power_s", "throttle_thermal_s", "mig_mode"})
     EXPECT_EQ(scalar(r->db(), std::string("SELECT count(") + col + ") FROM gpu_samples"), "0") << col;
   // Asked once, answered NOT_SUPPORTED, never again.
   EXPECT_EQ(calls_of(r->calls, "nvmlDeviceGetTotalEccErrors"), 1);
@@ -197,7 +194,8 @@ TEST(NvmlHealth, UnsupportedCountersAreMissingAndProbedOnce) {
 
 TEST(NvmlHealth, XidErrorsBecomeEventsRows) {
   json d0 = device(base_metrics());
-  d0["xid"] = {{{"after_s", 0.2}, {"xid", 79}}, {{"after_s", 0.5}, {"xid", 48}, {"gpu_instance", 2}, {"compute_instance", 0}}};
+  d0["xid"] = {{{"after_s", 0.2}, {"xid", 79}},
+               {{"after_s", 0.5}, {"xid", 48}, {"gpu_instance", 2}, {"compute_instance", 0}}};
   json d1 = device(base_metrics(), "GPU-health-1");
   d1["pci_bus_id"] = "00000000:5E:00.0";
   d1["unsupported"] = {"xid"}; // registering answers NOT_SUPPORTED: that GPU's Xids are not watched, the other's are
@@ -304,8 +302,8 @@ TEST(NvmlMig, MigUuidSelectionScopesAttributionToTheInstance) {
     ASSERT_EQ(j["gpus"].size(), 1u);
     const json& g0 = j["attribution"]["devices"]["gpu0"];
     EXPECT_GT(g0["attributed_j"].get<double>(), 0) << j["attribution"].dump(2);
-    const std::string neighbour_rows = scalar(dir / "w.db", "SELECT count(*) FROM process_gpu_samples WHERE pid = " +
-                                                                std::to_string(neighbour));
+    const std::string neighbour_rows =
+        scalar(dir / "w.db", "SELECT count(*) FROM process_gpu_samples WHERE pid = " + std::to_string(neighbour));
     if (scoped) {
       EXPECT_EQ(g0["other_j"].get<double>(), 0) << "the other instance's process is not this run's neighbour";
       EXPECT_EQ(neighbour_rows, "0");
@@ -360,8 +358,7 @@ TEST(NvmlMig, MetricsShowInstancesHealthAndPciBusId) {
                             "mig_uuid=\"MIG-bbbb-2222\",host=\"";
   EXPECT_NE(metric_line(body, "wattscope_gpu_mig_memory_used_bytes{" + inst2).find("} 2147483648"), std::string::npos)
       << body;
-  EXPECT_NE(metric_line(body, "wattscope_gpu_mig_memory_total_bytes{" + inst2).find("} 42949672960"),
-            std::string::npos)
+  EXPECT_NE(metric_line(body, "wattscope_gpu_mig_memory_total_bytes{" + inst2).find("} 42949672960"), std::string::npos)
       << body;
   EXPECT_NE(metric_line(body, "wattscope_gpu_mig_instance_info{" + inst2).find("selected=\"false\"} 1"),
             std::string::npos)

@@ -17,7 +17,8 @@
 // that handle's reads from 0 (so, in a run, its tick). A read whose name is in the device's "unsupported" list
 // ("energy_counter", "engine_activity", "memory_state", "frequency_state", "temperature_state", "processes",
 // "pci_properties", "device_properties", "card_power_domain") answers ZE_RESULT_ERROR_UNSUPPORTED_FEATURE. From the
-// first per-tick read with k = lost_at_tick on, every read of that device answers ZE_RESULT_ERROR_DEVICE_LOST. "errors":
+// first per-tick read with k = lost_at_tick on, every read of that device answers ZE_RESULT_ERROR_DEVICE_LOST.
+// "errors":
 // {"energy_counter": {"code": N, "ticks": [2]}} on a device makes those reads answer `code`.
 //
 // Sysman comes up through zesInit, or (as older loaders do) through zeInit with ZES_ENABLE_SYSMAN=1 in the
@@ -69,9 +70,9 @@ struct State {
 double eval(const json& v, long long k) {
   if (v.is_number()) return v.get<double>();
   if (v.is_array())
-    return v.empty() ? 0
-                     : v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))]
-                           .get<double>();
+    return v.empty()
+               ? 0
+               : v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))].get<double>();
   if (v.is_object() && v.contains("linear"))
     return v["linear"][0].get<double>() + v["linear"][1].get<double>() * static_cast<double>(k);
   return 0;
@@ -79,7 +80,8 @@ double eval(const json& v, long long k) {
 // Large counters (a wrap near 2^64) need more than a double's 53 bits: integers are read as such.
 uint64_t eval_u64(const json& v, long long k) {
   const json* e = &v;
-  if (v.is_array() && !v.empty()) e = &v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))];
+  if (v.is_array() && !v.empty())
+    e = &v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))];
   if (e->is_number_unsigned()) return e->get<uint64_t>();
   if (e->is_number_integer()) return static_cast<uint64_t>(e->get<int64_t>());
   return static_cast<uint64_t>(std::llround(eval(*e, k)));
@@ -181,11 +183,17 @@ void copy_str(char* dst, size_t n, const std::string& s) {
 }
 
 uint32_t engine_type(const std::string& t) {
-  static const std::map<std::string, uint32_t> kTypes = {
-      {"all", kEngineAll},         {"compute_all", kEngineComputeAll},         {"media_all", kEngineMediaAll},
-      {"copy_all", kEngineCopyAll}, {"compute", kEngineComputeSingle},         {"render", kEngineRenderSingle},
-      {"render_all", kEngineRenderAll}, {"media_decode", kEngineMediaDecodeSingle},
-      {"media_encode", kEngineMediaEncodeSingle}, {"copy", kEngineCopySingle}, {"3d", kEngine3dSingle}};
+  static const std::map<std::string, uint32_t> kTypes = {{"all", kEngineAll},
+                                                         {"compute_all", kEngineComputeAll},
+                                                         {"media_all", kEngineMediaAll},
+                                                         {"copy_all", kEngineCopyAll},
+                                                         {"compute", kEngineComputeSingle},
+                                                         {"render", kEngineRenderSingle},
+                                                         {"render_all", kEngineRenderAll},
+                                                         {"media_decode", kEngineMediaDecodeSingle},
+                                                         {"media_encode", kEngineMediaEncodeSingle},
+                                                         {"copy", kEngineCopySingle},
+                                                         {"3d", kEngine3dSingle}};
   auto it = kTypes.find(t);
   return it == kTypes.end() ? kEngineCopySingle : it->second;
 }
@@ -444,5 +452,7 @@ Result processes_state(Device d, uint32_t* count, ProcessState* procs) {
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 #define FAKE_X(member, params, args, sym)                                                                              \
-  FAKE_EXPORT Result sym params { return impl::member args; }
+  FAKE_EXPORT Result sym params {                                                                                      \
+    return impl::member args;                                                                                          \
+  }
 WATTSCOPE_ZE_ENTRY_POINTS(FAKE_X)

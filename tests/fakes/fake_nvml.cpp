@@ -115,7 +115,7 @@ struct State {
   std::vector<bool> hung; // per entry of the scenario's top-level "hang"
   double t0 = 0;
   double default_cost_us = 0;
-  std::map<std::string, double, std::less<>> cost_us; // per symbol
+  std::map<std::string, double, std::less<>> cost_us;    // per symbol
   std::vector<std::unique_ptr<FakeEventSet>> event_sets; // issue 17
   // ---- simulate (issue 19) ----
   std::string scenario_text; // wattscope_fake_nvml_set_scenario: used instead of the file when set

@@ -210,7 +210,8 @@ void idle_then_busy(bool gpu_on_worker) {
   auto cpu = std::make_shared<QuietCpu>();
   Handed handed;
   // 20 ms grid, full samples every 100 ms once quiet for 60 ms.
-  Sampler sampler({cpu, gpu}, 20ms, [&](Frame& f) { handed(f); }, AdaptiveOptions{100ms, 60ms}, 1);
+  Sampler sampler(
+      {cpu, gpu}, 20ms, [&](Frame& f) { handed(f); }, AdaptiveOptions{100ms, 60ms}, 1);
   sampler.start();
   // Wait until it is idle and has probed for a while.
   for (int i = 0; i < 500 && sampler.stats().probe_ticks.load() < 15; ++i)
@@ -276,7 +277,8 @@ TEST(AdaptiveSampler, ARunEndingWhileIdleTakesALastFullSample) {
   auto gpu = std::make_shared<CountingGpu>(false);
   auto cpu = std::make_shared<QuietCpu>();
   Handed handed;
-  Sampler sampler({cpu, gpu}, 20ms, [&](Frame& f) { handed(f); }, AdaptiveOptions{1h, 20ms}, 1);
+  Sampler sampler(
+      {cpu, gpu}, 20ms, [&](Frame& f) { handed(f); }, AdaptiveOptions{1h, 20ms}, 1);
   sampler.start();
   for (int i = 0; i < 500 && sampler.stats().probe_ticks.load() < 3; ++i)
     std::this_thread::sleep_for(10ms);

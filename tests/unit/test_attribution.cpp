@@ -326,8 +326,7 @@ TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   EXPECT_NE(m.find("top 2 processes by power"), std::string::npos) << "the cap is in the HELP text";
   EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"cpu\""),
             500);
-  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""),
-            0)
+  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""), 0)
       << "a GPU host: the unit used none of its GPUs";
   ASSERT_EQ(b1->processes.size(), 2u);
   EXPECT_EQ(b1->processes[0]["pid"], 2);
@@ -354,8 +353,7 @@ TEST(ProcessBoard, AUnitOnAHostWithoutGpusHasNoGpuSeries) {
   EXPECT_EQ(value_of(m, "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",device=\"cpu\""), 30);
   EXPECT_EQ(series(m, "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""), "")
       << "missing, never 0";
-  EXPECT_EQ(series(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""),
-            "");
+  EXPECT_EQ(series(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""), "");
 }
 
 GpuState idle_gpu(int i) {

@@ -21,7 +21,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string fixture_pods() { return read_file(std::string(WATTSCOPE_SOURCE_DIR) + "/tests/fixtures/kubelet/pods.json"); }
+std::string fixture_pods() {
+  return read_file(std::string(WATTSCOPE_SOURCE_DIR) + "/tests/fixtures/kubelet/pods.json");
+}
 
 constexpr const char* kTrainerUid = "1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718";
 
@@ -167,12 +169,15 @@ void proc(const TempDir& d, int pid, const std::string& cgroup) {
 TEST(ProcessTracker, NamesThePodsTheKubeletListsAndKeepsUidsForTheOthers) {
   TempDir d;
   write_file(d / "proc/stat", "cpu  1000 0 0 1000 0 0 0 0 0 0\n");
-  proc(d, 10, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e3d4c_5b6a_7980_a1b2_"
-              "c3d4e5f60718.slice/cri-containerd-aa.scope\n");
-  proc(d, 11, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e3d4c_5b6a_7980_a1b2_"
-              "c3d4e5f60718.slice/cri-containerd-bb.scope\n");
-  proc(d, 12, "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod99999999_8888_7777_6666_"
-              "555555555555.slice/cri-containerd-cc.scope\n");
+  proc(d, 10,
+       "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e3d4c_5b6a_7980_a1b2_"
+       "c3d4e5f60718.slice/cri-containerd-aa.scope\n");
+  proc(d, 11,
+       "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1f2e3d4c_5b6a_7980_a1b2_"
+       "c3d4e5f60718.slice/cri-containerd-bb.scope\n");
+  proc(d, 12,
+       "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod99999999_8888_7777_6666_"
+       "555555555555.slice/cri-containerd-cc.scope\n");
   proc(d, 13, "0::/system.slice/kubelet.service\n");
   FixtureHttpServer kubelet;
   kubelet.answer(200, fixture_pods());

@@ -82,7 +82,9 @@ json device(int i) {
       {"name", "Intel(R) Data Center GPU Max 1550"},
       {"pci", {0, 0x3a + i, 0, 0}},
       {"power_domains",
-       {{{"domain", "card"}, {"card", true}, {"energy_uj", cumulative(1'000'000'000ULL * (i + 1), 20'000, 1000, i)},
+       {{{"domain", "card"},
+         {"card", true},
+         {"energy_uj", cumulative(1'000'000'000ULL * (i + 1), 20'000, 1000, i)},
          {"timestamp_us", linear_ts()}},
         {{"domain", "package"}, {"energy_uj", cumulative(5'000, 9'000, 100, i)}, {"timestamp_us", linear_ts()}}}},
       {"engines",
@@ -90,7 +92,9 @@ json device(int i) {
         {{"type", "media_encode"}, {"active_us", cumulative(0, 10'000, 0, i)}, {"timestamp_us", linear_ts()}},
         {{"type", "media_decode"}, {"active_us", cumulative(0, 20'000, 0, i)}, {"timestamp_us", linear_ts()}}}},
       {"memory",
-       {{{"location", "device"}, {"size", 68'719'476'736LL}, {"physical_size", 68'719'476'736LL},
+       {{{"location", "device"},
+         {"size", 68'719'476'736LL},
+         {"physical_size", 68'719'476'736LL},
          {"free", series(60e9, -1e9, i)}},
         {{"location", "system"}, {"size", 1'000'000}, {"free", 5}}}},
       {"frequency",
@@ -231,19 +235,20 @@ TEST(LevelZeroCounter, TimestampsThatDoNotAdvanceFallBackToTheSteadyClock) {
 TEST(LevelZero, UtilisationCombinesEngineGroupsByTheirScope) {
   // Device 0: compute and render groups, no engines-all group: the busier of the two. Device 1: only per-stack
   // engines-all groups: their mean (the device's share of busy time).
-  json scen = {{"devices",
-                {{{"pci", {0, 5, 0, 0}},
-                  {"engines",
-                   {{{"type", "compute_all"}, {"active_us", {0, 60'000, 70'000}}, {"timestamp_us", linear_ts()}},
-                    {{"type", "render_all"}, {"active_us", {0, 20'000, 100'000}}, {"timestamp_us", linear_ts()}},
-                    {{"type", "copy"}, {"active_us", {0, 100'000, 200'000}}, {"timestamp_us", linear_ts()}}}}},
-                 {{"pci", {0, 6, 0, 0}},
-                  {"engines",
-                   {{{"type", "all"}, {"subdevice", 0}, {"active_us", {0, 80'000, 80'000}}, {"timestamp_us", linear_ts()}},
-                    {{"type", "all"},
-                     {"subdevice", 1},
-                     {"active_us", {0, 20'000, 120'000}},
-                     {"timestamp_us", linear_ts()}}}}}}}};
+  json scen = {
+      {"devices",
+       {{{"pci", {0, 5, 0, 0}},
+         {"engines",
+          {{{"type", "compute_all"}, {"active_us", {0, 60'000, 70'000}}, {"timestamp_us", linear_ts()}},
+           {{"type", "render_all"}, {"active_us", {0, 20'000, 100'000}}, {"timestamp_us", linear_ts()}},
+           {{"type", "copy"}, {"active_us", {0, 100'000, 200'000}}, {"timestamp_us", linear_ts()}}}}},
+        {{"pci", {0, 6, 0, 0}},
+         {"engines",
+          {{{"type", "all"}, {"subdevice", 0}, {"active_us", {0, 80'000, 80'000}}, {"timestamp_us", linear_ts()}},
+           {{"type", "all"},
+            {"subdevice", 1},
+            {"active_us", {0, 20'000, 120'000}},
+            {"timestamp_us", linear_ts()}}}}}}}};
   Scenario on_disk(scen);
   auto src = open_fake();
   const auto frames = ticks(*src, 3);

@@ -53,7 +53,7 @@ public:
     sub.add_option("--socket", socket_,
                    "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
                    "WATTSCOPE_SOCKET=PATH in the workloads that send them");
-    add_alerts_option(sub, rec_);   // alerts (issue 14)
+    add_alerts_option(sub, rec_);    // alerts (issue 14)
     add_adaptive_options(sub, rec_); // issue 18
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
                "  wattscope serve --simulate                        # simulated GPUs: see every view without one\n"

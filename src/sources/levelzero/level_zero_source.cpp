@@ -211,7 +211,8 @@ bool LevelZeroSource::open() {
   if (lib_->has_sysman_init()) {
     init_call_ = "zesInit";
     rc = lib_->ses_init(0);
-    if (rc == kSuccess) rc = enumerate<Driver>([&](uint32_t* n, Driver* d) { return lib_->ses_driver_get(n, d); }, drivers);
+    if (rc == kSuccess)
+      rc = enumerate<Driver>([&](uint32_t* n, Driver* d) { return lib_->ses_driver_get(n, d); }, drivers);
   } else {
     init_call_ = "zeInit";
     ::setenv("ZES_ENABLE_SYSMAN", "1", 0);
@@ -466,16 +467,18 @@ void LevelZeroSource::sample_device(Dev& d, Frame& frame) {
       if (d.lost) return;
       continue;
     }
-    const double elapsed =
-        pd.last_read == SteadyClock::time_point{} ? 0 : std::chrono::duration<double>(frame.mono - pd.last_read).count();
+    const double elapsed = pd.last_read == SteadyClock::time_point{}
+                               ? 0
+                               : std::chrono::duration<double>(frame.mono - pd.last_read).count();
     const auto step = pd.counter.add(e.energy, e.timestamp, elapsed);
     pd.last_read = frame.mono;
     pd.power_w = step.power_w;
     if (step.reset)
-      frame.events.push_back({0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
-                              fmt::format("Intel GPU {}: the {} energy counter went back ({} µJ); counted on from there "
-                                          "(a driver reload?)",
-                                          d.info.gpu_index, domain_word(pd.kind), e.energy)});
+      frame.events.push_back(
+          {0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
+           fmt::format("Intel GPU {}: the {} energy counter went back ({} µJ); counted on from there "
+                       "(a driver reload?)",
+                       d.info.gpu_index, domain_word(pd.kind), e.energy)});
   }
   if (!d.energy_domains.empty()) {
     int64_t total = 0;
@@ -558,8 +561,7 @@ void LevelZeroSource::sample_device(Dev& d, Frame& frame) {
       continue;
     }
     if (st.actual < 0 || (f.type != kFreqGpu && f.type != kFreqMemory)) continue; // negative: the driver cannot tell
-    OptF& slot = f.type == kFreqGpu ? (f.on_subdevice ? gpu_stack : gpu_dev)
-                                    : (f.on_subdevice ? mem_stack : mem_dev);
+    OptF& slot = f.type == kFreqGpu ? (f.on_subdevice ? gpu_stack : gpu_dev) : (f.on_subdevice ? mem_stack : mem_dev);
     slot = std::max(slot.value_or(0.0), st.actual);
   }
   if (auto g = gpu_dev ? gpu_dev : gpu_stack) s.clock_gfx_mhz = static_cast<int64_t>(*g + 0.5);
@@ -643,20 +645,17 @@ nlohmann::json LevelZeroSource::report() const {
     nlohmann::json domains = nlohmann::json::array();
     for (size_t i = 0; i < d->domains.size(); ++i) {
       const auto& pd = d->domains[i];
-      domains.push_back(
-          {{"domain", domain_word(pd.kind)},
-           {"subdevice", pd.on_subdevice ? nlohmann::json(pd.subdevice) : nlohmann::json()},
-           {"energy_counter", pd.on && lib_->power_energy_counter},
-           {"device_energy",
-            std::find(d->energy_domains.begin(), d->energy_domains.end(), i) != d->energy_domains.end()},
-           {"energy_uj", pd.counter.seen() ? nlohmann::json(pd.counter.total_uj()) : nlohmann::json()}});
+      domains.push_back({{"domain", domain_word(pd.kind)},
+                         {"subdevice", pd.on_subdevice ? nlohmann::json(pd.subdevice) : nlohmann::json()},
+                         {"energy_counter", pd.on && lib_->power_energy_counter},
+                         {"device_energy",
+                          std::find(d->energy_domains.begin(), d->energy_domains.end(), i) != d->energy_domains.end()},
+                         {"energy_uj", pd.counter.seen() ? nlohmann::json(pd.counter.total_uj()) : nlohmann::json()}});
     }
     nlohmann::json engines = nlohmann::json::array();
     for (const auto& e : d->engines)
       if (e.on) engines.push_back(engine_word(e.type));
-    auto any_on = [](const auto& v) {
-      return std::any_of(v.begin(), v.end(), [](const auto& h) { return h.on; });
-    };
+    auto any_on = [](const auto& v) { return std::any_of(v.begin(), v.end(), [](const auto& h) { return h.on; }); };
     devs.push_back({{"index", d->info.gpu_index},
                     {"name", d->info.name},
                     {"uuid", d->info.uuid},
@@ -686,8 +685,7 @@ std::vector<std::string> LevelZeroSource::doctor_lines() const {
     std::string domains;
     for (size_t i = 0; i < d->domains.size(); ++i) {
       const auto& pd = d->domains[i];
-      const bool used =
-          std::find(d->energy_domains.begin(), d->energy_domains.end(), i) != d->energy_domains.end();
+      const bool used = std::find(d->energy_domains.begin(), d->energy_domains.end(), i) != d->energy_domains.end();
       domains += fmt::format("{}{}{}{}", domains.empty() ? "" : ", ", domain_word(pd.kind),
                              pd.on_subdevice ? fmt::format(" (stack {})", pd.subdevice) : "", used ? " [energy]" : "");
     }

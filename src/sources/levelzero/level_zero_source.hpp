@@ -29,10 +29,10 @@ class EnergyCounter {
 public:
   static constexpr double kMaxPlausibleW = 10'000; // no accelerator card draws this; a wrap's remainder is far below
   struct Step {
-    uint64_t delta_uj = 0;   // energy since the previous reading (0 on the first and on a reset)
-    OptF power_w;            // delta over the counter's own timestamps; missing on the first reading and a reset
-    bool wrapped = false;    // the counter wrapped between the two readings
-    bool reset = false;      // the counter went back and was restarted from here
+    uint64_t delta_uj = 0; // energy since the previous reading (0 on the first and on a reset)
+    OptF power_w;          // delta over the counter's own timestamps; missing on the first reading and a reset
+    bool wrapped = false;  // the counter wrapped between the two readings
+    bool reset = false;    // the counter went back and was restarted from here
   };
   // ts_us: the reading's timestamp (µs); elapsed_s: steady-clock seconds since the previous reading, used where the
   // timestamps do not advance.

@@ -171,7 +171,7 @@ struct EngineProperties { // zes_engine_properties_t
   Bool onSubdevice;
   uint32_t subdeviceId;
 };
-struct EngineStats { // zes_engine_stats_t
+struct EngineStats {   // zes_engine_stats_t
   uint64_t activeTime; // µs the group was busy
   uint64_t timestamp;  // µs, of the reading
 };
@@ -254,30 +254,30 @@ struct ProcessState { // zes_process_state_t
 #define WATTSCOPE_ZE_ENTRY_POINTS(X)                                                                                   \
   X(ses_init, (uint32_t flags), (flags), zesInit)                                                                      \
   X(ses_driver_get, (uint32_t * count, Driver * drivers), (count, drivers), zesDriverGet)                              \
-  X(ses_device_get, (Driver driver, uint32_t * count, Device * devices), (driver, count, devices), zesDeviceGet)      \
+  X(ses_device_get, (Driver driver, uint32_t * count, Device * devices), (driver, count, devices), zesDeviceGet)       \
   X(core_init, (uint32_t flags), (flags), zeInit)                                                                      \
-  X(core_driver_get, (uint32_t * count, Driver * drivers), (count, drivers), zeDriverGet)                             \
-  X(core_device_get, (Driver driver, uint32_t * count, Device * devices), (driver, count, devices), zeDeviceGet)      \
-  X(device_properties, (Device d, DeviceProperties * p), (d, p), zesDeviceGetProperties)                              \
-  X(device_pci_properties, (Device d, PciProperties * p), (d, p), zesDevicePciGetProperties)                          \
+  X(core_driver_get, (uint32_t * count, Driver * drivers), (count, drivers), zeDriverGet)                              \
+  X(core_device_get, (Driver driver, uint32_t * count, Device * devices), (driver, count, devices), zeDeviceGet)       \
+  X(device_properties, (Device d, DeviceProperties * p), (d, p), zesDeviceGetProperties)                               \
+  X(device_pci_properties, (Device d, PciProperties * p), (d, p), zesDevicePciGetProperties)                           \
   X(enum_power_domains, (Device d, uint32_t * count, Power * handles), (d, count, handles), zesDeviceEnumPowerDomains) \
-  X(card_power_domain, (Device d, Power * handle), (d, handle), zesDeviceGetCardPowerDomain)                          \
-  X(power_properties, (Power h, PowerProperties * p), (h, p), zesPowerGetProperties)                                  \
-  X(power_energy_counter, (Power h, PowerEnergyCounter * e), (h, e), zesPowerGetEnergyCounter)                        \
-  X(enum_engine_groups, (Device d, uint32_t * count, Engine * handles), (d, count, handles), zesDeviceEnumEngineGroups)\
-  X(engine_properties, (Engine h, EngineProperties * p), (h, p), zesEngineGetProperties)                              \
-  X(engine_activity, (Engine h, EngineStats * s), (h, s), zesEngineGetActivity)                                       \
-  X(enum_memory_modules, (Device d, uint32_t * count, Memory * handles), (d, count, handles),                         \
+  X(card_power_domain, (Device d, Power * handle), (d, handle), zesDeviceGetCardPowerDomain)                           \
+  X(power_properties, (Power h, PowerProperties * p), (h, p), zesPowerGetProperties)                                   \
+  X(power_energy_counter, (Power h, PowerEnergyCounter * e), (h, e), zesPowerGetEnergyCounter)                         \
+  X(enum_engine_groups, (Device d, uint32_t * count, Engine * handles), (d, count, handles),                           \
+    zesDeviceEnumEngineGroups)                                                                                         \
+  X(engine_properties, (Engine h, EngineProperties * p), (h, p), zesEngineGetProperties)                               \
+  X(engine_activity, (Engine h, EngineStats * s), (h, s), zesEngineGetActivity)                                        \
+  X(enum_memory_modules, (Device d, uint32_t * count, Memory * handles), (d, count, handles),                          \
     zesDeviceEnumMemoryModules)                                                                                        \
-  X(memory_properties, (Memory h, MemProperties * p), (h, p), zesMemoryGetProperties)                                 \
-  X(memory_state, (Memory h, MemState * s), (h, s), zesMemoryGetState)                                                \
-  X(enum_frequency_domains, (Device d, uint32_t * count, Frequency * handles), (d, count, handles),                   \
+  X(memory_properties, (Memory h, MemProperties * p), (h, p), zesMemoryGetProperties)                                  \
+  X(memory_state, (Memory h, MemState * s), (h, s), zesMemoryGetState)                                                 \
+  X(enum_frequency_domains, (Device d, uint32_t * count, Frequency * handles), (d, count, handles),                    \
     zesDeviceEnumFrequencyDomains)                                                                                     \
-  X(frequency_properties, (Frequency h, FreqProperties * p), (h, p), zesFrequencyGetProperties)                       \
-  X(frequency_state, (Frequency h, FreqState * s), (h, s), zesFrequencyGetState)                                      \
-  X(enum_temperature_sensors, (Device d, uint32_t * count, Temperature * handles), (d, count, handles),               \
+  X(frequency_properties, (Frequency h, FreqProperties * p), (h, p), zesFrequencyGetProperties)                        \
+  X(frequency_state, (Frequency h, FreqState * s), (h, s), zesFrequencyGetState)                                       \
+  X(enum_temperature_sensors, (Device d, uint32_t * count, Temperature * handles), (d, count, handles),                \
     zesDeviceEnumTemperatureSensors)                                                                                   \
-  X(temperature_properties, (Temperature h, TempProperties * p), (h, p), zesTemperatureGetProperties)                 \
-  X(temperature_state, (Temperature h, double* celsius), (h, celsius), zesTemperatureGetState)                        \
-  X(processes_state, (Device d, uint32_t * count, ProcessState * procs), (d, count, procs),                           \
-    zesDeviceProcessesGetState)
+  X(temperature_properties, (Temperature h, TempProperties * p), (h, p), zesTemperatureGetProperties)                  \
+  X(temperature_state, (Temperature h, double* celsius), (h, celsius), zesTemperatureGetState)                         \
+  X(processes_state, (Device d, uint32_t * count, ProcessState * procs), (d, count, procs), zesDeviceProcessesGetState)

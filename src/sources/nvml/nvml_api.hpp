@@ -175,7 +175,7 @@ inline constexpr int kEccCounterVolatile = 0;     // NVML_VOLATILE_ECC (nvmlEccC
 inline constexpr int kPerfPolicyPower = 0;        // NVML_PERF_POLICY_POWER (nvmlPerfPolicyType_t)
 inline constexpr int kPerfPolicyThermal = 1;      // NVML_PERF_POLICY_THERMAL
 
-struct ViolationTime {             // nvmlViolationTime_t
+struct ViolationTime {              // nvmlViolationTime_t
   unsigned long long referenceTime; // CPU timestamp, microseconds
   unsigned long long violationTime; // nanoseconds held below application clocks, since the driver loaded
 };
@@ -186,9 +186,9 @@ inline constexpr unsigned int kFieldNvlinkDataRx = 139; // NVML_FI_DEV_NVLINK_TH
 inline constexpr unsigned int kScopeAllLinks = 0xFFFFFFFFu;
 
 struct EventSetSt;
-using EventSet = EventSetSt*;                                 // nvmlEventSet_t
+using EventSet = EventSetSt*;                                                           // nvmlEventSet_t
 inline constexpr unsigned long long kEventTypeXidCriticalError = 0x0000000000000008ULL; // nvmlEventTypeXidCriticalError
-struct EventData {             // nvmlEventData_t (the _v2 wait fills all five; the older wait the first three)
+struct EventData { // nvmlEventData_t (the _v2 wait fills all five; the older wait the first three)
   Device device;
   unsigned long long eventType;
   unsigned long long eventData; // the Xid; 999 for an unknown one
@@ -258,22 +258,22 @@ enum class Need { Required, Optional };
      nvmlDeviceGetProcessesUtilizationInfo)                                                                            \
   X1(device_max_mig_count, Optional, (Device d, unsigned int* n), (d, n), nvmlDeviceGetMaxMigDeviceCount)              \
   X1(device_mig_by_index, Optional, (Device d, unsigned int index, Device* mig), (d, index, mig),                      \
-     nvmlDeviceGetMigDeviceHandleByIndex)                                                                      \
-  X1(device_mig_mode, Optional, (Device d, unsigned int* current, unsigned int* pending), (d, current, pending),      \
+     nvmlDeviceGetMigDeviceHandleByIndex)                                                                              \
+  X1(device_mig_mode, Optional, (Device d, unsigned int* current, unsigned int* pending), (d, current, pending),       \
      nvmlDeviceGetMigMode)                                                                                             \
-  X1(device_gpu_instance_id, Optional, (Device d, unsigned int* id), (d, id), nvmlDeviceGetGpuInstanceId)             \
-  X1(device_compute_instance_id, Optional, (Device d, unsigned int* id), (d, id), nvmlDeviceGetComputeInstanceId)     \
+  X1(device_gpu_instance_id, Optional, (Device d, unsigned int* id), (d, id), nvmlDeviceGetGpuInstanceId)              \
+  X1(device_compute_instance_id, Optional, (Device d, unsigned int* id), (d, id), nvmlDeviceGetComputeInstanceId)      \
   X1(device_total_ecc_errors, Optional, (Device d, int error_type, int counter_type, unsigned long long* count),       \
      (d, error_type, counter_type, count), nvmlDeviceGetTotalEccErrors)                                                \
   X1(device_remapped_rows, Optional,                                                                                   \
      (Device d, unsigned int* corrected, unsigned int* uncorrected, unsigned int* pending, unsigned int* failure),     \
      (d, corrected, uncorrected, pending, failure), nvmlDeviceGetRemappedRows)                                         \
   X1(device_pcie_replay_counter, Optional, (Device d, unsigned int* n), (d, n), nvmlDeviceGetPcieReplayCounter)        \
-  X1(device_violation_status, Optional, (Device d, int policy, ViolationTime* t), (d, policy, t),                     \
+  X1(device_violation_status, Optional, (Device d, int policy, ViolationTime* t), (d, policy, t),                      \
      nvmlDeviceGetViolationStatus)                                                                                     \
   X1(event_set_create, Optional, (EventSet * set), (set), nvmlEventSetCreate)                                          \
-  X1(device_register_events, Optional, (Device d, unsigned long long types, EventSet set), (d, types, set),           \
+  X1(device_register_events, Optional, (Device d, unsigned long long types, EventSet set), (d, types, set),            \
      nvmlDeviceRegisterEvents)                                                                                         \
-  X2(event_set_wait, Optional, (EventSet set, EventData * data, unsigned int timeout_ms), (set, data, timeout_ms),    \
+  X2(event_set_wait, Optional, (EventSet set, EventData * data, unsigned int timeout_ms), (set, data, timeout_ms),     \
      nvmlEventSetWait_v2, nvmlEventSetWait)                                                                            \
   X1(event_set_free, Optional, (EventSet set), (set), nvmlEventSetFree)

@@ -146,9 +146,9 @@ void NvmlSource::event_loop() {
       if (e.computeInstanceId != kNoInstance) where += fmt::format(" compute instance {}", e.computeInstanceId);
     }
     Event ev;
-    ev.ts_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
+    ev.ts_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count();
     ev.kind = "xid";
     ev.source = index >= 0 ? fmt::format("gpu{}", index) : "nvml";
     ev.detail = fmt::format("Xid {} on NVIDIA GPU {} ({}){}{}", e.eventData, index, dev ? dev->info.uuid : "?", where,

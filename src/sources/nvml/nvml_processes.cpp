@@ -96,8 +96,8 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
         }
         if ((*lib_).*v1) {
           std::vector<ProcessInfoV1> infos;
-          const Return rc = list<ProcessInfoV1>(
-              [&](unsigned int* n, ProcessInfoV1* p) { return ((*lib_).*v1)(h, n, p); }, infos);
+          const Return rc =
+              list<ProcessInfoV1>([&](unsigned int* n, ProcessInfoV1* p) { return ((*lib_).*v1)(h, n, p); }, infos);
           if (rc == kSuccess) {
             any_list = true;
             for (const auto& p : infos)

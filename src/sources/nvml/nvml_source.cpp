@@ -1,11 +1,11 @@
 #include "sources/nvml/nvml_source.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <set>
-#include <cmath>
 #include <tuple>
 #include <type_traits>
 

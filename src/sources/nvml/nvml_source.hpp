@@ -81,8 +81,8 @@ public:
     std::mutex mu;
     OptI tx, rx;
     SteadyClock::time_point at{};
-    bool lost = false; // mirror of Dev::lost for the slow thread
-    bool off = false;  // the device answered NOT_SUPPORTED for PCIe throughput
+    bool lost = false;           // mirror of Dev::lost for the slow thread
+    bool off = false;            // the device answered NOT_SUPPORTED for PCIe throughput
     std::vector<MigSample> migs; // issue 17: the MIG instances' latest memory and process counts
   };
   // ---- issue 17: health counters as last read (once a slow period), and what rates and run-relative times need
