@@ -4,26 +4,17 @@
 
 #include <fmt/format.h>
 
+#include "sources/dl_open.hpp"
+
 namespace wattscope::ze {
 
 std::unique_ptr<Library> Library::load(const std::string& explicit_path, std::string& why, bool& not_found) {
   not_found = false;
   std::unique_ptr<Library> lib(new Library());
-  std::vector<std::string> candidates;
-  if (!explicit_path.empty())
-    candidates.push_back(explicit_path);
-  else
-    candidates = {"libze_loader.so.1", "libze_loader.so"};
-  std::string errors;
-  for (const auto& c : candidates) {
-    lib->handle_ = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib->handle_) {
-      lib->path_ = c;
-      break;
-    }
-    const char* e = ::dlerror();
-    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e ? e : c);
-  }
+  auto opened = dl_open_first(explicit_path, {"libze_loader.so.1", "libze_loader.so"});
+  lib->handle_ = opened.handle;
+  lib->path_ = opened.path;
+  const std::string& errors = opened.errors;
   if (!lib->handle_) {
     not_found = explicit_path.empty();
     why = explicit_path.empty() ? fmt::format("no Level Zero loader (libze_loader.so.1) found: {}", errors)

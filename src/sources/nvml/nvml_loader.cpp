@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "sources/dl_open.hpp"
+
 namespace wattscope::nvml {
 
 namespace {
@@ -20,21 +22,10 @@ template <typename Fn> bool resolve(void* handle, Fn& out, std::initializer_list
 
 std::unique_ptr<Library> Library::load(const std::string& explicit_path, std::string& why) {
   std::unique_ptr<Library> lib(new Library());
-  std::vector<std::string> candidates;
-  if (!explicit_path.empty())
-    candidates.push_back(explicit_path);
-  else
-    candidates = {"libnvidia-ml.so.1", "libnvidia-ml.so"};
-  std::string errors;
-  for (const auto& c : candidates) {
-    lib->handle_ = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib->handle_) {
-      lib->path_ = c;
-      break;
-    }
-    const char* e = ::dlerror();
-    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e ? e : c);
-  }
+  auto opened = dl_open_first(explicit_path, {"libnvidia-ml.so.1", "libnvidia-ml.so"});
+  lib->handle_ = opened.handle;
+  lib->path_ = opened.path;
+  const std::string& errors = opened.errors;
   if (!lib->handle_) {
     why = explicit_path.empty() ? fmt::format("no NVIDIA driver library (libnvidia-ml.so.1) found: {}", errors)
                                 : fmt::format("cannot load WATTSCOPE_NVML_LIBRARY={}: {}", explicit_path, errors);

@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "sources/dl_open.hpp"
+
 namespace wattscope::rocm {
 
 std::vector<std::string> Library::default_candidates() {
@@ -17,18 +19,10 @@ std::vector<std::string> Library::default_candidates() {
 
 std::unique_ptr<Library> Library::load(const std::string& explicit_path, std::string& why) {
   std::unique_ptr<Library> lib(new Library());
-  const std::vector<std::string> candidates =
-      explicit_path.empty() ? default_candidates() : std::vector<std::string>{explicit_path};
-  std::string errors;
-  for (const auto& c : candidates) {
-    lib->handle_ = ::dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib->handle_) {
-      lib->path_ = c;
-      break;
-    }
-    const char* e = ::dlerror();
-    errors += fmt::format("{}{}", errors.empty() ? "" : "; ", e ? e : c);
-  }
+  auto opened = dl_open_first(explicit_path, default_candidates());
+  lib->handle_ = opened.handle;
+  lib->path_ = opened.path;
+  const std::string& errors = opened.errors;
   if (!lib->handle_) {
     why = explicit_path.empty() ? fmt::format("no ROCm SMI library (librocm_smi64.so) found: {}", errors)
                                 : fmt::format("cannot load WATTSCOPE_ROCM_SMI_LIBRARY={}: {}", explicit_path, errors);
