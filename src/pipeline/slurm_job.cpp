@@ -155,6 +155,36 @@ SlurmJob slurm_job_from_env(const EnvLookup& env) {
   return j;
 }
 
+void parse_scontrol_array_ids(std::string_view line, SlurmJob& job) {
+  auto field = [&](std::string_view key) -> std::string {
+    for (size_t at = line.find(key); at != std::string_view::npos; at = line.find(key, at + 1)) {
+      if (at > 0 && line[at - 1] != ' ') continue; // "ArrayJobId=" inside another key
+      std::string_view v = line.substr(at + key.size());
+      v = v.substr(0, v.find_first_of(" \n"));
+      const std::string s(v);
+      return all_digits(s) ? s : std::string();
+    }
+    return {};
+  };
+  const std::string array_job = field("ArrayJobId="), array_task = field("ArrayTaskId=");
+  if (array_job.empty() || array_task.empty()) return;
+  job.array_job_id = array_job;
+  job.array_task_id = array_task;
+}
+
+void array_ids_from_scontrol(SlurmJob& job) {
+  if (!all_digits(job.job_id)) return; // the only text of ours in the command line: digits, checked
+  const std::string cmd = "timeout 3 scontrol show job -o " + job.job_id + " 2>/dev/null";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return;
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0 && out.size() < (1u << 16);)
+    out.append(buf, n);
+  ::pclose(p);
+  parse_scontrol_array_ids(out, job);
+}
+
 SlurmConfig load_slurm_config(const std::string& path, bool path_given, const EnvLookup& env) {
   SlurmConfig cfg;
   std::map<std::string, std::pair<std::string, std::string>> values; // key -> value, where ("file:line" or "env")

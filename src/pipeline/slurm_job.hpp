@@ -35,6 +35,11 @@ struct SlurmJob {
 };
 // Throws std::invalid_argument naming the variable when SLURM_JOB_ID is missing or not a number (not run by slurmd).
 SlurmJob slurm_job_from_env(const EnvLookup& env);
+// slurmd 22.05 gives the prolog no SLURM_ARRAY_* variables: a job array's ids from `scontrol show job -o ID`'s
+// ArrayJobId= and ArrayTaskId= (parse_scontrol_array_ids reads that one line; digits only, else left empty).
+void parse_scontrol_array_ids(std::string_view scontrol_line, SlurmJob& job);
+// Runs `scontrol show job -o ID` (at most 3 s, through timeout(1)) and fills the array ids it names.
+void array_ids_from_scontrol(SlurmJob& job);
 
 // Where runs go and how the recorder runs: /etc/wattscope/slurm.conf (or the file WATTSCOPE_SLURM_CONFIG names), lines
 // of KEY=VALUE with the keys below, '#' comments; a variable of the same name in the environment wins.

@@ -309,7 +309,7 @@ TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   g.energy_j = 1000;
   g.mem_used_bytes = 1 << 30;
   s1.gpu_procs = {g};
-  s1.units = {{"docker aaa", "container", 2, 40, 0, 500, 0}};
+  s1.units = {{"docker aaa", "container", std::nullopt, 2, 40, 0, 500, 0}};
   s1.gpus_listed = {0};
   auto b1 = b.build(s1);
   const std::string& m = b1->metrics_text;
@@ -324,9 +324,12 @@ TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   EXPECT_EQ(value_of(m, "wattscope_process_energy_joules_total{pid=\"other\""), 400);
   EXPECT_NE(m.find("# TYPE wattscope_process_energy_joules_total counter"), std::string::npos);
   EXPECT_NE(m.find("top 2 processes by power"), std::string::npos) << "the cap is in the HELP text";
-  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"cpu\""),
+  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker "
+                        "aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"cpu\""),
             500);
-  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""), 0)
+  EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker "
+                        "aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
+            0)
       << "a GPU host: the unit used none of its GPUs";
   ASSERT_EQ(b1->processes.size(), 2u);
   EXPECT_EQ(b1->processes[0]["pid"], 2);
@@ -348,12 +351,22 @@ TEST(ProcessBoard, AUnitOnAHostWithoutGpusHasNoGpuSeries) {
   ProcessBoardBuilder b(2, "cpu-node");
   ProcessSnapshot s;
   s.procs = {filled(1, 30, 100, "docker aaa")};
-  s.units = {{"docker aaa", "container", 1, 30, 0, 100, 0}};
+  s.units = {{"docker aaa", "container", std::nullopt, 1, 30, 0, 100, 0}};
   const std::string m = b.build(s)->metrics_text; // no GPU listed its processes: gpus_listed is empty
-  EXPECT_EQ(value_of(m, "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",device=\"cpu\""), 30);
-  EXPECT_EQ(series(m, "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""), "")
+  EXPECT_EQ(
+      value_of(
+          m,
+          "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"cpu\""),
+      30);
+  EXPECT_EQ(
+      series(
+          m,
+          "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
+      "")
       << "missing, never 0";
-  EXPECT_EQ(series(m, "wattscope_unit_energy_joules_total{unit=\"docker aaa\",kind=\"container\",device=\"gpu\""), "");
+  EXPECT_EQ(series(m, "wattscope_unit_energy_joules_total{unit=\"docker "
+                      "aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
+            "");
 }
 
 GpuState idle_gpu(int i) {

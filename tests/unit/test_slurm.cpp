@@ -294,3 +294,21 @@ TEST(RunTags, ExactMatchOnEveryTagAndTheJobsTotalAcrossNodes) {
 }
 
 } // namespace
+
+// slurmd 22.05 gives the prolog no SLURM_ARRAY_* variables: the ids come from `scontrol show job -o`'s one line.
+TEST(SlurmJob, ArrayIdsFromScontrolsLine) {
+  wattscope::SlurmJob job;
+  job.job_id = "5";
+  wattscope::parse_scontrol_array_ids(
+      "JobId=5 ArrayJobId=4 ArrayTaskId=1 JobName=wrap UserId=root(0) GroupId=root(0) JobState=RUNNING\n", job);
+  EXPECT_EQ(job.array_job_id, "4");
+  EXPECT_EQ(job.array_task_id, "1");
+  wattscope::SlurmJob plain;
+  plain.job_id = "7";
+  wattscope::parse_scontrol_array_ids("JobId=7 JobName=wrap UserId=root(0) JobState=RUNNING\n", plain);
+  EXPECT_EQ(plain.array_job_id, "");
+  wattscope::SlurmJob odd; // a range ("1-3") or anything but digits is not taken
+  wattscope::parse_scontrol_array_ids("JobId=8 ArrayJobId=8 ArrayTaskId=1-3 JobState=PENDING\n", odd);
+  EXPECT_EQ(odd.array_job_id, "");
+  EXPECT_EQ(odd.array_task_id, "");
+}

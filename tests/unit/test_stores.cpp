@@ -154,11 +154,20 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
   EXPECT_TRUE(table_by_name("events"));
   EXPECT_FALSE(table_by_name("nope"));
   const std::vector<std::pair<std::string_view, std::string_view>> unit_suffix = {
-      {"W", "_w"}, {"J", "_j"},     {"%", "_pct"},          {"bytes", "_bytes"},
-      {"C", "_c"}, {"MHz", "_mhz"}, {"B/s", "_bytes_per_s"}};
-  // Unitless by nature: a lane count, a P-state number, a bit mask.
-  const std::vector<std::string_view> unitless = {"pcie_link_width", "pcie_link_width_max", "pstate",
-                                                  "throttle_reasons"};
+      {"W", "_w"},          {"J", "_j"},     {"%", "_pct"},           {"bytes", "_bytes"},
+      {"C", "_c"},          {"MHz", "_mhz"}, {"B/s", "_bytes_per_s"}, {"s", "_s"},
+      {"errors", "_errors"}};
+  // Unitless by nature: a lane count, a P-state number, a bit mask, a mode, flags, counts of replays and of rows.
+  const std::vector<std::string_view> unitless = {"pcie_link_width",
+                                                  "pcie_link_width_max",
+                                                  "pstate",
+                                                  "throttle_reasons",
+                                                  "mig_mode",
+                                                  "remap_pending",
+                                                  "remap_failed",
+                                                  "pcie_replays",
+                                                  "remapped_rows_correctable",
+                                                  "remapped_rows_uncorrectable"};
   const std::vector<std::string_view> not_measurements = {
       "run_id", "task", "command", "host", "cpu_model", "exit_status", "samples", "tags", "wattscope_version",
       "summary", "gpu_index", "vendor", "uuid", "name", "pci_bus_id", "energy_method", "power_source", "tick", "core",
@@ -169,7 +178,7 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
       "phase_id", "index", "parent", "start_tick", "end_tick", "closed_by_run_end", "amount"};
   auto check = [&](std::string_view column, std::string_view unit) {
     if (std::find(unitless.begin(), unitless.end(), column) != unitless.end()) {
-      EXPECT_TRUE(unit.empty() || unit == "lanes") << column;
+      EXPECT_TRUE(unit.empty() || unit == "lanes" || unit == "rows") << column;
       return;
     }
     bool found = false;

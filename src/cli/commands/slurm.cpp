@@ -31,7 +31,7 @@ public:
     for (auto* s : {prolog_, epilog_})
       s->add_option("--config", config_,
                     "Configuration file (default: $WATTSCOPE_SLURM_CONFIG, else /etc/wattscope/slurm.conf)");
-    sub.footer("In slurm.conf (deploy/slurm/ has the scripts; docs/slurm.md the whole set-up):\n"
+    sub.footer("Example, in slurm.conf (deploy/slurm/ has the scripts; docs/slurm.md the whole set-up):\n"
                "  Prolog=/etc/slurm/wattscope-prolog.sh\n"
                "  Epilog=/etc/slurm/wattscope-epilog.sh\n"
                "/etc/wattscope/slurm.conf (KEY=VALUE; the same variables in the environment win):\n"
@@ -57,7 +57,9 @@ public:
       cfg = load_slurm_config(path, given, env);
       for (const auto& p : cfg.problems)
         slurm_log(cfg, "configuration: " + p);
-      const SlurmJob job = slurm_job_from_env(env);
+      SlurmJob job = slurm_job_from_env(env);
+      // The task name and tags of an array's task need its ids now: a task may end before any process scan sees them.
+      if (prolog && job.array_job_id.empty()) array_ids_from_scontrol(job);
       if (prolog && !cfg.problems.empty()) {
         slurm_log(cfg, fmt::format("job {}: not recorded until the configuration is mended", job.job_id));
       } else if (prolog) {
