@@ -71,7 +71,8 @@ std::vector<RunInfo> task_runs(StoreReader& store, const std::string& task, std:
 std::vector<MetricStats> figure_stats(const std::vector<Figures>& runs) {
   std::vector<MetricStats> out;
   for (const auto& figs : runs)
-    for (const auto& [name, value] : figs) {
+    for (const auto& [metric, value] : figs) {
+      const std::string& name = metric; // (clang 14 cannot capture a structured binding)
       auto it = std::find_if(out.begin(), out.end(), [&](const MetricStats& m) { return m.name == name; });
       if (it == out.end()) {
         out.push_back({name, {}, {}});

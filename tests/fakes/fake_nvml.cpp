@@ -817,9 +817,8 @@ Return process_samples(Device d, std::vector<FakeUtil>& out) {
   fd->proc_calls.resize(procs.size());
   for (const auto& [i, pid] : live) {
     const long long k = fd->proc_calls[i]++;
-    auto pct = [&](const char* key) {
-      return static_cast<unsigned int>(std::llround(process_value(procs[i], key, k, 0)));
-    };
+    const json& proc = procs[i]; // (clang 14 cannot capture a structured binding)
+    auto pct = [&](const char* key) { return static_cast<unsigned int>(std::llround(process_value(proc, key, k, 0))); };
     out.push_back({pid, pct("sm"), pct("mem"), pct("enc"), pct("dec")});
   }
   return kSuccess;
