@@ -265,7 +265,9 @@ void Sampler::loop() {
       gather(frame, /*probe=*/false, deadline);
       if (adaptive) quiet = rule.quiet(frame, idle.idle() ? &why : nullptr);
     }
-    if (adaptive) {
+    // The last sample of a run is no news about activity: it can come microseconds after the last probe, when
+    // /proc/stat has not moved ("CPU utilisation unknown"), and a switch logged at the end would be a false one.
+    if (adaptive && !stopping) {
       const auto change = idle.observe(slot, frame.mono, quiet, full);
       if (change != IdleSchedule::Switch::None) {
         const bool to_idle = change == IdleSchedule::Switch::ToIdle;

@@ -17,7 +17,10 @@
 #include "../support/support.hpp"
 #include "http_client.hpp"
 
+namespace e2e_adaptive { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
@@ -204,7 +207,8 @@ TEST(Adaptive, IntegratedEnergyStaysRightAcrossTheIdleStretch) {
   const double span_s = static_cast<double>(num(rows[0][1]) - num(rows[0][0])) / 1000.0;
   EXPECT_NEAR(std::stod(*rows[0][2]), 100.0 * span_s, 3.0); // ts_ms is the wall clock, in ms
   EXPECT_LT(num(rows[0][3]), 20);                           // 30 at full rate
-  EXPECT_EQ(scalar(dir / "w.db", "SELECT count(*) FROM events WHERE kind = 'sampling-active'"), "0");
+  EXPECT_EQ(scalar(dir / "w.db", "SELECT count(*) FROM events WHERE kind = 'sampling-active'"), "0")
+      << scalar(dir / "w.db", "SELECT group_concat(detail, ' | ') FROM events WHERE kind = 'sampling-active'");
   // The run ended while idle: its last row is at the end, not an idle interval before it.
   const int64_t end_ms = num(query(dir / "w.db", "SELECT end_ms FROM runs")[0][0]);
   EXPECT_LT(end_ms - num(rows[0][1]), 300);
@@ -301,3 +305,4 @@ TEST(Adaptive, GoodFlagsAreAcceptedByRun) {
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_TRUE(json::parse(run({wattscope(), "show", "--json", "--db", dir / "off.db"}).out)["sampling"].is_null());
 }
+} // namespace e2e_adaptive
