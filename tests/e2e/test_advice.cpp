@@ -21,7 +21,10 @@
 #include "advice/advice.hpp"
 #include "http_client.hpp"
 
+namespace e2e_advice { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 namespace adv = wattscope::advice;
 
@@ -321,3 +324,4 @@ TEST(Advice, ServeAnswersFromItsWindowAndCaches) {
   EXPECT_NEAR(item["saving_pct"].get<double>(), 100.0 * 60 / (60 + 250), 1.5);
   EXPECT_EQ(second.body, first.body) << "recomputed within kRecomputeEvery";
 }
+} // namespace e2e_advice

@@ -23,7 +23,10 @@
 #include "../support/support.hpp"
 #include "http_client.hpp"
 
+namespace e2e_alerts { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -539,3 +542,4 @@ TEST(Alerts, EmailGoesThroughStartTlsWithCredentialsFromTheEnvironment) {
   EXPECT_EQ(scalar(b.db, "SELECT count(*) FROM events WHERE kind = 'alert-delivery-failed' AND source = 'email[0]'"),
             "1");
 }
+} // namespace e2e_alerts

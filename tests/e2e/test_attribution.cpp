@@ -17,7 +17,10 @@
 #include "../support/support.hpp"
 #include "http_client.hpp"
 
+namespace e2e_attribution { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -263,3 +266,4 @@ TEST(Attribution, CgroupRootComesFromTheEnvironment) {
 }
 
 } // namespace
+} // namespace e2e_attribution

@@ -8,7 +8,10 @@
 
 #include "../support/support.hpp"
 
+namespace e2e_bad_input { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -95,3 +98,4 @@ TEST(BadInput, TokenFileIsCheckedBeforeServing) {
   ASSERT_EQ(chmod((dir / "big").c_str(), 0600), 0);
   expect_refused(dir / "big", "at most 4096 bytes");
 }
+} // namespace e2e_bad_input

@@ -12,7 +12,10 @@
 #include "../support/support.hpp"
 #include "cli/command.hpp"
 
+namespace e2e_cli { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -304,3 +307,4 @@ TEST(Report, BadInputGetsAClearMessage) {
   auto not_ws = run(ws({"report", "--csv", dir / "csv/nothing.txt", "-o", "z.html"}), {}, dir.path());
   EXPECT_NE(not_ws.exit_code, 0);
 }
+} // namespace e2e_cli

@@ -13,7 +13,10 @@
 #include "../support/support.hpp"
 #include "http_client.hpp"
 
+namespace e2e_cluster { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -116,3 +119,4 @@ TEST(ServeCluster, PodUnitsCarryNamespaceAndNameFromTheKubeletAndTheNodeIsTheHos
 }
 
 } // namespace
+} // namespace e2e_cluster

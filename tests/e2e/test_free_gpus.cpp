@@ -12,7 +12,10 @@
 
 #include "../support/support.hpp"
 
+namespace e2e_free_gpus { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -184,3 +187,4 @@ TEST(CudaVisibleDevices, MigEntrySelectsItsParentGpuAndIndicesWarnUnderFastestFi
 }
 
 } // namespace
+} // namespace e2e_free_gpus

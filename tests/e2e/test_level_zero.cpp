@@ -9,7 +9,10 @@
 #include "../support/support.hpp"
 #include "../support/sysfs_fixtures.hpp"
 
+namespace e2e_level_zero { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -161,3 +164,4 @@ TEST(LevelZeroE2E, DoctorReportsTheBackendAndItsPowerDomains) {
   EXPECT_NE(text.out.find("level-zero"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("card [energy]"), std::string::npos) << text.out;
 }
+} // namespace e2e_level_zero

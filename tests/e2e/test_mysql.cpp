@@ -14,7 +14,10 @@
 #include "../support/mariadb.hpp"
 #include "sinks/store.hpp"
 
+namespace e2e_mysql { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -336,3 +339,4 @@ TEST(Mysql, ExportSqliteToMysqlToCsvLosesNothing) {
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.err.find("already exist"), std::string::npos) << again.err;
 }
+} // namespace e2e_mysql

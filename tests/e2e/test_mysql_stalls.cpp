@@ -11,7 +11,10 @@
 
 #include "../support/mariadb.hpp"
 
+namespace e2e_mysql_stalls { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -85,3 +88,4 @@ TEST(MysqlStalls, ServerFrozenAtTheEndSpillsAndTheRunEndsOnTime) {
   EXPECT_EQ(finished, 1);
   EXPECT_EQ(gpu_rows, 2 * samples);
 }
+} // namespace e2e_mysql_stalls

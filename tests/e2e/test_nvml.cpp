@@ -12,7 +12,10 @@
 
 #include "../support/support.hpp"
 
+namespace e2e_nvml { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -522,3 +525,4 @@ TEST(NvmlFake, RecordDoesNotWakeBetweenTicks) {
   EXPECT_LE(after - before, 2) << "wake-ups in 4 s with no tick due";
   EXPECT_EQ(scalar(dir / "w.db", "SELECT COUNT(*) FROM gpu_samples"), "2"); // it did record tick 0
 }
+} // namespace e2e_nvml

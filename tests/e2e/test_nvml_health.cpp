@@ -19,7 +19,10 @@
 #include "http_client.hpp"
 #include "sources/nvml/nvml_source.hpp"
 
+namespace e2e_nvml_health { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -380,3 +383,4 @@ TEST(NvmlMig, MetricsShowInstancesHealthAndPciBusId) {
   // Power has no per-instance series: NVML measures it per GPU.
   EXPECT_EQ(body.find("wattscope_gpu_power_watts{gpu=\"0\",uuid=\"GPU-mig-parent\",gpu_instance"), std::string::npos);
 }
+} // namespace e2e_nvml_health

@@ -17,7 +17,10 @@
 #include "../support/support.hpp"
 #include "../support/tmpfs.hpp"
 
+namespace e2e_outputs { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -316,3 +319,4 @@ TEST(Report, HostileStringsStayData) {
   for (size_t i = 0; i < kHostile.size(); ++i)
     EXPECT_EQ(d["runs"][i]["summary"]["task"], list[i]["task"]);
 }
+} // namespace e2e_outputs

@@ -16,7 +16,10 @@
 
 #include "../support/support.hpp"
 
+namespace e2e_phases { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -679,3 +682,4 @@ TEST(Phases, ServeListensOnTheSocketItIsGivenAndStoresThePhases) {
   EXPECT_EQ(scalar(f.db(), "SELECT name || ' ' || closed_by_run_end FROM phases"), "served 0");
   expect_phase_energy_matches_the_counters(f);
 }
+} // namespace e2e_phases

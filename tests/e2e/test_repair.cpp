@@ -12,7 +12,10 @@
 
 #include "../support/support.hpp"
 
+namespace e2e_repair { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -133,3 +136,4 @@ TEST(Repair, UnfinishedRunIsShownFromItsSamplesThenFinalised) {
   EXPECT_EQ(csv_after["samples"], csv_before["samples"]);
   EXPECT_TRUE(csv_after["total_energy_j"].is_number());
 }
+} // namespace e2e_repair

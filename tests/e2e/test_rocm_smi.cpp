@@ -8,7 +8,10 @@
 
 #include "../support/sysfs_fixtures.hpp"
 
+namespace e2e_rocm_smi { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -163,3 +166,4 @@ TEST(RocmSmiE2E, NoRocmIsQuiet) {
   EXPECT_EQ(scalar(dir / "w.db", "SELECT count(*) FROM events WHERE source = 'rocm-smi'"), "0");
   EXPECT_EQ(scalar(dir / "w.db", "SELECT count(*) FROM events WHERE source = 'nvml'"), "1") << "NVML still says so";
 }
+} // namespace e2e_rocm_smi

@@ -17,7 +17,10 @@
 #include "../support/sysfs_fixtures.hpp"
 #include "http_client.hpp"
 
+namespace e2e_serve { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 namespace http = wstest::http;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -331,3 +334,4 @@ TEST(Serve, DeployFilesWorkWithIt) {
     variables.insert(v["name"].get<std::string>());
   EXPECT_EQ(variables, (std::set<std::string>{"host", "gpu"}));
 }
+} // namespace e2e_serve

@@ -18,7 +18,10 @@
 #include "../support/support.hpp"
 #include "http_client.hpp"
 
+namespace e2e_serve_hostile { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 namespace http = wstest::http;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
@@ -313,3 +316,4 @@ TEST(ServeHttp, TheTokenComesFirstAndOversizedHeadersAreRefused) {
   EXPECT_EQ(head.status, 200);
   EXPECT_TRUE(head.body.empty());
 }
+} // namespace e2e_serve_hostile

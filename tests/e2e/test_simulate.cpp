@@ -15,7 +15,10 @@
 #include "../support/support.hpp"
 #include "http_client.hpp"
 
+namespace e2e_simulate { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -259,3 +262,4 @@ TEST(Simulate, ARealRunIsNotLabelledSimulated) {
 }
 
 } // namespace
+} // namespace e2e_simulate

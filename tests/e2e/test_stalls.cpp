@@ -10,7 +10,10 @@
 
 #include "../support/support.hpp"
 
+namespace e2e_stalls { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -137,3 +140,4 @@ TEST(Stalls, TheEndOfARunDoesNotWaitForAHungDriver) {
   EXPECT_EQ(num(db, "SELECT COUNT(*) FROM events WHERE kind = 'source-late'"), 1);
   EXPECT_NE(r->result.err.find("still inside a driver call at the end of the run"), std::string::npos) << r->result.err;
 }
+} // namespace e2e_stalls

@@ -11,7 +11,10 @@
 
 #include "../support/sysfs_fixtures.hpp"
 
+namespace e2e_sysfs { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -167,3 +170,4 @@ TEST(Sysfs, EstimateOnlyWhenAskedAndLabelled) {
           .is_null());
   EXPECT_NE(run({wattscope(), "run", "--cpu-tdp", "-5", "--", "true"}, kNoNvml, dir.path()).exit_code, 0);
 }
+} // namespace e2e_sysfs

@@ -2,6 +2,8 @@
 
 #include "accounting/accounting.hpp"
 
+namespace unit_accounting { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -113,3 +115,4 @@ TEST(Accounting, NothingMeasuredMeansNoEnergyFigure) {
   acc.process(f);
   EXPECT_FALSE(acc.summary().total_energy_j());
 }
+} // namespace unit_accounting

@@ -9,6 +9,8 @@
 #include "sampler/adaptive.hpp"
 #include "sampler/sampler.hpp"
 
+namespace unit_adaptive { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -304,3 +306,4 @@ TEST(AdaptiveSampler, OffByDefaultEveryTickIsFull) {
   for (const auto& f : handed.copy())
     EXPECT_FALSE(has_event(f, "sampling-idle"));
 }
+} // namespace unit_adaptive

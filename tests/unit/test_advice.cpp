@@ -5,6 +5,8 @@
 
 #include "advice/advice.hpp"
 
+namespace unit_advice { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wattscope::advice;
 
@@ -222,3 +224,4 @@ TEST(Advise, LargestSavingFirst) {
   EXPECT_GT(*items[0].saving_j, *items[1].saving_j);
   EXPECT_EQ(to_text(items, 1, false).find("gpu_starved"), std::string::npos);
 }
+} // namespace unit_advice

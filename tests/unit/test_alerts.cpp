@@ -15,6 +15,8 @@
 #include "alerts/notifiers.hpp"
 #include "alerts/rules.hpp"
 
+namespace unit_alerts { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -500,3 +502,4 @@ TEST(AlertEngine, TransitionsBecomeEventsAndOfferNeverBlocks) {
   EXPECT_EQ(j["recent"].size(), 3u);
   EXPECT_EQ(j["recent"][0]["state"], "resolved"); // newest first
 }
+} // namespace unit_alerts

@@ -16,8 +16,11 @@
 #include "sources/nvml/gpu_grab.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 
+namespace unit_attribution { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 
 namespace {
 
@@ -482,3 +485,4 @@ TEST(Attributor, PerProcessTotalsStayBoundedOverAMachinesLifetime) {
   EXPECT_NEAR(sum.units.at("u").cpu_energy_j, cpu.attributed_j + cpu.other_j, 1e-6 * cpu.measured_j());
   EXPECT_GT(sum.units.at("u").cpu_energy_j, 0);
 }
+} // namespace unit_attribution

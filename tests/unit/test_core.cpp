@@ -5,6 +5,8 @@
 #include "core/time_util.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 
+namespace unit_core { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -102,3 +104,4 @@ TEST(GpuSelection, FlagOverrides) {
   EXPECT_THROW(parse_gpu_selection("zero", std::nullopt), std::invalid_argument);
   EXPECT_THROW(parse_gpu_selection("0,,1", std::nullopt), std::invalid_argument);
 }
+} // namespace unit_core

@@ -15,8 +15,11 @@
 #include "processes/procfs.hpp"
 #include "processes/tracker.hpp"
 
+namespace unit_kubelet { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using namespace std::chrono_literals;
 
 namespace {
@@ -221,3 +224,4 @@ TEST(ProcessTracker, NoPodNoKubeletQuery) {
 }
 
 } // namespace
+} // namespace unit_kubelet

@@ -10,8 +10,11 @@
 #include "../support/support.hpp"
 #include "sources/levelzero/level_zero_source.hpp"
 
+namespace unit_level_zero { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
@@ -404,3 +407,4 @@ TEST(LevelZero, ReleasesAGpuAnEarlierBackendClaimed) {
   ASSERT_EQ(src->devices().size(), 1u);
   EXPECT_EQ(src->devices()[0].pci_bus_id, "0000:3b:00.0");
 }
+} // namespace unit_level_zero

@@ -23,6 +23,8 @@
 #include "sinks/csv/csv_store.hpp"
 #include "sinks/sqlite/sqlite_store.hpp"
 
+namespace unit_output_file { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 namespace fs = std::filesystem;
 
@@ -433,3 +435,4 @@ TEST(ReportJson, NoStringCanEndOrHideTheScriptBlock) {
   const auto close = html.find("</script>", open);
   EXPECT_EQ(nlohmann::json::parse(html.substr(open + 45, close - open - 45))["x"], hostile);
 }
+} // namespace unit_output_file

@@ -21,6 +21,8 @@
 #include "sources/nvml/gpu_selection.hpp"
 #ifdef WATTSCOPE_HAVE_MYSQL
 #include "sinks/mysql/mysql_store.hpp"
+
+namespace unit_parsers { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 #endif
 
 using namespace wattscope;
@@ -290,3 +292,4 @@ TEST(TokenFile, ConstantTimeEqual) {
   // A longer string that starts with the other, with NULs after: the lengths alone tell them apart.
   EXPECT_FALSE(constant_time_equal(std::string("ab\0", 3), "ab"));
 }
+} // namespace unit_parsers

@@ -17,6 +17,9 @@
 #include "phases/marker.hpp"
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
+#include "phases/stats.hpp"
+
+namespace unit_phases { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 
 using namespace wattscope;
 
@@ -408,7 +411,6 @@ TEST(MarkerSocket, SendingWithNobodyListeningDropsAtOnce) {
 }
 
 // --- statistics over repeated runs: checked against published tables and against a computation written apart.
-#include "phases/stats.hpp"
 
 namespace {
 // Student's t density, integrated numerically (Simpson's rule on a fine grid): a second opinion on the CDF that
@@ -476,3 +478,4 @@ TEST(Stats, WelchTestAgreesWithAnIndependentComputation) {
   EXPECT_EQ(welch_t_test({5, 5}, {5, 5})->p, 1);
   EXPECT_EQ(welch_t_test({5, 5}, {6, 6})->p, 0);
 }
+} // namespace unit_phases

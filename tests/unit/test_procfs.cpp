@@ -4,6 +4,8 @@
 #include "core/schema.hpp"
 #include "sources/procfs/cpu_source.hpp"
 
+namespace unit_procfs { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 
 namespace {
@@ -101,3 +103,4 @@ TEST(ProcfsCpuSource, MissingRootSaysSo) {
   EXPECT_FALSE(src.open());
   EXPECT_NE(src.status().line().find("--procfs-root"), std::string::npos);
 }
+} // namespace unit_procfs

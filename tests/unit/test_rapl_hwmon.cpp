@@ -7,8 +7,11 @@
 #include "sources/rapl/rapl_source.hpp"
 #include "sources/sysfs_util.hpp"
 
+namespace unit_rapl_hwmon { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using namespace std::chrono_literals;
 
 namespace {
@@ -227,3 +230,4 @@ TEST(SysfsNames, CardsAndRaplZones) {
   EXPECT_FALSE(sysfs::rapl_zone_dir("intel-rapl:x"));
   EXPECT_FALSE(sysfs::rapl_zone_dir("intel-rapl-mmio:0"));
 }
+} // namespace unit_rapl_hwmon

@@ -16,8 +16,11 @@
 #include "accounting/accounting.hpp"
 #include "sources/rocm/rocm_smi_source.hpp"
 
+namespace unit_rocm_smi { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 using json = nlohmann::json;
 
 namespace {
@@ -378,3 +381,4 @@ TEST(RocmSmi, GpuTemperatureFromTheJunctionWhereThereIsNoEdgeSensor) {
   EXPECT_EQ(c["rsmi_dev_temp_metric_get"].get<int>(),
             3 * 2 /*memory*/ + 3 /*edge, gpu 0*/ + 1 /*edge, gpu 1*/ + 3 /*junction, gpu 1*/);
 }
+} // namespace unit_rocm_smi

@@ -8,6 +8,8 @@
 
 #include "sampler/sampler.hpp"
 
+namespace unit_sampler { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -268,3 +270,4 @@ TEST(Sampler, StopDoesNotWaitForAHungDriverAndKeepsItAlive) {
     std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(destroyed.load());
 }
+} // namespace unit_sampler

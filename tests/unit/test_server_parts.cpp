@@ -15,6 +15,8 @@
 #include "server/query.hpp"
 #include "server/static_files.hpp"
 
+namespace unit_server_parts { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -256,3 +258,4 @@ TEST(LiveState, HistoryAveragesAndPeaksFromBothRings) {
     }
   }
 }
+} // namespace unit_server_parts

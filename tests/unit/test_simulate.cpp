@@ -9,6 +9,8 @@
 
 #include "pipeline/simulate.hpp"
 
+namespace unit_simulate { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using json = nlohmann::json;
 
@@ -122,3 +124,4 @@ TEST(Simulate, ScenarioChecksNameTheField) {
 }
 
 } // namespace
+} // namespace unit_simulate

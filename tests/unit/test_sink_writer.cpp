@@ -8,6 +8,8 @@
 
 #include "sinks/sink_writer.hpp"
 
+namespace unit_sink_writer { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -158,3 +160,4 @@ TEST(SinkWriter, FailingStoreIsRetriedUntilTheDeadlineThenReported) {
   EXPECT_LT(took, 3s);
   EXPECT_GE(w.stats().failures.load(), 2);
 }
+} // namespace unit_sink_writer

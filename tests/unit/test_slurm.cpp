@@ -18,8 +18,11 @@
 #include "processes/procfs.hpp"
 #include "processes/tracker.hpp"
 
+namespace unit_slurm { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wstest;
+using wstest::wattscope; // the binary's path, not namespace wattscope
 
 namespace {
 
@@ -312,3 +315,4 @@ TEST(SlurmJob, ArrayIdsFromScontrolsLine) {
   EXPECT_EQ(odd.array_job_id, "");
   EXPECT_EQ(odd.array_task_id, "");
 }
+} // namespace unit_slurm

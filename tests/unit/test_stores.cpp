@@ -14,6 +14,8 @@
 #include "sinks/sqlite/sqlite_store.hpp"
 #include "sinks/store.hpp"
 
+namespace unit_stores { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 
 namespace {
@@ -509,3 +511,4 @@ TEST(Stores, AVersion3StoreReadsWithNoPhasesAndGainsTheTablesWhenWritten) {
   EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM phases"), "1");
   EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM work"), "1");
 }
+} // namespace unit_stores

@@ -8,6 +8,8 @@
 #include "top/remote.hpp"
 #include "top/render.hpp"
 
+namespace unit_top { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace wattscope::top;
 using json = nlohmann::json;
@@ -159,3 +161,4 @@ TEST(TopRemote, UrlsAreCheckedAndTrimmed) {
   EXPECT_THROW(normalize_url("http://"), std::invalid_argument);
   EXPECT_THROW(normalize_url("http://a b"), std::invalid_argument);
 }
+} // namespace unit_top
