@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole product in one command, on any machine (a GPU is not needed): set up, build the wattscope binary only
-# (not the tests or benchmarks), then record two runs into demo/wattscope.db (and CSV in demo/csv/):
+# (not the tests or benchmarks; unoptimised, in build-demo/, which builds in about half the time), then record two
+# runs into demo/wattscope.db (and CSV in demo/csv/):
 #   1. a real run: a short CPU workload, measured (demo/report.html);
 #   2. a simulated run: 4 GPUs of a training job from wattscope's built-in scenario (--simulate), labelled
 #      "simulated" everywhere (demo/report-simulated.html).
@@ -12,14 +13,14 @@ say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 say "Installing what is needed (scripts/setup.sh; nothing is fetched when it is already there)"
 scripts/setup.sh
 
-say "Building the wattscope binary only (the tests and benchmarks are not needed for the demo)"
+say "Building the wattscope binary only, unoptimised for a quick start (build-demo/; no tests or benchmarks)"
 start=$(date +%s)
-scripts/build.sh release wattscope
-echo "built build/wattscope in $(($(date +%s) - start)) s"
+scripts/build.sh demo wattscope
+echo "built build-demo/wattscope in $(($(date +%s) - start)) s"
 
 mkdir -p demo
 cd demo
-ws=../build/wattscope
+ws=../build-demo/wattscope
 
 say "Run 1 of 2, measured: two busy CPU loops for three seconds, then a second of rest"
 "$ws" run --task demo-busy-loop --interval 250ms --db wattscope.db --csv csv --report report.html -- \
@@ -43,9 +44,11 @@ cat <<EOF
     measured run:   file://$here/report.html
     simulated run:  file://$here/report-simulated.html
   Live dashboard of simulated GPUs (then open http://127.0.0.1:9400/; Ctrl-C stops it):
-    build/wattscope serve --simulate
+    build-demo/wattscope serve --simulate
   The terminal view:
-    build/wattscope top --simulate
-  On a machine with NVIDIA GPUs, leave out --simulate to see them measured. 'build/wattscope doctor' says what this
-  machine can measure.
+    build-demo/wattscope top --simulate
+  On a machine with NVIDIA GPUs, leave out --simulate to see them measured. 'build-demo/wattscope doctor' says what
+  this machine can measure.
+  build-demo/wattscope is unoptimised (it costs more CPU per sample): for measuring your own jobs, build the
+  optimised binary with 'scripts/build.sh release wattscope' (build/wattscope, about four minutes on 2 cores).
 EOF
