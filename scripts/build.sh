@@ -32,6 +32,13 @@ if command -v ccache >/dev/null; then
   launcher="env;CCACHE_BASEDIR=$(pwd);CCACHE_NOHASHDIR=1;ccache"
   flags+=("-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher" "-DCMAKE_C_COMPILER_LAUNCHER=$launcher")
 fi
+# A tree configured earlier with another compiler (build-asan/ was GCC's) starts afresh: CMake would otherwise drop
+# its cache on the switch and with it every option given here, ASan included.
+if ((${#fast_cxx[@]})) && [ "$kind" != release ] && [ -f "$dir/CMakeCache.txt" ] &&
+   ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=$(command -v clang++)" "$dir/CMakeCache.txt"; then
+  echo "build: $dir/ was configured with another compiler; configuring it again for clang++"
+  rm -rf "$dir/CMakeCache.txt" "$dir/CMakeFiles"
+fi
 cmake -S . -B "$dir" -G Ninja "${flags[@]}" >/dev/null
 if [ ${#targets[@]} -gt 0 ]; then
   cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
