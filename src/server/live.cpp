@@ -520,40 +520,47 @@ advice::Input LiveState::advice_input() const {
   static const FineColumn cpu_package = fine_column("package_energy_j", cpu_history(), cpu_advice(), cpu_exact());
   static const FineColumn cpu_dram = fine_column("dram_energy_j", cpu_history(), cpu_advice(), cpu_exact());
   auto opt_f = [](double v) { return std::isnan(v) ? OptF() : OptF(v); };
-  auto opt_i = [](double v) { return std::isnan(v) ? OptI() : OptI(static_cast<int64_t>(std::llround(v))); };
+  // The ring's floats of integer metrics hold integers (exactly up to 2^24, and every float above is one): no rounding.
+  auto opt_i = [](double v) { return std::isnan(v) ? OptI() : OptI(static_cast<int64_t>(v)); };
 
   advice::Input in;
   std::lock_guard ring(ring_mu_);
   const size_t w = coarse_.width, ngpus = ring_gpus_.size();
-  // A value of a point: the CPU's (gpu == npos) or the g-th GPU's; NaN when missing or not kept.
+  // Where a value sits in a point, resolved once per copy: the CPU's (gpu == kCpu) or the g-th GPU's column.
+  struct Source {
+    bool exact = false, missing = true;
+    size_t offset = 0; // into the point's floats (fine_.mean) or doubles (fine_.exact)
+  };
   constexpr size_t kCpu = SIZE_MAX;
-  auto value = [&](size_t slot, size_t g, const FineColumn& c) -> double {
+  auto source = [&](size_t g, const FineColumn& c) {
     const bool cpu = g == kCpu;
     switch (c.kind) {
     case FineColumn::History:
-      return fine_
-          .mean[slot * fine_.width + (cpu ? c.index : cpu_history().size() + g * gpu_history().size() + c.index)];
+      return Source{false, false, cpu ? c.index : cpu_history().size() + g * gpu_history().size() + c.index};
     case FineColumn::Advice:
-      return fine_
-          .mean[slot * fine_.width + w + (cpu ? c.index : cpu_advice().size() + g * gpu_advice().size() + c.index)];
+      return Source{false, false, w + (cpu ? c.index : cpu_advice().size() + g * gpu_advice().size() + c.index)};
     case FineColumn::Exact:
-      return fine_
-          .exact[slot * fine_.exact_width + (cpu ? c.index : cpu_exact().size() + g * gpu_exact().size() + c.index)];
+      return Source{true, false, cpu ? c.index : cpu_exact().size() + g * gpu_exact().size() + c.index};
     case FineColumn::Missing:
       break;
     }
-    return NAN;
+    return Source{};
+  };
+  auto read = [&](size_t slot, const Source& src) -> double {
+    if (src.missing) return NAN;
+    return src.exact ? fine_.exact[slot * fine_.exact_width + src.offset] : fine_.mean[slot * fine_.width + src.offset];
   };
   // Reserved whole: the recomputation's copy is transient, and grows no vector twice its need.
   in.cpu.reserve(fine_.size);
+  const Source util = source(kCpu, cpu_util), package = source(kCpu, cpu_package), dram = source(kCpu, cpu_dram);
   for (size_t i = 0; i < fine_.size; ++i) {
     const size_t slot = fine_.at(i);
     advice::CpuPoint c;
     c.ts_ms = fine_.ts[slot];
-    c.util_pct = opt_f(value(slot, kCpu, cpu_util));
+    c.util_pct = opt_f(read(slot, util));
     // As advice::cpu_point: package + DRAM where the package is measured.
-    const double package = value(slot, kCpu, cpu_package), dram = value(slot, kCpu, cpu_dram);
-    if (!std::isnan(package)) c.energy_j = package + (std::isnan(dram) ? 0 : dram);
+    const double package_j = read(slot, package), dram_j = read(slot, dram);
+    if (!std::isnan(package_j)) c.energy_j = package_j + (std::isnan(dram_j) ? 0 : dram_j);
     in.cpu.push_back(c);
   }
   for (size_t g = 0; g < ngpus; ++g) {
@@ -561,14 +568,17 @@ advice::Input LiveState::advice_input() const {
     series.gpu_index = ring_gpus_[g];
     for (auto& f : facts)
       if (f.gpu_index == series.gpu_index) series = std::move(f);
+    std::array<Source, std::size(kGpuPointFields)> sources;
+    for (size_t k = 0; k < sources.size(); ++k)
+      sources[k] = source(g, columns[k]);
     series.points.reserve(fine_.size);
     for (size_t i = 0; i < fine_.size; ++i) {
       const size_t slot = fine_.at(i);
       if (!fine_.present[slot * ngpus + g]) continue; // the GPU did not answer: no point (a gap), as in a store
       advice::GpuPoint p;
       p.ts_ms = fine_.ts[slot];
-      for (size_t k = 0; k < columns.size(); ++k) {
-        const double v = value(slot, g, columns[k]);
+      for (size_t k = 0; k < sources.size(); ++k) {
+        const double v = read(slot, sources[k]);
         if (kGpuPointFields[k].real)
           p.*kGpuPointFields[k].real = opt_f(v);
         else

@@ -109,6 +109,7 @@ void expect_same_input(const advice::Input& want, const advice::Input& got) {
     EXPECT_EQ(got.cpu[i].ts_ms, want.cpu[i].ts_ms) << "cpu point " << i;
     EXPECT_EQ(got.cpu[i].util_pct, want.cpu[i].util_pct) << "cpu point " << i;
     EXPECT_EQ(got.cpu[i].energy_j, want.cpu[i].energy_j) << "cpu point " << i;
+    if (::testing::Test::HasFailure()) return;
   }
   ASSERT_EQ(got.gpus.size(), want.gpus.size());
   for (size_t g = 0; g < want.gpus.size(); ++g) {
