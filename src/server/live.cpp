@@ -521,7 +521,13 @@ advice::Input LiveState::advice_input() const {
   static const FineColumn cpu_dram = fine_column("dram_energy_j", cpu_history(), cpu_advice(), cpu_exact());
   auto opt_f = [](double v) { return std::isnan(v) ? OptF() : OptF(v); };
   // The ring's floats of integer metrics hold integers (exactly up to 2^24, and every float above is one): no rounding.
-  auto opt_i = [](double v) { return std::isnan(v) ? OptI() : OptI(static_cast<int64_t>(v)); };
+  // An int64 near its limits comes back as ±2^63, one past them: clamped, as a cast of it is undefined.
+  auto opt_i = [](double v) {
+    if (std::isnan(v)) return OptI();
+    if (v >= 0x1p63) return OptI(INT64_MAX);
+    if (v < -0x1p63) return OptI(INT64_MIN);
+    return OptI(static_cast<int64_t>(v));
+  };
 
   advice::Input in;
   std::lock_guard ring(ring_mu_);

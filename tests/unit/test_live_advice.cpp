@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -203,6 +204,7 @@ TEST(LiveAdvice, MissingValuesStayMissing) {
     if (i != 2) s.energy_j = 10.0 * static_cast<double>(i);
     s.util_gpu_pct = 0; // a reading of 0 stays 0
     s.mem_used_bytes = 0;
+    if (i == 1) s.pcie_tx_bytes_per_s = INT64_MAX; // a float of it is 2^63, one past: it comes back whole
     f->gpus.push_back(s);
     if (i != 1) { // GPU 1 answers with nothing measured but its index, except in frame 1 where it is lost
       GpuSample t;
@@ -228,6 +230,7 @@ TEST(LiveAdvice, MissingValuesStayMissing) {
   EXPECT_EQ(g0[0].util_pct, 0.0);
   EXPECT_EQ(g0[0].mem_used_bytes, 0);
   EXPECT_FALSE(g0[0].pcie_tx_bytes_per_s);
+  EXPECT_EQ(g0[1].pcie_tx_bytes_per_s, INT64_MAX);
   EXPECT_FALSE(g0[0].throttle_reasons);
   EXPECT_FALSE(g0[0].clock_sm_mhz);
   EXPECT_FALSE(g0[0].temp_c);
