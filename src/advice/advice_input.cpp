@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <fmt/format.h>
 
@@ -122,14 +125,22 @@ nlohmann::json LiveAdvice::json() {
   std::lock_guard cache_lock(cache_mu_);
   const auto now = std::chrono::steady_clock::now();
   if (!cache_.is_null() && now - computed_ < kRecomputeEvery) return cache_;
-  // The window's copy lives only for this computation: between recomputations the advice holds its answer alone.
-  const Input in = source_ ? source_() : Input{};
   nlohmann::json j;
-  j["window"] = {{"from", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.front().ts_ms))},
-                 {"to", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.back().ts_ms))},
-                 {"frames", in.cpu.size()},
-                 {"recomputed_every_s", kRecomputeEvery.count()}};
-  j["advice"] = to_json(advise(in));
+  {
+    // The window's copy lives only for this computation: between recomputations the advice holds its answer alone.
+    const Input in = source_ ? source_() : Input{};
+    j["window"] = {{"from", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.front().ts_ms))},
+                   {"to", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.back().ts_ms))},
+                   {"frames", in.cpu.size()},
+                   {"recomputed_every_s", kRecomputeEvery.count()}};
+    j["advice"] = to_json(advise(in));
+  }
+#ifdef __GLIBC__
+  // The copy (8 GPUs: ~5 MB of points) was freed, but glibc keeps freed memory of a thread's arena, and raises its
+  // mmap threshold after such frees: without a trim serve's RSS keeps the transient copy for good (bench/memory.py
+  // with an advice request: +6 MiB), as if the window were kept twice again. At most once per kRecomputeEvery.
+  malloc_trim(0);
+#endif
   cache_ = j;
   computed_ = now;
   return cache_;
