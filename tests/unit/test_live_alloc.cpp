@@ -20,6 +20,11 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
+// The nothrow form too (std::stable_sort's buffer): otherwise the library's, whose memory our delete would free().
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n ? n : 1);
+}
 // GCC sees free() reach a pointer from operator new where it inlines the pair; here both are malloc's.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -28,6 +33,9 @@ void operator delete(void* p) noexcept {
 }
 #pragma GCC diagnostic pop
 void operator delete(void* p, std::size_t) noexcept {
+  ::operator delete(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
   ::operator delete(p);
 }
 
