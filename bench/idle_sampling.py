@@ -16,7 +16,6 @@ call cost 20 us of CPU as a real driver's does (bench/overhead.py).
     bench/idle_sampling.py [--build DIR] [--cpu-seconds N] [--storage-seconds N] [--driver-like]
 """
 import argparse
-import json
 import os
 import shutil
 import sqlite3
@@ -27,25 +26,10 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from overhead import scenario  # noqa: E402  (the same 8 simulated H100s as overhead.py, idle)
+
 TABLES = ["gpu_samples", "cpu_samples", "cpu_core_samples", "cpu_power_samples", "events"]
-
-
-def scenario(path, gpus, driver_like):
-    devs = []
-    for i in range(gpus):
-        devs.append({"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{i}", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
-                     "metrics": {"power_instant_mw": 69000, "power_avg_mw": 70000,
-                                 "energy_mj": {"linear": [1000000, 70]}, "util_gpu": 0, "util_mem": 0,
-                                 "mem_used_bytes": 536870912, "mem_total_bytes": 85899345920, "temp_gpu": 31,
-                                 "temp_mem": 35, "clock_sm": 345, "clock_gfx": 345, "clock_mem": 2619,
-                                 "pcie_width": 16, "pcie_width_max": 16, "pcie_tx_kbs": 10, "pcie_rx_kbs": 10,
-                                 "fan_pct": 0, "pstate": 0, "power_limit_mw": 700000, "clock_events": 1,
-                                 "util_enc": 0, "util_dec": 0}})
-    s = {"devices": devs}
-    if driver_like:
-        s["call_cost_us"] = {"default": 20, "nvmlDeviceGetPcieThroughput": 20000}
-    with open(path, "w") as f:
-        json.dump(s, f)
 
 
 class QuietProc:
@@ -112,7 +96,7 @@ def main():
     work = tempfile.mkdtemp(prefix="ws-idle-bench-")
     try:
         os.makedirs(os.path.join(work, "sys"))
-        scenario(os.path.join(work, "scenario.json"), a.gpus, a.driver_like)
+        scenario(os.path.join(work, "scenario.json"), a.gpus, a.driver_like, load="idle")
         env = dict(os.environ, WATTSCOPE_NVML_LIBRARY=fake, WATTSCOPE_FAKE_NVML_SCENARIO=os.path.join(work, "scenario.json"))
         env.pop("CUDA_VISIBLE_DEVICES", None)
         proc = QuietProc(os.path.join(work, "proc"))

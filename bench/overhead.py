@@ -33,17 +33,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTERVALS = [(1000, 60, 15), (100, 30, 8), (10, 20, 5)]  # ms, long s, short s
 
 
-def scenario(path, gpus, driver_like):
+# What each GPU reports, by load: "busy" (a training step at 312 W of 700 W, 97 % utilisation) and "idle" (69 W,
+# nothing running, clocks down, the idle clock-event bit set). bench/idle_sampling.py and bench/memory.py use these too.
+LOADS = {
+    "busy": {"power_instant_mw": 312000, "power_avg_mw": 300000, "energy_mj": {"linear": [1000000, 300]},
+             "util_gpu": 97, "util_mem": 41, "mem_used_bytes": 75161927680, "temp_gpu": 64, "temp_mem": 71,
+             "clock_sm": 1980, "clock_gfx": 1980, "pcie_tx_kbs": 1000, "pcie_rx_kbs": 2000, "clock_events": 0},
+    "idle": {"power_instant_mw": 69000, "power_avg_mw": 70000, "energy_mj": {"linear": [1000000, 70]},
+             "util_gpu": 0, "util_mem": 0, "mem_used_bytes": 536870912, "temp_gpu": 31, "temp_mem": 35,
+             "clock_sm": 345, "clock_gfx": 345, "pcie_tx_kbs": 10, "pcie_rx_kbs": 10, "clock_events": 1},
+}
+
+
+def scenario(path, gpus, driver_like, load="busy"):
+    """Writes a fake NVML scenario of `gpus` H100s at `load` ("busy" or "idle", see LOADS); --driver-like call costs."""
+    if load not in LOADS:
+        raise ValueError(f"load must be one of {', '.join(LOADS)}, not {load!r}")
     devs = []
     for i in range(gpus):
+        metrics = {**LOADS[load], "mem_total_bytes": 85899345920, "clock_mem": 2619, "pcie_width": 16,
+                   "pcie_width_max": 16, "fan_pct": 0, "pstate": 0, "power_limit_mw": 700000, "util_enc": 0,
+                   "util_dec": 0}
         devs.append({"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{i}", "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
-                     "metrics": {"power_instant_mw": 312000, "power_avg_mw": 300000,
-                                 "energy_mj": {"linear": [1000000, 300]}, "util_gpu": 97, "util_mem": 41,
-                                 "mem_used_bytes": 75161927680, "mem_total_bytes": 85899345920, "temp_gpu": 64,
-                                 "temp_mem": 71, "clock_sm": 1980, "clock_gfx": 1980, "clock_mem": 2619,
-                                 "pcie_width": 16, "pcie_width_max": 16, "pcie_tx_kbs": 1000, "pcie_rx_kbs": 2000,
-                                 "fan_pct": 0, "pstate": 0, "power_limit_mw": 700000, "clock_events": 0,
-                                 "util_enc": 0, "util_dec": 0}})
+                     "metrics": metrics})
     s = {"devices": devs}
     if driver_like:
         s["call_cost_us"] = {"default": 20, "nvmlDeviceGetPcieThroughput": 20000}

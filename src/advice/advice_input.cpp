@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <map>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <fmt/format.h>
 
@@ -118,49 +121,26 @@ std::string summary_text(StoreReader& store, const RunInfo& run) {
          to_text(items, 3, false);
 }
 
-void LiveAdvice::set_devices(const std::vector<GpuDevice>& devices) {
-  std::lock_guard lock(mu_);
-  devices_ = devices;
-}
-
-void LiveAdvice::push(const Frame& frame) {
-  if (frame.rows_only || frame.markers_only) return;
-  Tick t;
-  t.cpu = cpu_point(frame.ts_ms, frame.cpu);
-  t.gpus.reserve(frame.gpus.size());
-  for (const auto& g : frame.gpus) {
-    t.gpus.push_back(gpu_point(frame.ts_ms, g));
-    t.gpu_index.push_back(g.gpu_index);
-  }
-  std::lock_guard lock(mu_);
-  if (frames_.size() >= kWindowFrames) frames_.pop_front();
-  frames_.push_back(std::move(t));
-}
-
 nlohmann::json LiveAdvice::json() {
   std::lock_guard cache_lock(cache_mu_);
   const auto now = std::chrono::steady_clock::now();
   if (!cache_.is_null() && now - computed_ < kRecomputeEvery) return cache_;
-  std::map<int, GpuSeries> by_index;
-  Input in;
-  {
-    std::lock_guard lock(mu_);
-    for (const auto& d : devices_)
-      set_device(series_for(by_index, d.gpu_index), d);
-    for (const auto& t : frames_) {
-      in.cpu.push_back(t.cpu);
-      for (size_t i = 0; i < t.gpus.size(); ++i)
-        series_for(by_index, t.gpu_index[i]).points.push_back(t.gpus[i]);
-    }
-  }
-  for (auto& [index, g] : by_index)
-    in.gpus.push_back(std::move(g));
   nlohmann::json j;
-  j["window"] = {{"from", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.front().ts_ms))},
-                 {"to", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.back().ts_ms))},
-                 {"frames", in.cpu.size()},
-                 {"recomputed_every_s", kRecomputeEvery.count()}};
-  j["advice"] = to_json(advise(in));
+  {
+    // The window's copy lives only for this computation: between recomputations the advice holds its answer alone.
+    const Input in = source_ ? source_() : Input{};
+    j["window"] = {{"from", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.front().ts_ms))},
+                   {"to", in.cpu.empty() ? nlohmann::json() : nlohmann::json(iso_utc_ms(in.cpu.back().ts_ms))},
+                   {"frames", in.cpu.size()},
+                   {"recomputed_every_s", kRecomputeEvery.count()}};
+    j["advice"] = to_json(advise(in));
+  }
+#ifdef __GLIBC__
+  // The copy (8 GPUs: ~5 MB of points) was freed, but glibc keeps freed memory of a thread's arena, and raises its
+  // mmap threshold after such frees: without a trim serve's RSS keeps the transient copy for good (bench/memory.py
+  // with an advice request: +6 MiB), as if the window were kept twice again. At most once per kRecomputeEvery.
+  malloc_trim(0);
+#endif
   cache_ = j;
   computed_ = now;
   return cache_;

@@ -28,6 +28,12 @@ inline constexpr unsigned kHistory = 1u << 1; // serve keeps it in its in-memory
 inline constexpr unsigned kPeak = 1u << 2; // history also keeps the bucket's peak (`<column>` with _peak before unit)
 inline constexpr unsigned kMethodLabel = 1u << 3; // Prometheus: add method="<the device's energy_method>"
 inline constexpr unsigned kNoZones = 1u << 4; // Prometheus: exported only where no RAPL zone is (zones say it better)
+// serve's fine ring (the last hour, frame by frame) also keeps it for the live advice (/api/v1/advice); it is not in
+// /api/v1/history nor in the coarse ring. Stored as a float like the history values, unless kExact.
+inline constexpr unsigned kAdvice = 1u << 5;
+// With kAdvice: kept as a double, not a float. For counters since the run started, which the advice differences
+// tick by tick: a float's 24-bit mantissa steps by 2 J past 16.8 MJ (a 700 W GPU gets there in under 7 h).
+inline constexpr unsigned kExact = 1u << 6;
 
 struct MetricInfo {
   std::string_view column;       // SQL/CSV column and JSON key; units in the name
@@ -61,26 +67,26 @@ template <class S> struct MetricDef {
 //   flags). F: an OptF member stored as REAL; I: an OptI member stored as INTEGER.
 #define WATTSCOPE_GPU_METRICS(X)                                                                                       \
   X(power_w, F, "W", "wattscope_gpu_power_watts", Gauge, 1, "",                                                        \
-    "GPU power draw (instantaneous where the driver has it).", "Power", "W", 1, kChart | kHistory | kPeak)             \
+    "GPU power draw (instantaneous where the driver has it).", "Power", "W", 1, kChart | kHistory | kPeak | kAdvice)   \
   X(power_avg_w, F, "W", "wattscope_gpu_power_average_watts", Gauge, 1, "",                                            \
     "GPU power averaged by the driver (1 s window).", "Power (driver average)", "W", 1, 0)                             \
   X(energy_j, F, "J", "wattscope_gpu_energy_joules_total", Counter, 1, "",                                             \
     "GPU energy since the run started: hardware counter (method=\"counter\") or integrated power.", "Energy", "J", 1,  \
-    kMethodLabel)                                                                                                      \
+    kMethodLabel | kAdvice | kExact)                                                                                   \
   X(util_gpu_pct, F, "%", "wattscope_gpu_utilization_ratio", Gauge, 0.01, "",                                          \
-    "Share of time a kernel ran (NVML GPU utilisation).", "GPU utilisation", "%", 1, kChart | kHistory)                \
+    "Share of time a kernel ran (NVML GPU utilisation).", "GPU utilisation", "%", 1, kChart | kHistory | kAdvice)      \
   X(util_mem_pct, F, "%", "wattscope_gpu_memory_utilization_ratio", Gauge, 0.01, "",                                   \
     "Share of time device memory was read or written.", "Memory-bus utilisation", "%", 1, kChart)                      \
   X(mem_used_bytes, I, "bytes", "wattscope_gpu_memory_used_bytes", Gauge, 1, "", "Device memory in use.",              \
-    "Memory used", "GiB", 1.0 / (1 << 30), kChart | kHistory)                                                          \
+    "Memory used", "GiB", 1.0 / (1 << 30), kChart | kHistory | kAdvice)                                                \
   X(mem_total_bytes, I, "bytes", "wattscope_gpu_memory_total_bytes", Gauge, 1, "", "Device memory size.",              \
     "Memory total", "GiB", 1.0 / (1 << 30), 0)                                                                         \
   X(temp_gpu_c, F, "C", "wattscope_gpu_temperature_celsius", Gauge, 1, "", "GPU die temperature.", "GPU temperature",  \
-    "°C", 1, kChart | kHistory)                                                                                        \
+    "°C", 1, kChart | kHistory | kAdvice)                                                                              \
   X(temp_mem_c, F, "C", "wattscope_gpu_memory_temperature_celsius", Gauge, 1, "", "GPU memory temperature.",           \
     "Memory temperature", "°C", 1, kChart)                                                                             \
   X(clock_sm_mhz, I, "MHz", "wattscope_gpu_clock_hertz", Gauge, 1e6, "clock=\"sm\"", "GPU clocks.", "SM clock", "MHz", \
-    1, kChart)                                                                                                         \
+    1, kChart | kAdvice)                                                                                               \
   X(clock_gfx_mhz, I, "MHz", "wattscope_gpu_clock_hertz", Gauge, 1e6, "clock=\"graphics\"", "GPU clocks.",             \
     "Graphics clock", "MHz", 1, 0)                                                                                     \
   X(clock_mem_mhz, I, "MHz", "wattscope_gpu_clock_hertz", Gauge, 1e6, "clock=\"memory\"", "GPU clocks.",               \
@@ -90,17 +96,17 @@ template <class S> struct MetricDef {
   X(pcie_link_width_max, I, "lanes", "wattscope_gpu_pcie_link_width", Gauge, 1, "kind=\"max\"",                        \
     "PCIe link width in lanes (current and maximum).", "PCIe link width (max)", "lanes", 1, 0)                         \
   X(pcie_tx_bytes_per_s, I, "B/s", "wattscope_gpu_pcie_transmit_bytes_per_second", Gauge, 1, "",                       \
-    "PCIe TX throughput (NVML's KB/s x 1024).", "PCIe TX", "MB/s", 1e-6, kChart)                                       \
+    "PCIe TX throughput (NVML's KB/s x 1024).", "PCIe TX", "MB/s", 1e-6, kChart | kAdvice)                             \
   X(pcie_rx_bytes_per_s, I, "B/s", "wattscope_gpu_pcie_receive_bytes_per_second", Gauge, 1, "",                        \
-    "PCIe RX throughput (NVML's KB/s x 1024).", "PCIe RX", "MB/s", 1e-6, kChart)                                       \
+    "PCIe RX throughput (NVML's KB/s x 1024).", "PCIe RX", "MB/s", 1e-6, kChart | kAdvice)                             \
   X(fan_pct, F, "%", "wattscope_gpu_fan_speed_ratio", Gauge, 0.01, "", "Fan speed as a share of its maximum.", "Fan",  \
     "%", 1, 0)                                                                                                         \
   X(pstate, I, "", "wattscope_gpu_performance_state", Gauge, 1, "", "P-state (0 is the fastest).", "P-state", "", 1,   \
     0)                                                                                                                 \
   X(power_limit_w, F, "W", "wattscope_gpu_power_limit_watts", Gauge, 1, "", "Enforced power limit.", "Power limit",    \
-    "W", 1, 0)                                                                                                         \
+    "W", 1, kAdvice)                                                                                                   \
   X(throttle_reasons, I, "", "wattscope_gpu_throttle_reasons", Gauge, 1, "",                                           \
-    "NVML clock-event (throttle) reason bit mask.", "Throttle reasons", "", 1, 0)                                      \
+    "NVML clock-event (throttle) reason bit mask.", "Throttle reasons", "", 1, kAdvice)                                \
   X(util_enc_pct, F, "%", "wattscope_gpu_encoder_utilization_ratio", Gauge, 0.01, "",                                  \
     "Share of time the video encoder was busy.", "Encoder utilisation", "%", 1, kChart)                                \
   X(util_dec_pct, F, "%", "wattscope_gpu_decoder_utilization_ratio", Gauge, 0.01, "",                                  \
@@ -148,7 +154,7 @@ template <class S> struct MetricDef {
 // Host CPU and memory, one row per tick (cpu_samples). Prometheus samples carry the host label.
 #define WATTSCOPE_CPU_METRICS(X)                                                                                       \
   X(util_pct, F, "%", "wattscope_cpu_utilization_ratio", Gauge, 0.01, "",                                              \
-    "Host CPU busy share over the last interval.", "CPU utilisation", "%", 1, kChart | kHistory)                       \
+    "Host CPU busy share over the last interval.", "CPU utilisation", "%", 1, kChart | kHistory | kAdvice)             \
   X(mem_used_bytes, I, "bytes", "wattscope_memory_used_bytes", Gauge, 1, "",                                           \
     "Host memory in use (total minus available).", "Host memory used", "GiB", 1.0 / (1 << 30), kChart)                 \
   X(mem_total_bytes, I, "bytes", "wattscope_memory_total_bytes", Gauge, 1, "", "Host memory size.",                    \
@@ -157,8 +163,9 @@ template <class S> struct MetricDef {
     "CPU package power, method as a label.", "CPU package power", "W", 1, kChart | kHistory | kMethodLabel | kNoZones) \
   X(dram_power_w, F, "W", "", Gauge, 1, "", "DRAM power (RAPL).", "DRAM power", "W", 1, kChart)                        \
   X(package_energy_j, F, "J", "", Counter, 1, "", "CPU package energy since the run started.", "CPU package energy",   \
-    "J", 1, 0)                                                                                                         \
-  X(dram_energy_j, F, "J", "", Counter, 1, "", "DRAM energy since the run started.", "DRAM energy", "J", 1, 0)
+    "J", 1, kAdvice | kExact)                                                                                          \
+  X(dram_energy_j, F, "J", "", Counter, 1, "", "DRAM energy since the run started.", "DRAM energy", "J", 1,            \
+    kAdvice | kExact)
 
 // One RAPL powercap zone per tick (cpu_power_samples). Labels: host, zone, domain, socket.
 #define WATTSCOPE_ZONE_METRICS(X)                                                                                      \

@@ -1,6 +1,7 @@
 #include "server/live.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -98,6 +99,68 @@ const std::vector<const MetricDef<GpuSample>*>& gpu_history() {
   return v;
 }
 
+// ---- issue 12: what the fine ring keeps for the live advice beyond the history: kAdvice floats (those not already
+// history values) and kExact doubles.
+template <class S> std::vector<const MetricDef<S>*> advice_metrics(std::span<const MetricDef<S>> all, bool exact) {
+  std::vector<const MetricDef<S>*> out;
+  for (const auto& m : all)
+    if ((m.info.flags & kAdvice) && !(m.info.flags & kHistory) && ((m.info.flags & kExact) != 0) == exact)
+      out.push_back(&m);
+  return out;
+}
+const std::vector<const MetricDef<CpuSample>*>& cpu_advice() {
+  static const auto v = advice_metrics(kCpuMetrics, false);
+  return v;
+}
+const std::vector<const MetricDef<GpuSample>*>& gpu_advice() {
+  static const auto v = advice_metrics(kGpuMetrics, false);
+  return v;
+}
+const std::vector<const MetricDef<CpuSample>*>& cpu_exact() {
+  static const auto v = advice_metrics(kCpuMetrics, true);
+  return v;
+}
+const std::vector<const MetricDef<GpuSample>*>& gpu_exact() {
+  static const auto v = advice_metrics(kGpuMetrics, true);
+  return v;
+}
+
+// Where a metric sits in a fine-ring point: kHistory floats (CPU, then GPU groups), kAdvice floats (CPU, then GPU
+// groups) or kExact doubles (CPU, then GPU groups); `index` within its group. Missing: not in the ring.
+struct FineColumn {
+  enum Kind { History, Advice, Exact, Missing } kind = Missing;
+  size_t index = 0;
+};
+template <class S>
+FineColumn fine_column(std::string_view column, const std::vector<const MetricDef<S>*>& history,
+                       const std::vector<const MetricDef<S>*>& advice, const std::vector<const MetricDef<S>*>& exact) {
+  for (const auto& [list, kind] : {std::pair{&history, FineColumn::History}, std::pair{&advice, FineColumn::Advice},
+                                   std::pair{&exact, FineColumn::Exact}})
+    for (size_t i = 0; i < list->size(); ++i)
+      if ((*list)[i]->info.column == column) return {kind, i};
+  return {};
+}
+
+// The advice's GpuPoint fields and the registry columns they are read from.
+struct GpuPointField {
+  std::string_view column;
+  OptF advice::GpuPoint::*real;
+  OptI advice::GpuPoint::*integer;
+};
+constexpr GpuPointField kGpuPointFields[] = {
+    {"power_w", &advice::GpuPoint::power_w, nullptr},
+    {"energy_j", &advice::GpuPoint::energy_j, nullptr},
+    {"util_gpu_pct", &advice::GpuPoint::util_pct, nullptr},
+    {"mem_used_bytes", nullptr, &advice::GpuPoint::mem_used_bytes},
+    {"pcie_tx_bytes_per_s", nullptr, &advice::GpuPoint::pcie_tx_bytes_per_s},
+    {"pcie_rx_bytes_per_s", nullptr, &advice::GpuPoint::pcie_rx_bytes_per_s},
+    {"throttle_reasons", nullptr, &advice::GpuPoint::throttle_reasons},
+    {"clock_sm_mhz", nullptr, &advice::GpuPoint::clock_sm_mhz},
+    {"temp_gpu_c", &advice::GpuPoint::temp_c, nullptr},
+    {"power_limit_w", &advice::GpuPoint::power_limit_w, nullptr},
+};
+// ---- end issue 12
+
 } // namespace
 
 LiveState::LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds interval) {
@@ -111,20 +174,31 @@ LiveState::LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds i
 size_t LiveState::width() const { // under ring_mu_
   return cpu_history().size() + gpu_history().size() * ring_gpus_.size();
 }
+size_t LiveState::advice_width() const { // under ring_mu_
+  return cpu_advice().size() + gpu_advice().size() * ring_gpus_.size();
+}
+size_t LiveState::exact_width() const { // under ring_mu_
+  return cpu_exact().size() + gpu_exact().size() * ring_gpus_.size();
+}
 
-void LiveState::Ring::reset(size_t capacity, size_t w, bool coarse) {
+void LiveState::Ring::reset(size_t capacity, size_t w, bool coarse, size_t exact_w, size_t gpus) {
   cap = capacity;
   width = w;
+  exact_width = exact_w;
   head = size = 0;
   ts.assign(cap, 0);
   mean.assign(cap * w, NAN);
   peak.assign(coarse ? cap * w : 0, NAN);
   n.assign(coarse ? cap : 0, 0);
+  exact.assign(cap * exact_w, NAN);
+  present.assign(cap * gpus, 0);
   // assign keeps an earlier run's larger buffers: give back what this one does not need.
   ts.shrink_to_fit();
   mean.shrink_to_fit();
   peak.shrink_to_fit();
   n.shrink_to_fit();
+  exact.shrink_to_fit();
+  present.shrink_to_fit();
 }
 
 size_t LiveState::Ring::add() {
@@ -141,7 +215,7 @@ size_t LiveState::history_bytes() const {
 size_t LiveState::ring_bytes() const { // under ring_mu_
   auto bytes = [](const Ring& r) {
     return r.ts.capacity() * sizeof(int64_t) + (r.mean.capacity() + r.peak.capacity()) * sizeof(float) +
-           r.n.capacity() * sizeof(uint32_t);
+           r.n.capacity() * sizeof(uint32_t) + r.exact.capacity() * sizeof(double) + r.present.capacity();
   };
   return bytes(fine_) + bytes(coarse_) + bucket_sum_.capacity() * sizeof(double) +
          bucket_n_.capacity() * sizeof(uint32_t) + bucket_peak_.capacity() * sizeof(float);
@@ -170,7 +244,8 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
     for (const auto& d : devices)
       ring_gpus_.push_back(d.gpu_index);
     const size_t w = width();
-    fine_.reset(kFinePoints, w, false);
+    // The fine ring also keeps what the live advice reads (issue 12); the coarse ring only the history.
+    fine_.reset(kFinePoints, w + advice_width(), false, exact_width(), ring_gpus_.size());
     coarse_.reset(coarse_cap_, w, true);
     bucket_sum_.assign(w, 0.0);
     bucket_n_.assign(w, 0);
@@ -204,21 +279,35 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
     }
   }
   cv_.notify_all();
+  // The run's end (the last process rows, phases closed) carries no samples: no history point.
+  if (f->rows_only || f->markers_only) return;
   std::lock_guard ring(ring_mu_);
-  const size_t w = fine_.width;
-  if (fine_.cap == 0) return; // no run set yet
+  if (fine_.cap == 0) return;     // no run set yet
+  const size_t w = coarse_.width; // the history values; the fine ring's point goes on with the advice's
   const size_t slot = fine_.add();
   fine_.ts[slot] = f->ts_ms;
-  float* out = &fine_.mean[slot * w];
-  size_t k = 0;
+  // Written in place: a push allocates nothing, for the history nor for the advice (issue 12).
+  float* out = &fine_.mean[slot * fine_.width];
+  double* exact = fine_.exact.data() + slot * fine_.exact_width;
+  uint8_t* present = fine_.present.data() + slot * ring_gpus_.size();
+  size_t k = 0, a = w, e = 0;
   for (const auto* m : cpu_history())
     out[k++] = f_or_nan(m->get(f->cpu));
-  for (const int idx : ring_gpus_) {
+  for (const auto* m : cpu_advice())
+    out[a++] = f_or_nan(m->get(f->cpu));
+  for (const auto* m : cpu_exact())
+    exact[e++] = m->get(f->cpu).value_or(NAN);
+  for (size_t g = 0; g < ring_gpus_.size(); ++g) {
     const GpuSample* s = nullptr;
-    for (const auto& g : f->gpus)
-      if (g.gpu_index == idx) s = &g;
+    for (const auto& gs : f->gpus)
+      if (gs.gpu_index == ring_gpus_[g]) s = &gs;
+    present[g] = s != nullptr;
     for (const auto* m : gpu_history())
       out[k++] = s ? f_or_nan(m->get(*s)) : NAN;
+    for (const auto* m : gpu_advice())
+      out[a++] = s ? f_or_nan(m->get(*s)) : NAN;
+    for (const auto* m : gpu_exact())
+      exact[e++] = s ? m->get(*s).value_or(NAN) : NAN;
   }
   // The same values into the coarse bucket; a frame past the bucket's end closes it first.
   const int64_t step_ms = coarse_step_.count();
@@ -376,7 +465,7 @@ nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chro
   }
   for (size_t i = 0; i < fine_.size; ++i) {
     const size_t slot = fine_.at(i);
-    add(fine_.ts[slot], &fine_.mean[slot * w], nullptr, 1);
+    add(fine_.ts[slot], &fine_.mean[slot * fine_.width], nullptr, 1); // its first w values are the history's
   }
   auto column = [&](size_t k, bool peak) {
     nlohmann::json out = nlohmann::json::array();
@@ -404,6 +493,110 @@ nlohmann::json LiveState::history_json(std::chrono::nanoseconds range, std::chro
   out["gpus"] = std::move(gpus);
   out["simulated"] = simulated; // issue 19: its GPU series are simulated
   return out;
+}
+
+advice::Input LiveState::advice_input() const {
+  // Device facts first, under mu_ alone (the two locks are never held together).
+  std::vector<advice::GpuSeries> facts;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& d : devices_) {
+      advice::GpuSeries g;
+      g.gpu_index = d.gpu_index;
+      g.name = d.name;
+      g.mem_total_bytes = d.mem_total_bytes;
+      g.power_limit_w = d.power_limit_w;
+      g.clock_sm_max_mhz = d.clock_sm_max_mhz;
+      facts.push_back(std::move(g));
+    }
+  }
+  static const auto columns = [] {
+    std::array<FineColumn, std::size(kGpuPointFields)> out{};
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = fine_column(kGpuPointFields[i].column, gpu_history(), gpu_advice(), gpu_exact());
+    return out;
+  }();
+  static const FineColumn cpu_util = fine_column("util_pct", cpu_history(), cpu_advice(), cpu_exact());
+  static const FineColumn cpu_package = fine_column("package_energy_j", cpu_history(), cpu_advice(), cpu_exact());
+  static const FineColumn cpu_dram = fine_column("dram_energy_j", cpu_history(), cpu_advice(), cpu_exact());
+  auto opt_f = [](double v) { return std::isnan(v) ? OptF() : OptF(v); };
+  // The ring's floats of integer metrics hold integers (exactly up to 2^24, and every float above is one): no rounding.
+  // An int64 near its limits comes back as ±2^63, one past them: clamped, as a cast of it is undefined.
+  auto opt_i = [](double v) {
+    if (std::isnan(v)) return OptI();
+    if (v >= 0x1p63) return OptI(INT64_MAX);
+    if (v < -0x1p63) return OptI(INT64_MIN);
+    return OptI(static_cast<int64_t>(v));
+  };
+
+  advice::Input in;
+  std::lock_guard ring(ring_mu_);
+  const size_t w = coarse_.width, ngpus = ring_gpus_.size();
+  // Where a value sits in a point, resolved once per copy: the CPU's (gpu == kCpu) or the g-th GPU's column.
+  struct Source {
+    bool exact = false, missing = true;
+    size_t offset = 0; // into the point's floats (fine_.mean) or doubles (fine_.exact)
+  };
+  constexpr size_t kCpu = SIZE_MAX;
+  auto source = [&](size_t g, const FineColumn& c) {
+    const bool cpu = g == kCpu;
+    switch (c.kind) {
+    case FineColumn::History:
+      return Source{false, false, cpu ? c.index : cpu_history().size() + g * gpu_history().size() + c.index};
+    case FineColumn::Advice:
+      return Source{false, false, w + (cpu ? c.index : cpu_advice().size() + g * gpu_advice().size() + c.index)};
+    case FineColumn::Exact:
+      return Source{true, false, cpu ? c.index : cpu_exact().size() + g * gpu_exact().size() + c.index};
+    case FineColumn::Missing:
+      break;
+    }
+    return Source{};
+  };
+  auto read = [&](size_t slot, const Source& src) -> double {
+    if (src.missing) return NAN;
+    return src.exact ? fine_.exact[slot * fine_.exact_width + src.offset] : fine_.mean[slot * fine_.width + src.offset];
+  };
+  // Reserved whole: the recomputation's copy is transient, and grows no vector twice its need.
+  in.cpu.reserve(fine_.size);
+  const Source util = source(kCpu, cpu_util), package = source(kCpu, cpu_package), dram = source(kCpu, cpu_dram);
+  for (size_t i = 0; i < fine_.size; ++i) {
+    const size_t slot = fine_.at(i);
+    advice::CpuPoint c;
+    c.ts_ms = fine_.ts[slot];
+    c.util_pct = opt_f(read(slot, util));
+    // As advice::cpu_point: package + DRAM where the package is measured.
+    const double package_j = read(slot, package), dram_j = read(slot, dram);
+    if (!std::isnan(package_j)) c.energy_j = package_j + (std::isnan(dram_j) ? 0 : dram_j);
+    in.cpu.push_back(c);
+  }
+  for (size_t g = 0; g < ngpus; ++g) {
+    advice::GpuSeries series;
+    series.gpu_index = ring_gpus_[g];
+    for (auto& f : facts)
+      if (f.gpu_index == series.gpu_index) series = std::move(f);
+    std::array<Source, std::size(kGpuPointFields)> sources;
+    for (size_t k = 0; k < sources.size(); ++k)
+      sources[k] = source(g, columns[k]);
+    series.points.reserve(fine_.size);
+    for (size_t i = 0; i < fine_.size; ++i) {
+      const size_t slot = fine_.at(i);
+      if (!fine_.present[slot * ngpus + g]) continue; // the GPU did not answer: no point (a gap), as in a store
+      advice::GpuPoint p;
+      p.ts_ms = fine_.ts[slot];
+      for (size_t k = 0; k < sources.size(); ++k) {
+        const double v = read(slot, sources[k]);
+        if (kGpuPointFields[k].real)
+          p.*kGpuPointFields[k].real = opt_f(v);
+        else
+          p.*kGpuPointFields[k].integer = opt_i(v);
+      }
+      series.points.push_back(p);
+    }
+    in.gpus.push_back(std::move(series));
+  }
+  std::stable_sort(in.gpus.begin(), in.gpus.end(),
+                   [](const advice::GpuSeries& a, const advice::GpuSeries& b) { return a.gpu_index < b.gpu_index; });
+  return in;
 }
 
 std::string LiveState::metrics_text() const {

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "advice/advice.hpp" // issue 12: the live advice reads the fine ring
 #include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/frame.hpp"
 #include "core/schema.hpp"
@@ -50,25 +51,38 @@ public:
   // Points in [now - range, now], averaged into `step` buckets (peak power kept alongside).
   nlohmann::json history_json(std::chrono::nanoseconds range, std::chrono::nanoseconds step) const;
   std::string metrics_text() const; // Prometheus text exposition format 0.0.4
+  // /api/v1/advice's input (issue 12: serve keeps its last hour once): the fine ring's frames, oldest first; every GPU
+  // of the run with its device facts as last known and one point per frame it answered in. Missing values stay
+  // missing. Built when the advice is recomputed (at most every 10 s); holds ring_mu_ while it copies.
+  advice::Input advice_input() const;
 
   const RunInfo& run() const { return run_; }
   const std::vector<GpuDevice>& devices() const { return devices_; }
   static constexpr size_t kFinePoints = 3600;   // 1 h at 1 s
   static constexpr size_t kCoarsePoints = 2880; // 24 h in 30 s buckets
   std::chrono::milliseconds coarse_step() const { return coarse_step_; }
-  // Bytes the two rings hold (allocated once, at set_run): 4 B per value, plus a timestamp (and a count) per point.
+  // Bytes the two rings hold (allocated once, at set_run): 4 B per value, plus a timestamp (and a count) per point;
+  // the fine ring also holds what the live advice reads (kAdvice: floats, 8 B for kExact counters, a byte per GPU).
   size_t history_bytes() const;
 
 private:
   // A compact history point: the CPU metrics flagged kHistory in the registry, then per GPU the GPU ones.
   size_t width() const;
+  // The fine ring's point goes on with the advice's floats (kAdvice, not kHistory nor kExact: CPU ones, then per GPU),
+  // and keeps the kExact counters as doubles (CPU ones, then per GPU) and whether each GPU answered.
+  size_t advice_width() const;
+  size_t exact_width() const;
   // A ring of points, `width` floats each, allocated once; the oldest point is overwritten.
   struct Ring {
     size_t cap = 0, width = 0, head = 0, size = 0; // head: the slot the next point goes to
     std::vector<int64_t> ts;
     std::vector<float> mean, peak; // peak and n: coarse ring only
     std::vector<uint32_t> n;       // frames averaged into the point
-    void reset(size_t capacity, size_t w, bool coarse);
+    // Fine ring only (issue 12): `exact_width` doubles a point, and a byte per GPU: 1 when it answered that frame.
+    size_t exact_width = 0;
+    std::vector<double> exact;
+    std::vector<uint8_t> present;
+    void reset(size_t capacity, size_t w, bool coarse, size_t exact_w = 0, size_t gpus = 0);
     size_t at(size_t i) const { return (head + cap - size + i) % cap; } // slot of the i-th oldest point
     size_t add();                                                       // slot for a new point
   };

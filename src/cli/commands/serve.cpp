@@ -84,15 +84,13 @@ public:
     block_control_signals();
     LiveState live(retain, opts.interval);
     live.set_process_cap(opts.top_processes);
-    advice::LiveAdvice advice; // ---- advice (issue 14): /api/v1/advice, from a window of the frames ----
-    opts.on_frame = [&live, &advice](const std::shared_ptr<const Frame>& fr) {
-      live.push(fr);
-      advice.push(*fr);
-    };
+    // ---- advice (issue 14): /api/v1/advice, over the last hour of live's fine ring, copied out when a recomputation
+    // is due (issue 12: the frames are kept once, and a frame costs the advice nothing) ----
+    advice::LiveAdvice advice([&live] { return live.advice_input(); });
+    opts.on_frame = [&live](const std::shared_ptr<const Frame>& fr) { live.push(fr); };
     Session session(opts);
     session.open();
     live.set_run(session.run(), session.devices());
-    advice.set_devices(session.devices());
     ServerOptions server_opts{addr, token, store};
     server_opts.advice = &advice;
     HttpServer http(live, server_opts);
