@@ -578,7 +578,8 @@ struct HttpServer::Impl {
       return heavy(c, head, keep,
                    [this, hq] { return content(live.history_json(hq.range, hq.step).dump(), "application/json"); });
     }
-    // ---- advice (issue 14): computed from serve's own window of frames, at most every few seconds, never per request
+    // ---- advice (issue 14): over the last hour of LiveState's fine ring, recomputed at most every 10 s, never per
+    // request
     if (path == "/api/v1/advice") {
       if (!opts.advice) return send(json_error(404, "advice is not kept by this server"));
       return heavy(c, head, keep, [this] { return content(opts.advice->json().dump(), "application/json"); });

@@ -17,6 +17,8 @@
 #include "core/time_util.hpp"
 #include "server/live.hpp"
 
+namespace unit_live_advice { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope;
 using namespace std::chrono_literals;
 
@@ -291,3 +293,4 @@ TEST(LiveAdvice, EndFramesAreNoPoint) {
   ASSERT_EQ(in.cpu.size(), 1u);
   EXPECT_EQ(in.cpu[0].ts_ms, kT0);
 }
+} // namespace unit_live_advice
