@@ -17,19 +17,20 @@ case "$kind" in
   release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
   # Sanitizer reports need file and line, not variables: line tables only (-g1) build quicker than full -g.
   asan) dir=build-asan; flags=(-DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" -DWATTSCOPE_SANITIZE=ON
-                               -DWATTSCOPE_BUILD_BENCH=OFF "${fast_cxx[@]}") ;;
+                               -DWATTSCOPE_BUILD_BENCH=OFF -DWATTSCOPE_PCH=ON "${fast_cxx[@]}") ;;
   # scripts/demo.sh: the binary only, unoptimised, for a first look in under two minutes (the release build of the
   # same binary takes about four). Everything it shows is the same; it costs more CPU per sample.
   demo) dir=build-demo; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O0 -DNDEBUG"
                                -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O0 -DNDEBUG" -DWATTSCOPE_BUILD_TESTS=OFF
-                               -DWATTSCOPE_BUILD_BENCH=OFF "${fast_cxx[@]}") ;;
+                               -DWATTSCOPE_BUILD_BENCH=OFF -DWATTSCOPE_PCH=ON "${fast_cxx[@]}") ;;
   *) echo "usage: $0 [release|asan|demo] [TARGET...]" >&2; exit 2 ;;
 esac
 # ccache, where installed, makes rebuilds (and builds in several worktrees of one checkout) much cheaper. Paths are
 # made relative to the checkout itself, so that two worktrees compile identical command lines and share hits.
 # The settings travel in the launcher, so a later plain `cmake --build` keeps them.
 if command -v ccache >/dev/null; then
-  launcher="env;CCACHE_BASEDIR=$(pwd);CCACHE_NOHASHDIR=1;ccache"
+  # The sloppiness lets ccache cache the files compiled with a precompiled header (WATTSCOPE_PCH).
+  launcher="env;CCACHE_BASEDIR=$(pwd);CCACHE_NOHASHDIR=1;CCACHE_SLOPPINESS=pch_defines,time_macros;ccache"
   flags+=("-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher" "-DCMAKE_C_COMPILER_LAUNCHER=$launcher")
 fi
 # A tree configured earlier with another compiler (build-asan/ was GCC's) starts afresh: CMake would otherwise drop
