@@ -1,5 +1,7 @@
 #include "alerts/notifiers.hpp"
 
+#include "core/lazy_lib.hpp"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -268,7 +270,7 @@ void Notifier::loop() {
 
 std::string Notifier::send_once(const AlertNotification& n) {
   CURL* h = curl_easy_init();
-  if (!h) return "libcurl: cannot make a handle";
+  if (!h) return lazy::curl().available() ? "libcurl: cannot make a handle" : lazy::curl().error();
   std::unique_ptr<CURL, void (*)(CURL*)> guard(h, curl_easy_cleanup);
   curl_slist* headers = nullptr;
   curl_slist* rcpt = nullptr;

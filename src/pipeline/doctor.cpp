@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "core/lazy_lib.hpp"
 #include "pipeline/session.hpp"
 #include "pipeline/sources.hpp"
 
@@ -54,7 +55,29 @@ DoctorReport doctor_report(const SessionOptions& opts) {
   text += !measuring.empty()
               ? fmt::format("\npower: measurable here ({})\n", which)
               : "\npower: nothing here measures power; runs record utilisation and memory only (see the fixes above)\n";
-  r.json = {{"sources", sources}, {"power_measurable", !measuring.empty()}, {"power_sources", measuring}};
+  // Libraries only some features need, opened on first use rather than at start (core/lazy_lib.hpp).
+  struct Lib {
+    const char* name;
+    lazy::Library& lib;
+    const char* used_by;
+  };
+  std::vector<Lib> libs{
+      {"libcurl", lazy::curl(), "alerts (webhook, e-mail, Alertmanager), top --connect, pod names from the kubelet"}};
+#ifdef WATTSCOPE_HAVE_MYSQL
+  libs.push_back({"libmariadb", lazy::mariadb(), "the MySQL/MariaDB store (--db mysql://...)"});
+#endif
+  nlohmann::json libraries = nlohmann::json::array();
+  text += "\nlibraries opened only when a feature needs them:\n";
+  for (const auto& l : libs) {
+    const bool ok = l.lib.available();
+    libraries.push_back({{"name", l.name}, {"available", ok}, {"used_by", l.used_by}, {"fix", l.lib.error()}});
+    text += fmt::format("  {:<10} {:<14} {}\n", l.name, ok ? "ok" : "missing", l.used_by);
+    if (!ok) text += fmt::format("  {:<10} {:<14} fix: {}\n", "", "", l.lib.error());
+  }
+  r.json = {{"sources", sources},
+            {"power_measurable", !measuring.empty()},
+            {"power_sources", measuring},
+            {"libraries", libraries}};
   r.text = std::move(text);
   return r;
 }

@@ -1,5 +1,7 @@
 #include "processes/kubelet.hpp"
 
+#include "core/lazy_lib.hpp"
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -140,7 +142,7 @@ std::optional<std::string> KubeletPodNames::fetch(std::string& error) const {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   CURL* h = curl_easy_init();
   if (!h) {
-    error = "libcurl could not start a transfer";
+    error = lazy::curl().available() ? "libcurl could not start a transfer" : lazy::curl().error();
     return std::nullopt;
   }
   char errbuf[CURL_ERROR_SIZE] = {};

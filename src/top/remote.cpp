@@ -1,5 +1,7 @@
 #include "top/remote.hpp"
 
+#include "core/lazy_lib.hpp"
+
 #include <curl/curl.h>
 
 #include <algorithm>
@@ -195,7 +197,7 @@ void RemoteHost::stream_loop() {
   while (!stop_) {
     CurlHandle c;
     if (!c.h) {
-      mark_down("libcurl could not make a handle");
+      mark_down(lazy::curl().available() ? "libcurl could not make a handle" : lazy::curl().error());
     } else {
       StreamCtx ctx{this, {}, false};
       common_setup(c, url, opts_);

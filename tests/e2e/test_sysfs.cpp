@@ -141,7 +141,15 @@ TEST(Sysfs, DoctorTellsTheTruthAboutEachSource) {
   EXPECT_EQ(by["nvml"]["status"], "missing");
   EXPECT_NE(by["nvml"]["fix"].get<std::string>().find("WATTSCOPE_NVML_LIBRARY"), std::string::npos);
   EXPECT_EQ(j["power_measurable"], true);
+  // The libraries opened only on use (core/lazy_lib.hpp) are listed with what needs them; scripts/setup.sh installs
+  // both.
+  ASSERT_EQ(j["libraries"].size(), 2u) << j.dump();
+  EXPECT_EQ(j["libraries"][0]["name"], "libcurl");
+  EXPECT_EQ(j["libraries"][0]["available"], true) << j["libraries"][0]["fix"];
+  EXPECT_EQ(j["libraries"][1]["name"], "libmariadb");
+  EXPECT_EQ(j["libraries"][1]["available"], true) << j["libraries"][1]["fix"];
   auto text = run({wattscope(), "doctor", "--sysfs-root", root}, kNoNvml, dir.path());
+  EXPECT_NE(text.out.find("libcurl    ok"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("intel-rapl:1 package-1 (socket 1) · ok"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("power: measurable here (rapl, hwmon-gpu)"), std::string::npos) << text.out;
   // An empty tree: nothing measurable, exit 1.

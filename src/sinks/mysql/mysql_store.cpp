@@ -1,5 +1,7 @@
 #include "sinks/mysql/mysql_store.hpp"
 
+#include "core/lazy_lib.hpp"
+
 #include <mysql.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -112,7 +114,8 @@ public:
   void connect() {
     close();
     db_ = mysql_init(nullptr);
-    if (!db_) throw MysqlError(0, "out of memory");
+    if (!db_)
+      throw MysqlError(0, lazy::mariadb().available() ? "out of memory" : "MySQL store: " + lazy::mariadb().error());
     unsigned int connect_timeout = 3, io_timeout = 15;
     mysql_options(db_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_timeout);
     mysql_options(db_, MYSQL_OPT_READ_TIMEOUT, &io_timeout);
