@@ -79,10 +79,12 @@ struct Chunk {
 // An embedded asset lives in the binary's read-only pages. Once sent, its pages are dropped from this process's
 // resident set (MADV_DONTNEED on a private, never-written file mapping: the next reader faults them back in from the
 // page cache, ~0.2 ms for plotly's 1.4 MB). Without it a single dashboard view left serve 1.5-4.6 MB larger for
-// good (issue 12). Small bodies are not worth the call.
+// good (issue 12). A large one is queued in page-aligned pieces of kAssetPiece, each dropped once written, and no
+// write offers the socket more than kMaxWrite: sent whole, plotly's 4.6 MB identity body was all resident at once
+// (serve's peak RSS 16.9 MiB against 12.6 after it). Small bodies are not worth the call.
+constexpr size_t kAssetPiece = 256 * 1024;
+constexpr size_t kMaxWrite = 256 * 1024;
 void release_asset(std::string_view a) {
-  constexpr size_t kMin = 256 * 1024;
-  if (a.size() < kMin) return;
   const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto begin = (reinterpret_cast<uintptr_t>(a.data()) + page - 1) & ~(page - 1);
   const auto end = (reinterpret_cast<uintptr_t>(a.data()) + a.size()) & ~(page - 1);
@@ -266,7 +268,7 @@ struct HttpServer::Impl {
       push(std::make_shared<std::string>(std::move(h)));
       if (!head && r.status != 304 && r.status != 204 && !body.empty()) {
         if (r.static_body.data())
-          push_chunk({nullptr, r.static_body, r.static_body});
+          push_asset(r.static_body);
         else
           push(std::make_shared<std::string>(std::move(r.body)));
       }
@@ -276,6 +278,17 @@ struct HttpServer::Impl {
     void push(std::shared_ptr<const std::string> s) {
       const std::string_view v = *s;
       push_chunk({std::move(s), v});
+    }
+    void push_asset(std::string_view a) {
+      if (a.size() < 2 * kAssetPiece) return push_chunk({nullptr, a});
+      const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+      while (!a.empty()) {
+        // Pieces end on page boundaries, so that releasing each drops every page of the asset but its first and last.
+        const auto end = (reinterpret_cast<uintptr_t>(a.data()) + kAssetPiece) & ~(page - 1);
+        const size_t n = std::min(a.size(), static_cast<size_t>(end - reinterpret_cast<uintptr_t>(a.data())));
+        push_chunk({nullptr, a.substr(0, n), a.substr(0, n)});
+        a.remove_prefix(n);
+      }
     }
     void push_chunk(Chunk c) {
       out_bytes += c.data.size();
@@ -287,9 +300,12 @@ struct HttpServer::Impl {
       if (write_in_flight || state == State::closed) return;
       if (out.empty()) return written();
       std::vector<asio::const_buffer> bufs;
+      size_t offered = 0;
       for (const auto& c : out) {
-        if (bufs.size() == 16) break;
-        bufs.emplace_back(c.data.data(), c.data.size());
+        if (bufs.size() == 16 || offered >= kMaxWrite) break;
+        const size_t n = std::min(c.data.size(), kMaxWrite - offered);
+        bufs.emplace_back(c.data.data(), n);
+        offered += n;
       }
       write_in_flight = true;
       write_since = Clock::now();
