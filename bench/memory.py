@@ -7,7 +7,7 @@ stored, database size. Peak RSS is VmHWM watched in /proc (see overhead.watch). 
 
 serve: --retain 24h at 1 s. Its history rings are allocated whole when the run starts (bounded by construction;
 tests/unit: HistoryMemoryIsFlatOverDays pushes two days), so the figure is its RSS after SECONDS of serving plus a
-page view, /metrics scrapes and a 24 h history request, and its thread count.
+page view, /metrics scrapes, a 24 h history request and an advice request, and its thread count.
 
     bench/memory.py [--build DIR] [--hour] [--serve-seconds 60]
 """
@@ -75,6 +75,7 @@ def serve(build, env, tmp, seconds):
         urllib.request.urlopen(base + "/metrics").read()
         time.sleep(5)
     json.loads(urllib.request.urlopen(base + "/api/v1/history?range=24h&step=1m").read())
+    json.loads(urllib.request.urlopen(base + "/api/v1/advice").read())  # a recomputation over the last hour
     metrics = urllib.request.urlopen(base + "/metrics").read().decode()
     history = re.search(r"^wattscope_history_bytes (\S+)", metrics, re.M)
     with open(f"/proc/{p.pid}/status") as f:

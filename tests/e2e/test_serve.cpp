@@ -324,11 +324,13 @@ TEST(Serve, DeployFilesWorkWithIt) {
   EXPECT_GE(used.size(), 15u);
   // Units and firing alerts are exported only while there are some: tests/grafana runs every query against a real
   // Prometheus on a fleet that has both.
-  for (const auto& m : used)
-    if (m.rfind("wattscope_unit_", 0) != 0 && m != "wattscope_alerts_firing")
+  for (const auto& m : used) {
+    if (m.rfind("wattscope_unit_", 0) != 0 && m != "wattscope_alerts_firing") {
       EXPECT_TRUE(metrics.find("\n" + m + "{") != std::string::npos ||
                   metrics.find("\n" + m + " ") != std::string::npos)
           << m << " is not exported";
+    }
+  }
   std::set<std::string> variables;
   for (const auto& v : dash["templating"]["list"])
     variables.insert(v["name"].get<std::string>());
