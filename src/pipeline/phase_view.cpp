@@ -32,10 +32,16 @@ json work_figures(const std::map<std::string, double>& work, std::optional<doubl
   return {{"amount", amounts}, {"energy_per_unit_j", per_unit}, {"throughput_per_s", rate}};
 }
 
-std::string singular(const std::string& unit) {
-  return unit.size() > 1 && unit.back() == 's' ? unit.substr(0, unit.size() - 1) : unit;
-}
 } // namespace
+
+std::string unit_singular(const std::string& unit) {
+  auto ends = [&](std::string_view tail) { return unit.size() > tail.size() + 1 && unit.ends_with(tail); };
+  if (ends("ies")) return unit.substr(0, unit.size() - 3) + "y"; // copies, entries, queries
+  for (std::string_view tail : {"ches", "shes", "sses", "xes"})  // batches, hashes, passes, boxes
+    if (ends(tail)) return unit.substr(0, unit.size() - 2);
+  if (ends("s") && !ends("ss")) return unit.substr(0, unit.size() - 1); // samples, tokens, images, steps
+  return unit;
+}
 
 std::map<std::string, double> PhaseData::work_totals() const {
   std::map<std::string, double> out;
@@ -148,7 +154,7 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
     std::string s;
     for (const auto& [unit, amount] : work) {
       s += fmt::format("{}{:g} {}", s.empty() ? "" : "; ", amount, unit);
-      if (energy_j && amount > 0) s += fmt::format(" · {:.4g} J/{}", *energy_j / amount, singular(unit));
+      if (energy_j && amount > 0) s += fmt::format(" · {:.4g} J/{}", *energy_j / amount, unit_singular(unit));
       if (dur > 0) s += fmt::format(" · {:.4g} {}/s", amount / dur, unit);
     }
     return s;

@@ -31,5 +31,7 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run);
 nlohmann::json phase_json(const PhaseData& d, const RunInfo& run);
 // The summary's phase table and work line; "" when the run has neither.
 std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows = 40);
+// A work unit's singular for "J/sample": samples -> sample, copies -> copy, batches -> batch; kept when not plural.
+std::string unit_singular(const std::string& unit);
 
 } // namespace wattscope

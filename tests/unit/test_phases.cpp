@@ -18,6 +18,7 @@
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
 #include "phases/stats.hpp"
+#include "pipeline/phase_view.hpp"
 
 namespace unit_phases { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 
@@ -477,5 +478,18 @@ TEST(Stats, WelchTestAgreesWithAnIndependentComputation) {
   EXPECT_FALSE(welch_t_test({1}, {1, 2}).has_value());
   EXPECT_EQ(welch_t_test({5, 5}, {5, 5})->p, 1);
   EXPECT_EQ(welch_t_test({5, 5}, {6, 6})->p, 0);
+}
+
+// "J/copy", not "J/copie": the summary's per-unit figure names one unit (seen on a real run's "copies").
+TEST(PhaseView, UnitSingular) {
+  EXPECT_EQ(unit_singular("samples"), "sample");
+  EXPECT_EQ(unit_singular("tokens"), "token");
+  EXPECT_EQ(unit_singular("copies"), "copy");
+  EXPECT_EQ(unit_singular("batches"), "batch");
+  EXPECT_EQ(unit_singular("boxes"), "box");
+  EXPECT_EQ(unit_singular("passes"), "pass");
+  EXPECT_EQ(unit_singular("loss"), "loss");
+  EXPECT_EQ(unit_singular("s"), "s");
+  EXPECT_EQ(unit_singular("kWh"), "kWh");
 }
 } // namespace unit_phases
