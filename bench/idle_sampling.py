@@ -11,7 +11,7 @@
 Both print the ratio with / without. The CPU here is quiet because /proc is a fixture whose /proc/stat a thread of this
 script advances (idle jiffies only): on a real idle host the same happens on its own. Process tracking is off
 (--top-processes 0) in both arms, so the figures are the sampler's and the stores'; --driver-like makes each fake NVML
-call cost 20 us of CPU as a real driver's does (bench/overhead.py).
+call cost what it took on a real H100 (bench/overhead.py, H100_COSTS).
 
     bench/idle_sampling.py [--build DIR] [--cpu-seconds N] [--storage-seconds N] [--driver-like]
 """

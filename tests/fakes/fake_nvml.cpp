@@ -20,7 +20,9 @@
 //
 // What calls cost (bench/overhead.py's driver-like runs): "call_cost_us": 20 gives every entry point that cost, or
 // {"default": 20, "nvmlDeviceGetPcieThroughput": 20000} per symbol. A cost under 1 ms is spent on the CPU (like an
-// ioctl into the driver); 1 ms or more is slept (like the driver waiting on the GPU, as PCIe throughput does).
+// ioctl into the driver); 1 ms or more is slept (like the driver waiting on the GPU, as PCIe throughput does). Or
+// both, as measured on a real driver (bench/nvml_call_cost.py): {"cpu": 650, "sleep": 20000} spins 650 us, then
+// sleeps 20 ms.
 //
 // Processes on a device (attribution): "processes": [{"pid_file": "/tmp/…/worker.pid" (or "pid": 1234),
 // "type": "compute" | "graphics", "mem_bytes": V, "sm": V, "mem": V, "enc": V, "dec": V}], V a value as above, k
@@ -105,6 +107,11 @@ struct FakeEventSet { // issue 17
   std::vector<FakeDevice*> devices;
 };
 
+struct Cost { // what one call costs ("call_cost_us")
+  double cpu_us = 0;
+  double sleep_us = 0;
+};
+
 struct State {
   std::mutex mu;
   bool initialised = false;
@@ -114,8 +121,8 @@ struct State {
   std::map<std::string, long long, std::less<>> symbol_calls;
   std::vector<bool> hung; // per entry of the scenario's top-level "hang"
   double t0 = 0;
-  double default_cost_us = 0;
-  std::map<std::string, double, std::less<>> cost_us;    // per symbol
+  Cost default_cost;
+  std::map<std::string, Cost, std::less<>> cost_us;      // per symbol
   std::vector<std::unique_ptr<FakeEventSet>> event_sets; // issue 17
   // ---- simulate (issue 19) ----
   std::string scenario_text; // wattscope_fake_nvml_set_scenario: used instead of the file when set
@@ -148,20 +155,32 @@ double now_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// Spends a call's cost ("call_cost_us"), outside the lock like a driver call.
-void spend(double us) {
-  if (us <= 0) return;
-  if (us >= 1000) {
-    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long long>(us)));
-    return;
+// Spends a call's cost ("call_cost_us"), outside the lock like a driver call: its CPU part spinning, then its sleep.
+void spend(Cost c) {
+  if (c.cpu_us > 0) {
+    const double until = now_s() + c.cpu_us * 1e-6;
+    while (now_s() < until) {
+    }
   }
-  const double until = now_s() + us * 1e-6;
-  while (now_s() < until) {
+  if (c.sleep_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long long>(c.sleep_us)));
+}
+
+// A "call_cost_us" value: a number (under 1 ms spent on the CPU, else slept) or {"cpu": us, "sleep": us}.
+Cost parse_cost(const json& v) {
+  if (v.is_number()) {
+    const double us = v.get<double>();
+    return us >= 1000 ? Cost{0, us} : Cost{us, 0};
   }
+  Cost c;
+  if (v.is_object()) {
+    if (auto cpu = v.find("cpu"); cpu != v.end() && cpu->is_number()) c.cpu_us = cpu->get<double>();
+    if (auto sl = v.find("sleep"); sl != v.end() && sl->is_number()) c.sleep_us = sl->get<double>();
+  }
+  return c;
 }
 
 void count_call(std::string_view symbol) {
-  double cost = 0;
+  Cost cost;
   {
     std::lock_guard lock(g.mu);
     // Heterogeneous lookup: no string is built per call, so the fake stays cheap and benchmark ratios mean something.
@@ -169,7 +188,7 @@ void count_call(std::string_view symbol) {
     if (it == g.symbol_calls.end()) it = g.symbol_calls.emplace(std::string(symbol), 0).first;
     it->second++;
     auto c = g.cost_us.find(symbol);
-    cost = c != g.cost_us.end() ? c->second : g.default_cost_us;
+    cost = c != g.cost_us.end() ? c->second : g.default_cost;
   }
   spend(cost);
 }
@@ -370,17 +389,16 @@ Return init() {
       g.migs.back().push_back({spec, {}, {}, {}, 0});
     }
   }
-  g.default_cost_us = 0;
+  g.default_cost = {};
   g.cost_us.clear();
   if (auto c = g.scenario.find("call_cost_us"); c != g.scenario.end()) {
-    if (c->is_number()) g.default_cost_us = c->get<double>();
+    if (c->is_number()) g.default_cost = parse_cost(*c);
     if (c->is_object())
       for (const auto& [symbol, us] : c->items()) {
-        if (!us.is_number()) continue;
         if (symbol == "default")
-          g.default_cost_us = us.get<double>();
+          g.default_cost = parse_cost(us);
         else
-          g.cost_us[symbol] = us.get<double>();
+          g.cost_us[symbol] = parse_cost(us);
       }
   }
   g.initialised = true;
