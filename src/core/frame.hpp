@@ -165,6 +165,9 @@ struct Frame {
   // The process tracker's latest scan, on the first frame after it (at most one a second); accounting fills its
   // attributed energy before the frame is shared. Null on the other frames.
   std::shared_ptr<ProcessSnapshot> processes;
+  // The run's last sample (taken when it stops): sources read what they read less often than every tick, so the
+  // run's figures close at its end (the NVML energy counter, Options::energy_period).
+  bool last = false;
   // The end of a run: a frame that carries only the final `processes` rows (no samples).
   bool rows_only = false;
   // Adaptive sampling (issue 18): grid slots since the previous frame that were only probed (idle, not stored); they

@@ -239,6 +239,7 @@ void Sampler::loop() {
     frame.tick = slot;
     frame.mono = started;
     frame.ts_ms = wall_now_ms();
+    frame.last = stopping; // the last full sample of a run that ends while idle
     const auto deadline = started + (slot == 0 ? std::max(wait_for_sources, kFirstTickDeadline) : wait_for_sources);
     bool full = stopping || idle.full_due(slot);
     bool quiet = true;

@@ -246,6 +246,48 @@ TEST(Nvml, SlowCallsAreNotMadeEveryTick) {
   EXPECT_EQ(fr->calls["nvmlDeviceGetUtilizationRates"].get<int>(), ticks);
 }
 
+// An energy counter whose reads are costly (an H100's take 2.8 ms of CPU and its counter moves every 100 ms,
+// docs/nvidia.md) is read at most every 100 ms once its first five reads were timed; the ticks between carry the last
+// reading, and the run's energy is still the counter's rise over the reads taken. A cheap one is read every tick.
+TEST(Nvml, ACostlyEnergyCounterIsReadAtMostEvery100ms) {
+  for (const bool costly : {true, false}) {
+    SCOPED_TRACE(costly ? "costly" : "cheap");
+    json scen = scenario(1);
+    if (costly) scen["call_cost_us"] = {{"nvmlDeviceGetTotalEnergyConsumption", 400}}; // spent on the CPU
+    auto fr = run_fake(scen, {"run", "--interval", "20ms", "--", "sleep", "0.6"});
+    ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+    const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM gpu_samples"));
+    ASSERT_GE(ticks, 15);
+    const int reads = fr->calls["nvmlDeviceGetTotalEnergyConsumption"].get<int>();
+    EXPECT_EQ(fr->calls["nvmlDeviceGetUtilizationRates"].get<int>(), ticks); // the others every tick
+    if (!costly) {
+      EXPECT_EQ(reads, ticks);
+      EXPECT_EQ(fr->result.err.find("energy counter costs"), std::string::npos) << fr->result.err;
+      continue;
+    }
+    // 5 timed reads, then one per 90-100 ms of the rest of the run (~0.5 s): 10-12 in all, against ~30 ticks.
+    EXPECT_LE(reads, 5 + 8) << ticks << " ticks";
+    EXPECT_GE(reads, 5 + 3) << ticks << " ticks";
+    EXPECT_NE(fr->result.err.find("energy counter costs"), std::string::npos) << fr->result.err;
+    // Stored energy: never decreasing, one distinct value per read (the rows between repeat the last one), and
+    // the last equals the counter's rise from the first read to the last one (the scenario's k-th call answers
+    // energy_mj[k]).
+    const json& e = scen["devices"][0]["metrics"]["energy_mj"];
+    auto rows = query(fr->db(), "SELECT energy_j FROM gpu_samples ORDER BY tick");
+    double prev = -1;
+    std::set<std::string> distinct;
+    for (const auto& r : rows) {
+      ASSERT_TRUE(r[0].has_value());
+      EXPECT_GE(std::stod(*r[0]), prev);
+      prev = std::stod(*r[0]);
+      distinct.insert(*r[0]);
+    }
+    EXPECT_EQ(static_cast<int>(distinct.size()), reads);
+    EXPECT_NEAR(prev, (e[reads - 1].get<double>() - e[0].get<double>()) / 1000, 1e-9);
+    EXPECT_EQ(scalar(fr->db(), "SELECT energy_method FROM gpu_devices"), "counter");
+  }
+}
+
 TEST(Nvml, IntegratedFallbackWithinOnePercentOnASmoothTrace) {
   // Two GPUs see the same smooth power trace of time; GPU 0 also has the exact energy counter, GPU 1 has none.
   json sine = {{"base", 300000}, {"amp", 100000}, {"period_s", 1.5}};

@@ -33,6 +33,8 @@ struct TickCtx {
   SteadyClock::time_point mono;
   std::chrono::nanoseconds slow_period;
   bool health = false; // issue 17: the health counters are due this tick
+  const NvmlSource::Options& opts;
+  bool last = false; // the run's last sample: a costly energy counter is read whether due or not
 };
 
 using Dev = NvmlSource::Dev;
@@ -238,8 +240,23 @@ constexpr CallSpec kCalls[] = {
     // The counter feeds accounting, which derives energy_j from it.
     {NvmlSource::cEnergy, "total_energy", 0, has<&Library::device_total_energy>,
      [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
+       // A costly counter at most once an energy_period, less a tenth for jitter (ticks a period apart each read
+       // it); accounting carries the last reading over the ticks between.
+       if (d.energy_costly && c.mono < d.energy_next && !c.last) return kNoCall;
        unsigned long long mj = 0;
+       const auto t0 = SteadyClock::now();
        const Return rc = c.lib.device_total_energy(d.handle, &mj);
+       if (d.energy_timed < NvmlSource::kEnergyTimedReads && rc == kSuccess) {
+         d.energy_least_cost = std::min(d.energy_least_cost, SteadyClock::now() - t0);
+         if (++d.energy_timed == NvmlSource::kEnergyTimedReads && d.energy_least_cost > c.opts.energy_costly) {
+           d.energy_costly = true;
+           spdlog::info("GPU {}: its energy counter costs {:.2f} ms a read; read at most every {} ms (the ticks "
+                        "between carry the last reading)",
+                        d.info.gpu_index, std::chrono::duration<double, std::milli>(d.energy_least_cost).count(),
+                        std::chrono::duration_cast<std::chrono::milliseconds>(c.opts.energy_period).count());
+         }
+       }
+       d.energy_next = c.mono + c.opts.energy_period * 9 / 10;
        if (rc == kSuccess) s.energy_counter_uj = static_cast<int64_t>(mj) * 1000; // NVML counts mJ
        return rc;
      }},
@@ -731,7 +748,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   // issue 17: health counters once a slow period (they change slowly; see docs/nvidia.md for the cost measured)
   const bool health = frame.mono >= d.health_next;
   if (health) d.health_next = frame.mono + opts_.health_period;
-  const TickCtx ctx{*lib_, frame.mono, opts_.slow_period, health};
+  const TickCtx ctx{*lib_, frame.mono, opts_.slow_period, health, opts_, frame.last};
   for (const auto& c : kCalls) {
     if (!d.on[c.call]) continue;
     const Return rc = c.read(ctx, d, s);

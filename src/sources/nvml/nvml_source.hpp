@@ -31,6 +31,14 @@ public:
     // issue 17: how often the health counters (ECC, remapped rows, PCIe replays, violation time) are read; rows in
     // between carry the latest reading. Where ticks are further apart, every tick reads them.
     std::chrono::nanoseconds health_period = std::chrono::seconds(1);
+    // The energy counter (nvmlDeviceGetTotalEnergyConsumption) is read every tick, unless its reads cost more than
+    // energy_costly (the least of a device's first kEnergyTimedReads): then at most once an energy_period, the ticks
+    // in between carrying the last reading (as accounting does for a tick without one). Measured on an H100 (driver
+    // 580, docs/nvidia.md): the call costs 2.8 ms of CPU where every other read costs 1-25 us, and the counter
+    // moves only every 100 ms, so reading it at 10 ms returned the same value nine times in ten for 29 % of a core
+    // per GPU, and 8 GPUs could not keep a 10 ms grid at all. Ticks at least a period apart read it every time.
+    std::chrono::nanoseconds energy_period = std::chrono::milliseconds(100);
+    std::chrono::nanoseconds energy_costly = std::chrono::microseconds(250);
     // issue 17: how long one nvmlEventSetWait blocks; bounds how long stopping waits for the Xid thread
     std::chrono::milliseconds event_wait = std::chrono::milliseconds(250);
     // ---- simulate (issue 19): the simulated library (library_path) and its scenario, handed over in memory.
@@ -118,6 +126,11 @@ public:
     // ---- issue 17
     Health health;
     SteadyClock::time_point health_next{}; // when the health counters are read next
+    // The energy counter's cost (Options::energy_costly): timed on the first kEnergyTimedReads reads.
+    int energy_timed = 0;
+    std::chrono::nanoseconds energy_least_cost = std::chrono::nanoseconds::max();
+    bool energy_costly = false;
+    SteadyClock::time_point energy_next{}; // when a costly counter is read next (Options::energy_period)
     std::array<NvlinkCounter, 2> nvlink;   // TX, RX
     nvml::Return mig_mode_rc = nvml::kErrorNotSupported;
     OptI mig_mode;
@@ -126,6 +139,7 @@ public:
     // ---- end issue 17
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
+  static constexpr int kEnergyTimedReads = 5;  // reads of the energy counter timed to tell whether it is costly
   static constexpr int kUnknownLimit = 5;      // failures in a row (back-offs of 1, 2, 4, 8 s between them)
   static constexpr int kFieldFailureLimit = 3; // a field failing this many ticks in a row is not asked for again
 
