@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""What each NVML call wattscope makes costs on this machine's GPU 0: wall time and CPU time (of the whole process,
+so threads NVML runs for the call count too), the median over REPS calls each. Run on a real GPU to set the fake
+NVML's `call_cost_us` (bench/overhead.py --driver-like) from measurements rather than guesses.
+
+    nvml_call_cost.py [REPS]      (default 200; library from WATTSCOPE_NVML_LIBRARY, else libnvidia-ml.so.1)
+"""
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+
+class Util(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class MemV2(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
+                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+class Value(ctypes.Union):
+    _fields_ = [("d", ctypes.c_double), ("ui", ctypes.c_uint), ("ul", ctypes.c_ulong), ("ull", ctypes.c_ulonglong),
+                ("sll", ctypes.c_longlong), ("si", ctypes.c_int), ("us", ctypes.c_ushort)]
+
+
+class Field(ctypes.Structure):
+    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
+                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
+                ("value", Value)]
+
+
+class ProcInfo(ctypes.Structure):  # nvmlProcessInfo_v2/v3
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong), ("gpuInstanceId", ctypes.c_uint),
+                ("computeInstanceId", ctypes.c_uint)]
+
+
+def main():
+    reps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
+    nvml = ctypes.CDLL(os.environ.get("WATTSCOPE_NVML_LIBRARY", "libnvidia-ml.so.1"))
+    if nvml.nvmlInit_v2() != 0:
+        sys.exit("nvml_call_cost: nvmlInit_v2 failed")
+    h = ctypes.c_void_p()
+    nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h))
+    u, period, ull, si = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong(), ctypes.c_int()
+    fields = (Field * 3)()
+    util, mem = Util(), MemV2()
+    procs = (ProcInfo * 64)()
+    calls = [
+        ("nvmlDeviceGetFieldValues (3 fields)", lambda: nvml.nvmlDeviceGetFieldValues(h, 3, fields)),
+        ("nvmlDeviceGetTotalEnergyConsumption", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(h, ctypes.byref(ull))),
+        ("nvmlDeviceGetPowerUsage", lambda: nvml.nvmlDeviceGetPowerUsage(h, ctypes.byref(u))),
+        ("nvmlDeviceGetUtilizationRates", lambda: nvml.nvmlDeviceGetUtilizationRates(h, ctypes.byref(util))),
+        ("nvmlDeviceGetMemoryInfo_v2", lambda: nvml.nvmlDeviceGetMemoryInfo_v2(h, ctypes.byref(mem))),
+        ("nvmlDeviceGetTemperature", lambda: nvml.nvmlDeviceGetTemperature(h, 0, ctypes.byref(u))),
+        ("nvmlDeviceGetClockInfo", lambda: nvml.nvmlDeviceGetClockInfo(h, 1, ctypes.byref(u))),
+        ("nvmlDeviceGetCurrPcieLinkWidth", lambda: nvml.nvmlDeviceGetCurrPcieLinkWidth(h, ctypes.byref(u))),
+        ("nvmlDeviceGetFanSpeed", lambda: nvml.nvmlDeviceGetFanSpeed(h, ctypes.byref(u))),
+        ("nvmlDeviceGetPerformanceState", lambda: nvml.nvmlDeviceGetPerformanceState(h, ctypes.byref(si))),
+        ("nvmlDeviceGetEnforcedPowerLimit", lambda: nvml.nvmlDeviceGetEnforcedPowerLimit(h, ctypes.byref(u))),
+        ("nvmlDeviceGetCurrentClocksEventReasons",
+         lambda: nvml.nvmlDeviceGetCurrentClocksEventReasons(h, ctypes.byref(ull))),
+        ("nvmlDeviceGetEncoderUtilization",
+         lambda: nvml.nvmlDeviceGetEncoderUtilization(h, ctypes.byref(u), ctypes.byref(period))),
+        ("nvmlDeviceGetComputeRunningProcesses_v3",
+         lambda: nvml.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(ctypes.c_uint(64)), procs)),
+        ("nvmlDeviceGetTotalEccErrors", lambda: nvml.nvmlDeviceGetTotalEccErrors(h, 0, 1, ctypes.byref(ull))),
+        ("nvmlDeviceGetPcieThroughput", lambda: nvml.nvmlDeviceGetPcieThroughput(h, 0, ctypes.byref(u))),
+        # The energy counter as a field (NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION), alone and with the three fields
+        # wattscope reads every tick: is it the same cost as nvmlDeviceGetTotalEnergyConsumption?
+        ("nvmlDeviceGetFieldValues (energy, 83)", lambda: nvml.nvmlDeviceGetFieldValues(h, 1, energy_field)),
+        ("nvmlDeviceGetFieldValues (4 with energy)", lambda: nvml.nvmlDeviceGetFieldValues(h, 4, four)),
+    ]
+    energy_field = (Field * 1)()
+    energy_field[0].fieldId = 83
+    four = (Field * 4)()
+    for i, f in enumerate((186, 185, 82, 83)):
+        four[i].fieldId = f
+    fields[0].fieldId, fields[1].fieldId, fields[2].fieldId = 186, 185, 82
+    mem.version = ctypes.sizeof(MemV2) | (2 << 24)
+    print(f"{'call':>42} {'ret':>4} {'wall us':>9} {'cpu us':>8}   (medians of {reps}; PCIe throughput: of 10)")
+    for name, call in calls:
+        n = 10 if "PcieThroughput" in name else reps
+        walls, cpus, ret = [], [], None
+        call()
+        for _ in range(n):
+            c0, w0 = time.process_time_ns(), time.perf_counter_ns()
+            ret = call()
+            w1, c1 = time.perf_counter_ns(), time.process_time_ns()
+            walls.append((w1 - w0) / 1000)
+            cpus.append((c1 - c0) / 1000)
+        # process_time's resolution is coarse on some kernels: the mean over all calls is the fairer CPU figure.
+        print(f"{name:>42} {ret:>4} {statistics.median(walls):9.1f} {statistics.mean(cpus):8.1f}")
+    print(f"energy field: return {energy_field[0].nvmlReturn}, value type {energy_field[0].valueType}")
+    freshness(nvml, h)
+    nvml.nvmlShutdown()
+
+
+def freshness(nvml, h, seconds=2.0):
+    """How often the energy counter moves, read both ways: the field every 1 ms (value and the driver's timestamp),
+    nvmlDeviceGetTotalEnergyConsumption every 50 ms beside it; prints the steps and the two readings' difference."""
+    f = (Field * 1)()
+    f[0].fieldId = 83
+    ull = ctypes.c_ulonglong()
+    end = time.perf_counter() + seconds
+    last_val, last_ts, steps, stamps, diffs, reads = None, None, [], [], [], 0
+    next_direct = 0.0
+    while time.perf_counter() < end:
+        nvml.nvmlDeviceGetFieldValues(h, 1, f)
+        reads += 1
+        if f[0].nvmlReturn != 0:
+            print(f"energy field: NVML error {f[0].nvmlReturn}")
+            return
+        val, ts = f[0].value.ull, f[0].timestamp
+        if last_val is not None and val != last_val:
+            steps.append(val - last_val)
+        if last_ts is not None and ts != last_ts:
+            stamps.append((ts - last_ts) / 1000)
+        last_val, last_ts = val, ts
+        now = time.perf_counter()
+        if now >= next_direct:
+            nvml.nvmlDeviceGetTotalEnergyConsumption(h, ctypes.byref(ull))
+            nvml.nvmlDeviceGetFieldValues(h, 1, f)
+            diffs.append(int(ull.value) - int(f[0].value.ull))
+            next_direct = now + 0.05
+        time.sleep(0.001)
+    print(f"energy field over {seconds} s ({reads} reads): value changed {len(steps)} times "
+          f"(median step {statistics.median(steps) if steps else 0} mJ); its timestamp moved {len(stamps)} times, "
+          f"median {statistics.median(stamps) if stamps else 0:.1f} ms apart")
+    print(f"direct call minus field read just after it (mJ): median {statistics.median(diffs)}, "
+          f"min {min(diffs)}, max {max(diffs)} over {len(diffs)} pairs")
+
+
+if __name__ == "__main__":
+    main()
