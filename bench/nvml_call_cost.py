@@ -11,25 +11,8 @@ import statistics
 import sys
 import time
 
-
-class Util(ctypes.Structure):
-    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
-
-
-class MemV2(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
-                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
-
-
-class Value(ctypes.Union):
-    _fields_ = [("d", ctypes.c_double), ("ui", ctypes.c_uint), ("ul", ctypes.c_ulong), ("ull", ctypes.c_ulonglong),
-                ("sll", ctypes.c_longlong), ("si", ctypes.c_int), ("us", ctypes.c_ushort)]
-
-
-class Field(ctypes.Structure):
-    _fields_ = [("fieldId", ctypes.c_uint), ("scopeId", ctypes.c_uint), ("timestamp", ctypes.c_longlong),
-                ("latencyUsec", ctypes.c_longlong), ("valueType", ctypes.c_int), ("nvmlReturn", ctypes.c_int),
-                ("value", Value)]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pymon import Field, MemV2, Util  # noqa: E402  (NVML's structs as bench/pymon.py declares them)
 
 
 class ProcInfo(ctypes.Structure):  # nvmlProcessInfo_v2/v3

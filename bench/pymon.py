@@ -11,7 +11,6 @@ import signal
 import sys
 import time
 
-import psutil
 
 
 class Util(ctypes.Structure):
@@ -35,6 +34,7 @@ class Field(ctypes.Structure):
 
 
 def main():
+    import psutil  # here, so that bench/nvml_call_cost.py can take the structs above without it
     interval_s = int(sys.argv[1]) / 1000
     duration_s = float(sys.argv[2])
     out = open(sys.argv[3], "w")
