@@ -498,9 +498,7 @@ std::string NvmlSource::mig_of(Device gpu) {
 }
 
 NvmlSource::~NvmlSource() {
-  // issue 17: the Xid thread first; it returns within one event wait, then the set is freed before nvmlShutdown
-  event_stop_ = true;
-  if (event_thread_.joinable()) event_thread_.join();
+  // issue 17: the event set is freed before nvmlShutdown
   if (event_set_ && lib_ && lib_->event_set_free) lib_->event_set_free(event_set_);
   {
     std::lock_guard lock(slow_mu_);
@@ -782,13 +780,7 @@ void NvmlSource::sample(Frame& frame) noexcept {
       if (d.unknown_failures > 0 && frame.mono < d.retry_at) continue; // backing off after NVML_ERROR_UNKNOWN
       sample_device(d, frame);
     }
-    if (events_pending_.load(std::memory_order_acquire)) { // issue 17: Xid errors the event thread received
-      std::lock_guard lock(event_mu_);
-      for (auto& e : pending_events_)
-        frame.events.push_back(std::move(e));
-      pending_events_.clear();
-      events_pending_.store(false, std::memory_order_release);
-    }
+    poll_events(frame); // issue 17: Xid errors since the last poll
   } catch (...) {
     // allocation failure: the tick keeps what it has
   }
@@ -816,6 +808,7 @@ void NvmlSource::probe(Frame& frame) noexcept {
       }
       frame.gpus.push_back(s);
     }
+    poll_events(frame); // an Xid while idle is news: the sampler stores it at full rate
   } catch (...) {
     // allocation failure: the tick keeps what it has
   }

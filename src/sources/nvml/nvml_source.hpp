@@ -39,8 +39,8 @@ public:
     // per GPU, and 8 GPUs could not keep a 10 ms grid at all. Ticks at least a period apart read it every time.
     std::chrono::nanoseconds energy_period = std::chrono::milliseconds(100);
     std::chrono::nanoseconds energy_costly = std::chrono::microseconds(250);
-    // issue 17: how long one nvmlEventSetWait blocks; bounds how long stopping waits for the Xid thread
-    std::chrono::milliseconds event_wait = std::chrono::milliseconds(250);
+    // issue 17: how often the Xid event set is polled (nvmlEventSetWait with no wait, on a tick's own thread)
+    std::chrono::milliseconds event_poll = std::chrono::milliseconds(250);
     // ---- simulate (issue 19): the simulated library (library_path) and its scenario, handed over in memory.
     // Its devices carry energy_method "simulated".
     std::string simulated_scenario_json;
@@ -159,8 +159,8 @@ public:
   nlohmann::json report() const override;
   bool lists_gpu_processes() const override;
   void gpu_processes(std::vector<GpuProcessSample>& out, std::vector<int>& listed) noexcept override;
-  // issue 17: whether the Xid event thread runs (an event set with at least one device registered)
-  bool watches_xid() const { return event_thread_.joinable(); }
+  // issue 17: whether Xid events are polled (an event set with at least one device registered)
+  bool watches_xid() const { return events_on_; }
 
 private:
   // Classifies a return code: true when the value may be used. Switches the metric off on NOT_SUPPORTED and
@@ -172,7 +172,7 @@ private:
   void enumerate_migs(Dev& d);
   void read_migs(Dev& d);
   void start_events();
-  void event_loop();
+  void poll_events(Frame& frame);
   // ---- end issue 17
   // The selection's MIG-… entry naming one of this GPU's MIG instances, or "" (open(), before the sampler starts).
   std::string mig_of(nvml::Device gpu);
@@ -191,13 +191,12 @@ private:
   bool slow_stop_ = false;
   std::atomic<bool> slow_wanted_{false};
 
-  // ---- issue 17: Xid errors from an NVML event set, on their own thread; the tick moves them into its frame
+  // ---- issue 17: Xid errors from an NVML event set, polled by the ticks (no thread of their own: one waiting in
+  // nvmlEventSetWait, which nothing can interrupt, had to wake 4 times a second to be stoppable)
   nvml::EventSet event_set_ = nullptr;
-  std::thread event_thread_;
-  std::atomic<bool> event_stop_{false};
-  std::mutex event_mu_;
-  std::vector<Event> pending_events_;
-  std::atomic<bool> events_pending_{false};
+  bool events_on_ = false;
+  SteadyClock::time_point events_next_{}; // when the set is polled next (Options::event_poll)
+  int event_errors_ = 0;                  // poll errors in a row (other than NVML_ERROR_TIMEOUT)
   std::atomic<int64_t> xid_seen_{0};
   // ---- end issue 17
 
