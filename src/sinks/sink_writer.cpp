@@ -130,7 +130,13 @@ void SinkWriter::loop(State& s) {
   RowBatch batch;
   int64_t batch_frames = 0;
   std::vector<FramePtr> taken;
-  auto last_commit = SteadyClock::now();
+  // Commits by time follow the frames: the first frame is committed as it arrives (as if the last commit were an
+  // interval ago), and a commit falls due a little early (5 % of --commit-every, at most 25 ms), so that with a 1 s
+  // commit and 1 s ticks each frame is committed as it arrives. Before, the first commit fell a second after the
+  // writer started, just before the second frame: every later frame arrived just after a commit and waited for the
+  // next one, a second later, woken by its own timer (2 wake-ups a tick, and each row stored a second late).
+  const auto commit_slack = std::min<std::chrono::nanoseconds>(s.policy.interval / 20, std::chrono::milliseconds(25));
+  auto last_commit = SteadyClock::now() - s.policy.interval;
   auto last_attempt = last_commit;
   auto finished = [&](bool stored) {
     std::lock_guard lock(s.mu);
@@ -154,7 +160,7 @@ void SinkWriter::loop(State& s) {
         s.cv.wait(lock, [&] { return s.stopping || !s.queue.empty(); });
         s.idle = false;
       } else if (s.failing || s.policy.interval.count() > 0) {
-        const auto wake_at = s.failing ? last_attempt + kRetryDelay : last_commit + s.policy.interval;
+        const auto wake_at = s.failing ? last_attempt + kRetryDelay : last_commit + s.policy.interval - commit_slack;
         s.cv.wait_until(lock, wake_at, [&] { return s.stopping || rows_due(); });
       } else {
         s.cv.wait(lock, [&] { return s.stopping || rows_due(); });
@@ -170,10 +176,11 @@ void SinkWriter::loop(State& s) {
     batch_frames += static_cast<int64_t>(taken.size());
     taken.clear();
     const auto now = SteadyClock::now();
-    const bool due = s.failing
-                         ? now - last_attempt >= kRetryDelay || abandoned
-                         : (s.policy.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= s.policy.rows) ||
-                               (s.policy.interval.count() > 0 && now - last_commit >= s.policy.interval) || stopping;
+    const bool due =
+        s.failing
+            ? now - last_attempt >= kRetryDelay || abandoned
+            : (s.policy.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= s.policy.rows) ||
+                  (s.policy.interval.count() > 0 && now - last_commit + commit_slack >= s.policy.interval) || stopping;
     if (!batch.empty() && due) {
       last_attempt = now;
       if (try_commit(s, batch, batch_frames)) {
