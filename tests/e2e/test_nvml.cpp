@@ -544,6 +544,14 @@ long thread_wakeups(int pid, const std::string& name) {
   }
   return -1;
 }
+
+// The environment of a record on two fake GPUs whose scenario is written into `dir`.
+std::map<std::string, std::string> two_fake_gpus(const TempDir& dir) {
+  write_file(dir / "scenario.json", scenario(2).dump());
+  return {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+          {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+          {"CUDA_VISIBLE_DEVICES", "\x01"}};
+}
 } // namespace
 
 // Issue 12: with a commit a second (the default) and a tick a second, each frame is committed as it arrives: one
@@ -551,10 +559,7 @@ long thread_wakeups(int pid, const std::string& name) {
 // second frame, and every later frame waited for the next commit, woken by its own timer: two a tick.
 TEST(NvmlFake, TheWriterCommitsEachFrameAsItArrives) {
   TempDir dir;
-  write_file(dir / "scenario.json", scenario(2).dump());
-  std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                                            {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                                            {"CUDA_VISIBLE_DEVICES", "\x01"}};
+  const auto env = two_fake_gpus(dir);
   const int pid = start(
       {wattscope(), "record", "--interval", "1s", "--duration", "10s", "--top-processes", "0", "--db", dir / "w.db"},
       env, dir.path(), dir / "out", dir / "err");
@@ -575,10 +580,7 @@ TEST(NvmlFake, TheWriterCommitsEachFrameAsItArrives) {
 // main thread polled every 200 ms and the PCIe reader read every second: about 24 wake-ups.
 TEST(NvmlFake, RecordDoesNotWakeBetweenTicks) {
   TempDir dir;
-  write_file(dir / "scenario.json", scenario(2).dump());
-  std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                                            {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                                            {"CUDA_VISIBLE_DEVICES", "\x01"}};
+  const auto env = two_fake_gpus(dir);
   const int pid = start({wattscope(), "record", "--interval", "1h", "--duration", "10s", "--db", dir / "w.db"}, env,
                         dir.path(), dir / "out", dir / "err");
   std::this_thread::sleep_for(std::chrono::seconds(3)); // tick 0 taken and committed
