@@ -99,6 +99,32 @@ int64_t num(const std::optional<std::string>& s) {
 
 } // namespace
 
+// An Xid while idle is news: the idle probes poll the event set too (no thread waits for it), so the error is stored
+// when it comes, with a full sample, not at the next full sample 10 s later (here: the run's end).
+TEST(Adaptive, AnXidWhileIdleIsTakenByTheProbesAndStoredAtOnce) {
+  TempDir dir;
+  json scen = scenario(1000); // quiet throughout
+  scen["devices"][0]["xid"] = {{{"after_s", 1.5}, {"xid", 79}}};
+  write_file(dir / "scenario.json", scen.dump());
+  std::filesystem::create_directories(dir / "sys");
+  QuietProc proc(dir / "proc");
+  Result r = run({wattscope(), "record", "--duration", "4s", "--db", dir / "w.db", "--interval", "100ms",
+                  "--idle-interval", "10s", "--idle-after", "400ms", "--top-processes", "0", "--procfs-root",
+                  dir / "proc", "--sysfs-root", dir / "sys"},
+                 fake_env(dir), dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string db = dir / "w.db";
+  const int64_t start_ms = num(query(db, "SELECT start_ms FROM runs")[0][0]);
+  auto xid = query(db, "SELECT ts_ms FROM events WHERE kind = 'xid'");
+  ASSERT_EQ(xid.size(), 1u) << r.err;
+  EXPECT_GE(num(xid[0][0]) - start_ms, 1400);
+  EXPECT_LT(num(xid[0][0]) - start_ms, 3000) << "taken by a probe, not by the sample at the run's end";
+  // The tick that took it was stored in full: the sampler went back to full rate, saying why.
+  auto active = query(db, "SELECT detail FROM events WHERE kind = 'sampling-active'");
+  ASSERT_GE(active.size(), 1u) << r.err;
+  EXPECT_NE(active[0][0]->find("xid gpu0"), std::string::npos) << *active[0][0];
+}
+
 TEST(Adaptive, IdleTakesOverAfterIdleAfterAndGivesWayOnTheFirstBusyTick) {
   TempDir dir;
   write_file(dir / "scenario.json", scenario(3.5).dump());

@@ -31,7 +31,6 @@ constexpr Return kNoCall = -1;
 struct TickCtx {
   const Library& lib;
   SteadyClock::time_point mono;
-  std::chrono::nanoseconds slow_period;
   bool health = false; // issue 17: the health counters are due this tick
   const NvmlSource::Options& opts;
   bool last = false; // the run's last sample: a costly energy counter is read whether due or not
@@ -244,9 +243,10 @@ constexpr CallSpec kCalls[] = {
        // it); accounting carries the last reading over the ticks between.
        if (d.energy_costly && c.mono < d.energy_next && !c.last) return kNoCall;
        unsigned long long mj = 0;
-       const auto t0 = SteadyClock::now();
+       const bool timing = d.energy_timed < NvmlSource::kEnergyTimedReads;
+       const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
        const Return rc = c.lib.device_total_energy(d.handle, &mj);
-       if (d.energy_timed < NvmlSource::kEnergyTimedReads && rc == kSuccess) {
+       if (timing && rc == kSuccess) {
          d.energy_least_cost = std::min(d.energy_least_cost, SteadyClock::now() - t0);
          if (++d.energy_timed == NvmlSource::kEnergyTimedReads && d.energy_least_cost > c.opts.energy_costly) {
            d.energy_costly = true;
@@ -352,7 +352,7 @@ constexpr CallSpec kCalls[] = {
      [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
        std::lock_guard lock(d.slow->mu);
        // A throughput reading older than three slow periods is stale: missing rather than repeated.
-       if (d.slow->at != SteadyClock::time_point{} && c.mono - d.slow->at <= 3 * c.slow_period) {
+       if (d.slow->at != SteadyClock::time_point{} && c.mono - d.slow->at <= 3 * c.opts.slow_period) {
          s.pcie_tx_bytes_per_s = d.slow->tx;
          s.pcie_rx_bytes_per_s = d.slow->rx;
        }
@@ -746,7 +746,7 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   // issue 17: health counters once a slow period (they change slowly; see docs/nvidia.md for the cost measured)
   const bool health = frame.mono >= d.health_next;
   if (health) d.health_next = frame.mono + opts_.health_period;
-  const TickCtx ctx{*lib_, frame.mono, opts_.slow_period, health, opts_, frame.last};
+  const TickCtx ctx{*lib_, frame.mono, health, opts_, frame.last};
   for (const auto& c : kCalls) {
     if (!d.on[c.call]) continue;
     const Return rc = c.read(ctx, d, s);
