@@ -82,7 +82,11 @@ void Sampler::start() {
           w->source->sample(w->scratch);
         lock.lock();
         w->busy = false;
+        // Told after the lock is let go: the sampler, woken while it is held, would block on it at once, a second
+        // wake-up and two more futex calls every tick (issue 12). The thread holds `w`, so it outlives the notify.
+        lock.unlock();
         w->done.notify_all();
+        lock.lock();
       }
     });
   }
