@@ -385,7 +385,7 @@ TEST(FullDisk, CsvBatchReachesEveryFileWholeOrNotAtAll) {
 // batch back: the retry stores it once.
 TEST(FullDisk, SqliteBatchReachesTheStoreWholeOrNotAtAll) {
   wstest::TempDir dir;
-  wstest::TmpfsMount mnt(dir / "mnt", 16384); // SQLite grows its WAL to 1000 pages of 16 KiB between checkpoints
+  wstest::TmpfsMount mnt(dir / "mnt", 16384); // room for a WAL of 1000 pages (4 MiB) between checkpoints
   if (!mnt.ok()) GTEST_SKIP() << mnt.why();
   RunInfo run;
   run.start_ms = 1795262609833;

@@ -220,12 +220,16 @@ public:
     db_ = std::make_unique<Db>(path_, true);
     // WAL lets `wattscope list` and other readers see committed batches while the run goes on; NORMAL sync is
     // durable across a process crash, which is the failure a monitor must survive.
-    // 16 KiB pages suit the WITHOUT ROWID sample tables (rows of ~200 bytes clustered by run and tick); the page
-    // size only takes effect on a new database. The page cache is bounded at 2 MiB (kCachePragma): a run only
-    // appends, so a write touches the right-most path of each b-tree (a few pages per table) and the cache needs no
-    // more, while a larger one grows with the file up to its size (at 64 MiB, RSS reached ~100 MiB; issue 12).
+    // 4 KiB pages (SQLite's default; the page size only takes effect on a new database): a commit appends the pages
+    // it changed to the WAL, checksummed, and a run's commit changes the right-most leaf of each table it writes (5
+    // pages a tick with 8 GPUs). With 16 KiB pages that was 80 KiB a commit, and its checksum a quarter of the
+    // writer's instructions (issue 12: the writer thread 218 -> 184 us a tick at 1 s, median of 5 paired runs); a
+    // report over 45,000 ticks of 8 GPUs reads them as fast (1.36 s either way). The page cache is bounded at 2 MiB
+    // (kCachePragma): a run only appends, so a write touches the right-most path of each b-tree (a few pages per table)
+    // and the cache needs no more, while a larger one grows with the file up to its size (at 64 MiB, RSS reached ~100
+    // MiB; issue 12).
     db_->exec(
-        fmt::format("PRAGMA page_size=16384; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; {}", kCachePragma));
+        fmt::format("PRAGMA page_size=4096; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; {}", kCachePragma));
     ensure_schema(*db_);
     for (size_t i = 0; i < kTableCount; ++i) {
       const Table& t = all_tables()[i];
