@@ -52,15 +52,18 @@ bool parse_pid_stat(std::string_view text, PidStat& out) {
   if (open == std::string_view::npos || close == std::string_view::npos || close < open) return false;
   out.comm = std::string(text.substr(open + 1, close - open - 1));
   std::string_view rest = text.substr(close + 1);
-  // Fields after comm, numbered as proc(5) does: 3 state, 4 ppid, 14 utime, 15 stime, 16 cutime, 17 cstime,
-  // 22 starttime, 24 rss (pages).
+  // Fields after comm, numbered as proc(5) does: 3 state, 4 ppid, 9 flags, 14 utime, 15 stime, 16 cutime,
+  // 17 cstime, 22 starttime, 24 rss (pages).
   std::string_view f[22];
   for (auto& x : f)
     x = next_field(rest);
   if (f[0].size() != 1) return false;
   out.state = f[0][0];
   if (!num(f[21], out.rss_pages)) out.rss_pages = -1; // a format without it: unknown
-  int64_t cut = 0, cst = 0;                           // signed in the kernel's format
+  uint64_t flags = 0;
+  constexpr uint64_t kPfKthread = 0x00200000; // include/linux/sched.h
+  out.kernel_thread = num(f[6], flags) && (flags & kPfKthread) != 0;
+  int64_t cut = 0, cst = 0; // signed in the kernel's format
   return num(f[1], out.ppid) && num(f[11], out.utime) && num(f[12], out.stime) && num(f[13], cut) && num(f[14], cst) &&
          num(f[19], out.start_time) &&
          (out.cutime = static_cast<uint64_t>(std::max<int64_t>(cut, 0)),

@@ -16,6 +16,7 @@ struct PidStat {
   uint64_t utime = 0, stime = 0, cutime = 0, cstime = 0; // clock ticks
   uint64_t start_time = 0;                               // clock ticks after boot
   int64_t rss_pages = 0;                                 // field 24: resident set, in pages
+  bool kernel_thread = false;                            // field 9 has PF_KTHREAD: no memory map, no cmdline
   uint64_t cpu_ticks() const { return utime + stime + cutime + cstime; }
 };
 // /proc/PID/stat. The comm may hold spaces and parentheses: it runs to the last ')'.

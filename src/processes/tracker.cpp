@@ -236,7 +236,7 @@ std::map<std::string, std::string> ProcessTracker::slurm_array() const {
 }
 
 // Share of one core that the top N's smaps_rollup reads may take together (see scan()).
-constexpr double kSmapsBudget = 0.0005;
+constexpr double kSmapsBudget = 0.0001;
 
 std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   auto snap = std::make_shared<ProcessSnapshot>();
@@ -365,6 +365,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     k.ppid = s.st.ppid;
     if (k.comm != s.st.comm) k.comm = s.st.comm;
     k.rss_pages = s.st.rss_pages;
+    k.kernel_thread = s.st.kernel_thread;
     k.scan = scan_no_;
     mine.emplace_back(s.pid, it);
   }
@@ -448,7 +449,12 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     rank.emplace_back(it->second.cpu_s / std::max(snap->window_s, 1e-9) * 100 + (g != gpu_score.end() ? g->second : 0),
                       &it->second);
   }
-  const size_t n = std::min(opts_.top_processes, rank.size());
+  // The top N are the busiest of those that used a CPU or a GPU in the window: a process that did neither (most of a
+  // machine's, kernel threads first) is no one's top, gets no row and costs no detail read (issue 12: on an idle
+  // machine the 20 lowest pids, kernel threads, took two thirds of a scan's system calls for nothing).
+  const size_t active =
+      static_cast<size_t>(std::count_if(rank.begin(), rank.end(), [](const auto& r) { return r.first > 0; }));
+  const size_t n = std::min(opts_.top_processes, active);
   std::partial_sort(rank.begin(), rank.begin() + static_cast<long>(n), rank.end(),
                     [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t i = 0; i < rank.size(); ++i)
@@ -477,12 +483,13 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       if (snap->window_s > 0) p.cpu_pct = p.cpu_time_s / snap->window_s * 100;
       if (k.rss_pages >= 0) p.rss_bytes = k.rss_pages * page_bytes;
     }
-    if (detail) {
+    if (detail && !k.kernel_thread) { // a kernel thread has no memory map (smaps_rollup: ESRCH) and does no I/O
       const std::string dir = root + "/" + std::to_string(id.pid);
       // smaps_rollup walks the process's page tables: milliseconds for a process of many GiB (a training job), every
-      // scan. Each process's read is spaced by its own cost so that the top N's together stay under 0.05 % of a core
-      // (issue 12: the device sampling itself costs about 0.07 %), however long that makes the gap (at most ten
-      // minutes: a read of 15 ms for each of 20 processes); between reads PSS and USS are missing, RSS comes from stat.
+      // scan. Each process's read is spaced by its own cost so that the top N's together stay under 0.01 % of a core
+      // (issue 12: the NVML calls alone for 8 GPUs at 1 s cost about 0.02 %), however long that makes the gap (at most
+      // ten minutes: a read of 15 ms for each of 20 processes); between reads PSS and USS are missing, RSS comes from
+      // stat.
       const double now_s = std::chrono::duration<double>(now.time_since_epoch()).count();
       if (now_s >= k.next_smaps_s) {
         const double c0 = thread_cpu_s();

@@ -84,6 +84,7 @@ private:
     uint64_t scan = 0; // the scan that last saw it
     double cpu_s = 0;  // CPU seconds in this scan's window
     int64_t rss_pages = -1;
+    bool kernel_thread = false;
     double next_smaps_s = 0; // steady-clock seconds from which its smaps_rollup may be read again
   };
   // One process's /proc/PID/stat as this scan read it.

@@ -217,17 +217,35 @@ TEST(Attribution, RecordScansTheMachineEveryFiveSecondsUnlessToldOtherwise) {
       ticks.push_back(std::stoll(row.at(0).value_or("-1")));
     return ticks;
   };
+  // A process on a (fake) GPU: one of the top N at every scan, the first included. A process that used neither a CPU
+  // nor a GPU in a scan's window gets no row, and on a quiet machine that could be every other one.
+  const int worker = start({"/bin/sleep", "30"}, {}, dir.path(), dir / "w.out", dir / "w.err");
+  const int idle = start({"/bin/sleep", "30"}, {}, dir.path(), dir / "i.out", dir / "i.err"); // on no GPU, no CPU
+  write_file(dir / "w.pid", std::to_string(worker));
+  write_file(dir / "scenario.json",
+             json{{"devices", {gpu(0, {{{"pid_file", dir / "w.pid"}, {"sm", 60}, {"mem_bytes", 4LL << 30}}})}}}.dump());
+  const std::map<std::string, std::string> env{{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                                               {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                                               {"CUDA_VISIBLE_DEVICES", "\x01"}};
   // 200 ms ticks for 6.5 s: the default scans at the first tick and 5 s later; 1 s scans about every 5th tick.
-  Result def =
-      run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--db", dir / "d.db"}, {}, dir.path());
+  Result def = run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--db", dir / "d.db"}, env,
+                   dir.path());
   ASSERT_EQ(def.exit_code, 0) << def.err;
   Result fast = run({wattscope(), "record", "--interval", "200ms", "--duration", "6500ms", "--process-interval", "1s",
                      "--db", dir / "f.db"},
-                    {}, dir.path());
+                    env, dir.path());
+  for (int pid : {worker, idle}) {
+    ::kill(pid, SIGTERM);
+    wait_exit(pid);
+  }
   ASSERT_EQ(fast.exit_code, 0) << fast.err;
+  const std::string rows_of = "SELECT COUNT(*) FROM process_samples WHERE pid = ";
+  EXPECT_NE(scalar(dir / "f.db", rows_of + std::to_string(worker)), "0");
+  EXPECT_EQ(scalar(dir / "f.db", rows_of + std::to_string(idle)), "0") << "a process that did nothing is no one's top";
   const auto d = scan_ticks(dir / "d.db");
   const auto f = scan_ticks(dir / "f.db");
   ASSERT_GE(d.size(), 1u);
+  EXPECT_LE(d.front(), 1) << "the GPU's process is sampled from the first scan (stored by the tick after it)";
   EXPECT_LE(d.size(), 2u) << "default record scans every 5 s";
   for (size_t i = 1; i < d.size(); ++i)
     EXPECT_GE(d[i] - d[i - 1], 24) << "ticks of 200 ms between scans";

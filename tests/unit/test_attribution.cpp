@@ -58,6 +58,13 @@ TEST(ProcfsParsers, StatWithSpacesInCommSmapsAndIo) {
   EXPECT_EQ(st.ppid, 7);
   EXPECT_EQ(st.cpu_ticks(), 150u + 50 + 30 + 20);
   EXPECT_EQ(st.start_time, 123456u);
+  EXPECT_FALSE(st.kernel_thread); // flags 4194560 = 0x400100: no PF_KTHREAD
+  // A kworker as a 6.x kernel shows it: flags 0x04208060 has PF_KTHREAD (0x00200000).
+  ASSERT_TRUE(parse_pid_stat("59 (kworker/1:1-events) I 2 0 0 0 -1 69238880 0 0 0 0 0 12 0 0 20 0 1 0 40 0 0 "
+                             "18446744073709551615",
+                             st));
+  EXPECT_TRUE(st.kernel_thread);
+  EXPECT_EQ(st.ppid, 2);
   EXPECT_FALSE(parse_pid_stat("42 (x) S 7", st));
   const PidMemory m = parse_smaps_rollup("Rss:  100 kB\nPss:   60 kB\nPrivate_Clean: 10 kB\nPrivate_Dirty: 30 kB\n");
   EXPECT_EQ(m.rss_bytes, 100 * 1024);
