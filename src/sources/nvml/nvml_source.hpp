@@ -167,7 +167,10 @@ private:
   // friends, marks the device lost on GPU_IS_LOST / RESET_REQUIRED, backs off on UNKNOWN.
   bool ok(Dev& d, Call c, nvml::Return rc, Frame& frame);
   void sample_device(Dev& d, Frame& frame);
-  void slow_loop();
+  // The slow thread. may_hand_over: where its first pass is quick it hands the reads to the ticks and returns.
+  void slow_loop(bool may_hand_over);
+  // One pass of the slow reads (PCIe throughput, MIG instances) over every device; the wall time it took.
+  std::chrono::nanoseconds slow_pass();
   // ---- issue 17: MIG instances (open()), the slow thread's reads of them, and the Xid event thread
   void enumerate_migs(Dev& d);
   void read_migs(Dev& d);
@@ -190,6 +193,13 @@ private:
   std::condition_variable slow_cv_;
   bool slow_stop_ = false;
   std::atomic<bool> slow_wanted_{false};
+  // The slow reads are made on the tick (by sample(), at most once a slow period) while a pass takes under
+  // kSlowInline: a thread hop costs more than the calls then (issue 12). The slow thread decides on its first pass
+  // and hands over; sample() gives them back to a new slow thread when two passes in a row take longer than
+  // kSlowTooLong.
+  std::atomic<bool> slow_inline_{false};
+  SteadyClock::time_point slow_last_{}; // sample() only: when it last made the pass
+  int slow_too_long_ = 0;               // sample() only: passes in a row that took over kSlowTooLong
 
   // ---- issue 17: Xid errors from an NVML event set, polled by the ticks (no thread of their own: one waiting in
   // nvmlEventSetWait, which nothing can interrupt, had to wake 4 times a second to be stoppable)
