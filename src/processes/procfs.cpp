@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstring>
 #include <vector>
 
 namespace wattscope {
@@ -48,7 +49,10 @@ bool all_hex(std::string_view s) {
 
 bool parse_pid_stat(std::string_view text, PidStat& out) {
   const size_t open = text.find('(');
-  const size_t close = text.rfind(')');
+  // memrchr, not string_view::rfind, which steps back one character at a time over the ~250 after the comm
+  const void* last = text.empty() ? nullptr : ::memrchr(text.data(), ')', text.size());
+  const size_t close =
+      last ? static_cast<size_t>(static_cast<const char*>(last) - text.data()) : std::string_view::npos;
   if (open == std::string_view::npos || close == std::string_view::npos || close < open) return false;
   out.comm.assign(text.data() + open + 1, close - open - 1);
   // Fields after comm, numbered as proc(5) does: 3 state, 4 ppid, 9 flags, 14 utime, 15 stime, 16 cutime,
