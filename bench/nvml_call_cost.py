@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from pymon import Field, MemV2, Util  # noqa: E402  (NVML's structs as bench/pymon.py declares them)
+from pymon import Field, MemV2, Util, open_nvml  # noqa: E402  (NVML's structs as bench/pymon.py declares them)
 
 
 class ProcInfo(ctypes.Structure):  # nvmlProcessInfo_v2/v3
@@ -22,11 +22,10 @@ class ProcInfo(ctypes.Structure):  # nvmlProcessInfo_v2/v3
 
 def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    nvml = ctypes.CDLL(os.environ.get("WATTSCOPE_NVML_LIBRARY", "libnvidia-ml.so.1"))
-    if nvml.nvmlInit_v2() != 0:
-        sys.exit("nvml_call_cost: nvmlInit_v2 failed")
-    h = ctypes.c_void_p()
-    nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h))
+    nvml, handles = open_nvml("nvml_call_cost")
+    if not handles:
+        sys.exit("nvml_call_cost: NVML found no GPU")
+    h = handles[0]
     u, period, ull, si = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong(), ctypes.c_int()
     fields = (Field * 3)()
     util, mem = Util(), MemV2()

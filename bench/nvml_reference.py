@@ -14,12 +14,11 @@ import signal
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pymon import Util, open_nvml  # noqa: E402  (bench code, none of wattscope's)
 
-class Util(ctypes.Structure):
-    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
-
-class Mem(ctypes.Structure):
+class Mem(ctypes.Structure):  # nvmlMemory_t, v1: its used includes what v2 reports as reserved (nvidia-smi: not)
     _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
 
 
@@ -27,16 +26,7 @@ def main():
     if len(sys.argv) != 3:
         sys.exit("usage: nvml_reference.py INTERVAL_MS OUT.csv")
     interval = int(sys.argv[1]) / 1000
-    nvml = ctypes.CDLL(os.environ.get("WATTSCOPE_NVML_LIBRARY", "libnvidia-ml.so.1"))
-    if nvml.nvmlInit_v2() != 0:
-        sys.exit("nvml_reference: nvmlInit_v2 failed")
-    n = ctypes.c_uint()
-    nvml.nvmlDeviceGetCount_v2(ctypes.byref(n))
-    devs = []
-    for i in range(n.value):
-        h = ctypes.c_void_p()
-        nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h))
-        devs.append(h)
+    nvml, devs = open_nvml("nvml_reference")
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     signal.signal(signal.SIGINT, lambda *_: stop.append(1))

@@ -33,6 +33,26 @@ class Field(ctypes.Structure):
                 ("value", Value)]
 
 
+def open_nvml(prog):
+    """NVML through ctypes (WATTSCOPE_NVML_LIBRARY, else libnvidia-ml.so.1), initialised, and a handle per GPU; exits
+    naming `prog` where it does not initialise. bench/nvml_call_cost.py and bench/nvml_reference.py open it so too."""
+    lib = os.environ.get("WATTSCOPE_NVML_LIBRARY", "libnvidia-ml.so.1")
+    try:
+        nvml = ctypes.CDLL(lib)
+    except OSError as e:
+        sys.exit(f"{prog}: cannot load {lib} ({e}); install the NVIDIA driver or set WATTSCOPE_NVML_LIBRARY")
+    if nvml.nvmlInit_v2() != 0:
+        sys.exit(f"{prog}: NVML did not initialise (nvmlInit_v2)")
+    n = ctypes.c_uint()
+    nvml.nvmlDeviceGetCount_v2(ctypes.byref(n))
+    handles = []
+    for i in range(n.value):
+        h = ctypes.c_void_p()
+        nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h))
+        handles.append(h)
+    return nvml, handles
+
+
 def main():
     import psutil  # here, so that bench/nvml_call_cost.py can take the structs above without it
     interval_s = int(sys.argv[1]) / 1000
@@ -40,18 +60,10 @@ def main():
     out = open(sys.argv[3], "w")
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    nvml = ctypes.CDLL(os.environ.get("WATTSCOPE_NVML_LIBRARY", "libnvidia-ml.so.1"))
-    if nvml.nvmlInit_v2() != 0:
-        sys.exit("pymon: NVML did not initialise")
-    n = ctypes.c_uint()
-    nvml.nvmlDeviceGetCount_v2(ctypes.byref(n))
-    handles = []
-    for i in range(n.value):
-        h = ctypes.c_void_p()
-        nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(h))
+    nvml, handles = open_nvml("pymon")
+    for h in handles:
         w = ctypes.c_uint()
         nvml.nvmlDeviceGetMaxPcieLinkWidth(h, ctypes.byref(w))
-        handles.append(h)
     off = [set() for _ in handles]
     out.write("ts,gpu,power_w,power_avg_w,energy_mj,util_gpu,util_mem,mem_used,temp_gpu,clock_sm,cpu_pct,host_mem\n")
     psutil.cpu_percent(percpu=True)
