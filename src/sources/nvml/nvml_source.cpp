@@ -6,6 +6,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <set>
+#include <system_error>
 #include <tuple>
 #include <type_traits>
 
@@ -790,12 +791,17 @@ void NvmlSource::sample(Frame& frame) noexcept {
       if (slow_too_long_ >= 2) {
         spdlog::debug("NVML's slow reads took over {} ms twice on the tick: back on their own thread",
                       kSlowTooLong.count());
-        slow_inline_.store(false, std::memory_order_relaxed);
+        slow_too_long_ = 0;
         if (slow_thread_.joinable()) slow_thread_.join(); // it returned when it handed over
-        slow_thread_ = std::thread([this] {
-          name_this_thread("ws-nvml-pcie");
-          slow_loop(/*may_hand_over=*/false); // for good: calls that were slow once would make the two flap
-        });
+        try {
+          slow_thread_ = std::thread([this] {
+            name_this_thread("ws-nvml-pcie");
+            slow_loop(/*may_hand_over=*/false); // for good: calls that were slow once would make the two flap
+          });
+          slow_inline_.store(false, std::memory_order_relaxed);
+        } catch (const std::system_error& e) { // no thread to be had: they stay on the tick, slow as they are
+          spdlog::warn("cannot start a thread for NVML's slow reads ({}); they stay on the tick", e.what());
+        }
       }
     }
     frame.gpus.reserve(frame.gpus.size() + devs_.size());
