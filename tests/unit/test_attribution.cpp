@@ -78,11 +78,12 @@ TEST(ProcfsParsers, StatWithSpacesInCommSmapsAndIo) {
 
 // A fixture /proc: stat lines with the fields the tracker reads.
 void proc(const TempDir& d, int pid, int ppid, uint64_t start, uint64_t utime, uint64_t cutime = 0,
-          const std::string& comm = "worker", const std::string& cgroup = "0::/system.slice/slurmstepd.scope/job_9\n") {
+          const std::string& comm = "worker", const std::string& cgroup = "0::/system.slice/slurmstepd.scope/job_9\n",
+          uint64_t flags = 0) {
   const std::string dir = d / ("proc/" + std::to_string(pid));
-  write_file(dir + "/stat", std::to_string(pid) + " (" + comm + ") S " + std::to_string(ppid) + " 1 1 0 -1 0 0 0 0 0 " +
-                                std::to_string(utime) + " 0 " + std::to_string(cutime) + " 0 20 0 1 0 " +
-                                std::to_string(start) + " 1000 10\n");
+  write_file(dir + "/stat", std::to_string(pid) + " (" + comm + ") S " + std::to_string(ppid) + " 1 1 0 -1 " +
+                                std::to_string(flags) + " 0 0 0 0 " + std::to_string(utime) + " 0 " +
+                                std::to_string(cutime) + " 0 20 0 1 0 " + std::to_string(start) + " 1000 10\n");
   write_file(dir + "/cgroup", cgroup);
   write_file(dir + "/smaps_rollup", "Rss: 8 kB\nPss: 4 kB\nPrivate_Clean: 1 kB\nPrivate_Dirty: 2 kB\n");
   write_file(dir + "/cmdline", comm + std::string("\0--flag\0", 8));
@@ -92,6 +93,36 @@ void host_stat(const TempDir& d, uint64_t busy, uint64_t idle) {
 }
 void remove_proc(const TempDir& d, int pid) {
   std::filesystem::remove_all(d / ("proc/" + std::to_string(pid)));
+}
+
+// Issue 12: memory detail (smaps_rollup) is read for the top N, and only among processes that used a CPU in the
+// window; a kernel thread (PF_KTHREAD) is never read for it (it has no memory map: the kernel answers ESRCH).
+TEST(ProcessTracker, DetailOnlyForActiveProcessesAndNeverForKernelThreads) {
+  TempDir d;
+  host_stat(d, 1000, 1000);
+  proc(d, 100, 1, 5000, 10);
+  proc(d, 101, 2, 5001, 10, 0, "kworker/0:1", "0::/\n", 0x00208040); // flagged a kernel thread
+  proc(d, 102, 1, 5002, 10);
+  TrackerOptions o;
+  o.procfs_root = d / "proc";
+  o.clock_ticks_per_s = 100;
+  ProcessTracker t(o, {}); // the machine, scanned by hand: the first scan counts no one's earlier time
+  ASSERT_TRUE(t.scan());
+  host_stat(d, 1300, 1100);
+  proc(d, 100, 1, 5000, 30);                                         // busy in the window
+  proc(d, 101, 2, 5001, 30, 0, "kworker/0:1", "0::/\n", 0x00208040); // busy too
+  auto s = t.scan();                                                 // 102 did nothing
+  ASSERT_TRUE(s);
+  std::map<int, const ProcessSample*> by_pid;
+  for (const auto& p : s->procs)
+    by_pid[static_cast<int>(p.id.pid)] = &p;
+  ASSERT_EQ(by_pid.size(), 3u);
+  EXPECT_TRUE(by_pid[100]->sampled);
+  EXPECT_EQ(by_pid[100]->pss_bytes, 4 * 1024);
+  EXPECT_TRUE(by_pid[101]->sampled) << "a busy kernel thread is one of the top N";
+  EXPECT_FALSE(by_pid[101]->pss_bytes.has_value()) << "but is not read for memory";
+  EXPECT_FALSE(by_pid[102]->sampled) << "a process that used no CPU in the window is no one's top";
+  EXPECT_FALSE(by_pid[102]->pss_bytes.has_value());
 }
 
 TEST(ProcessTracker, FollowsTheTreeKeepsReapedTimeAndNeverMergesAReusedPid) {
