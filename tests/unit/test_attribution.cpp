@@ -71,6 +71,11 @@ TEST(ProcfsParsers, StatWithSpacesInCommSmapsAndIo) {
   EXPECT_EQ(m.pss_bytes, 60 * 1024);
   EXPECT_EQ(m.uss_bytes, 40 * 1024);
   EXPECT_FALSE(parse_smaps_rollup("").rss_bytes.has_value()); // missing, not 0
+  // Values no kernel writes (fuzz_procfs: 1440737190741910300 kB overflowed the multiplication) are unknown.
+  EXPECT_FALSE(parse_smaps_rollup("Rss:  1440737190741910300 kB\nPss: 60 kB\n").rss_bytes.has_value());
+  EXPECT_EQ(parse_smaps_rollup("Rss:  1440737190741910300 kB\nPss: 60 kB\n").pss_bytes, 60 * 1024);
+  EXPECT_FALSE(parse_smaps_rollup("Rss: -4 kB\n").rss_bytes.has_value());
+  EXPECT_FALSE(parse_smaps_rollup("Private_Clean: 1125899906842625 kB\nPrivate_Dirty: 1 kB\n").uss_bytes.has_value());
   const PidIo io = parse_pid_io("rchar: 5\nwchar: 6\nread_bytes: 4096\nwrite_bytes: 8192\n");
   EXPECT_EQ(io.read_bytes, 4096);
   EXPECT_EQ(io.write_bytes, 8192);
