@@ -245,6 +245,7 @@ std::map<std::string, std::string> ProcessTracker::slurm_array() const {
 constexpr double kSmapsBudget = 0.0001;
 
 std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
+  const double cpu0 = thread_cpu_s(); // the scan's cost by part, for -v (a machine's own figures: issue 12)
   auto snap = std::make_shared<ProcessSnapshot>();
   const bool filtered = !run_mode_ && opts_.filtered();
   snap->run_mode = run_mode_ || filtered; // filtered: in_run marks the unit's processes, as a run's tree
@@ -295,6 +296,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     }
   }
   close_stale_fds();
+  const double cpu_proc = thread_cpu_s();
   std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) { return a.pid < b.pid; });
   auto find_seen = [&](pid_t pid) -> const Seen* {
     auto it = std::lower_bound(seen.begin(), seen.end(), pid, [](const Seen& s, pid_t p) { return s.pid < p; });
@@ -407,9 +409,11 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   }
 
   // GPU use per process, from every source that lists it (milliseconds per call on a real driver).
+  const double cpu_gpu0 = thread_cpu_s();
   std::vector<GpuProcessSample> gpu;
   for (const auto& src : gpu_sources_)
     src->gpu_processes(gpu, snap->gpus_listed);
+  const double cpu_gpu = thread_cpu_s() - cpu_gpu0;
   std::map<ProcessId, double> gpu_score;
   for (auto& g : gpu) {
     auto m = std::lower_bound(mine.begin(), mine.end(), static_cast<pid_t>(g.id.pid),
@@ -545,6 +549,13 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       if (auto names = opts_.pod_names->find(k.unit.substr(4))) snap->pods.emplace_back(k.unit, std::move(*names));
     }
   first_scan_ = false;
+  if (spdlog::should_log(spdlog::level::debug)) {
+    const double end = thread_cpu_s();
+    spdlog::debug("process scan {}: {} processes, {} sampled; {:.0f} us of CPU: /proc {:.0f}, GPU lists {:.0f}, the "
+                  "rest {:.0f}",
+                  scan_no_, seen.size(), n, (end - cpu0) * 1e6, (cpu_proc - cpu0) * 1e6, cpu_gpu * 1e6,
+                  (end - cpu_proc - cpu_gpu) * 1e6);
+  }
   return snap;
 }
 
