@@ -261,6 +261,42 @@ TEST(Attribution, RecordScansTheMachineEveryFiveSecondsUnlessToldOtherwise) {
   EXPECT_FALSE(std::filesystem::exists(dir / "b.db"));
 }
 
+// Issue 12: on an H100 the per-process utilisation samples cost 2.7 ms of CPU a GPU a scan, even where no process is
+// on the GPU, and a count-only list call 84 us against 13 us for the list itself. So a GPU that lists no process is
+// not asked for samples, and the lists are asked with room from the start. The scans are counted from -v's lines.
+TEST(Attribution, UtilisationSamplesAreAskedOnlyOfGpusThatListAProcess) {
+  TempDir dir;
+  write_file(
+      dir / "scenario.json",
+      json{{"devices",
+            {gpu(0, {{{"pid_file", dir / "a.pid"}, {"sm", 60}, {"mem_bytes", 1LL << 30}}}), gpu(1, json::array())}}}
+          .dump());
+  Result r = run({wattscope(), "-v", "run", "--interval", "200ms", "--process-interval", "1s", "--db", dir / "w.db",
+                  "--", "/bin/sh", "-c", "sleep 4.2 & echo $! > a.pid; wait"},
+                 {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                  {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                  {"WATTSCOPE_FAKE_NVML_CALLS", dir / "calls.json"},
+                  {"CUDA_VISIBLE_DEVICES", "\x01"}},
+                 dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int scans = 0;
+  for (size_t at = r.err.find("process scan "); at != std::string::npos; at = r.err.find("process scan ", at + 1))
+    scans = std::max(scans, std::atoi(r.err.c_str() + at + 13));
+  ASSERT_GE(scans, 4) << r.err;
+  const json calls = json::parse(read_file(dir / "calls.json"));
+  auto n = [&](const char* symbol) { return calls.value(symbol, 0LL); };
+  EXPECT_EQ(n("nvmlDeviceGetComputeRunningProcesses_v3"), 2 * scans) << "one call a GPU a scan: " << calls.dump(2);
+  EXPECT_EQ(n("nvmlDeviceGetGraphicsRunningProcesses_v3"), 2 * scans) << calls.dump(2);
+  const long long samples = n("nvmlDeviceGetProcessesUtilizationInfo (samples)");
+  EXPECT_GE(samples, scans - 2) << "GPU 0's process, from the scan after its pid file exists: " << calls.dump(2);
+  EXPECT_LE(samples, scans) << calls.dump(2);
+  EXPECT_EQ(n("nvmlDeviceGetProcessesUtilizationInfo"), 2 * samples)
+      << "a count and the samples for GPU 0 when it lists the process, nothing for GPU 1: " << calls.dump(2);
+  // The process still gets its GPU's use.
+  EXPECT_NE(scalar(dir / "w.db", "SELECT COUNT(*) FROM process_gpu_samples WHERE gpu_index = 0 AND sm_pct = 60"), "0");
+  EXPECT_EQ(scalar(dir / "w.db", "SELECT COUNT(*) FROM process_gpu_samples WHERE gpu_index = 1"), "0");
+}
+
 } // namespace
 
 namespace {

@@ -217,6 +217,7 @@ private:
     bool util_off = false; // no per-process utilisation on this device
     bool off = false;      // no process list on this device
     unsigned long long last_seen_us = 0;
+    size_t list_room = 16; // entries the running-process lists are asked with: a few more than the most seen
   };
   std::mutex proc_mu_;
   std::vector<ProcState> proc_state_;
