@@ -276,10 +276,30 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     prev_cpu_ = {ps.total.busy, ps.total.total};
   }
 
-  // Every process's stat: the tree is found by parent pid, so the whole table is read.
+  // Every process's stat: the tree is found by parent pid, so the whole table is read. /proc is listed only where a
+  // pid was handed out since the last listing (see last_pid_): listing it cost as much as reading every stat.
   std::vector<Seen>& seen = seen_;
   seen.clear();
-  if (root_fd_) {
+  auto add = [&](pid_t pid) {
+    std::string_view text;
+    if (!read_stat(pid, text)) return; // gone meanwhile
+    seen.push_back({pid, {}});
+    if (!parse_pid_stat(text, seen.back().st)) seen.pop_back();
+  };
+  std::optional<uint64_t> last_pid;
+  if (!last_pid_fd_ && root_fd_)
+    last_pid_fd_.reset(::openat(root_fd_.get(), "sys/kernel/ns_last_pid", O_RDONLY | O_CLOEXEC));
+  if (last_pid_fd_) {
+    char text[32];
+    const ssize_t n = ::pread(last_pid_fd_.get(), text, sizeof text, 0);
+    uint64_t v = 0;
+    if (n > 0 && std::from_chars(text, text + n, v).ec == std::errc()) last_pid = v;
+  }
+  listed_ = !last_pid || last_pid != last_pid_ || now - listed_at_ >= std::chrono::minutes(1);
+  if (!listed_) {
+    for (pid_t pid : pids_)
+      add(pid);
+  } else if (root_fd_) {
     if (DIR* d = ::fdopendir(::dup(root_fd_.get()))) {
       ::rewinddir(d);
       while (dirent* e = ::readdir(d)) {
@@ -287,14 +307,18 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
         const std::string_view name = e->d_name;
         auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), pid);
         if (ec != std::errc() || p != name.data() + name.size() || pid <= 0) continue;
-        std::string_view text;
-        if (!read_stat(pid, text)) continue; // gone meanwhile
-        seen.push_back({pid, {}});
-        if (!parse_pid_stat(text, seen.back().st)) seen.pop_back();
+        add(pid);
       }
       ::closedir(d);
+      last_pid_ = last_pid; // read before the listing: a pid handed out after it moves it
+      listed_at_ = now;
+    } else {
+      last_pid_.reset();
     }
   }
+  pids_.clear();
+  for (const auto& x : seen)
+    pids_.push_back(x.pid);
   close_stale_fds();
   const double cpu_proc = thread_cpu_s();
   std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) { return a.pid < b.pid; });
@@ -551,10 +575,10 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   first_scan_ = false;
   if (spdlog::should_log(spdlog::level::debug)) {
     const double end = thread_cpu_s();
-    spdlog::debug("process scan {}: {} processes, {} sampled; {:.0f} us of CPU: /proc {:.0f}, GPU lists {:.0f}, the "
+    spdlog::debug("process scan {}: {} processes{}, {} sampled; {:.0f} us of CPU: /proc {:.0f}, GPU lists {:.0f}, the "
                   "rest {:.0f}",
-                  scan_no_, seen.size(), n, (end - cpu0) * 1e6, (cpu_proc - cpu0) * 1e6, cpu_gpu * 1e6,
-                  (end - cpu_proc - cpu_gpu) * 1e6);
+                  scan_no_, seen.size(), listed_ ? " (listed)" : "", n, (end - cpu0) * 1e6, (cpu_proc - cpu0) * 1e6,
+                  cpu_gpu * 1e6, (end - cpu_proc - cpu_gpu) * 1e6);
   }
   return snap;
 }

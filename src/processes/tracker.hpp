@@ -123,6 +123,14 @@ private:
   bool real_procfs_ = false;
   size_t fd_budget_ = 0;
   std::unordered_map<pid_t, std::pair<UniqueFd, uint64_t>> stat_fds_;
+  // The last pid the kernel handed out (/proc/sys/kernel/ns_last_pid), read before each listing of /proc: while it
+  // has not moved no process (or thread) was created, so the last scan's pids, less those gone, are all there are and
+  // /proc need not be listed again (at most a minute, in case the pids went round to the same number).
+  UniqueFd last_pid_fd_;
+  std::optional<uint64_t> last_pid_;
+  std::chrono::steady_clock::time_point listed_at_{};
+  std::vector<pid_t> pids_;
+  bool listed_ = false; // this scan listed /proc (for -v)
   // Filtered mode: processes judged not the run's, with the scan that last saw them and their comm then (each is
   // judged again only after an exec).
   std::map<ProcessId, std::pair<uint64_t, std::string>> outside_;

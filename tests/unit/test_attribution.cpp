@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "../support/support.hpp"
@@ -128,6 +129,36 @@ TEST(ProcessTracker, DetailOnlyForActiveProcessesAndNeverForKernelThreads) {
   EXPECT_FALSE(by_pid[101]->pss_bytes.has_value()) << "but is not read for memory";
   EXPECT_FALSE(by_pid[102]->sampled) << "a process that used no CPU in the window is no one's top";
   EXPECT_FALSE(by_pid[102]->pss_bytes.has_value());
+}
+
+// Issue 12: listing /proc cost as much as reading every process's stat, so it is listed only when the kernel has
+// handed out a pid since the last listing (ns_last_pid moved); otherwise the last scan's processes, less those gone,
+// are all there are. The fixture cheats to show it: a process that appears while ns_last_pid stays put is not seen
+// until it moves.
+TEST(ProcessTracker, ListsProcOnlyAfterAPidWasHandedOut) {
+  TempDir d;
+  host_stat(d, 1000, 1000);
+  write_file(d / "proc/sys/kernel/ns_last_pid", "300\n");
+  proc(d, 100, 1, 5000, 10);
+  proc(d, 101, 1, 5001, 10);
+  TrackerOptions o;
+  o.procfs_root = d / "proc";
+  o.clock_ticks_per_s = 100;
+  ProcessTracker t(o, {});
+  auto pids = [](const std::shared_ptr<ProcessSnapshot>& s) {
+    std::set<int> out;
+    for (const auto& p : s->procs)
+      out.insert(static_cast<int>(p.id.pid));
+    return out;
+  };
+  EXPECT_EQ(pids(t.scan()), (std::set<int>{100, 101}));
+  remove_proc(d, 101);
+  proc(d, 102, 1, 5002, 10); // appears with no pid handed out: only a fixture can do that
+  EXPECT_EQ(pids(t.scan()), (std::set<int>{100})) << "not listed again: 101 gone, 102 not seen";
+  write_file(d / "proc/sys/kernel/ns_last_pid", "302\n");
+  EXPECT_EQ(pids(t.scan()), (std::set<int>{100, 102})) << "a pid was handed out: listed";
+  remove_proc(d, 100);
+  EXPECT_EQ(pids(t.scan()), (std::set<int>{102}));
 }
 
 TEST(ProcessTracker, FollowsTheTreeKeepsReapedTimeAndNeverMergesAReusedPid) {
