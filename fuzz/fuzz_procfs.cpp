@@ -12,8 +12,8 @@ using namespace wattscope;
 
 namespace {
 
-// The fields after the comm's last ')', split on single spaces with empty ones dropped: proc(5) numbering, field 3
-// (state) first.
+// The fields after the comm's last ')', split on spaces and newlines with empty ones dropped: proc(5) numbering,
+// field 3 (state) first.
 std::vector<std::string_view> fields_after_comm(std::string_view text) {
   std::vector<std::string_view> out;
   const size_t close = text.rfind(')');
@@ -21,7 +21,7 @@ std::vector<std::string_view> fields_after_comm(std::string_view text) {
   std::string_view rest = text.substr(close + 1);
   size_t i = 0;
   while (i <= rest.size()) {
-    const size_t sp = rest.find(' ', i);
+    const size_t sp = rest.find_first_of(" \n", i);
     const size_t end = sp == std::string_view::npos ? rest.size() : sp;
     if (end > i) out.push_back(rest.substr(i, end - i));
     if (sp == std::string_view::npos) break;

@@ -66,11 +66,11 @@ bool parse_pid_stat(std::string_view text, PidStat& out) {
   std::string_view f[22];
   const char* p = text.data() + close + 1;
   const char* const end = text.data() + text.size();
-  for (auto& x : f) {
-    while (p != end && *p == ' ')
+  for (auto& x : f) { // the line ends in a newline, which ends its last field as a space does
+    while (p != end && (*p == ' ' || *p == '\n'))
       ++p;
     const char* from = p;
-    while (p != end && *p != ' ')
+    while (p != end && *p != ' ' && *p != '\n')
       ++p;
     x = std::string_view(from, static_cast<size_t>(p - from));
   }

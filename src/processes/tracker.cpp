@@ -513,10 +513,10 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     p.in_run = true;
     p.cpu_time_s = k.cpu_s;
     p.sampled = run_mode_ || filtered || detail;
-    if (p.sampled) {
-      if (snap->window_s > 0) p.cpu_pct = p.cpu_time_s / snap->window_s * 100;
-      if (k.rss_pages >= 0) p.rss_bytes = k.rss_pages * page_bytes;
-    }
+    // Known from stat for every process, sampled or not: `top` and serve's board show them (an idle process is at
+    // 0 %, not unknown); only the sampled get process_samples rows.
+    if (snap->window_s > 0) p.cpu_pct = p.cpu_time_s / snap->window_s * 100;
+    if (k.rss_pages >= 0) p.rss_bytes = k.rss_pages * page_bytes;
     if (detail && !k.kernel_thread) { // a kernel thread has no memory map (smaps_rollup: ESRCH) and does no I/O
       const std::string dir = root + "/" + std::to_string(id.pid);
       // smaps_rollup walks the process's page tables: milliseconds for a process of many GiB (a training job), every

@@ -129,6 +129,8 @@ TEST(ProcessTracker, DetailOnlyForActiveProcessesAndNeverForKernelThreads) {
   EXPECT_FALSE(by_pid[101]->pss_bytes.has_value()) << "but is not read for memory";
   EXPECT_FALSE(by_pid[102]->sampled) << "a process that used no CPU in the window is no one's top";
   EXPECT_FALSE(by_pid[102]->pss_bytes.has_value());
+  EXPECT_EQ(by_pid[102]->cpu_pct, 0.0) << "yet its CPU % is known (top shows 0.0, not '-')";
+  EXPECT_EQ(by_pid[102]->rss_bytes, 10 * ::sysconf(_SC_PAGESIZE)) << "and its RSS, from stat";
 }
 
 // Issue 12: listing /proc cost as much as reading every process's stat, so it is listed only when the kernel has
