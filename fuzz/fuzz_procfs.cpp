@@ -68,6 +68,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const PidMemory m = parse_smaps_rollup(text);
   if (m.uss_bytes) FUZZ_CHECK(text.find("Private_Clean") != std::string_view::npos);
   if (m.rss_bytes) FUZZ_CHECK(text.find("Rss") != std::string_view::npos);
+  uint64_t ns = 0, first = 0;
+  const std::string_view head = text.substr(0, text.find_first_of(" \n"));
+  FUZZ_CHECK(parse_schedstat_ns(text, ns) == number(head, first)); // schedstat: its first number
+  if (number(head, first)) FUZZ_CHECK(ns == first);
   const PidIo io = parse_pid_io(text);
   if (io.read_bytes) FUZZ_CHECK(text.find("read_bytes") != std::string_view::npos);
   const Unit u = parse_cgroup_unit(text);

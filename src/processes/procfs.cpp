@@ -52,6 +52,13 @@ bool all_hex(std::string_view s) {
 }
 } // namespace
 
+bool parse_schedstat_ns(std::string_view text, uint64_t& ns) {
+  const size_t end = text.find_first_of(" \n");
+  const std::string_view first = text.substr(0, end);
+  auto [p, ec] = std::from_chars(first.data(), first.data() + first.size(), ns);
+  return !first.empty() && ec == std::errc() && p == first.data() + first.size();
+}
+
 bool parse_pid_stat(std::string_view text, PidStat& out) {
   const size_t open = text.find('(');
   // memrchr, not string_view::rfind, which steps back one character at a time over the ~250 after the comm

@@ -21,6 +21,8 @@ struct PidStat {
 };
 // /proc/PID/stat. The comm may hold spaces and parentheses: it runs to the last ')'.
 bool parse_pid_stat(std::string_view text, PidStat& out);
+// /proc/PID/schedstat: "SUM_EXEC_RUNTIME_NS RUN_DELAY_NS TIMESLICES"; the first, the task's time on a CPU.
+bool parse_schedstat_ns(std::string_view text, uint64_t& ns);
 
 struct PidMemory {
   std::optional<int64_t> rss_bytes, pss_bytes, uss_bytes;

@@ -163,6 +163,23 @@ bool ProcessTracker::read_stat(pid_t pid, std::string_view& text) {
   return true;
 }
 
+bool ProcessTracker::read_schedstat(pid_t pid, KernelThread& kt, uint64_t& ns) {
+  char path[64];
+  char text[128];
+  // Kept open on the kernel's procfs (a gone thread's descriptor answers ESRCH), like the stat descriptors.
+  UniqueFd fresh;
+  if (!kt.schedstat) fresh.reset(::openat(root_fd_.get(), pid_path(path, pid, "schedstat"), O_RDONLY | O_CLOEXEC));
+  const int fd = kt.schedstat ? kt.schedstat.get() : fresh.get();
+  if (fd < 0) return false;
+  const ssize_t n = ::pread(fd, text, sizeof text, 0);
+  if (n <= 0 || !parse_schedstat_ns(std::string_view(text, static_cast<size_t>(n)), ns)) {
+    kt.schedstat.reset();
+    return false;
+  }
+  if (fresh && real_procfs_) kt.schedstat = std::move(fresh);
+  return true;
+}
+
 void ProcessTracker::close_stale_fds() {
   for (auto it = stat_fds_.begin(); it != stat_fds_.end();)
     it = it->second.second == scan_no_ ? std::next(it) : stat_fds_.erase(it);
@@ -280,11 +297,49 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   // pid was handed out since the last listing (see last_pid_): listing it cost as much as reading every stat.
   std::vector<Seen>& seen = seen_;
   seen.clear();
+  // A kernel thread's CPU time in clock ticks from its schedstat nanoseconds (it has no children: cutime is 0).
+  auto schedstat_time = [&](PidStat& st, uint64_t ns) {
+    st.utime = ns / (1000000000u / static_cast<uint64_t>(std::clamp<long>(opts_.clock_ticks_per_s, 1, 1000000000)));
+    st.stime = st.cutime = st.cstime = 0;
+  };
   auto add = [&](pid_t pid) {
+    auto kt = kthreads_.find(pid);
+    uint64_t ns = 0;
+    if (kt != kthreads_.end() && !listed_) {
+      if (read_schedstat(pid, kt->second, ns)) {
+        seen.push_back({pid, kt->second.st});
+        schedstat_time(seen.back().st, ns);
+        kt->second.scan = scan_no_;
+        return;
+      }
+      kthreads_.erase(kt); // gone (then its stat fails too), or no schedstat any more: its stat says which
+      kt = kthreads_.end();
+    }
     std::string_view text;
-    if (!read_stat(pid, text)) return; // gone meanwhile
+    if (!read_stat(pid, text)) { // gone meanwhile
+      if (kt != kthreads_.end()) kthreads_.erase(kt);
+      return;
+    }
     seen.push_back({pid, {}});
-    if (!parse_pid_stat(text, seen.back().st)) seen.pop_back();
+    PidStat& st = seen.back().st;
+    if (!parse_pid_stat(text, st)) {
+      seen.pop_back();
+      return;
+    }
+    if (!st.kernel_thread) {
+      if (kt != kthreads_.end()) kthreads_.erase(kt);
+      return;
+    }
+    if (kt == kthreads_.end() || kt->second.start_time != st.start_time) {
+      kt = kthreads_.insert_or_assign(pid, KernelThread{st.start_time, {}, {}}).first;
+    }
+    if (read_schedstat(pid, kt->second, ns)) {
+      schedstat_time(st, ns);
+      kt->second.st = st;
+      kt->second.scan = scan_no_;
+    } else {
+      kthreads_.erase(kt); // no schedstat here (a kernel without CONFIG_SCHED_INFO): stat every scan
+    }
   };
   std::optional<uint64_t> last_pid;
   if (!last_pid_fd_ && root_fd_)
@@ -319,6 +374,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   pids_.clear();
   for (const auto& x : seen)
     pids_.push_back(x.pid);
+  std::erase_if(kthreads_, [&](const auto& kt) { return kt.second.scan != scan_no_; });
   close_stale_fds();
   const double cpu_proc = thread_cpu_s();
   std::sort(seen.begin(), seen.end(), [](const Seen& a, const Seen& b) { return a.pid < b.pid; });
