@@ -297,6 +297,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   // pid was handed out since the last listing (see last_pid_): listing it cost as much as reading every stat.
   std::vector<Seen>& seen = seen_;
   seen.clear();
+  bool read_kthreads = true; // set below, once this scan knows whether it lists /proc
   // A kernel thread's CPU time in clock ticks from its schedstat nanoseconds (it has no children: cutime is 0).
   auto schedstat_time = [&](PidStat& st, uint64_t ns) {
     st.utime = ns / (1000000000u / static_cast<uint64_t>(std::clamp<long>(opts_.clock_ticks_per_s, 1, 1000000000)));
@@ -305,7 +306,7 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   auto add = [&](pid_t pid) {
     auto kt = kthreads_.find(pid);
     uint64_t ns = 0;
-    if (kt != kthreads_.end() && !listed_) {
+    if (kt != kthreads_.end() && !read_kthreads) {
       if (read_schedstat(pid, kt->second, ns)) {
         seen.push_back({pid, kt->second.st});
         schedstat_time(seen.back().st, ns);
@@ -351,6 +352,11 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
     if (n > 0 && std::from_chars(text, text + n, v).ec == std::errc()) last_pid = v;
   }
   listed_ = !last_pid || last_pid != last_pid_ || now - listed_at_ >= std::chrono::minutes(1);
+  // On the kernel's procfs a kept schedstat descriptor answers ESRCH once its thread is gone, so a known kernel
+  // thread's stat (its name, for kworkers rename themselves) is read again only once a minute, not at every listing:
+  // on the H100 VM something started a process between most scans, and each listing read 174 stat files more.
+  read_kthreads = listed_ && (!real_procfs_ || now - kthreads_read_at_ >= std::chrono::minutes(1) || kthreads_.empty());
+  if (read_kthreads) kthreads_read_at_ = now;
   if (!listed_) {
     for (pid_t pid : pids_)
       add(pid);

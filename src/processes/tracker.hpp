@@ -131,9 +131,10 @@ private:
   std::chrono::steady_clock::time_point listed_at_{};
   std::vector<pid_t> pids_;
   bool listed_ = false; // this scan listed /proc (for -v)
-  // Kernel threads between listings: their CPU time from /proc/PID/schedstat (a read costs ~60 % of a stat read,
-  // cold), the rest of their stat as last read (at each listing, at least once a minute). A kernel thread's time is
-  // always taken from schedstat once it is known, so its CPU never mixes the two counts.
+  // Known kernel threads: their CPU time from /proc/PID/schedstat (a read costs ~60 % of a stat read, cold), the rest
+  // of their stat as last read (once a minute; at every listing where procfs is a fixture tree, whose files are not
+  // kept open, so a reused pid shows only in stat). A kernel thread's time is always taken from schedstat once it is
+  // known, so its CPU never mixes the two counts.
   struct KernelThread {
     uint64_t start_time = 0;
     PidStat st;
@@ -141,6 +142,7 @@ private:
     uint64_t scan = 0; // the last scan that saw it: the others are gone, and let go of after each scan
   };
   std::unordered_map<pid_t, KernelThread> kthreads_;
+  std::chrono::steady_clock::time_point kthreads_read_at_{};
   bool read_schedstat(pid_t pid, KernelThread& kt, uint64_t& ns);
   // Filtered mode: processes judged not the run's, with the scan that last saw them and their comm then (each is
   // judged again only after an exec).
