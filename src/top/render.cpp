@@ -337,6 +337,11 @@ void sort_processes(std::vector<TopProcess>& procs, SortKey key) {
     const OptF va = sort_value(a, key), vb = sort_value(b, key);
     if (va.has_value() != vb.has_value()) return va.has_value();
     if (va && *va != *vb) return key == SortKey::Pid ? *va < *vb : *va > *vb;
+    // Ties (no power known on a machine without GPU processes, say) go by CPU %, busiest first, then by pid.
+    if (key != SortKey::Pid && key != SortKey::Cpu && a.cpu_pct != b.cpu_pct) {
+      if (a.cpu_pct.has_value() != b.cpu_pct.has_value()) return a.cpu_pct.has_value();
+      return *a.cpu_pct > *b.cpu_pct;
+    }
     return a.pid < b.pid;
   });
 }

@@ -150,6 +150,16 @@ TEST(TopRender, SortsByTheKeyWithMissingLast) {
   sort_processes(p, SortKey::Pid);
   EXPECT_EQ(p[0].pid, 1);
   EXPECT_EQ(next_sort(SortKey::Pid), SortKey::Power);
+  // With no power known for any, the busiest CPU first (an idle machine's top was in pid order), then by pid.
+  const auto proc = [](int64_t pid, std::optional<double> cpu) {
+    return TopProcess{pid, "p", cpu, std::nullopt, std::nullopt, std::nullopt, std::nullopt};
+  };
+  std::vector<TopProcess> q = {proc(1, 0.0), proc(7, std::nullopt), proc(5, 40.0), proc(3, 2.0)};
+  sort_processes(q, SortKey::Power);
+  EXPECT_EQ(q[0].pid, 5);
+  EXPECT_EQ(q[1].pid, 3);
+  EXPECT_EQ(q[2].pid, 1);
+  EXPECT_EQ(q[3].pid, 7) << "CPU unknown: last";
   EXPECT_THROW(parse_sort("colour"), std::invalid_argument);
 }
 
