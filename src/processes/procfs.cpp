@@ -53,10 +53,7 @@ bool all_hex(std::string_view s) {
 } // namespace
 
 bool parse_schedstat_ns(std::string_view text, uint64_t& ns) {
-  const size_t end = text.find_first_of(" \n");
-  const std::string_view first = text.substr(0, end);
-  auto [p, ec] = std::from_chars(first.data(), first.data() + first.size(), ns);
-  return !first.empty() && ec == std::errc() && p == first.data() + first.size();
+  return num(text.substr(0, text.find_first_of(" \n")), ns);
 }
 
 bool parse_pid_stat(std::string_view text, PidStat& out) {

@@ -331,9 +331,8 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
       if (kt != kthreads_.end()) kthreads_.erase(kt);
       return;
     }
-    if (kt == kthreads_.end() || kt->second.start_time != st.start_time) {
-      kt = kthreads_.insert_or_assign(pid, KernelThread{st.start_time, {}, {}}).first;
-    }
+    if (kt == kthreads_.end() || kt->second.st.start_time != st.start_time)
+      kt = kthreads_.insert_or_assign(pid, KernelThread{}).first; // new, or its pid reused (a fixture tree)
     if (read_schedstat(pid, kt->second, ns)) {
       schedstat_time(st, ns);
       kt->second.st = st;

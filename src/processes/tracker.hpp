@@ -136,8 +136,7 @@ private:
   // kept open, so a reused pid shows only in stat). A kernel thread's time is always taken from schedstat once it is
   // known, so its CPU never mixes the two counts.
   struct KernelThread {
-    uint64_t start_time = 0;
-    PidStat st;
+    PidStat st; // as last read; empty until its first schedstat read
     UniqueFd schedstat;
     uint64_t scan = 0; // the last scan that saw it: the others are gone, and let go of after each scan
   };
