@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -41,6 +42,53 @@ class Listener:
             return False
         finally:
             self.sock.settimeout(2)
+
+    def drain(self):
+        """Every datagram waiting now, as lists of parsed lines."""
+        out = []
+        self.sock.setblocking(False)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                try:
+                    out.append([json.loads(line) for line in data.decode("utf-8").splitlines()])
+                except ValueError:
+                    out.append([None])  # not the helper's
+        except BlockingIOError:
+            return out
+        finally:
+            self.sock.settimeout(2)
+
+    def fill(self):
+        """Fills this socket's queue from another sender until the kernel refuses more (EAGAIN); returns how many."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        s.setblocking(False)
+        n = 0
+        try:
+            while True:
+                s.sendto(b"x", self.path)
+                n += 1
+        except BlockingIOError:
+            return n
+        finally:
+            s.close()
+
+
+def work_total(datagrams, unit="samples"):
+    return sum(m["amount"] for d in datagrams for m in d if m and m.get("kind") == "work" and m["unit"] == unit)
+
+
+@pytest.fixture(autouse=True)
+def quiet_helper(monkeypatch):
+    """Work stays summed until a test flushes it (or a boundary does): no send happens by the clock unless a test
+    sets _INTERVAL_S. Every test starts with nothing pending."""
+    with wattscope._lock:
+        wattscope._pending.clear()
+    monkeypatch.setattr(wattscope, "_INTERVAL_S", 3600.0)
+    monkeypatch.setattr(wattscope, "_last_flush", time.monotonic())
+    yield
+    with wattscope._lock:
+        wattscope._pending.clear()
 
 
 @pytest.fixture
@@ -85,12 +133,143 @@ def test_decorator_wraps_every_call(listener):
 def test_work_and_mark(listener):
     assert wattscope.work(64) is True
     assert wattscope.work(2048, unit="tokens") is True
+    assert wattscope.work(36) is True
     assert wattscope.mark("checkpoint") is True
-    assert listener.read(3) == [
-        {"kind": "work", "amount": 64, "unit": "samples"},
+    # Summed per unit, and sent with the mark in one datagram, before it.
+    assert listener.read(1) == [
+        {"kind": "work", "amount": 100, "unit": "samples"},
         {"kind": "work", "amount": 2048, "unit": "tokens"},
         {"kind": "mark", "name": "checkpoint"},
     ]
+    assert not listener.pending()
+
+
+def test_work_is_coalesced_and_goes_out_before_the_phase_ends(listener):
+    with wattscope.phase("epoch", index=0):
+        for _ in range(100000):
+            wattscope.work(1)
+    with wattscope.phase("eval"):
+        wattscope.work(0.5, unit="images")
+        wattscope.work(0.25, unit="images")
+    got = listener.drain()
+    assert got == [
+        [{"kind": "begin", "name": "epoch", "index": 0}],
+        [{"kind": "work", "amount": 100000, "unit": "samples"}, {"kind": "end", "name": "epoch"}],
+        [{"kind": "begin", "name": "eval"}],
+        [{"kind": "work", "amount": 0.75, "unit": "images"}, {"kind": "end", "name": "eval"}],
+    ]
+
+
+def test_work_goes_out_at_most_once_per_interval(listener, monkeypatch):
+    monkeypatch.setattr(wattscope, "_INTERVAL_S", 0.05)
+    calls = 0
+    start = time.monotonic()
+    while time.monotonic() - start < 0.5:
+        wattscope.work(1)
+        calls += 1
+    elapsed = time.monotonic() - start
+    assert wattscope.flush() is True
+    got = listener.drain()
+    assert work_total(got) == calls  # nothing lost
+    # One datagram per 50 ms at most (plus the first call's and the final flush), whatever the call rate.
+    assert calls > 1000 and len(got) <= elapsed / 0.05 + 2, (calls, len(got))
+
+
+def test_a_last_amount_goes_out_within_an_interval_without_another_call(listener, monkeypatch):
+    monkeypatch.setattr(wattscope, "_INTERVAL_S", 0.05)
+    monkeypatch.setattr(wattscope, "_last_flush", 0.0)
+    wattscope.work(7)  # sent at once: the first call after a quiet spell of an interval
+    wattscope.work(5)  # pending: no later call, no boundary; the background thread sends it
+    assert listener.read(2) == [{"kind": "work", "amount": 7, "unit": "samples"},
+                                {"kind": "work", "amount": 5, "unit": "samples"}]
+
+
+def test_sums_survive_a_full_queue(listener, monkeypatch):
+    # Nobody reads and the queue is full: every send fails, yet no call waits and nothing is lost.
+    monkeypatch.setattr(wattscope, "_INTERVAL_S", 0.0)  # try to send on every call
+    listener.fill()
+    start = time.monotonic()
+    for _ in range(5000):
+        assert wattscope.work(1) is True
+    assert time.monotonic() - start < 5  # generous: a blocking send would hang here
+    assert wattscope.flush() is False
+    got = listener.drain()  # room again
+    assert wattscope.flush() is True
+    got += listener.drain()
+    assert work_total(got) == 5000
+
+
+def test_a_phase_boundary_waits_briefly_for_room_in_a_full_queue(listener):
+    wattscope.work(3)
+    listener.fill()
+    reader = threading.Timer(0.005, listener.drain)  # wattscope catches up a few ms later
+    reader.start()
+    start = time.monotonic()
+    with wattscope.phase("epoch"):
+        pass
+    reader.join()
+    assert time.monotonic() - start < 1
+    got = listener.drain()
+    assert [{"kind": "work", "amount": 3, "unit": "samples"}, {"kind": "begin", "name": "epoch"}] in got
+    assert [{"kind": "end", "name": "epoch"}] in got
+
+
+def test_a_forked_child_does_not_send_its_parents_work(listener):
+    wattscope.work(5)
+    pid = os.fork()
+    if pid == 0:  # the child: its pending work is empty; it sends its own
+        try:
+            wattscope.work(2)
+            ok = wattscope.flush()
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert listener.read(1) == [{"kind": "work", "amount": 2, "unit": "samples"}]
+    assert wattscope.flush() is True
+    assert listener.read(1) == [{"kind": "work", "amount": 5, "unit": "samples"}]
+
+
+def test_pending_work_is_sent_at_exit(listener):
+    program = "import wattscope\nfor _ in range(1000): wattscope.work(3)\n"
+    r = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(HERE), WATTSCOPE_MARKER_INTERVAL_MS="60000"))
+    assert r.returncode == 0, r.stderr
+    got = listener.drain()
+    assert work_total(got) == 3000 and len(got) == 2  # the first call's, then one at exit
+
+
+def test_count_marks_each_batch_once_processed(listener):
+    batches = [[1, 2, 3], [4, 5], [6]]
+    counted = wattscope.count(batches, size=len)
+    assert len(counted) == 3
+    seen = []
+    with wattscope.phase("epoch"):
+        for b in counted:
+            seen.append(b)
+    assert seen == batches
+    assert work_total(listener.drain()) == 6
+    for b in wattscope.count(batches, unit="images", size=len):
+        break  # the batch taken counts, the rest do not
+    wattscope.flush()
+    assert work_total(listener.drain(), "images") == 3
+
+
+class Columns:
+    """A stand-in for a tensor: only its shape matters to batch_size."""
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def test_batch_size_finds_the_batch_dimension():
+    assert wattscope.batch_size(Columns(32, 3, 224, 224)) == 32
+    assert wattscope.batch_size([Columns(16, 10), Columns(16)]) == 16  # a DataLoader's [inputs, labels]
+    assert wattscope.batch_size((Columns(8, 4), Columns(8))) == 8
+    assert wattscope.batch_size({"input_ids": Columns(4, 512), "mask": Columns(4, 512)}) == 4
+    assert wattscope.batch_size(((Columns(2, 5), Columns(2, 5)), Columns(2))) == 2
+    assert wattscope.batch_size([[1, 2], [3, 4], [5, 6]]) == 3  # plain samples
+    assert wattscope.batch_size("abcd") == 4
 
 
 class Tensor:
@@ -141,17 +320,9 @@ def test_drops_when_wattscope_is_gone(tmp_path, monkeypatch):
     monkeypatch.setenv("WATTSCOPE_SOCKET", str(tmp_path / "gone.sock"))
     assert wattscope.enabled()
     with wattscope.phase("epoch"):
-        assert wattscope.work(1) is False
-
-
-def test_never_blocks_when_the_queue_is_full(listener):
-    # Nobody reads: the socket's queue fills, then every marker is dropped at once rather than waiting.
-    start = time.monotonic()
-    results = [wattscope.work(1) for _ in range(5000)]
-    elapsed = time.monotonic() - start
-    assert results[0] is True
-    assert results[-1] is False
-    assert elapsed < 5  # generous: proves no call waited for the reader (a blocking send would hang here)
+        assert wattscope.work(1) is True  # taken, kept for a wattscope that listens again
+        assert wattscope.mark("x") is False
+    assert wattscope.flush() is False
 
 
 def test_pip_installs_offline(tmp_path):

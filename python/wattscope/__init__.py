@@ -17,26 +17,60 @@ did, and what model it trains, so that energy is reported per phase and per unit
 In a job with several processes per machine (torchrun, Slurm, MPI), phases, marks and the model description are sent
 by local rank 0 only, and work by every rank, so work adds up and phases do not nest eight times.
 
-Standard library only. Under `wattscope run` the environment holds WATTSCOPE_SOCKET, a Unix datagram socket; every
-call sends one line of JSON to it (the protocol is docs/markers.md in the wattscope repository) without ever
-waiting: when wattscope is gone, or its queue is full, the marker is dropped. Without WATTSCOPE_SOCKET every call is
-a no-op, so the same program runs unchanged outside wattscope.
+Standard library only. Under `wattscope run` the environment holds WATTSCOPE_SOCKET, a Unix datagram socket; phases,
+marks and model descriptions go to it as lines of JSON (the protocol is docs/markers.md in the wattscope repository)
+at once; work is summed per unit and sent at most every 100 ms, and always before the next phase boundary, so a loop
+may call work() per sample. Nothing ever blocks the program: when wattscope is gone, or its queue is full, work
+stays summed for the next send and a phase boundary is retried for at most ~50 ms. Without WATTSCOPE_SOCKET every
+call is a no-op, so the same program runs unchanged outside wattscope.
+
+Reading the results back (`wattscope.open("wattscope.db").runs()`) is in wattscope.reader.
 """
 
+import atexit
+import errno
 import functools
 import json
 import math
 import os
 import socket
 import threading
+import time
 
-__all__ = ["phase", "work", "mark", "describe_model", "enabled", "Phase"]
-__version__ = "0.1.0"
+__all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "Phase", "open"]
+__version__ = "0.2.0"
 
 _ENV = "WATTSCOPE_SOCKET"
-_lock = threading.Lock()
+_lock = threading.RLock()
 _sock = None
 _sock_pid = None
+
+
+def _interval_s():
+    """How often coalesced work is sent at most (WATTSCOPE_MARKER_INTERVAL_MS, default 100 ms, 0 … 10 s)."""
+    try:
+        ms = float(os.environ.get("WATTSCOPE_MARKER_INTERVAL_MS", "100"))
+    except ValueError:
+        ms = 100.0
+    return min(max(ms, 0.0), 10000.0) / 1000.0 if math.isfinite(ms) else 0.1
+
+
+_INTERVAL_S = _interval_s()
+# The listener refuses a line over 4096 bytes and a datagram over 64 KiB; a work line is ~70 bytes, so a datagram of
+# this many bytes carries hundreds of units at once.
+_MAX_DATAGRAM = 60000
+_MAX_AMOUNT = 1e18  # the protocol's largest `amount`; a larger coalesced sum goes out in several lines
+# A full queue (EAGAIN) is met by a phase boundary with a few short retries, at most this long in all: a boundary is
+# rare (per phase, not per batch), and losing one misplaces every later phase. Work never waits: it stays pending.
+_BOUNDARY_RETRY_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.02)
+
+# Work is summed here per unit and sent at most every _INTERVAL_S (and before every begin, end, mark and model, and
+# at exit), so a loop that calls work() 100 000 times a second sends ten datagrams a second and loses nothing.
+_pending = {}
+_last_flush = 0.0
+_wake = threading.Event()
+_flusher = None
+_undelivered = 0  # phase boundaries, marks and model descriptions that could not be handed over
 
 
 def enabled():
@@ -56,6 +90,17 @@ def _socket():
     return _sock
 
 
+def _after_fork_in_child():
+    # The parent's pending work is the parent's to send: a child that sent it too would count it twice.
+    global _lock, _pending, _last_flush, _wake, _flusher, _sock, _sock_pid, _undelivered
+    _lock = threading.RLock()
+    _pending, _last_flush, _wake, _flusher, _sock, _sock_pid, _undelivered = {}, 0.0, threading.Event(), None, None, None, 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _primary():
     """Phases, marks and model descriptions come from one process per machine: with torchrun, Slurm or MPI every
     rank runs the same code, and eight `begin epoch` would nest eight phases. Work comes from every rank (each does
@@ -69,18 +114,111 @@ def _primary():
     return True
 
 
+def _line(message):
+    return (json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+
+
+def _sendto(data, path):
+    """One datagram; None when delivered, else the errno (never raises, never waits)."""
+    try:
+        _socket().sendto(data, path)
+        return None
+    except OSError as e:
+        return e.errno or errno.EIO
+
+
+def _flush_locked(path, tail=None):
+    """Sends the pending work, then `tail` (a begin, end, mark or model line), in as few datagrams as fit; the work
+    and the marker after it travel in one datagram, so both arrive or neither does, in that order. Work that could
+    not be handed over goes back to pending (sent with the next flush); returns True when everything was delivered.
+    Called with _lock held: a flush from the background thread cannot overtake a phase boundary."""
+    global _pending, _last_flush, _undelivered
+    taken, _pending = _pending, {}
+    _last_flush = time.monotonic()
+    lines = []  # (bytes, unit, amount) for work; (bytes, None, None) for the tail
+    for unit, amount in taken.items():
+        while amount > 0:
+            part = amount if amount <= _MAX_AMOUNT else _MAX_AMOUNT
+            try:
+                lines.append((_line({"kind": "work", "amount": part, "unit": unit}), unit, part))
+            except (ValueError, TypeError):  # cannot happen for what work() accepts; never lose the rest over it
+                break
+            amount -= part
+    if tail is not None:
+        lines.append((tail, None, None))
+    ok = True
+    i = 0
+    while i < len(lines):
+        data, j = b"", i
+        while j < len(lines) and (not data or len(data) + len(lines[j][0]) <= _MAX_DATAGRAM):
+            data += lines[j][0]
+            j += 1
+        err = _sendto(data, path)
+        if err in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS) and j == len(lines) and tail is not None:
+            for pause in _BOUNDARY_RETRY_S:
+                time.sleep(pause)
+                err = _sendto(data, path)
+                if err not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS):
+                    break
+        if err is not None:
+            ok = False
+            for _, unit, amount in lines[i:j]:
+                if unit is not None:
+                    _pending[unit] = _pending.get(unit, 0) + amount
+                else:
+                    _undelivered += 1
+        i = j
+    return ok
+
+
 def _send(message):
-    """Sends one marker; returns True when it was handed to wattscope, False when dropped. Never raises, never waits."""
+    """Sends one marker (after the pending work); True when it was handed to wattscope, False when dropped. Never
+    raises; waits only as _BOUNDARY_RETRY_S says, and only when wattscope's queue is full."""
     path = os.environ.get(_ENV)
     if not path:
         return False
     try:
-        line = json.dumps(message, separators=(",", ":"), allow_nan=False) + "\n"
-        _socket().sendto(line.encode("utf-8"), path)
-        return True
-    except (OSError, ValueError, TypeError):
-        # No wattscope listening, its queue full (EAGAIN), a path too long, an amount that is not a number: drop it.
+        tail = _line(message) if message is not None else None
+    except (ValueError, TypeError):
         return False
+    with _lock:
+        return _flush_locked(path, tail)
+
+
+def _flusher_loop():
+    # Wakes only while work is pending; then sends it once an interval has passed since the last send.
+    while True:
+        _wake.wait()
+        time.sleep(min(_INTERVAL_S, 0.25))
+        path = os.environ.get(_ENV)
+        with _lock:
+            if not _pending or not path:
+                _wake.clear()  # under the lock: work() adds, then sets it again, so no wake-up is lost
+            elif time.monotonic() - _last_flush >= _INTERVAL_S:
+                _flush_locked(path)  # what is not delivered stays pending and is tried again an interval later
+                if not _pending:
+                    _wake.clear()
+
+
+def _start_flusher():
+    global _flusher
+    with _lock:
+        if _flusher is None:
+            _flusher = threading.Thread(target=_flusher_loop, name="wattscope-markers", daemon=True)
+            _flusher.start()
+
+
+def flush():
+    """Sends the work summed so far now (work() sends at most every 100 ms; phases, marks and the end of the program
+    send it too). True when everything was handed to wattscope."""
+    path = os.environ.get(_ENV)
+    if not path:
+        return False
+    with _lock:
+        return _flush_locked(path) if _pending else True
+
+
+atexit.register(flush)
 
 
 def _name(name):
@@ -102,13 +240,12 @@ class Phase:
         msg = {"kind": "begin", "name": self.name}
         if self.index is not None:
             msg["index"] = self.index
-        if _primary():
-            _send(msg)
+        # Every rank sends its work summed so far before the boundary, so it counts towards the phase it was done in.
+        _send(msg if _primary() else None)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if _primary():
-            _send({"kind": "end", "name": self.name})
+        _send({"kind": "end", "name": self.name} if _primary() else None)
         return False
 
     def __call__(self, func):
@@ -128,18 +265,95 @@ def phase(name, index=None):
 
 def work(amount, unit="samples"):
     """Work done since the last call, e.g. `wattscope.work(batch_size)` or `wattscope.work(n_tokens, unit="tokens")`.
-    wattscope sums it per phase and per run and reports energy per unit (J/sample) and throughput."""
+    wattscope sums it per phase and per run and reports energy per unit (J/sample) and throughput.
+
+    Calls are summed here per unit and sent at most every 100 ms (WATTSCOPE_MARKER_INTERVAL_MS), and always before
+    a phase begins or ends, a mark, and at exit (or `wattscope.flush()`): a loop may call it per sample without
+    flooding wattscope, and no amount is lost. Returns True when the amount was taken (under wattscope), False
+    outside it."""
     if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
         raise ValueError("work amount must be a finite number >= 0")
     if not isinstance(unit, str) or not unit:
         raise ValueError("work unit must be a non-empty string such as 'samples' or 'tokens'")
-    return _send({"kind": "work", "amount": amount, "unit": unit})
+    path = os.environ.get(_ENV)
+    if not path:
+        return False
+    with _lock:
+        _pending[unit] = _pending.get(unit, 0) + amount
+        if time.monotonic() - _last_flush >= _INTERVAL_S:
+            _flush_locked(path)
+            if not _pending:
+                return True
+    if _flusher is None:
+        _start_flusher()
+    if not _wake.is_set():
+        _wake.set()  # the rest goes out within an interval even if no further call comes
+    return True
+
+
+def batch_size(batch):
+    """How many samples a batch holds: a tensor's or array's first dimension; for a DataLoader's `[inputs, labels]`
+    or `(inputs, labels)`, or a dict such as `{"input_ids": ...}`, that of its first element; else len(batch)."""
+    for _ in range(8):  # ((x, mask), y) is unwrapped a few levels deep at most
+        first = None
+        if isinstance(batch, dict) and batch:
+            first = next(iter(batch.values()))
+        elif isinstance(batch, (tuple, list)) and batch:
+            # A list of plain samples ([[1, 2], [3, 4]]) is a batch of len() samples; a list of tensors is columns.
+            if hasattr(batch[0], "shape") or isinstance(batch[0], dict) or (
+                    isinstance(batch, tuple) and isinstance(batch[0], (tuple, list))):
+                first = batch[0]
+        if first is None:
+            break
+        batch = first
+    shape = getattr(batch, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    return len(batch)
+
+
+class _Counted:
+    """What count() returns: iterates as the wrapped iterable does, and keeps its len()."""
+
+    def __init__(self, iterable, unit, size):
+        self._iterable, self._unit, self._size = iterable, unit, size
+
+    def __len__(self):
+        return len(self._iterable)
+
+    def __iter__(self):
+        # A batch counts once the loop asks for the next one, or leaves the loop (break: GeneratorExit here).
+        for item in self._iterable:
+            n = self._size(item)
+            try:
+                yield item
+            except GeneratorExit:
+                work(n, self._unit)
+                raise
+            work(n, self._unit)
+
+    def __getattr__(self, name):  # loader.dataset, loader.batch_size, ... as before
+        return getattr(self._iterable, name)
+
+
+def count(iterable, unit="samples", size=batch_size):
+    """Wraps a DataLoader (any iterable of batches) so that each batch is marked as work once the loop body has
+    processed it: `for x, y in wattscope.count(loader): ...`. `size(batch)` says how much work a batch is (default:
+    its first dimension, see batch_size; `size=len` for plain lists). Work is coalesced as work() does."""
+    if not callable(size):
+        raise TypeError("size must be a function of a batch, such as len")
+    if not isinstance(unit, str) or not unit:
+        raise ValueError("work unit must be a non-empty string such as 'samples' or 'tokens'")
+    return _Counted(iterable, unit, size)
 
 
 def mark(name):
     """A point in time worth seeing on the charts, e.g. `wattscope.mark("checkpoint")`."""
     msg = {"kind": "mark", "name": _name(name)}
-    return _send(msg) if _primary() else False
+    if not _primary():
+        flush()
+        return False
+    return _send(msg)
 
 
 def _count(tensor):
