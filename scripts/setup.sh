@@ -21,6 +21,8 @@ packages=(
   # issue 18: the Kubernetes manifests' tests (YAML), the runtime image (built with buildah; busybox for its init step)
   python3-yaml buildah busybox-static
   slurm-wlm munge # issue 18: the Slurm prolog/epilog tests start a private single-node Slurm
+  # issue 34: the Python reader's DataFrames, its MySQL path, a real PyTorch run, the plot in docs/python.md, the .deb
+  python3-pandas python3-pymysql python3-torch python3-matplotlib lintian
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

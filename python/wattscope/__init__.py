@@ -37,7 +37,8 @@ import socket
 import threading
 import time
 
-__all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "Phase", "open"]
+__all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "batch_size", "Phase", "open",
+           "Store", "Run", "Records", "StoreError"]
 __version__ = "0.2.0"
 
 _ENV = "WATTSCOPE_SOCKET"
@@ -388,3 +389,7 @@ def describe_model(model, flops=None, name=None):
     if _primary():
         _send(msg)
     return count
+
+
+# Reading the stores back (standard library only; pandas when a DataFrame is asked for).
+from .reader import Records, Run, Store, StoreError, open  # noqa: E402

@@ -1,0 +1,324 @@
+"""wattscope.open(): the reader in the Python package (issue 34.1) against `wattscope show --json` of the same runs,
+for runs written by `run`, `record` and `import`, in SQLite, CSV and MariaDB; with and without pandas."""
+
+import datetime
+import math
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from conftest import PYTHON, SOURCE_DIR
+
+import wattscope
+from wattscope import reader
+
+TRAIN = """
+import time, wattscope
+for epoch in range(2):
+    with wattscope.phase("epoch", index=epoch):
+        with wattscope.phase("step"):
+            time.sleep(0.2)
+            wattscope.work(32)
+        time.sleep(0.1)
+        wattscope.work(10, unit="tokens")
+    wattscope.mark("checkpoint")
+with wattscope.phase("eval"):
+    time.sleep(0.15)
+    wattscope.work(5, unit="images")
+"""
+
+
+def close(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def same_map(a, b):
+    assert set(a) == set(b), (a, b)
+    for k in a:
+        assert close(a[k], b[k]), (k, a[k], b[k])
+
+
+def check_against_show(world, store, run, store_flags):
+    """Every figure the reader gives of `run` equals `show --json`'s."""
+    shown = world.show(run.run_id, *store_flags)
+    assert run.task == shown["task"] and run.host == shown["host"] and run.command == shown["command"]
+    assert close(run.energy_j, shown["total_energy_j"])
+    assert close(run.duration_s, shown["duration_s"])
+    assert run.exit_status == shown["exit_status"]
+    assert close(run.interval_s, shown["interval_s"]) and run.samples == shown["samples"]
+    assert run.tags == shown["tags"]
+    assert run.start == datetime.datetime.fromisoformat(shown["start"].replace("Z", "+00:00"))
+    assert run.start.tzinfo is not None
+    for g in shown["gpus"]:
+        assert close(run.devices[f"gpu{g['index']}"], g["energy_j"])
+        assert run.device_methods[f"gpu{g['index']}"] == g["energy_method"]
+    if shown["cpu"].get("package_energy_j") is not None:
+        assert close(run.devices["cpu_package"], shown["cpu"]["package_energy_j"])
+    phases = store.phases(run)
+    assert len(phases) == len(shown["phases"])
+    for mine, theirs in zip(phases, shown["phases"]):
+        for key in ("phase_id", "name", "index", "parent", "start_ms", "end_ms", "start_tick", "end_tick",
+                    "energy_method", "closed_by_run_end"):
+            assert mine[key] == theirs[key], (key, mine[key], theirs[key])
+        assert close(mine["energy_j"], theirs["energy_j"]) and close(mine["duration_s"], theirs["duration_s"])
+        same_map(mine["devices"], theirs["devices"])
+        same_map(mine["work"], theirs["work"]["amount"])
+        same_map(mine["energy_per_unit_j"], theirs["work"]["energy_per_unit_j"])
+        same_map(mine["throughput_per_s"], theirs["work"]["throughput_per_s"])
+        assert mine["start"] == datetime.datetime.fromisoformat(theirs["start"].replace("Z", "+00:00"))
+    same_map(run.work, shown["work"]["amount"])
+    assert len(store.work(run)) == shown["work"]["records"]
+    marks = [e for e in store.events(run, kind="mark")]
+    assert [(e["source"], e["ts_ms"]) for e in marks] == [(m["name"], m["ts_ms"]) for m in shown["marks"]]
+    return shown
+
+
+@pytest.fixture
+def trained(world):
+    """One run with nested phases, three work units, marks, two GPUs and an estimated CPU (a `mixed` total), in a
+    SQLite database and a CSV directory at once."""
+    world.run(TRAIN, "--cpu-tdp", "65", "--csv", "csv", "--tag", "lr=0.001", "--tag", "batch_size=64",
+              task="train")
+    return world
+
+
+def test_sqlite_and_csv_read_as_show_says(trained):
+    for spec, flags in (("wattscope.db", ()), ("csv:csv", ("--csv", "csv")), ("csv", ("--csv", "csv"))):
+        store = wattscope.open(os.path.join(trained.path, spec) if spec != "csv:csv" else
+                               "csv:" + os.path.join(trained.path, "csv"))
+        runs = store.runs()
+        assert len(runs) == 1
+        run = runs[0]
+        shown = check_against_show(trained, store, run, [*flags] if flags else ["--db", "wattscope.db"])
+        assert run.energy_method == "mixed"  # GPUs by counter, the CPU estimated
+        assert shown["phases"][1]["parent"] == 0 and len(run.phases) == 5
+        gpu0 = store.samples(run, device="gpu0")
+        assert len(gpu0) == shown["samples"] and all(s["gpu_index"] == 0 for s in gpu0)
+        assert store.samples(run, device=1)[0]["uuid"] == "GPU-py-1"
+        assert len(store.samples(run)) == 2 * len(gpu0)
+        assert len(store.samples(run, device="cpu")) == shown["samples"]
+        assert gpu0[0]["time"].tzinfo is datetime.timezone.utc
+        assert any(p["pid"] for p in store.processes(run))
+        assert {e["kind"] for e in store.events(run)} >= {"mark"}
+
+
+def test_filters_by_task_tags_and_time(trained):
+    trained.run("import wattscope\n", "--tag", "lr=0.01", task="other")
+    store = wattscope.open(os.path.join(trained.path, "wattscope.db"))
+    assert [r.task for r in store.runs()] == ["train", "other"]
+    assert [r.task for r in store.runs(task="other")] == ["other"]
+    assert [r.task for r in store.runs(task=["train", "other"])] == ["train", "other"]
+    assert [r.task for r in store.runs(tags={"lr": "0.01"})] == ["other"]
+    assert [r.task for r in store.runs(tags={"lr": 0.001, "batch_size": 64})] == ["train"]
+    assert [r.task for r in store.runs(tags={"batch_size": None})] == ["train"]
+    later = store.runs()[1].start
+    assert [r.task for r in store.runs(since=later)] == ["other"]
+    assert [r.task for r in store.runs(since=later.isoformat())] == ["other"]
+    assert store.runs(since=later + datetime.timedelta(days=1)) == []
+    assert [p["name"] for p in store.phases(task="other")] == []
+    assert len(store.phases(task="train")) == 5
+    assert store.run(store.runs()[0].run_id[-8:]).task == "train"  # a suffix, as the binary takes it
+    assert store.run().task == "other"  # the latest
+
+
+def test_record_and_import_read_as_show_says(world):
+    world.wattscope("record", "--duration", "600ms", "--interval", "100ms", "--task", "rec", "--sysfs-root",
+                    os.path.join(world.path, "sys"))
+    shutil.copy(os.path.join(SOURCE_DIR, "tests", "fixtures", "nvidia-smi", "a100x2_units.csv"), world.path)
+    world.wattscope("import", "nvidia-smi", "a100x2_units.csv", "--task", "imported", "--utc")
+    store = wattscope.open(os.path.join(world.path, "wattscope.db"))
+    runs = {r.task: r for r in store.runs()}
+    for run in runs.values():
+        check_against_show(world, store, run, ["--db", "wattscope.db"])
+    assert runs["rec"].energy_method == "counter"
+    assert runs["imported"].energy_method == "integrated" and runs["imported"].energy_j > 0
+
+
+def test_a_newer_schema_is_refused_as_the_binary_refuses_it(trained):
+    db = os.path.join(trained.path, "newer.db")
+    shutil.copy(os.path.join(trained.path, "wattscope.db"), db)
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(reader.SCHEMA_VERSION + 1),))
+    with pytest.raises(wattscope.StoreError, match="newer than this reader"):
+        wattscope.open(db)
+    refused = trained.wattscope("show", "--db", "newer.db", check=False)
+    assert refused.returncode != 0 and "newer than this wattscope" in refused.stderr
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE meta SET value = 'x1' WHERE key = 'schema_version'")
+    with pytest.raises(wattscope.StoreError, match="not a version number"):
+        wattscope.open(db)
+
+
+def test_bad_stores_are_clear_errors(tmp_path):
+    with pytest.raises(wattscope.StoreError, match="is not a file"):
+        wattscope.open(str(tmp_path / "none.db"))
+    (tmp_path / "junk.db").write_bytes(b"not a database at all" * 100)
+    with pytest.raises(wattscope.StoreError, match="not a SQLite database"):
+        wattscope.open(str(tmp_path / "junk.db"))
+    sqlite3.connect(str(tmp_path / "other.db")).execute("CREATE TABLE x (a)")
+    with pytest.raises(wattscope.StoreError, match="no table 'runs'"):
+        wattscope.open(str(tmp_path / "other.db"))
+    with pytest.raises(wattscope.StoreError, match="not a directory"):
+        wattscope.open("csv:" + str(tmp_path / "nowhere"))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "t_x_y_runs.csv").write_text("run_id,task\nr1,t,extra\n")
+    with pytest.raises(wattscope.StoreError, match="2 fields|3 fields"):
+        wattscope.open(str(tmp_path / "c")).runs()
+    with pytest.raises(wattscope.StoreError, match="password does not belong"):
+        wattscope.open("mysql://ws:secret@localhost/wattscope")
+    with pytest.raises(wattscope.StoreError, match="expected mysql://"):
+        wattscope.open("mysql://nobody")
+
+
+def test_the_schema_knowledge_matches_the_binarys():
+    # SCHEMA_VERSION and TEXT_COLUMNS are copies of src/core: this test fails when either moves without the other.
+    with open(os.path.join(SOURCE_DIR, "src", "core", "schema.hpp")) as f:
+        version = int(re.search(r"kSchemaVersion\s*=\s*(\d+)", f.read()).group(1))
+    assert reader.SCHEMA_VERSION == version
+    with open(os.path.join(SOURCE_DIR, "src", "core", "schema.cpp")) as f:
+        text_cols = set(re.findall(r'\{"(\w+)",\s*T\}', f.read()))
+    assert text_cols and text_cols == set(reader.TEXT_COLUMNS)
+
+
+def test_pandas_frames_are_typed(trained):
+    pd = pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
+    store = wattscope.open(os.path.join(trained.path, "wattscope.db"))
+    runs = store.runs().df()
+    assert len(runs) == 1
+    assert str(runs["start"].dtype) == "datetime64[ns, UTC]"
+    assert runs["tags.batch_size"].iloc[0] == 64 and runs["tags.lr"].iloc[0] == 0.001  # tags as numbers
+    run = store.runs()[0]
+    assert runs["energy_j"].iloc[0] == run.energy_j and runs["energy_method"].iloc[0] == "mixed"
+    assert runs["devices.gpu0"].iloc[0] == run.devices["gpu0"]
+    phases = store.phases(task="train").df()
+    assert list(phases["name"]) == ["epoch", "step", "epoch", "step", "eval"]
+    assert str(phases["end"].dtype) == "datetime64[ns, UTC]"
+    shown = trained.show(run.run_id, "--db", "wattscope.db")
+    for i, p in enumerate(shown["phases"]):
+        assert phases["energy_j"].iloc[i] == p["energy_j"]
+        assert phases["devices.gpu1"].iloc[i] == p["devices"]["gpu1"]
+        for unit in ("samples", "tokens", "images"):
+            want = p["work"]["energy_per_unit_j"].get(unit)
+            got = phases[f"energy_per_unit_j.{unit}"].iloc[i]
+            assert (math.isnan(got) if want is None else math.isclose(got, want)), (i, unit, got, want)
+    assert math.isnan(phases["index"].iloc[4])  # eval has no index: NaN, not 0
+    work = store.work(run).df()
+    assert work["amount"].sum() == 64 + 20 + 5 and str(work["time"].dtype) == "datetime64[ns, UTC]"
+    gpu = store.samples(run, device="gpu0").df()
+    assert gpu["power_w"].iloc[-1] == 300.0
+
+
+def test_without_pandas_records_are_plain_and_df_says_what_to_install(trained):
+    program = f"""
+import sys
+sys.modules["pandas"] = None  # as on a machine without pandas
+sys.path.insert(0, {os.path.join(SOURCE_DIR, 'python')!r})
+import wattscope
+store = wattscope.open({os.path.join(trained.path, 'wattscope.db')!r})
+run = store.runs()[0]
+assert type(store.phases(run)[0]) is dict and run.energy_j > 0
+try:
+    store.phases(run).df()
+except ImportError as e:
+    print(e)
+"""
+    r = subprocess.run([PYTHON, "-c", program], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "needs pandas" in r.stdout and "python3-pandas" in r.stdout
+
+
+def test_advice_comes_from_the_binary_when_it_is_there(trained, monkeypatch):
+    store = wattscope.open(os.path.join(trained.path, "wattscope.db"))
+    run = store.runs()[0]
+    monkeypatch.setenv("WATTSCOPE_BINARY", os.environ["WATTSCOPE_BINARY"])
+    shown = trained.show(run.run_id, "--db", "wattscope.db")
+    assert run.advice == shown["advice"]
+    monkeypatch.setenv("WATTSCOPE_BINARY", os.path.join(trained.path, "no-such-binary"))
+    monkeypatch.setenv("PATH", trained.path)
+    assert run.advice is None
+
+
+class MariaDb:
+    """A private MariaDB server for one test (as tests/support/mariadb.cpp starts one): its own data directory and
+    socket, no TCP port; user ws / password "secret" owns database "wattscope"."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = os.path.join(path, "sock")
+        os.mkdir(os.path.join(path, "tmp"))
+        user = ["--user=root"] if os.geteuid() == 0 else []
+        env = dict(os.environ, TMPDIR=os.path.join(path, "tmp"))
+        r = subprocess.run(["/usr/bin/mariadb-install-db", "--no-defaults", f"--datadir={path}/data",
+                            "--auth-root-authentication-method=normal", "--skip-test-db", "--innodb-log-file-size=16M",
+                            f"--tmpdir={path}/tmp", *user], capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        self.proc = subprocess.Popen(["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={path}/data",
+                                      f"--socket={self.sock}", "--skip-networking", "--innodb-log-file-size=16M",
+                                      "--innodb-buffer-pool-size=128M", f"--log-error={path}/error.log",
+                                      f"--tmpdir={path}/tmp", f"--pid-file={path}/pid", *user],
+                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(300):
+            if self.sql("SELECT 1", check=False).returncode == 0:
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.sql("CREATE USER 'ws'@'localhost' IDENTIFIED BY 'secret'; CREATE DATABASE wattscope CHARACTER SET "
+                 "utf8mb4; GRANT ALL ON *.* TO 'ws'@'localhost';")
+
+    def sql(self, statements, check=True):
+        r = subprocess.run(["/usr/bin/mariadb", "--no-defaults", "-uroot", "-S", self.sock, "-N", "-B", "-e",
+                            statements], capture_output=True, text=True, timeout=60)
+        if check:
+            assert r.returncode == 0, r.stderr
+        return r
+
+    def url(self):
+        return f"mysql://ws@localhost/wattscope?socket={self.sock}"
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def test_mariadb_reads_as_show_says(world, monkeypatch):
+    if not os.path.exists("/usr/sbin/mariadbd"):
+        pytest.skip("mariadb-server is not installed (scripts/setup.sh installs it)")
+    if not any(_importable(m) for m in ("MySQLdb", "pymysql", "mysql.connector")):
+        pytest.skip("no MySQL connector for Python (python3-pymysql: scripts/setup.sh installs it)")
+    server = MariaDb(tempfile.mkdtemp(prefix="ws-maria-", dir=world.path))
+    try:
+        monkeypatch.setenv("WATTSCOPE_MYSQL_PASSWORD", "secret")
+        world.env["WATTSCOPE_MYSQL_PASSWORD"] = "secret"
+        world.run(TRAIN, "--db", server.url(), "--tag", "where=maria", task="train")
+        store = wattscope.open(server.url())
+        runs = store.runs(tags={"where": "maria"})
+        assert len(runs) == 1
+        check_against_show(world, store, runs[0], ["--db", server.url()])
+        assert len(runs[0].phases) == 5
+        server.sql("UPDATE wattscope.meta SET value = '999' WHERE `key` = 'schema_version'")
+        with pytest.raises(wattscope.StoreError, match="newer than this reader"):
+            wattscope.open(server.url())
+    finally:
+        server.stop()
+
+
+def _importable(name):
+    try:
+        __import__(name)
+        return True
+    except ImportError:
+        return False
