@@ -355,3 +355,21 @@ def test_only_local_rank_zero_sends_phases_but_every_rank_sends_work(listener, m
     monkeypatch.setenv("WATTSCOPE_ALL_RANKS", "1")
     assert wattscope.mark("y") is True
     assert listener.read(1) == [{"kind": "mark", "name": "y"}]
+
+
+def test_describe_model_and_count_with_a_real_torch_module(listener):
+    torch = pytest.importorskip("torch", reason="python3-torch is not installed (scripts/setup.sh installs it)")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, groups=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1, groups=2), torch.nn.Flatten(),
+                                torch.nn.Linear(8 * 16 * 16, 10))
+    params = sum(p.numel() for p in model.parameters())
+    # Multiply-adds per sample, by hand: conv1 8x16x16 outputs of 3*3*3; conv2 of (8/2)*3*3; linear 10 of 2048.
+    flops = 2 * (8 * 16 * 16 * 27 + 8 * 16 * 16 * 36 + 10 * 2048)
+    assert wattscope.describe_model(model, example=torch.zeros(4, 3, 16, 16)) == params
+    assert listener.read(1) == [{"kind": "model", "name": "Sequential", "parameters": params, "flops": float(flops)}]
+    assert all(p.grad is None for p in model.parameters())  # counted without gradients
+    data = torch.utils.data.TensorDataset(torch.zeros(50, 3), torch.zeros(50))
+    loader = torch.utils.data.DataLoader(data, batch_size=16)
+    sizes = [len(x) for x, _ in wattscope.count(loader)]
+    assert sizes == [16, 16, 16, 2] and wattscope.flush()
+    assert work_total(listener.drain()) == 50

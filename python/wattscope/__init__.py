@@ -373,15 +373,70 @@ def _count(tensor):
     raise TypeError("a parameter has neither numel(), size nor shape")
 
 
-def describe_model(model, flops=None, name=None):
+_FLOP_LAYERS = ("Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+                "ConvTranspose3d")
+
+
+def _flops_per_sample(model, example):
+    """Multiply-adds of the model's linear and convolution layers (2 FLOPs each) in one forward pass of `example`,
+    divided by its batch size: what most papers call a model's FLOPs per sample. Other layers (activations,
+    normalisation, attention's softmax) cost little beside them and are not counted."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    counted = [0]
+    hooks = []
+
+    def hook(module, inputs, output):
+        w = getattr(module, "weight", None)
+        kind = type(module).__name__
+        if w is None or not hasattr(output, "numel"):
+            return
+        if kind == "Linear":  # weight (out, in): each output element is `in` multiply-adds
+            counted[0] += 2 * output.numel() * w.shape[1]
+        elif kind == "Bilinear":  # weight (out, in1, in2)
+            counted[0] += 2 * output.numel() * w.shape[1] * w.shape[2]
+        elif kind.startswith("ConvTranspose"):  # every input element meets the whole kernel once per out channel
+            counted[0] += 2 * inputs[0].numel() * _numel(w[0])
+        else:  # Conv: weight (out, in/groups, *kernel); each output element is in/groups * kernel multiply-adds
+            counted[0] += 2 * output.numel() * _numel(w[0])
+
+    for m in model.modules():
+        if type(m).__name__ in _FLOP_LAYERS:
+            hooks.append(m.register_forward_hook(hook))
+    try:
+        if torch is not None:
+            with torch.no_grad():
+                model(example)
+        else:
+            model(example)
+    finally:
+        for h in hooks:
+            h.remove()
+    return counted[0] / batch_size(example)
+
+
+def _numel(t):
+    n = 1
+    for d in t.shape:
+        n *= int(d)
+    return n
+
+
+def describe_model(model, flops=None, name=None, example=None):
     """Records the model's parameter count (summed over `model.parameters()`, each parameter's numel(); torch is not
-    imported) and, when given, its FLOPs (per forward pass, as you count them). Returns the parameter count.
-    `name` defaults to the model's class name."""
+    imported) and its FLOPs: as given (`flops`, per forward pass of one sample, as you count them), or counted from
+    one forward pass of `example` (a batch of inputs, run without gradients) over the model's linear and
+    convolution layers, per sample. Returns the parameter count. `name` defaults to the model's class name."""
     params_fn = getattr(model, "parameters", None)
     if not callable(params_fn):
         raise TypeError("describe_model needs an object with a parameters() method (a torch.nn.Module, say)")
     count = sum(_count(p) for p in params_fn())
     msg = {"kind": "model", "name": name or type(model).__name__, "parameters": count}
+    if flops is None and example is not None:
+        if not callable(getattr(model, "modules", None)):
+            raise TypeError("counting FLOPs from an example needs a torch.nn.Module (modules(), forward hooks)")
+        flops = _flops_per_sample(model, example)
     if flops is not None:
         if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not math.isfinite(flops) or flops < 0:
             raise ValueError("flops must be a finite number >= 0")

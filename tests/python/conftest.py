@@ -20,13 +20,17 @@ class World:
     """A temporary directory with a scenario of two GPUs whose counters rise by known steps, and the environment a
     run there needs."""
 
-    def __init__(self, path):
+    def __init__(self, path, constant_w=None):
         self.path = str(path)
         devices = []
         for i, (power_mw, start_mj, step_mj) in enumerate(((300000, 1000000, 15000), (150000, 5000000, 7500))):
+            energy = {"linear": [start_mj, step_mj]}
+            if constant_w is not None:  # a counter that rises at exactly constant_w watts of wall time
+                power_mw = constant_w[i] * 1000
+                energy = {"sine_integral": {"base": power_mw, "amp": 0, "period_s": 1}}
             devices.append({"name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-py-{i}",
                             "pci_bus_id": f"00000000:{18 + i}:00.0",
-                            "metrics": {"power_mw": power_mw, "energy_mj": {"linear": [start_mj, step_mj]},
+                            "metrics": {"power_mw": power_mw, "energy_mj": energy,
                                         "util_gpu": 60, "mem_used_bytes": 1 << 30, "mem_total_bytes": 80 << 30}})
         self.scenario = os.path.join(self.path, "scenario.json")
         with open(self.scenario, "w") as f:
@@ -64,3 +68,9 @@ class World:
 @pytest.fixture
 def world(tmp_path):
     return World(tmp_path)
+
+
+@pytest.fixture
+def steady_world(tmp_path):
+    """Two GPUs at a constant 200 W and 100 W: a phase's true energy is the power times its length."""
+    return World(tmp_path, constant_w=(200, 100))
