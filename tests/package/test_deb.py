@@ -1,0 +1,110 @@
+"""The install the Debian way (issue 34.3): `cmake --install` puts the Python helper where Debian's python3 finds it,
+and the .deb that scripts/package.sh builds with CPack carries the binary, the Python package, the systemd unit,
+the deploy files, a man page and bash completion generated from the command table, passes lintian without an error,
+and installs and purges cleanly with dpkg. dpkg works in a throwaway root (--root) inside the test's temporary
+directory: nothing is installed into the machine running the tests."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+SOURCE_DIR = os.environ["WATTSCOPE_SOURCE_DIR"]
+BINARY = os.path.abspath(os.environ["WATTSCOPE_BINARY"])
+BUILD_DIR = os.environ.get("WATTSCOPE_BUILD_DIR") or os.path.dirname(BINARY)
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+
+def sh(args, **kw):
+    r = subprocess.run(args, capture_output=True, text=True, timeout=kw.pop("timeout", 600), **kw)
+    assert r.returncode == 0, f"{args}: {r.returncode}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    return r
+
+
+@pytest.fixture(scope="module")
+def deb(tmp_path_factory):
+    if not shutil.which("dpkg-deb") or not shutil.which("cpack"):
+        pytest.skip("dpkg-deb and cpack are needed to build the package")
+    out = tmp_path_factory.mktemp("package")
+    r = sh([os.path.join(SOURCE_DIR, "scripts", "package.sh"), str(out)],
+           env=dict(os.environ, WATTSCOPE_PACKAGE_NO_BUILD="1", WATTSCOPE_BUILD_DIR=BUILD_DIR))
+    path = r.stdout.strip().splitlines()[-1]
+    assert path.endswith("_amd64.deb") or path.endswith(".deb"), r.stdout
+    return path
+
+
+def test_the_package_holds_what_a_user_needs(deb):
+    files = {line.split()[-1].lstrip(".") for line in sh(["dpkg-deb", "-c", deb]).stdout.splitlines()}
+    for want in ("/usr/bin/wattscope", "/usr/lib/python3/dist-packages/wattscope/__init__.py",
+                 "/usr/lib/python3/dist-packages/wattscope/reader.py", "/lib/systemd/system/wattscope.service",
+                 "/usr/lib/sysusers.d/wattscope.conf", "/usr/share/man/man1/wattscope.1.gz",
+                 "/usr/share/bash-completion/completions/wattscope", "/usr/share/doc/wattscope/copyright",
+                 "/usr/share/doc/wattscope/changelog.gz", "/usr/share/wattscope/alerts.example.toml",
+                 "/usr/share/wattscope/grafana-dashboard.json", "/usr/share/wattscope/prometheus.yml",
+                 "/usr/share/wattscope/kubernetes/daemonset.yaml", "/usr/share/wattscope/slurm/wattscope-prolog.sh"):
+        assert want in files, want
+    assert not any(f.startswith("/usr/local") for f in files)
+    control = sh(["dpkg-deb", "-f", deb, "Package", "Depends"]).stdout
+    assert "Package: wattscope" in control and "libc6" in control  # dependencies found by dpkg-shlibdeps
+
+
+def test_lintian_finds_no_error(deb):
+    if not shutil.which("lintian"):
+        pytest.skip("lintian is not installed (scripts/setup.sh installs it)")
+    r = subprocess.run(["lintian", "--tag-display-limit", "0", deb], capture_output=True, text=True, timeout=600)
+    errors = [line for line in (r.stdout + r.stderr).splitlines() if line.startswith("E:")]
+    assert errors == [], "\n".join(errors)
+
+
+def test_dpkg_installs_and_purges_it_in_a_throwaway_root(deb, tmp_path):
+    root = tmp_path / "root"
+    for d in ("var/lib/dpkg/info", "var/lib/dpkg/updates", "var/lib/dpkg/triggers"):
+        (root / d).mkdir(parents=True)
+    for f in ("status", "available"):
+        (root / "var/lib/dpkg" / f).write_text("")
+    # --force-depends: the throwaway root has no libc6 package (its files are the host's, used below).
+    sh(["dpkg", f"--root={root}", "--force-depends", "--force-not-root", "-i", deb])
+    status = sh(["dpkg", f"--root={root}", "-s", "wattscope"]).stdout
+    assert "Status: install ok installed" in status
+
+    binary = root / "usr/bin/wattscope"
+    assert "Usage: wattscope" in sh([str(binary), "--help"]).stdout
+    page = sh(["man", "-l", str(root / "usr/share/man/man1/wattscope.1.gz")],
+              env={k: v for k, v in dict(os.environ, MANWIDTH="120").items() if k != "MAN_KEEP_FORMATTING"}).stdout
+    for command in ("run", "record", "show", "mark", "alerts check", "slurm prolog"):
+        assert f"\n   {command}\n" in page, command  # every command of the table has its section
+    assert "--strict" in page and "--cpu-tdp" in page
+    completion = root / "usr/share/bash-completion/completions/wattscope"
+    script = f"""source {completion}
+COMP_WORDS=(wattscope ma); COMP_CWORD=1; _wattscope; echo "${{COMPREPLY[*]}}"
+COMP_WORDS=(wattscope mark --st); COMP_CWORD=2; _wattscope; echo "${{COMPREPLY[*]}}"
+COMP_WORDS=(wattscope -v alerts c); COMP_CWORD=3; _wattscope; echo "${{COMPREPLY[*]}}"
+COMP_WORDS=(wattscope run --cpu); COMP_CWORD=2; _wattscope; echo "${{COMPREPLY[*]}}"
+"""
+    assert sh(["bash", "-c", script]).stdout.splitlines() == ["mark", "--strict", "check", "--cpu-tdp"]
+    unit = (root / "lib/systemd/system/wattscope.service").read_text()
+    assert "ExecStart=/usr/bin/wattscope serve" in unit
+    py = sh([PYTHON, "-c", "import wattscope, wattscope.reader; print(wattscope.__file__)"],
+            env=dict(os.environ, PYTHONPATH=str(root / "usr/lib/python3/dist-packages"))).stdout
+    assert py.startswith(str(root / "usr/lib/python3/dist-packages/wattscope/"))
+
+    sh(["dpkg", f"--root={root}", "--purge", "wattscope"])
+    left = [str(p.relative_to(root)) for p in root.rglob("*") if not str(p.relative_to(root)).startswith("var")]
+    assert left == []  # every file and directory it brought is gone
+
+
+def test_cmake_install_puts_the_helper_on_debians_python_path(tmp_path):
+    # `sudo cmake --install build` (prefix /usr/local), staged under DESTDIR here. The install script is run with
+    # cmake -P from the temporary directory, so that its manifest is written there and not into the build tree.
+    env = dict(os.environ, DESTDIR=str(tmp_path / "stage"), WATTSCOPE_GEN_DIR=str(tmp_path / "generated"))
+    sh(["cmake", "-DCMAKE_INSTALL_PREFIX=/usr/local", "-P", os.path.join(BUILD_DIR, "cmake_install.cmake")],
+       env=env, cwd=str(tmp_path))
+    version = "%d.%d" % tuple(map(int, sh([PYTHON, "-c", "import sys; print(*sys.version_info[:2])"]).stdout.split()))
+    target = f"/usr/local/lib/python{version}/dist-packages"
+    assert (tmp_path / "stage" / target.lstrip("/") / "wattscope" / "reader.py").is_file()
+    path = sh([PYTHON, "-c", "import sys; print('\\n'.join(sys.path))"], env={"PATH": "/usr/bin:/bin"}).stdout
+    assert target in path.splitlines(), path  # where Debian's python3 looks, without PYTHONPATH
+    assert (tmp_path / "stage/usr/local/bin/wattscope").is_file()
+    assert "ExecStart=/usr/local/bin/wattscope" in (tmp_path / "stage/usr/local/lib/systemd/system/wattscope.service").read_text()
