@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import urllib.parse
 
 # The store schema this reader knows (src/core/schema.hpp, kSchemaVersion). A store with a newer one is refused, as
 # the binary refuses it: its columns may mean something this reader does not know.
@@ -152,7 +153,8 @@ class _Sqlite:
         if not os.path.isfile(path):
             raise StoreError(f"'{path}' is not a file: give a wattscope SQLite database (wattscope.db)")
         try:
-            self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            # Read-only, so that reading never creates a file or takes a write lock; quoted: a path may hold ? or #.
+            self.db = sqlite3.connect("file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro", uri=True)
             names = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.DatabaseError as e:
             raise StoreError(f"'{path}' is not a SQLite database: {e}") from None
@@ -630,7 +632,7 @@ def _as_ms(since):
         if since.tzinfo is None:
             since = since.replace(tzinfo=_dt.timezone.utc)  # as wattscope's own times: UTC
         return int(since.timestamp() * 1000)
-    raise TypeError("since: a datetime, ISO 8601 text or UTC milliseconds")
+    raise TypeError("since: a datetime (naive ones are UTC, as wattscope's times), ISO 8601 text or UTC milliseconds")
 
 
 def open(store="wattscope.db"):  # noqa: A001 (wattscope.open, as sqlite3.connect: the name users look for)

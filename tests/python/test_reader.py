@@ -128,6 +128,10 @@ def test_filters_by_task_tags_and_time(trained):
     assert len(store.phases(task="train")) == 5
     assert store.run(store.runs()[0].run_id[-8:]).task == "train"  # a suffix, as the binary takes it
     assert store.run().task == "other"  # the latest
+    odd = os.path.join(trained.path, "runs?v=1#x")  # a path is not a URI: ? and # are part of the name
+    os.mkdir(odd)
+    shutil.copy(os.path.join(trained.path, "wattscope.db"), odd)
+    assert [r.task for r in wattscope.open(os.path.join(odd, "wattscope.db")).runs()] == ["train", "other"]
 
 
 def test_record_and_import_read_as_show_says(world):
