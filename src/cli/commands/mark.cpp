@@ -2,8 +2,17 @@
 // that can run a command. It sends one datagram to the socket in WATTSCOPE_SOCKET (or --socket) and never waits:
 // with no wattscope listening the marker is dropped and the command still succeeds (unless --strict), so a script
 // runs the same with and without wattscope.
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -16,10 +25,181 @@ namespace wattscope {
 
 namespace {
 
+// ---- issue 29.5: `wattscope mark --stdin`, the shell's way to report work per item without flooding wattscope ----
+// One process per `wattscope mark work 1` cannot sum across calls; a loop that pipes its markers into one
+// `wattscope mark --stdin` can. Work is summed per unit and sent at most every 100 ms, and always before a begin,
+// end or point (in the same datagram, so the amount counts towards the phase it was done in) and at the end of the
+// input. A sum that could not be delivered (a full queue) is kept for the next send; a phase boundary is retried
+// for at most ~50 ms; nothing ever waits longer.
+class MarkerStream {
+public:
+  MarkerStream(std::string path, std::string unit) : path_(std::move(path)), unit_(std::move(unit)) {}
+
+  int run() {
+    std::string buf;
+    char chunk[8192];
+    int64_t line_no = 0;
+    for (bool eof = false; !eof;) {
+      int timeout = -1;
+      if (!pending_.empty())
+        timeout = static_cast<int>(std::max<int64_t>(
+            0, std::chrono::duration_cast<std::chrono::milliseconds>(last_ + kInterval - Clock::now()).count()));
+      pollfd p{STDIN_FILENO, POLLIN, 0};
+      const int r = ::poll(&p, 1, timeout);
+      if (r < 0 && errno != EINTR) throw std::runtime_error(fmt::format("reading stdin: {}", std::strerror(errno)));
+      if (r > 0) {
+        const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
+        if (n < 0 && errno != EINTR && errno != EAGAIN)
+          throw std::runtime_error(fmt::format("reading stdin: {}", std::strerror(errno)));
+        if (n == 0) eof = true;
+        if (n > 0) buf.append(chunk, static_cast<size_t>(n));
+        size_t start = 0;
+        for (size_t nl; (nl = buf.find('\n', start)) != std::string::npos; start = nl + 1)
+          handle(std::string_view(buf).substr(start, nl - start), ++line_no);
+        buf.erase(0, start);
+        if (eof && !buf.empty()) handle(buf, ++line_no);
+        if (buf.size() > kMaxMarkerLineBytes) bad(line_no + 1, "a line longer than 4096 bytes");
+      }
+      if (!pending_.empty() && Clock::now() - last_ >= kInterval) flush("");
+    }
+    flush("");
+    return pending_.empty() ? 0 : 1; // 1: some work could not be handed over (as --strict would say)
+  }
+
+private:
+  using Clock = std::chrono::steady_clock;
+  static constexpr auto kInterval = std::chrono::milliseconds(100);
+
+  [[noreturn]] void bad(int64_t line_no, const std::string& why) {
+    flush("");
+    throw UsageError(fmt::format("stdin line {}: {}", line_no, why));
+  }
+
+  // A line: a JSON marker as the protocol has it, or the words of the command line: begin NAME [INDEX],
+  // end [NAME], point NAME, work AMOUNT [UNIT]. Empty lines and # comments are skipped.
+  void handle(std::string_view raw, int64_t line_no) {
+    while (!raw.empty() && (raw.back() == '\r' || raw.back() == ' ' || raw.back() == '\t'))
+      raw.remove_suffix(1);
+    while (!raw.empty() && (raw.front() == ' ' || raw.front() == '\t'))
+      raw.remove_prefix(1);
+    if (raw.empty() || raw.front() == '#') return;
+    Marker m;
+    try {
+      m = raw.front() == '{' ? parse_marker(raw) : from_words(raw);
+      const std::string line = encode_marker(m);
+      parse_marker(std::string_view(line).substr(0, line.size() - 1)); // the listener's own rules
+    } catch (const std::exception& e) {
+      bad(line_no, e.what());
+    }
+    if (m.kind == Marker::Kind::Work) {
+      pending_[m.unit] += m.amount;
+      return;
+    }
+    flush(encode_marker(m));
+  }
+
+  Marker from_words(std::string_view line) const {
+    std::istringstream in{std::string(line)};
+    std::vector<std::string> w;
+    for (std::string word; in >> word;)
+      w.push_back(word);
+    if (w.empty()) throw std::invalid_argument("an empty marker");
+    Marker m;
+    auto want = [&](size_t min, size_t max, const char* usage) {
+      if (w.size() - 1 < min || w.size() - 1 > max) throw std::invalid_argument(fmt::format("expected {}", usage));
+    };
+    if (w[0] == "begin") {
+      want(1, 2, "begin NAME [INDEX]");
+      m.kind = Marker::Kind::Begin;
+      m.name = w[1];
+      if (w.size() > 2) m.index = parse_whole(w[2]);
+    } else if (w[0] == "end") {
+      want(0, 1, "end [NAME]");
+      m.kind = Marker::Kind::End;
+      if (w.size() > 1) m.name = w[1];
+    } else if (w[0] == "point" || w[0] == "mark") {
+      want(1, 1, "point NAME");
+      m.kind = Marker::Kind::Point;
+      m.name = w[1];
+    } else if (w[0] == "work") {
+      want(1, 2, "work AMOUNT [UNIT]");
+      m.kind = Marker::Kind::Work;
+      size_t used = 0;
+      try {
+        m.amount = std::stod(w[1], &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != w[1].size())
+        throw std::invalid_argument(fmt::format("'{}' is not a number", excerpt(w[1])));
+      m.unit = w.size() > 2 ? w[2] : unit_;
+    } else {
+      throw std::invalid_argument(fmt::format("unknown marker '{}': use begin, end, point or work", excerpt(w[0])));
+    }
+    return m;
+  }
+
+  static int64_t parse_whole(const std::string& s) {
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != s.size() || v < 0)
+      throw std::invalid_argument(fmt::format("index '{}' is not a whole number >= 0", excerpt(s)));
+    return v;
+  }
+
+  // Sends the pending work and then `tail` (a marker line, or ""), in as few datagrams as fit.
+  void flush(const std::string& tail) {
+    last_ = Clock::now();
+    std::vector<std::pair<std::string, double>> taken(pending_.begin(), pending_.end());
+    pending_.clear();
+    std::string data;
+    std::vector<std::pair<std::string, double>> in_data;
+    auto send = [&](bool boundary) {
+      if (data.empty()) return;
+      bool ok = send_marker(path_, data);
+      for (int i = 0; !ok && boundary && i < 6; ++i) { // a phase boundary: a few short tries for room in the queue
+        std::this_thread::sleep_for(std::chrono::milliseconds(1 << i));
+        ok = send_marker(path_, data);
+      }
+      if (!ok)
+        for (const auto& [unit, amount] : in_data)
+          pending_[unit] += amount; // never lost: goes out with the next send
+      data.clear();
+      in_data.clear();
+    };
+    for (auto& [unit, amount] : taken) {
+      while (amount > 0) { // the protocol's largest amount is 1e18: a larger sum goes in several lines
+        Marker w;
+        w.kind = Marker::Kind::Work;
+        w.unit = unit;
+        w.amount = std::min(amount, 1e18);
+        amount -= w.amount;
+        const std::string line = encode_marker(w);
+        if (data.size() + line.size() > kMaxMarkerDatagramBytes / 2) send(false);
+        data += line;
+        in_data.emplace_back(unit, w.amount);
+      }
+    }
+    data += tail;
+    send(!tail.empty());
+  }
+
+  std::string path_;
+  std::string unit_;
+  std::map<std::string, double> pending_;
+  Clock::time_point last_ = Clock::now() - kInterval;
+};
+// ---- end issue 29.5
+
 class MarkCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
-    sub.add_option("action", action_, "begin, end, point, work or model")->required();
+    sub.add_option("action", action_, "begin, end, point, work or model");
     sub.add_option("args", args_, "begin NAME · end [NAME] · point NAME · work AMOUNT [UNIT] · model [NAME]");
     sub.add_option("--index", index_, "begin: the phase's index (e.g. the epoch number)");
     sub.add_option("--unit", unit_, "work: what AMOUNT counts (samples, tokens, images, steps)");
@@ -27,17 +207,24 @@ public:
     sub.add_option("--flops", flops_, "model: FLOPs (per forward pass, as you count them)");
     sub.add_option("--socket", socket_, "The socket to send to (default: $WATTSCOPE_SOCKET, set by wattscope run)");
     sub.add_flag("--strict", strict_, "Exit with status 1 when the marker could not be delivered");
+    sub.add_flag(
+        "--stdin", stdin_,
+        "Read markers from stdin, one a line (begin NAME [INDEX] · end [NAME] · point NAME · work AMOUNT "
+        "[UNIT], or JSON), summing work and sending it at most every 100 ms: for a shell loop's work per item");
     sub.footer("Examples (inside `wattscope run -- ./train.sh`):\n"
                "  wattscope mark begin epoch --index 3\n"
                "  wattscope mark work 512 samples\n"
                "  wattscope mark point checkpoint\n"
                "  wattscope mark end epoch\n"
                "  wattscope mark model resnet50 --parameters 25557032 --flops 4.1e9\n"
+               "  for f in *.jpg; do convert \"$f\" ...; echo work 1 images; done | wattscope mark --stdin\n"
                "Outside wattscope (no WATTSCOPE_SOCKET) a marker is dropped and the command succeeds.\n"
                "The protocol (one JSON object per datagram line) is in docs/markers.md.");
   }
 
   int run(CLI::App& sub, const CliContext&) override {
+    if (stdin_) return run_stdin();
+    if (action_.empty()) throw UsageError("give a marker (begin, end, point, work or model), or --stdin");
     Marker m = build(sub);
     const std::string line = encode_marker(m);
     // The listener's own rules, applied here too, so a mistake is an error now rather than a warning in the run.
@@ -57,6 +244,18 @@ public:
   }
 
 private:
+  int run_stdin() {
+    if (!action_.empty()) throw UsageError("--stdin reads the markers from stdin: give no marker on the command line");
+    std::string path = socket_;
+    if (path.empty())
+      if (const char* env = std::getenv(kMarkerSocketEnv)) path = env;
+    if (path.empty()) { // outside wattscope: read and check the input all the same, send nothing
+      if (strict_) throw std::runtime_error("WATTSCOPE_SOCKET is not set: not running under wattscope");
+    }
+    const int rc = MarkerStream(path, unit_).run();
+    return strict_ ? rc : 0;
+  }
+
   Marker build(CLI::App& sub) {
     Marker m;
     auto want = [&](size_t min, size_t max, const char* usage) {
@@ -115,6 +314,7 @@ private:
   double flops_ = 0;
   std::string socket_;
   bool strict_ = false;
+  bool stdin_ = false;
 };
 
 } // namespace
