@@ -79,7 +79,7 @@ def test_dpkg_installs_and_purges_it_in_a_throwaway_root(deb, tmp_path):
     completion = root / "usr/share/bash-completion/completions/wattscope"
     script = f"""source {completion}
 COMP_WORDS=(wattscope ma); COMP_CWORD=1; _wattscope; echo "${{COMPREPLY[*]}}"
-COMP_WORDS=(wattscope mark --st); COMP_CWORD=2; _wattscope; echo "${{COMPREPLY[*]}}"
+COMP_WORDS=(wattscope mark --str); COMP_CWORD=2; _wattscope; echo "${{COMPREPLY[*]}}"
 COMP_WORDS=(wattscope -v alerts c); COMP_CWORD=3; _wattscope; echo "${{COMPREPLY[*]}}"
 COMP_WORDS=(wattscope run --cpu); COMP_CWORD=2; _wattscope; echo "${{COMPREPLY[*]}}"
 """
