@@ -39,7 +39,7 @@ import time
 
 __all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "batch_size", "Phase", "open",
            "Store", "Run", "Records", "StoreError"]
-__version__ = "0.2.0"
+__version__ = "0.1.0"
 
 _ENV = "WATTSCOPE_SOCKET"
 _lock = threading.RLock()

@@ -24,7 +24,7 @@ def test_the_analysis_is_under_fifteen_lines():
 
 def test_the_python_guide_runs_as_written(steady_world):
     pytest.importorskip("torch", reason="python3-torch is not installed (scripts/setup.sh installs it)")
-    pd = pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
+    pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
     pytest.importorskip("matplotlib", reason="python3-matplotlib is not installed (scripts/setup.sh installs it)")
     world = steady_world
     b = blocks()

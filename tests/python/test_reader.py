@@ -8,7 +8,6 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -194,7 +193,7 @@ def test_the_schema_knowledge_matches_the_binarys():
 
 
 def test_pandas_frames_are_typed(trained):
-    pd = pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
+    pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
     store = wattscope.open(os.path.join(trained.path, "wattscope.db"))
     runs = store.runs().df()
     assert len(runs) == 1
@@ -223,7 +222,6 @@ def test_pandas_frames_are_typed(trained):
 
 def test_without_pandas_records_are_plain_and_df_says_what_to_install(trained):
     program = f"""
-import sys
 sys.modules["pandas"] = None  # as on a machine without pandas
 sys.path.insert(0, {os.path.join(SOURCE_DIR, 'python')!r})
 import wattscope

@@ -112,7 +112,7 @@ def test_a_real_training_run_reads_back_as_the_script_saw_it(steady_world):
     assert model["detail"]["parameters"] == mine["params"] == (32 * 128 + 128) + (128 * 128 + 128) + (128 * 2 + 2)
     assert model["detail"]["flops"] == 2 * (32 * 128 + 128 * 128 + 128 * 2)
 
-    pd = pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
+    pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
     frame = store.phases(run).df()
     epochs = frame[frame["name"] == "epoch"]
     assert list(epochs["work.samples"]) == [2 * 4096] * 3
