@@ -222,6 +222,7 @@ def test_pandas_frames_are_typed(trained):
 
 def test_without_pandas_records_are_plain_and_df_says_what_to_install(trained):
     program = f"""
+import sys
 sys.modules["pandas"] = None  # as on a machine without pandas
 sys.path.insert(0, {os.path.join(SOURCE_DIR, 'python')!r})
 import wattscope
