@@ -110,7 +110,7 @@ std::string reason_names(int64_t bits) {
 
 } // namespace
 
-std::vector<Interval> intervals(const GpuSeries& g, const std::vector<CpuPoint>& cpu) {
+std::vector<Interval> intervals(const GpuSeries& g, const std::vector<CpuPoint>& cpu, double idle_interval_ms) {
   std::vector<Interval> out;
   const auto& p = g.points;
   if (p.size() < 2) return out;
@@ -119,10 +119,11 @@ std::vector<Interval> intervals(const GpuSeries& g, const std::vector<CpuPoint>&
     if (p[i].ts_ms > p[i - 1].ts_ms) dts.push_back(static_cast<double>(p[i].ts_ms - p[i - 1].ts_ms));
   const double med_ms = median(dts);
   const auto tolerance_ms = static_cast<int64_t>(med_ms / 2);
+  const double max_step_ms = kMaxGapIntervals * std::max(med_ms, idle_interval_ms);
   for (size_t i = 1; i < p.size(); ++i) {
     const GpuPoint &a = p[i - 1], &b = p[i];
     const double dt_ms = static_cast<double>(b.ts_ms - a.ts_ms);
-    if (dt_ms <= 0 || dt_ms > kMaxGapIntervals * med_ms) continue;
+    if (dt_ms <= 0 || dt_ms > max_step_ms) continue;
     Interval v;
     v.from_ms = a.ts_ms;
     v.to_ms = b.ts_ms;
@@ -223,7 +224,7 @@ std::vector<Item> advise(const Input& in) {
   // energy over the same samples.
   double run_j = 0;
   for (const auto& g : in.gpus) {
-    per_gpu.push_back(intervals(g, in.cpu));
+    per_gpu.push_back(intervals(g, in.cpu, in.idle_interval_ms));
     for (const auto& v : per_gpu.back())
       run_j += v.energy_j.value_or(0);
   }

@@ -102,6 +102,10 @@ struct CpuPoint {
 struct Input {
   std::vector<GpuSeries> gpus;
   std::vector<CpuPoint> cpu; // time order
+  // Adaptive sampling (--idle-interval): samples of idle stretches are this far apart by design. Such a step is an
+  // interval like any other, however far it is from the median step (issue 33: an idle run sampled every 2 s was
+  // "idle for 1.0 s" of 8). 0: none.
+  double idle_interval_ms = 0;
 };
 
 // ---- Output ----
@@ -140,7 +144,9 @@ struct Interval {
   OptF temp_c;
   OptF power_limit_w;
 };
-std::vector<Interval> intervals(const GpuSeries& g, const std::vector<CpuPoint>& cpu);
+// A step longer than kMaxGapIntervals times the median step, or times `idle_interval_ms` (adaptive sampling), is a
+// gap, not an interval.
+std::vector<Interval> intervals(const GpuSeries& g, const std::vector<CpuPoint>& cpu, double idle_interval_ms = 0);
 
 struct IdlePower {
   double watts = 0;

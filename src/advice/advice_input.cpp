@@ -106,6 +106,12 @@ Input load_input(StoreReader& store, const RunInfo& run) {
   }
   std::stable_sort(in.cpu.begin(), in.cpu.end(),
                    [](const CpuPoint& a, const CpuPoint& b) { return a.ts_ms < b.ts_ms; });
+  // issue 33: a run sampled at --idle-interval while idle has steps that long by design
+  const auto summary = nlohmann::json::parse(run.summary, nullptr, false);
+  if (summary.is_object() && summary.contains("sampling") && summary["sampling"].is_object()) {
+    const auto& idle_s = summary["sampling"]["idle_interval_s"];
+    if (idle_s.is_number() && idle_s.get<double>() > 0) in.idle_interval_ms = idle_s.get<double>() * 1000;
+  }
   return in;
 }
 

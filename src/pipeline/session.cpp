@@ -169,6 +169,12 @@ void Session::start() {
       sources_, opts_.interval,
       [this](Frame& f) {
         if (tracker_) f.processes = tracker_->take();
+        if (f.processes && f.processes->run_mode && f.processes->window_s > 0) { // issue 33: `run`'s activity
+          double busy_s = 0;
+          for (const auto& p : f.processes->procs)
+            if (p.in_run) busy_s += p.cpu_time_s;
+          run_busy_cores_ = busy_s / f.processes->window_s;
+        }
         acc_->process(f);
         phases_->process(f);
         auto shared = std::make_shared<const Frame>(std::move(f));
@@ -180,6 +186,9 @@ void Session::start() {
       opts_.adaptive, devices_->size());
   // issue 18: a marker that arrives while idle is settled on the next --interval tick, not an idle interval later.
   if (opts_.adaptive.enabled()) sampler_->set_activity_hint([this] { return phases_ && phases_->has_pending(); });
+  // issue 33: `run` is idle when its command is, whatever other users run on the machine.
+  if (opts_.adaptive.enabled() && tracker_ && !opts_.command.empty())
+    sampler_->set_cpu_scope([this] { return run_busy_cores_; });
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
   if (markers_) markers_->start();

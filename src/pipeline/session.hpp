@@ -109,6 +109,7 @@ private:
   std::unique_ptr<AlertEngine> alerts_;     // issue 14
   bool all_stored_ = true;
   bool finished_ = false;
+  OptF run_busy_cores_; // issue 33, sampler thread: the command's processes' busy cores in the latest process scan
   std::function<void(Marker, int64_t)> on_marker_; // issue 15: what a marker does, from the socket or the simulation
   // ---- simulate (issue 19): the thread that sends the scenario's markers on its timeline
   void simulate_loop();

@@ -6,10 +6,25 @@
 
 namespace wattscope {
 
-bool ActivityRule::quiet(const Frame& f, std::string* why) {
-  for (const auto& e : f.events) // a lost GPU never answers again: it no longer keeps the machine at full rate
-    if (e.kind == "device-lost" && lost_ < gpus_) ++lost_;
-  // The CPU first, so the baseline learns from every tick whatever the GPUs say.
+double ActivityRule::cpu_margin_cores(size_t cores, bool idle) {
+  const double n = static_cast<double>(cores);
+  return idle ? std::max(kActiveCpuCores, kActiveCpuShare * n) : std::max(kQuietCpuCores, kQuietCpuShare * n);
+}
+
+bool ActivityRule::cpu_quiet(const Frame& f, std::string* why, bool idle) {
+  if (scope_) {
+    const OptF busy = scope_();
+    if (!busy) {
+      if (why) *why = "CPU time of the command's processes not known yet";
+      return false;
+    }
+    const double limit = idle ? kActiveScopeCores : kQuietScopeCores;
+    if (*busy > limit) {
+      if (why) *why = fmt::format("the command's processes busy {:.2f} cores", *busy);
+      return false;
+    }
+    return true;
+  }
   OptF busy_cores;
   if (f.cpu.util_pct && !f.cpu.core_util_pct.empty())
     busy_cores = *f.cpu.util_pct / 100.0 * static_cast<double>(f.cpu.core_util_pct.size());
@@ -22,11 +37,21 @@ bool ActivityRule::quiet(const Frame& f, std::string* why) {
     if (why) *why = "CPU utilisation unknown";
     return false;
   }
-  if (*busy_cores > *baseline_cores_ + kQuietCpuCores) {
+  const double margin = cpu_margin_cores(f.cpu.core_util_pct.size(), idle);
+  if (*busy_cores > *baseline_cores_ + margin) {
     if (why)
-      *why = fmt::format("CPU busy {:.2f} cores, above the idle baseline of {:.2f}", *busy_cores, *baseline_cores_);
+      *why = fmt::format("CPU busy {:.2f} cores, more than {:.2f} above the idle baseline of {:.2f}", *busy_cores,
+                         margin, *baseline_cores_);
     return false;
   }
+  return true;
+}
+
+bool ActivityRule::quiet(const Frame& f, std::string* why, bool idle) {
+  for (const auto& e : f.events) // a lost GPU never answers again: it no longer keeps the machine at full rate
+    if (e.kind == "device-lost" && lost_ < gpus_) ++lost_;
+  // The CPU first, so the baseline learns from every tick whatever the GPUs say.
+  if (!cpu_quiet(f, why, idle)) return false;
   const size_t expected = gpus_ - lost_;
   if (f.gpus.size() < expected) {
     if (why) *why = fmt::format("{} of {} GPUs did not answer", expected - f.gpus.size(), expected);

@@ -223,7 +223,7 @@ void Sampler::loop() {
   // Adaptive sampling (issue 18): the grid stays at --interval; while idle, most of its slots only probe.
   const bool adaptive = adaptive_.enabled();
   IdleSchedule idle(adaptive_, interval_);
-  ActivityRule rule(gpus_);
+  ActivityRule rule(gpus_, cpu_scope_);
   stats_.interval_ns.store(interval_.count(), std::memory_order_relaxed);
   int64_t probes_since_full = 0;
   std::string why;
@@ -250,7 +250,7 @@ void Sampler::loop() {
     why.clear();
     if (!full) {
       gather(frame, /*probe=*/true, deadline);
-      quiet = rule.quiet(frame, &why);
+      quiet = rule.quiet(frame, &why, idle.idle());
       if (quiet && !frame.events.empty()) { // a device lost or failing is news: stored now, at full rate
         quiet = false;
         why = fmt::format("{} {}", frame.events.front().kind, frame.events.front().source);
@@ -268,7 +268,7 @@ void Sampler::loop() {
       }
     } else {
       gather(frame, /*probe=*/false, deadline);
-      if (adaptive) quiet = rule.quiet(frame, idle.idle() ? &why : nullptr);
+      if (adaptive) quiet = rule.quiet(frame, idle.idle() ? &why : nullptr, idle.idle());
     }
     // The last sample of a run is no news about activity: it can come microseconds after the last probe, when
     // /proc/stat has not moved ("CPU utilisation unknown"), and a switch logged at the end would be a false one.
@@ -277,13 +277,16 @@ void Sampler::loop() {
       if (change != IdleSchedule::Switch::None) {
         const bool to_idle = change == IdleSchedule::Switch::ToIdle;
         std::string detail =
-            to_idle ? fmt::format("interval {}: every GPU below {:g} % utilisation and the CPU within {:g} cores of "
+            to_idle ? fmt::format("interval {}: every GPU below {:g} % utilisation and the CPU within {:.2g} cores of "
                                   "its idle baseline ({:.2f} cores) for {}; full samples every {}, a probe (GPU "
-                                  "utilisation, /proc/stat) every {}. Energy counters span the gaps; devices "
+                                  "utilisation, /proc/stat) every {}; back to full rate when a GPU reaches {:g} % or "
+                                  "the CPU {:.2g} cores above the baseline. Energy counters span the gaps; devices "
                                   "integrated from power are integrated over {} steps",
-                                  seconds_text(idle.interval_in_force()), kIdleGpuUtilPct, kQuietCpuCores,
+                                  seconds_text(idle.interval_in_force()), kIdleGpuUtilPct,
+                                  ActivityRule::cpu_margin_cores(frame.cpu.core_util_pct.size(), false),
                                   rule.baseline_cores().value_or(0), seconds_text(adaptive_.idle_after),
-                                  seconds_text(idle.interval_in_force()), seconds_text(interval_),
+                                  seconds_text(idle.interval_in_force()), seconds_text(interval_), kIdleGpuUtilPct,
+                                  ActivityRule::cpu_margin_cores(frame.cpu.core_util_pct.size(), true),
                                   seconds_text(idle.interval_in_force()))
                     : fmt::format("interval {}: {}; full samples every {} again", seconds_text(interval_), why,
                                   seconds_text(interval_));

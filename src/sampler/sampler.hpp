@@ -75,6 +75,9 @@ public:
   // Adaptive sampling (issue 18), before start(): asked on each probe tick; true (markers waiting to settle, say) takes
   // that tick in full and back to the full rate, as activity does.
   void set_activity_hint(std::function<bool()> hint) { activity_hint_ = std::move(hint); }
+  // Adaptive sampling, before start() (issue 33): the CPU part of the activity rule judges this scope's busy cores
+  // instead of the machine's (`run`: the command's processes). Called on the sampling thread.
+  void set_cpu_scope(ActivityRule::ScopeCores scope) { cpu_scope_ = std::move(scope); }
   void start(); // first tick at once
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
   // waited for: it is detached and ends when the call returns.
@@ -97,6 +100,7 @@ private:
   AdaptiveOptions adaptive_;
   size_t gpus_ = 0;
   std::function<bool()> activity_hint_;
+  ActivityRule::ScopeCores cpu_scope_;
   std::thread thread_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -332,3 +332,70 @@ TEST(Adaptive, GoodFlagsAreAcceptedByRun) {
   EXPECT_TRUE(json::parse(run({wattscope(), "show", "--json", "--db", dir / "off.db"}).out)["sampling"].is_null());
 }
 } // namespace e2e_adaptive
+
+namespace e2e_adaptive {
+namespace {
+
+// A /proc whose stat file a thread advances as a machine busy with other users' work: two CPUs, 1.5 cores busy
+// (3 busy and 1 idle jiffy every 20 ms), written in place at a fixed width.
+class BusyProc {
+public:
+  explicit BusyProc(const std::string& dir) : path_(dir + "/stat") {
+    std::filesystem::create_directories(dir);
+    write_file(dir + "/meminfo", "MemTotal:       16000000 kB\nMemAvailable:   12000000 kB\n");
+    write(0);
+    thread_ = std::thread([this] {
+      for (long long step = 1; !stop_; ++step) {
+        write(step);
+        std::this_thread::sleep_for(20ms);
+      }
+    });
+  }
+  ~BusyProc() {
+    stop_ = true;
+    thread_.join();
+  }
+
+private:
+  void write(long long step) {
+    char buf[256];
+    const long long busy = 3 * step, idle = step;
+    const int n = std::snprintf(buf, sizeof buf,
+                                "cpu  %015lld 0 100 %015lld 0 0 0 0 0 0\ncpu0 %015lld 0 50 %015lld 0 0 0 0 0 0\n"
+                                "cpu1 %015lld 0 50 %015lld 0 0 0 0 0 0\nintr 0\n",
+                                100 + busy, 1000 + idle, 50 + busy / 2, 500 + idle / 2, 50 + busy - busy / 2,
+                                500 + idle - idle / 2);
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (::pwrite(fd, buf, static_cast<size_t>(n), 0) != n) std::perror("pwrite");
+    ::close(fd);
+  }
+  std::string path_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+} // namespace
+
+// Issue 33: `run` is idle when its command is. Quiet GPUs, a machine 1.5 of 2 cores busy with other work, a command
+// that sleeps: the run goes idle (before, the machine's CPU kept it at the full rate throughout). `record` on the same
+// machine stays at the full rate: there the machine is the scope, and it is busy.
+TEST(Adaptive, RunJudgesItsCommandNotOtherUsersWork) {
+  TempDir dir;
+  write_file(dir / "scenario.json", scenario(1000).dump()); // quiet throughout
+  std::filesystem::create_directories(dir / "sys");
+  BusyProc proc(dir / "proc");
+  auto count_idle = [&](std::vector<std::string> args, const std::string& db, std::vector<std::string> command) {
+    for (auto& a : adaptive_args(dir))
+      args.push_back(a);
+    for (auto& a : command)
+      args.push_back(a);
+    Result r = run(args, fake_env(dir), dir.path());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return query(db, "SELECT detail FROM events WHERE kind = 'sampling-idle'").size();
+  };
+  EXPECT_GE(count_idle({wattscope(), "run", "--db", dir / "run.db"}, dir / "run.db", {"--", "sleep", "3"}), 1u);
+  EXPECT_EQ(count_idle({wattscope(), "record", "--duration", "3s", "--db", dir / "rec.db"}, dir / "rec.db", {}), 0u);
+}
+
+} // namespace e2e_adaptive

@@ -38,10 +38,10 @@ TEST(ActivityRule, QuietBelowFivePercentOnEveryGpuAndTheCpuAtItsBaseline) {
   std::string why;
   EXPECT_FALSE(rule.quiet(tick_frame(0.10, {0.0, 5.0}), &why));
   EXPECT_EQ(why, "gpu1 at 5 % utilisation");
-  // 0.04 cores above the 0.10 floor is noise; 0.06 is activity (a quarter of one core on 8 cores is 3 %).
-  EXPECT_TRUE(rule.quiet(tick_frame(0.14, {0.0, 0.0})));
-  EXPECT_FALSE(rule.quiet(tick_frame(0.16, {0.0, 0.0}), &why));
-  EXPECT_NE(why.find("CPU busy 0.16 cores"), std::string::npos) << why;
+  // On 8 cores the margin is 15 % of them (1.2 cores, issue 33): 1.15 above the 0.10 floor is noise, 1.25 activity.
+  EXPECT_TRUE(rule.quiet(tick_frame(1.25, {0.0, 0.0})));
+  EXPECT_FALSE(rule.quiet(tick_frame(1.35, {0.0, 0.0}), &why));
+  EXPECT_NE(why.find("CPU busy 1.35 cores"), std::string::npos) << why;
   EXPECT_NEAR(*rule.baseline_cores(), 0.10, 1e-9);
 }
 
