@@ -135,9 +135,11 @@ struct PhaseRecord {
   OptI parent; // phase_id of the enclosing phase
   int64_t start_ms = 0;
   int64_t end_ms = 0;
-  int64_t start_tick = 0; // the ticks whose counters bracket the phase: energy = E(end_tick) - E(start_tick)
+  // The ticks the begin's and the end's energy positions were interpolated from (issue 29): the one at or before the
+  // begin, the one at or after the end. energy = E(end) - E(begin), E interpolated at each marker's own time.
+  int64_t start_tick = 0;
   int64_t end_tick = 0;
-  // Per device ("gpu0", "cpu_package", "cpu_dram"), in joules over [start_tick, end_tick].
+  // Per device ("gpu0", "cpu_package", "cpu_dram"), in joules over [start_ms, end_ms].
   std::vector<std::pair<std::string, double>> device_energy_j;
   OptF energy_j;                  // sum of device_energy_j; missing when no device measured energy
   std::string energy_method;      // counter | integrated | mixed (as the devices' methods are) | simulated (any part)

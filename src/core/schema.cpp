@@ -91,9 +91,10 @@ constexpr C kProcessGpuCols[] = {{"run_id", T},     {"tick", I},      {"ts_ms", 
                                  {"energy_j", R}};
 constexpr std::string_view kProcessGpuKey[] = {"run_id", "tick", "pid", "start_time", "gpu_index"};
 // ---- end attribution ----
-// --- issue 15: phases and work. A phase's energy per device is the counter difference between the ticks that
-// bracket it (start_tick: the last tick at or before its begin; end_tick: the first at or after its end), kept as a
-// JSON object {"gpu0": J, "cpu_package": J, ...} since the number of devices varies; energy_j is their sum.
+// --- issue 15: phases and work. A phase's energy per device is the device's cumulative energy interpolated at its
+// end minus at its begin (issue 29: linear between the ticks around each marker; start_tick: the tick at or before
+// its begin, end_tick: the one at or after its end), kept as a JSON object {"gpu0": J, "cpu_package": J, ...} since
+// the number of devices varies; energy_j is their sum.
 // attributed_energy_j is filled by attribution (issue 13) where it runs; missing otherwise.
 constexpr C kPhaseCols[] = {{"run_id", T},
                             {"phase_id", I},

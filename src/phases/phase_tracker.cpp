@@ -12,14 +12,48 @@ std::string gpu_key(int index) {
 }
 } // namespace
 
+PhaseTracker::Energies PhaseTracker::Position::energies() const {
+  if (fraction <= 0 || before == after) return *before;
+  if (fraction >= 1) return *after;
+  Energies out;
+  for (const auto& [device, e1] : *after) {
+    // A device that first answered at the later tick starts there: energy_j counts from its first answer (0).
+    auto it = before->find(device);
+    const double e0 = it == before->end() ? 0.0 : it->second;
+    out.emplace(device, e0 + (e1 - e0) * fraction);
+  }
+  return out;
+}
+
 void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
   if (m.kind != Marker::Kind::Begin && m.kind != Marker::Kind::End && m.kind != Marker::Kind::Work) return;
   std::lock_guard lock(mu_);
-  if (pending_.size() >= kMaxPending) {
-    if (dropped_++ == 0) spdlog::warn("markers arrive faster than wattscope settles them; extra ones are dropped");
+  // Begin and end may use the last kReservedForPhases places: a flood of work cannot push a phase's end out.
+  const bool phase = m.kind != Marker::Kind::Work;
+  const size_t limit = phase ? kMaxPending : kMaxPending - kReservedForPhases;
+  if (pending_.size() + events_this_tick_ >= limit) {
+    if (dropped_.total() == 0)
+      spdlog::warn("markers arrive faster than wattscope settles them (more than {} for one tick); extra ones are "
+                   "dropped and counted, and the run's work and phases are marked incomplete",
+                   limit);
+    (phase ? dropped_.phase : dropped_.work)++;
     return;
   }
   pending_.push_back({std::move(m), ts_ms, at});
+}
+
+bool PhaseTracker::admit_event_marker() {
+  std::lock_guard lock(mu_);
+  if (pending_.size() + events_this_tick_ >= kMaxPending - kReservedForPhases) {
+    if (dropped_.total() == 0)
+      spdlog::warn("markers arrive faster than wattscope settles them (more than {} for one tick); extra ones are "
+                   "dropped and counted, and the run's work and phases are marked incomplete",
+                   kMaxPending - kReservedForPhases);
+    dropped_.points++;
+    return false;
+  }
+  ++events_this_tick_;
+  return true;
 }
 
 bool PhaseTracker::has_pending() const {
@@ -27,15 +61,15 @@ bool PhaseTracker::has_pending() const {
   return !pending_.empty();
 }
 
-int64_t PhaseTracker::dropped() const {
+PhaseTracker::Dropped PhaseTracker::dropped_counts() const {
   std::lock_guard lock(mu_);
   return dropped_;
 }
 
 void PhaseTracker::process(Frame& f) {
-  // This tick's counters: every device that answered, merged over the last known values of those that did not (a
-  // late source keeps its devices' previous reading; the counter difference over a gap stays exact).
-  std::map<std::string, double> now = last_energy_;
+  // This tick's energies: every device that answered, merged over the last known values of those that did not (a
+  // late source keeps its devices' previous reading; the difference over a gap stays exact at the next answer).
+  Energies now = last_energy_;
   for (const auto& d : f.device_rows)
     energy_method_[gpu_key(d.gpu_index)] = d.energy_method;
   for (const auto& s : f.gpus)
@@ -47,35 +81,58 @@ void PhaseTracker::process(Frame& f) {
   std::deque<Pending> due;
   {
     std::lock_guard lock(mu_);
-    // In arrival order; a marker that arrived after this tick began waits for the next tick, which brackets it.
+    // In arrival order; a marker that arrived after this tick began waits for the next tick, the one after it.
     while (!pending_.empty() && pending_.front().at <= f.mono) {
       due.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
+    events_this_tick_ = 0;
   }
+  Position pos;
+  pos.tick_after = f.tick;
+  pos.after = &now;
   if (!last_tick_) {
-    // Nothing before the first tick: a phase begun before it starts there (energy since run start is 0 there).
-    last_tick_ = f.tick;
-    last_energy_ = now;
+    // Nothing before the first tick: a marker before it sits there (energy since run start is 0 there).
+    pos.tick_before = f.tick;
+    pos.before = &now;
+  } else {
+    pos.tick_before = *last_tick_;
+    pos.before = &last_energy_;
   }
-  for (const auto& p : due)
-    settle(p.m, p.ts_ms, f, f.tick, now);
+  const double span = std::chrono::duration<double>(f.mono - last_mono_).count();
+  for (const auto& p : due) {
+    if (last_tick_ && span > 0)
+      pos.fraction = std::clamp(std::chrono::duration<double>(p.at - last_mono_).count() / span, 0.0, 1.0);
+    else
+      pos.fraction = 1;
+    settle(p, pos, f);
+  }
   last_tick_ = f.tick;
+  last_mono_ = f.mono;
   last_energy_ = std::move(now);
 }
 
-void PhaseTracker::settle(const Marker& m, int64_t ts_ms, Frame& out, int64_t tick,
-                          const std::map<std::string, double>& now) {
+void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
+  const Marker& m = p.m;
   switch (m.kind) {
   case Marker::Kind::Begin: {
+    if (open_.size() >= kMaxOpenPhases) {
+      // Dropped, and remembered by depth only: the `end` that pairs with it must not close its parent.
+      ++lost_depth_;
+      std::lock_guard lock(mu_);
+      if (dropped_.open_phases++ == 0)
+        spdlog::warn("more than {} phases open at once: further begins are dropped (counted) until some end",
+                     kMaxOpenPhases);
+      return;
+    }
     Open o;
     o.rec.phase_id = next_phase_id_++;
     o.rec.name = m.name;
     o.rec.index = m.index;
     if (!open_.empty()) o.rec.parent = open_.back().rec.phase_id;
-    o.rec.start_ms = ts_ms;
-    o.rec.start_tick = last_tick_.value_or(tick);
-    o.start_energy = last_energy_;
+    o.rec.start_ms = p.ts_ms;
+    o.rec.start_tick = pos.tick_before;
+    o.start_energy = pos.energies();
     open_.push_back(std::move(o));
     return;
   }
@@ -83,6 +140,10 @@ void PhaseTracker::settle(const Marker& m, int64_t ts_ms, Frame& out, int64_t ti
     // `end` names the phase it ends, or ends the innermost one. Phases begun inside it and still open end with it.
     auto it = open_.end();
     if (m.name.empty()) {
+      if (lost_depth_ > 0) { // the innermost phase is one that was dropped
+        --lost_depth_;
+        return;
+      }
       if (!open_.empty()) it = open_.end() - 1;
     } else {
       for (auto r = open_.rbegin(); r != open_.rend(); ++r)
@@ -90,14 +151,24 @@ void PhaseTracker::settle(const Marker& m, int64_t ts_ms, Frame& out, int64_t ti
           it = std::prev(r.base());
           break;
         }
+      if (lost_depth_ > 0) {
+        // The dropped phases were the innermost; an end naming none of the open ones ends one of them, one naming an
+        // open phase ends it and every phase inside it, the dropped ones too.
+        if (it == open_.end()) {
+          --lost_depth_;
+          return;
+        }
+        lost_depth_ = 0;
+      }
     }
     if (it == open_.end()) {
       if (unmatched_ends_++ < 10)
         spdlog::warn("marker 'end{}{}' ignored: no such phase is open", m.name.empty() ? "" : " ", m.name);
       return;
     }
+    const Energies end = pos.energies();
     while (open_.end() != it) {
-      close(open_.back(), ts_ms, tick, now, out);
+      close(open_.back(), p.ts_ms, pos.tick_after, end, out);
       open_.pop_back();
     }
     return;
@@ -105,7 +176,7 @@ void PhaseTracker::settle(const Marker& m, int64_t ts_ms, Frame& out, int64_t ti
   case Marker::Kind::Work: {
     WorkRecord w;
     w.seq = next_work_seq_++;
-    w.ts_ms = ts_ms;
+    w.ts_ms = p.ts_ms;
     w.amount = m.amount;
     w.unit = m.unit;
     if (!open_.empty()) w.phase_id = open_.back().rec.phase_id;
@@ -117,13 +188,13 @@ void PhaseTracker::settle(const Marker& m, int64_t ts_ms, Frame& out, int64_t ti
   }
 }
 
-void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const std::map<std::string, double>& now, Frame& out) {
+void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const Energies& end, Frame& out) {
   PhaseRecord r = std::move(o.rec);
   r.end_ms = std::max(ts_ms, r.start_ms);
   r.end_tick = tick;
   std::string method;
   bool any_simulated = false;
-  for (const auto& [device, end_j] : now) {
+  for (const auto& [device, end_j] : end) {
     // A device that had not answered yet when the phase began starts from 0: energy_j counts from its first answer.
     auto s = o.start_energy.find(device);
     const double start_j = s == o.start_energy.end() ? 0.0 : s->second;
@@ -150,9 +221,12 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   }
   const int64_t tick = last_tick_.value_or(0);
   out.tick = tick;
-  // Markers after the last tick have no later tick to bracket them: they are settled at the last one.
+  // Markers after the last tick have no later tick: they sit at the last one, where the run's own total ends too.
+  Position pos;
+  pos.tick_before = pos.tick_after = tick;
+  pos.before = pos.after = &last_energy_;
   for (const auto& p : rest)
-    settle(p.m, p.ts_ms, out, tick, last_energy_);
+    settle(p, pos, out);
   while (!open_.empty()) {
     open_.back().rec.closed_by_run_end = true;
     close(open_.back(), end_ms, tick, last_energy_, out);

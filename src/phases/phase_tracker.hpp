@@ -1,12 +1,22 @@
 // Phase accounting: turns begin/end/work markers into `phases` and `work` rows with the energy each phase used.
 //
-// A phase's energy per device is the difference of the device's energy counter (energy_j since run start, as
-// accounting computed it: a hardware counter delta, or the trapezoid integral where there is none, labelled) between
-// the two ticks that bracket it: start_tick, the last tick at or before its `begin`, and end_tick, the first tick at
-// or after its `end`. So a phase is measured "to the tick", never interpolated; a phase shorter than a tick still
-// gets the energy of the tick(s) around it. Markers are time-stamped on arrival and queued; the sampler thread
-// settles them at the next frame, so a marker can never delay a tick by more than the handful of microseconds the
-// queue hand-off takes.
+// Energy between ticks (/work/shared/DESIGN.md, docs/markers.md "How a phase's energy is measured"): each device's
+// cumulative energy E(t) (energy_j since run start, as accounting set it in the frame: a hardware counter delta, or
+// the trapezoid integral of power where there is none, labelled) is known at the ticks. A marker's energy position is
+// E interpolated linearly, in steady-clock time, at the marker's own arrival between the tick before it and the tick
+// after it; a phase's energy is the difference of the positions of its `begin` and its `end`. So adjacent phases
+// share nothing, nested phases add up within their parent, and the top-level phases plus the time outside them sum
+// to the run's energy. A marker before the first tick sits at the first tick (E = 0); one after the last tick at the
+// last tick, where the run's own total ends too. start_tick/end_tick name the ticks the begin's and the end's
+// positions were interpolated from (the one at or before the begin, the one at or after the end).
+//
+// Markers are time-stamped on arrival and queued; the sampler thread settles them at the next frame (the first tick
+// after them is what their interpolation needs), so a marker can never delay a tick by more than the handful of
+// microseconds the queue hand-off takes.
+//
+// Bounds (issue 31): at most kMaxPending markers wait for one tick, and work/point markers stop kReservedForPhases
+// short of that, so a flood of work never pushes out a phase's begin or end; at most kMaxOpenPhases phases are open at
+// once. Everything refused is counted (dropped_counts()): the run then says its work and phases are incomplete.
 #pragma once
 
 #include <cstdint>
@@ -26,48 +36,76 @@ class PhaseTracker {
 public:
   // Markers waiting for the next tick beyond this are dropped (counted): a flood cannot grow memory or stall a tick.
   static constexpr size_t kMaxPending = 10000;
+  // Work, point and model markers are refused once this few places are left, which only begin/end may take.
+  static constexpr size_t kReservedForPhases = 1000;
+  // Phases open at once (nested, or begun and never ended); a begin past it is dropped and its end matched to it.
+  static constexpr size_t kMaxOpenPhases = 1000;
+
+  struct Dropped {
+    int64_t work = 0;        // work markers (their amounts are missing from the totals)
+    int64_t phase = 0;       // begin/end markers refused by the waiting queue's cap
+    int64_t points = 0;      // mark/model markers (events) over the per-tick cap
+    int64_t open_phases = 0; // begins past kMaxOpenPhases
+    int64_t total() const { return work + phase + points + open_phases; }
+  };
 
   // Thread-safe (the marker listener's thread). Only Begin, End and Work matter here; others are ignored. `ts_ms`
-  // (wall clock) is what is stored; `at` (steady clock) decides which tick settles it, so a wall-clock step (NTP)
-  // can neither hold markers back nor settle them early.
+  // (wall clock) is what is stored; `at` (steady clock) decides which tick settles it and where between the ticks
+  // around it its energy position lies, so a wall-clock step (NTP) can neither hold markers back nor move them.
   void push(Marker m, int64_t ts_ms, SteadyClock::time_point at = SteadyClock::now());
+  // Thread-safe: a point or model marker (stored as an event, not queued here) takes a place of this tick's budget.
+  // False when it is to be dropped (counted).
+  bool admit_event_marker();
   // Sampler thread, after accounting set each device's energy_j: settles the markers that arrived before the tick
-  // began (f.mono) and
-  // adds the phases that ended and the work reported to the frame.
+  // began (f.mono) and adds the phases that ended and the work reported to the frame.
   void process(Frame& f);
   // At the run's end, after the last frame: settles what is left at the last tick and closes phases still open
   // (closed_by_run_end). Returns a markers-only frame (empty phases/work when there is nothing).
   Frame finish(int64_t end_ms);
 
-  int64_t dropped() const;
+  int64_t dropped() const { return dropped_counts().total(); }
+  Dropped dropped_counts() const;
   // Thread-safe: markers wait for a tick (adaptive sampling takes the next tick in full for them, issue 18).
   bool has_pending() const;
   int64_t unmatched_ends() const { return unmatched_ends_; }
 
 private:
+  using Energies = std::map<std::string, double>; // device -> energy_j since run start
   struct Open {
     PhaseRecord rec;
-    std::map<std::string, double> start_energy;
+    Energies start_energy;
   };
-  void settle(const Marker& m, int64_t ts_ms, Frame& out, int64_t tick, const std::map<std::string, double>& now);
-  void close(Open& o, int64_t ts_ms, int64_t tick, const std::map<std::string, double>& now, Frame& out);
-
-  mutable std::mutex mu_;
   struct Pending {
     Marker m;
     int64_t ts_ms;
     SteadyClock::time_point at;
   };
+  // Where the marker lies: the ticks around it and E interpolated at its time.
+  struct Position {
+    int64_t tick_before = 0;
+    int64_t tick_after = 0;
+    const Energies* before = nullptr;
+    const Energies* after = nullptr;
+    double fraction = 0; // of the way from `before` to `after`
+    Energies energies() const;
+  };
+  void settle(const Pending& p, const Position& pos, Frame& out);
+  void close(Open& o, int64_t ts_ms, int64_t tick, const Energies& end, Frame& out);
+
+  mutable std::mutex mu_;
   std::deque<Pending> pending_;
-  int64_t dropped_ = 0;
+  size_t events_this_tick_ = 0; // points admitted since the last tick
+  Dropped dropped_;
 
   // Sampler-thread state.
   std::vector<Open> open_; // innermost last
+  int64_t lost_depth_ = 0; // begins dropped past kMaxOpenPhases and not yet ended
   int64_t next_phase_id_ = 0;
   int64_t next_work_seq_ = 0;
   int64_t unmatched_ends_ = 0;
   std::optional<int64_t> last_tick_;
-  std::map<std::string, double> last_energy_;        // device -> energy_j since run start at last_tick_
+  SteadyClock::time_point last_mono_{};
+  Energies last_energy_;                             // at last_tick_
   std::map<std::string, std::string> energy_method_; // device -> counter | integrated | estimated
 };
 

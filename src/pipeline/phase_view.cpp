@@ -1,6 +1,7 @@
 #include "pipeline/phase_view.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <fmt/format.h>
@@ -61,6 +62,101 @@ std::map<std::string, double> PhaseData::phase_work(int64_t phase_id) const {
   return out;
 }
 
+OptF UnitFigure::energy_per_unit_j() const {
+  if (!energy_j || !(amount > 0)) return std::nullopt;
+  return *energy_j / amount;
+}
+
+OptF UnitFigure::throughput_per_s() const {
+  if (!(duration_s > 0)) return std::nullopt;
+  return amount / duration_s;
+}
+
+std::vector<UnitFigure> unit_figures(const PhaseData& d, const RunInfo& run) {
+  std::map<int64_t, const PhaseRecord*> by_id;
+  for (const auto& p : d.phases)
+    by_id[p.phase_id] = &p;
+  struct Acc {
+    double amount = 0;
+    bool outside = false; // some work of the unit outside any (stored) phase
+    std::set<int64_t> innermost;
+  };
+  std::map<std::string, Acc> units;
+  for (const auto& w : d.work) {
+    Acc& a = units[w.unit];
+    a.amount += w.amount;
+    if (w.phase_id && by_id.count(*w.phase_id))
+      a.innermost.insert(*w.phase_id);
+    else
+      a.outside = true;
+  }
+  std::vector<UnitFigure> out;
+  for (const auto& [unit, a] : units) {
+    UnitFigure u;
+    u.unit = unit;
+    u.amount = a.amount;
+    if (a.outside) {
+      u.covers = "the whole run";
+      u.energy_j = run.total_energy_j;
+      u.duration_s = run.duration_s().value_or(0);
+      out.push_back(std::move(u));
+      continue;
+    }
+    // Keep the outermost: a phase with an ancestor in the set is inside one already counted. Parent links are few
+    // levels deep; a cycle (a damaged store) is cut by the step bound.
+    u.energy_j = 0.0;
+    std::vector<std::pair<std::string, int>> names; // name -> count, in order of first appearance
+    for (int64_t id : a.innermost) {
+      const PhaseRecord* p = by_id[id];
+      bool nested = false;
+      OptI up = p->parent;
+      for (size_t steps = 0; up && steps < by_id.size() && !nested; ++steps) {
+        if (a.innermost.count(*up)) nested = true;
+        auto it = by_id.find(*up);
+        up = it == by_id.end() ? std::nullopt : it->second->parent;
+      }
+      if (nested) continue;
+      u.phase_ids.push_back(id);
+      u.energy_j = p->energy_j && u.energy_j ? OptF(*u.energy_j + *p->energy_j) : std::nullopt;
+      u.duration_s += static_cast<double>(p->end_ms - p->start_ms) / 1000.0;
+      const std::string m = p->energy_method;
+      if (u.energy_method.empty())
+        u.energy_method = m;
+      else if (u.energy_method != m)
+        u.energy_method = u.energy_method == "simulated" || m == "simulated" ? "simulated" : "mixed";
+      auto n = std::find_if(names.begin(), names.end(), [&](const auto& e) { return e.first == p->name; });
+      if (n == names.end())
+        names.emplace_back(p->name, 1);
+      else
+        ++n->second;
+    }
+    for (const auto& [name, count] : names)
+      u.covers += fmt::format("{}{} × {}", u.covers.empty() ? "" : " + ", count, name);
+    out.push_back(std::move(u));
+  }
+  return out;
+}
+
+int64_t markers_dropped(const RunInfo& run) {
+  const json s = json::parse(run.summary, nullptr, false);
+  if (!s.is_object()) return 0;
+  auto m = s.find("markers");
+  if (m == s.end() || !m->is_object()) return 0;
+  auto n = m->find("dropped");
+  return n != m->end() && n->is_number_integer() ? n->get<int64_t>() : 0;
+}
+
+bool phase_coarse(const PhaseRecord& p, const RunInfo& run) {
+  return run.interval_ms > 0 && static_cast<double>(p.end_ms - p.start_ms) < 2 * run.interval_ms;
+}
+
+OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run) {
+  if (!phase_coarse(p, run)) return std::nullopt;
+  const double half = static_cast<double>(p.end_ms - p.start_ms) / 2;
+  if (half < 0.1) return std::nullopt; // below --interval's 100 us minimum: no interval resolves it
+  return half;
+}
+
 PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
   PhaseData d;
   const auto pc = [](std::string_view n) { return column_index(TableId::Phases, n); };
@@ -115,6 +211,7 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
 }
 
 json phase_json(const PhaseData& d, const RunInfo& run) {
+  const int64_t dropped = markers_dropped(run);
   json phases = json::array();
   for (const auto& p : d.phases) {
     json dev = json::object();
@@ -135,13 +232,32 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
               {"energy_j", opt(p.energy_j)},
               {"energy_method", p.energy_method.empty() ? json() : json(p.energy_method)},
               {"devices", dev},
-              {"closed_by_run_end", p.closed_by_run_end}};
+              {"closed_by_run_end", p.closed_by_run_end},
+              // issue 29: shorter than two sampling intervals, its energy rests on interpolation across one tick
+              {"coarse", phase_coarse(p, run)},
+              {"resolving_interval_ms", opt(resolving_interval_ms(p, run))},
+              {"incomplete", dropped > 0}};
+    if (dropped > 0) j["markers_dropped"] = dropped;
     j["work"] = work_figures(d.phase_work(p.phase_id), p.energy_j, dur);
     phases.push_back(std::move(j));
   }
-  const double run_s = run.duration_s().value_or(0);
-  json work = work_figures(d.work_totals(), run.total_energy_j, run_s);
+  // issue 29: each unit over the phases its work was marked in (or the whole run), saying which
+  json work = {{"amount", json::object()},
+               {"energy_per_unit_j", json::object()},
+               {"throughput_per_s", json::object()},
+               {"covers", json::object()}};
+  for (const auto& u : unit_figures(d, run)) {
+    work["amount"][u.unit] = u.amount;
+    work["energy_per_unit_j"][u.unit] = opt(u.energy_per_unit_j());
+    work["throughput_per_s"][u.unit] = opt(u.throughput_per_s());
+    work["covers"][u.unit] = {
+        {"description", u.covers},    {"whole_run", u.phase_ids.empty()},
+        {"phases", u.phase_ids},      {"energy_j", opt(u.energy_j)},
+        {"duration_s", u.duration_s}, {"energy_method", u.energy_method.empty() ? json() : json(u.energy_method)}};
+  }
   work["records"] = d.work.size();
+  work["incomplete"] = dropped > 0;
+  if (dropped > 0) work["markers_dropped"] = dropped;
   json marks = json::array();
   for (const auto& m : d.marks)
     marks.push_back({{"name", m.source}, {"time", iso_utc_ms(m.ts_ms)}, {"ts_ms", m.ts_ms}});
@@ -173,26 +289,47 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
       if (name.size() > 28) name = name.substr(0, 27) + "…";
       const double dur = static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
       const std::string energy = p.energy_j ? fmt::format("{:.1f} J", *p.energy_j) : "not measured";
-      out += fmt::format("            {:<28} {:>9.2f} {:>8.2f} s {:>14}  {}{}{}\n", name,
+      std::string coarse;
+      if (phase_coarse(p, run)) {
+        const OptF resolve = resolving_interval_ms(p, run);
+        coarse = resolve ? fmt::format(" (coarse: under 2 sampling intervals; --interval {:g}ms resolves it)",
+                                       std::floor(*resolve * 10) / 10)
+                         : " (coarse: under 2 sampling intervals)";
+      }
+      out += fmt::format("            {:<28} {:>9.2f} {:>8.2f} s {:>14}  {}{}{}{}\n", name,
                          static_cast<double>(p.start_ms - run.start_ms) / 1000.0, dur, energy,
                          p.energy_method.empty() || p.energy_method == "counter" ? "" : "[" + p.energy_method + "] ",
                          work_cell(d.phase_work(p.phase_id), p.energy_j, dur),
-                         p.closed_by_run_end ? " (no end: closed by the run's end)" : "");
+                         p.closed_by_run_end ? " (no end: closed by the run's end)" : "", coarse);
     }
     if (d.phases.size() > max_rows)
       out += fmt::format("            … {} more phases ('wattscope show --json' lists them all)\n",
                          d.phases.size() - max_rows);
   }
-  const auto totals = d.work_totals();
-  if (!totals.empty())
-    out += fmt::format("  work      {}{}\n", work_cell(totals, run.total_energy_j, run.duration_s().value_or(0)),
-                       // issue 19: energy per unit of work from a simulated run is simulated too
-                       [&] {
-                         const auto tags = json::parse(run.tags, nullptr, false);
-                         return tags.is_object() && tags.value("simulated", std::string()) == "true";
-                       }()
-                           ? " [simulated]"
-                           : "");
+  const int64_t dropped = markers_dropped(run);
+  const std::string incomplete =
+      dropped > 0 ? fmt::format(" (incomplete: {} marker{} dropped)", dropped, dropped == 1 ? "" : "s") : "";
+  if (dropped > 0 && !d.phases.empty())
+    out += fmt::format("            phases{}: the run's phases and work may be missing some\n", incomplete);
+  // issue 19: energy per unit of work from a simulated run is simulated too
+  const bool simulated = [&] {
+    const auto tags = json::parse(run.tags, nullptr, false);
+    return tags.is_object() && tags.value("simulated", std::string()) == "true";
+  }();
+  // issue 29: each unit over the phases its work was marked in, saying which
+  std::string units;
+  for (const auto& u : unit_figures(d, run)) {
+    std::string s = fmt::format("{:g} {}{} over {}", u.amount, u.unit, incomplete, u.covers);
+    if (auto e = u.energy_per_unit_j()) s += fmt::format(" · {:.4g} J/{}", *e, unit_singular(u.unit));
+    if (auto r = u.throughput_per_s()) s += fmt::format(" · {:.4g} {}/s", *r, u.unit);
+    const std::string method = simulated ? "simulated" : u.energy_method;
+    if (!method.empty() && method != "counter") s += " [" + method + "]";
+    units += fmt::format("{}{}\n", units.empty() ? "  work      " : "            ", s);
+  }
+  if (!units.empty())
+    out += units;
+  else if (dropped > 0 && d.phases.empty())
+    out += fmt::format("  work      none stored{}\n", incomplete);
   if (!d.model.is_null()) {
     std::string line = fmt::format("  model     {}", d.model.value("name", std::string()));
     if (d.model.contains("parameters") && d.model["parameters"].is_number())

@@ -27,6 +27,30 @@ struct PhaseData {
 
 PhaseData load_phase_data(StoreReader& store, const RunInfo& run);
 
+// Energy per unit of work over the stretch of the run where that unit's work was done (issue 29): the phases that
+// hold work of the unit as their innermost phase, less those nested inside another of them (so they are disjoint),
+// summed; work marked outside any phase makes it the whole run. One per unit, in unit order.
+struct UnitFigure {
+  std::string unit;
+  double amount = 0;
+  OptF energy_j;                  // over what it covers; missing when a covered phase (or the run) has no energy
+  double duration_s = 0;          // likewise
+  std::vector<int64_t> phase_ids; // the disjoint phases it covers; empty for the whole run
+  std::string covers;             // "3 × eval", "2 × epoch + 1 × warmup", or "the whole run"
+  std::string energy_method;      // the covered phases' (mixed where they differ); empty for the whole run
+  OptF energy_per_unit_j() const;
+  OptF throughput_per_s() const;
+};
+std::vector<UnitFigure> unit_figures(const PhaseData& d, const RunInfo& run);
+
+// Markers wattscope dropped in this run (its caps: docs/markers.md), from the run's summary; 0 when none. Any makes
+// the run's work and phases incomplete.
+int64_t markers_dropped(const RunInfo& run);
+// A phase shorter than two sampling intervals is `coarse`: its energy rests on interpolation across one tick. The
+// interval that would resolve it (half its duration), in ms; nullopt when it is not coarse (or nothing would).
+bool phase_coarse(const PhaseRecord& p, const RunInfo& run);
+OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run);
+
 // {"phases": [...], "work": {...}, "marks": [...], "model": ...}: merged into `show --json`.
 nlohmann::json phase_json(const PhaseData& d, const RunInfo& run);
 // The summary's phase table and work line; "" when the run has neither.

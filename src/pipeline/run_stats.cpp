@@ -40,11 +40,10 @@ Figures run_figures(StoreReader& store, const RunInfo& stored) {
     if (energy) f.emplace_back("phase." + name + ".energy_j", *energy);
     f.emplace_back("phase." + name + ".duration_s", duration);
   }
-  const double run_s = run.duration_s().value_or(0);
-  for (const auto& [unit, amount] : d.work_totals()) {
-    if (run.total_energy_j && amount > 0)
-      f.emplace_back("work." + unit + ".energy_per_unit_j", *run.total_energy_j / amount);
-    if (run_s > 0) f.emplace_back("work." + unit + ".throughput_per_s", amount / run_s);
+  // issue 29: over the phases each unit's work was marked in (or the whole run), as show and the report say
+  for (const auto& u : unit_figures(d, run)) {
+    if (const auto e = u.energy_per_unit_j()) f.emplace_back("work." + u.unit + ".energy_per_unit_j", *e);
+    if (const auto r = u.throughput_per_s()) f.emplace_back("work." + u.unit + ".throughput_per_s", *r);
   }
   return f;
 }

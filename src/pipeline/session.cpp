@@ -128,6 +128,8 @@ void Session::open() {
   // descriptions are events.
   phases_ = std::make_unique<PhaseTracker>();
   on_marker_ = [this](Marker m, int64_t ts_ms) {
+    // issue 31: points and model descriptions share the per-tick budget of the markers the tracker queues
+    if ((m.kind == Marker::Kind::Point || m.kind == Marker::Kind::Model) && !phases_->admit_event_marker()) return;
     if (m.kind == Marker::Kind::Point) {
       acc_->add_event({0, ts_ms, "mark", m.name, ""});
     } else if (m.kind == Marker::Kind::Model) {
@@ -287,17 +289,19 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
     alerts_->stop(SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(opts_.alert_delivery_timeout));
   // ---- end alerts
   run_.end_ms = wall_now_ms();
+  PhaseTracker::Dropped markers_dropped;
   if (phases_ && acc_) {
     // Phases still open end with the run; markers after the last tick settle at it.
     Frame closing = phases_->finish(*run_.end_ms);
     // Markers that were not taken are said once, with the run, so a figure per phase is never silently partial.
     const int64_t rejected = markers_ ? markers_->stats().rejected.load() : 0;
-    if (rejected > 0 || phases_->dropped() > 0 || phases_->unmatched_ends() > 0)
-      acc_->add_event(
-          {0, *run_.end_ms, "markers-ignored", "markers",
-           fmt::format("{} marker lines rejected (not markers: see the warnings), {} dropped (more than {} "
-                       "waiting for one tick), {} 'end' without an open phase",
-                       rejected, phases_->dropped(), PhaseTracker::kMaxPending, phases_->unmatched_ends())});
+    markers_dropped = phases_->dropped_counts();
+    if (rejected > 0 || markers_dropped.total() > 0 || phases_->unmatched_ends() > 0)
+      acc_->add_event({0, *run_.end_ms, "markers-ignored", "markers",
+                       fmt::format("{} marker lines rejected (not markers: see the warnings), {} dropped (more than {} "
+                                   "waiting for one tick, or {} phases open), {} 'end' without an open phase",
+                                   rejected, markers_dropped.total(), PhaseTracker::kMaxPending,
+                                   PhaseTracker::kMaxOpenPhases, phases_->unmatched_ends())});
     acc_->settle_events(closing);
     if (!closing.phases.empty() || !closing.work.empty() || !closing.events.empty()) {
       auto shared = std::make_shared<const Frame>(std::move(closing));
@@ -309,7 +313,15 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   RunSummary s = acc_->summary();
   run_.samples = s.samples;
   run_.total_energy_j = s.total_energy_j();
-  run_.summary = s.to_json().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  nlohmann::json summary = s.to_json();
+  // issue 29/31: markers dropped by wattscope's caps make the run's work and phases incomplete; said wherever they
+  // are read (pipeline/phase_view.cpp)
+  if (markers_dropped.total() > 0)
+    summary["markers"] = {{"dropped", markers_dropped.total()},
+                          {"dropped_work", markers_dropped.work},
+                          {"dropped_phase", markers_dropped.phase + markers_dropped.open_phases},
+                          {"dropped_points", markers_dropped.points}};
+  run_.summary = summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   // Every store drains side by side under one deadline; past it, rows go to a spill file (MySQL) and the run ends.
   const auto drain_deadline = SteadyClock::now() + opts_.drain_timeout;
   for (auto& w : writers_)

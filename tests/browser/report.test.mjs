@@ -267,6 +267,10 @@ test('phases as bands, a phase table and energy per unit of work', async () => {
   const c = await cards(page);
   for (const p of show.phases) assert.ok(Math.abs(Number(c[`phase${p.phase_id}.energy_j`]) - p.energy_j) <= 1e-9 * Math.max(1, p.energy_j), `phase ${p.phase_id}`);
   assert.ok(Math.abs(Number(c['work.samples.energy_per_unit_j']) - show.work.energy_per_unit_j.samples) <= 1e-12 * Math.max(1, show.work.energy_per_unit_j.samples));
+  // issue 29: the work card says which phases its figure covers, as show --json does (both epochs).
+  assert.equal(show.work.covers.samples.description, '2 × epoch');
+  const sub = await page.locator('[data-key="work.samples.energy_per_unit_j"] .sub').innerText();
+  assert.ok(sub.includes('over 2 × epoch'), sub);
   // The nested epochs are indented under train.
   const pad = await page.evaluate(() => [...document.querySelectorAll('[data-table="phases"] td.phase')].map((td) => parseFloat(td.style.paddingLeft)));
   assert.ok(pad[1] > pad[0] && pad[2] > pad[0] && pad[3] === pad[0], JSON.stringify(pad));
