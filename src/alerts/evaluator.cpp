@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -37,6 +38,12 @@ AlertEvaluator::Slot& AlertEvaluator::gpu_slot(size_t rule, int gpu_index) {
 
 namespace {
 
+// A value as a bit mask: only one a 64-bit integer holds (casting NaN, a negative or a larger value is undefined).
+std::optional<uint64_t> as_mask(double v) {
+  if (!(v >= 0 && v < 18446744073709551616.0)) return std::nullopt;
+  return static_cast<uint64_t>(v);
+}
+
 bool trips(AlertOp op, double v, double thr) {
   switch (op) {
   case AlertOp::Gt:
@@ -47,8 +54,10 @@ bool trips(AlertOp op, double v, double thr) {
     return v < thr;
   case AlertOp::Le:
     return v <= thr;
-  case AlertOp::Bits:
-    return (static_cast<int64_t>(v) & static_cast<int64_t>(thr)) != 0;
+  case AlertOp::Bits: {
+    const auto value = as_mask(v), mask = as_mask(thr);
+    return value && mask && (*value & *mask) != 0;
+  }
   }
   return false;
 }
@@ -61,7 +70,7 @@ bool clears(const AlertRule& r, double v, double thr, std::optional<double> clea
 
 std::string format_value(const AlertRule& r, std::optional<double> v) {
   if (!v) return "n/a";
-  if (r.op == AlertOp::Bits) return fmt::format("0x{:x}", static_cast<int64_t>(*v));
+  if (const auto mask = r.op == AlertOp::Bits ? as_mask(*v) : std::nullopt) return fmt::format("0x{:x}", *mask);
   return fmt::format("{:.4g}", *v);
 }
 

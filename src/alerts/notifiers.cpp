@@ -73,6 +73,8 @@ int abort_check(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return static_cast<std::atomic<bool>*>(user)->load() ? 1 : 0;
 }
 
+} // namespace
+
 // "user\npassword\n" from a file only its owner can read (as ssh treats keys).
 std::pair<std::string, std::string> read_credentials(const std::string& path) {
   struct stat st {};
@@ -103,8 +105,6 @@ std::vector<std::string> header_lines(const std::string& path) {
   }
   return out;
 }
-
-} // namespace
 
 std::string notification_text(const AlertNotification& n) {
   return fmt::format("[{}] {} on {} ({}): {}", upper(n.state == "repeat" ? "firing" : n.state), n.rule, n.scope, n.host,

@@ -15,6 +15,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "alerts/rules.hpp"
 
@@ -40,6 +42,11 @@ std::string notification_text(const AlertNotification& n);
 std::string webhook_body(const AlertNotification& n);
 std::string alertmanager_body(const AlertNotification& n);
 std::string email_message(const NotifierConfig& c, const AlertNotification& n);
+
+// The files a notifier reads at each delivery, read and checked as delivery does (a regular file, owner-only
+// permissions); `alerts check` calls them too. Throw std::runtime_error naming the file and the problem.
+std::pair<std::string, std::string> read_credentials(const std::string& path); // "user\npassword\n"
+std::vector<std::string> header_lines(const std::string& path);                // "" -> none
 
 struct DeliveryStats {
   std::atomic<int64_t> sent{0};

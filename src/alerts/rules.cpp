@@ -107,6 +107,66 @@ AlertRule threshold_rule(std::string name, std::string metric, AlertOp op, doubl
 constexpr int64_t kThermalReasons = 0x8 | 0x20 | 0x40;
 constexpr int64_t kPowerReasons = 0x4 | 0x80;
 
+// toml++ builds a dotted key's tables (a.b.c = 1) and walks and destroys the document recursively, with no limit of
+// its own on a dotted key's length: 40,000 levels overflowed the stack. So the nesting is measured first, cheaply
+// and a little generously (a dot in a number counts too): each [ or { opens a level on top of the keys' levels
+// around it, each dot outside strings and comments adds one. Strings are skipped as TOML writes them; text that is
+// not valid TOML is left to toml++'s own error.
+void check_toml_nesting(std::string_view text, const std::string& file) {
+  std::vector<size_t> levels; // the level each open [ or { stands at
+  size_t dots = 0;            // dots of the key (or number) being read, since the last [ { , or line end
+  int line = 1;
+  auto too_deep = [&] {
+    throw AlertConfigError(file, line,
+                           fmt::format("keys and tables nested deeper than {} levels (a rules file needs 3); "
+                                       "refused before parsing",
+                                       kMaxAlertNesting));
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    const size_t base = levels.empty() ? 0 : levels.back();
+    if (c == '\n') {
+      ++line, dots = 0;
+    } else if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n')
+        ++i;
+    } else if (c == '"' || c == '\'') {
+      const bool multi = text.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "\'\'\'");
+      const std::string_view close = multi ? text.substr(i, 3) : text.substr(i, 1);
+      i += close.size();
+      // To the closing quote(s); a basic string's backslash escapes the next character; a one-line string ends at
+      // the line's end at the latest.
+      while (i < text.size() && text.substr(i, close.size()) != close) {
+        if (text[i] == '\n') {
+          if (!multi) break;
+          ++line;
+        }
+        if (text[i] == '\\' && c == '"' && i + 1 < text.size()) {
+          if (text[i + 1] == '\n') ++line;
+          ++i;
+        }
+        ++i;
+      }
+      if (i < text.size() && text[i] == '\n') {
+        --i; // the line end is counted above
+      } else {
+        i += close.size() - 1;
+      }
+    } else if (c == '[' || c == '{') {
+      if (base + dots + 1 > kMaxAlertNesting) too_deep();
+      levels.push_back(base + dots + 1);
+      dots = 0;
+    } else if (c == ']' || c == '}') {
+      if (!levels.empty()) levels.pop_back();
+      dots = 0;
+    } else if (c == ',') {
+      dots = 0;
+    } else if (c == '.') {
+      if (base + ++dots > kMaxAlertNesting) too_deep();
+    }
+  }
+}
+
 } // namespace
 
 AlertConfigError::AlertConfigError(const std::string& f, int l, const std::string& what)
@@ -221,6 +281,10 @@ std::vector<AlertRule> builtin_alert_rules() {
 }
 
 AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
+  if (text.size() > kMaxAlertFileBytes)
+    throw AlertConfigError(file, 0,
+                           fmt::format("larger than {} MiB; a rules file is a few KiB", kMaxAlertFileBytes >> 20));
+  check_toml_nesting(text, file);
   toml::table root;
   try {
     root = toml::parse(text, file);
@@ -296,6 +360,21 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
       out.push_back(t.as_table());
     return out;
   };
+  // Counted before any is read: each notifier is a thread, each rule is evaluated on every frame for every device.
+  if (const auto rules = tables("rule"); rules.size() > kMaxAlertRules)
+    throw fail(*rules[kMaxAlertRules],
+               fmt::format("{} rules; a rules file holds at most {}", rules.size(), kMaxAlertRules));
+  {
+    std::vector<const toml::table*> all;
+    for (const char* key : {"webhook", "email", "alertmanager"})
+      for (const toml::table* t : tables(key))
+        all.push_back(t);
+    if (all.size() > kMaxNotifiers)
+      throw fail(*all[kMaxNotifiers],
+                 fmt::format("{} notifiers ([[webhook]], [[email]] and [[alertmanager]] together); a rules file holds "
+                             "at most {}, each one a thread",
+                             all.size(), kMaxNotifiers));
+  }
 
   static constexpr std::string_view kRuleKeys[] = {
       "name", "metric",       "scope",    "op",      "threshold", "relative_to",    "clear_below", "clear_above",
@@ -388,6 +467,11 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
       const auto thr = get_number(*t, "threshold");
       if (!thr) throw fail(*t, fmt::format("rule '{}' needs a threshold", r.name));
       if (!std::isfinite(*thr)) throw fail(*t->get("threshold"), "threshold must be a finite number");
+      if (r.op == AlertOp::Bits &&
+          !(t->get("threshold")->is_integer() && *thr >= 1 && *thr <= static_cast<double>(kMaxAlertBitMask)))
+        throw fail(*t->get("threshold"),
+                   fmt::format("op = \"bits\" needs a bit mask: a whole number from 1 to 0x{:x} (e.g. 0x68)",
+                               kMaxAlertBitMask));
       r.threshold = *thr;
       get_string(*t, "relative_to", r.relative_to);
       if (!r.relative_to.empty()) {
@@ -400,6 +484,9 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
       }
       const auto below = get_number(*t, "clear_below");
       const auto above = get_number(*t, "clear_above");
+      for (const char* key : {"clear_below", "clear_above"})
+        if (const auto v = get_number(*t, key); v && !std::isfinite(*v))
+          throw fail(*t->get(key), fmt::format("{} must be a finite number", key));
       const bool upward = r.op == AlertOp::Gt || r.op == AlertOp::Ge;
       if (below) {
         if (!upward) throw fail(*t->get("clear_below"), "clear_below is for > and >= rules (use clear_above)");
@@ -498,7 +585,9 @@ AlertConfig load_alert_config(const std::string& path) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) throw AlertConfigError(path, 0, "cannot read the rules file (no such file)");
   if (!S_ISREG(st.st_mode)) throw AlertConfigError(path, 0, "not a regular file");
-  if (st.st_size > (1 << 20)) throw AlertConfigError(path, 0, "larger than 1 MiB; a rules file is a few KiB");
+  if (static_cast<uintmax_t>(st.st_size) > kMaxAlertFileBytes)
+    throw AlertConfigError(path, 0,
+                           fmt::format("larger than {} MiB; a rules file is a few KiB", kMaxAlertFileBytes >> 20));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw AlertConfigError(path, 0, "cannot read the rules file");
   std::ostringstream ss;

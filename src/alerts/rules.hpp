@@ -82,6 +82,16 @@ struct AlertConfigError : std::runtime_error {
   int line;
 };
 
+// Bounds on a rules file (issue 31), checked before and while it is parsed, each with an error that names it. A
+// notifier is a thread and a rule is evaluated on every frame for every device: both are counted. Nesting: tables and
+// keys (a.b.c = 1 is three levels); a rules file needs 3.
+inline constexpr size_t kMaxAlertFileBytes = 1 << 20;
+inline constexpr size_t kMaxAlertNesting = 32;
+inline constexpr size_t kMaxAlertRules = 256;
+inline constexpr size_t kMaxNotifiers = 16;
+// op = "bits": a mask of at most 53 bits, the most a threshold (a double) holds exactly.
+inline constexpr int64_t kMaxAlertBitMask = (int64_t{1} << 53) - 1;
+
 // The built-in rules (issue 14): GPU utilisation > 90 %, memory > 80 %, temperature > 85 °C, power > 95 % of the
 // limit, thermal and power throttling, a GPU lost, a GPU allocated but idle for 10 minutes.
 std::vector<AlertRule> builtin_alert_rules();

@@ -20,6 +20,7 @@
 
 #include "core/fd.hpp"
 #include "phases/marker.hpp"
+#include "pipeline/scenario.hpp"
 
 namespace wattscope {
 
@@ -59,18 +60,7 @@ private:
   std::string pid_file_;
   UniqueFd library_fd_;
   int gpu_count_ = 0;
-  struct Timed {
-    double t_s;
-    Marker m;
-  };
-  std::vector<Timed> first_;                                // one pass of the timeline, in order
-  std::vector<Timed> repeated_;                             // the part a loop repeats (from "loop_from" on), in order
-  double loop_span_s_ = 0;                                  // its length; 0 when the timeline does not loop
-  std::vector<std::pair<std::string, int64_t>> index_step_; // per phase name: how far its index moves per loop
+  ScenarioTimeline timeline_;
 };
-
-// The checks load() makes, on a parsed scenario: throws std::invalid_argument naming the field (as a JSON path, e.g.
-// devices[1].metrics.power_mw) and what is wrong with it.
-void check_scenario(const nlohmann::json& scenario);
 
 } // namespace wattscope

@@ -2,10 +2,12 @@
 // show the rules a recording would use (issue 14).
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "alerts/notifiers.hpp"
 #include "alerts/rules.hpp"
 #include "cli/commands/commands.hpp"
 
@@ -52,6 +54,18 @@ public:
     if (check_->parsed()) {
       try {
         const AlertConfig cfg = load_alert_config(check_file_);
+        // The files a notifier reads at each delivery, through the same reads delivery makes: a file that would fail
+        // then (missing, readable by others, not a regular file) fails here.
+        for (const auto& n : cfg.notifiers) {
+          try {
+            if (n.kind == NotifierConfig::Kind::Email && !n.credentials_file.empty())
+              read_credentials(n.credentials_file);
+            if (n.kind != NotifierConfig::Kind::Email) header_lines(n.header_file);
+          } catch (const std::runtime_error& e) {
+            std::fprintf(stderr, "wattscope: error: %s: %s: %s\n", check_file_.c_str(), n.name.c_str(), e.what());
+            return 1;
+          }
+        }
         std::printf("%s: ok, %zu rules (%zu from the file), %zu notifiers\n", check_file_.c_str(), cfg.rules.size(),
                     static_cast<size_t>(std::count_if(cfg.rules.begin(), cfg.rules.end(),
                                                       [](const AlertRule& r) { return !r.builtin; })),
