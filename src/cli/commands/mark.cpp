@@ -2,6 +2,7 @@
 // that can run a command. It sends one datagram to the socket in WATTSCOPE_SOCKET (or --socket) and never waits:
 // with no wattscope listening the marker is dropped and the command still succeeds (unless --strict), so a script
 // runs the same with and without wattscope.
+#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 
@@ -47,9 +48,10 @@ public:
       if (const char* env = std::getenv(kMarkerSocketEnv)) path = env;
     const bool sent = !path.empty() && send_marker(path, line);
     if (!sent && strict_) {
+      const int why = errno; // send_marker's reason
       std::cerr << "wattscope mark: not delivered ("
                 << (path.empty() ? "WATTSCOPE_SOCKET is not set: not running under wattscope"
-                                 : "no wattscope listening at " + path + ", or its queue is full")
+                                 : marker_send_failure(path, why))
                 << ")\n";
       return 1;
     }
