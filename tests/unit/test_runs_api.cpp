@@ -17,7 +17,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../e2e/http_client.hpp"
+#include "../support/mariadb.hpp"
 #include "../support/support.hpp"
+#include "sinks/store.hpp"
 
 namespace unit_runs_api {
 
@@ -120,6 +122,59 @@ TEST(RunsApi, PagesWithADefaultAndAMaximumInBoundedMemory) {
   EXPECT_LT(after - before, 64 * 1024) << "serve's peak memory grew from " << before << " to " << after << " KiB";
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid), 0);
+}
+
+namespace {
+
+// Every store's runs_page is the slice of runs() (oldest first) with the total beside it.
+void expect_pages_slice_runs(const wattscope::StoreSpec& spec) {
+  {
+    auto sink = wattscope::open_sink(spec, false);
+    for (int i = 0; i < 23; ++i) {
+      wattscope::RunInfo r;
+      r.run_id = fmt::format("page-{:02}", (i * 7) % 23); // ids out of start order: the order is by start time
+      r.task = "pages";
+      r.host = "h";
+      r.start_ms = 1'700'000'000'000 + i * 1000;
+      r.end_ms = r.start_ms + 500;
+      sink->begin_run(r);
+      sink->end_run(r);
+    }
+  }
+  auto reader = wattscope::open_reader(spec);
+  const auto all = reader->runs();
+  ASSERT_EQ(all.size(), 23u);
+  for (const auto& [offset, limit] : {std::pair<size_t, size_t>{0, 100}, {0, 1}, {5, 10}, {20, 10}, {23, 5}, {40, 3}}) {
+    const auto page = reader->runs_page(offset, limit);
+    EXPECT_EQ(page.total, 23u);
+    ASSERT_EQ(page.runs.size(), offset >= 23 ? 0 : std::min(limit, 23 - offset)) << offset << " " << limit;
+    for (size_t i = 0; i < page.runs.size(); ++i)
+      EXPECT_EQ(page.runs[i].run_id, all[offset + i].run_id) << offset << " " << limit << " " << i;
+  }
+}
+
+} // namespace
+
+TEST(RunsPage, EveryStoreGivesTheSliceOfItsRunsAndTheTotal) {
+  TempDir dir;
+  {
+    SCOPED_TRACE("sqlite");
+    expect_pages_slice_runs(wattscope::parse_store(dir / "p.db"));
+  }
+  {
+    SCOPED_TRACE("csv");
+    expect_pages_slice_runs(wattscope::parse_store("csv:" + dir / "csv"));
+  }
+  SCOPED_TRACE("mysql");
+  MariaDb db;
+  const char* saved = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
+  expect_pages_slice_runs(wattscope::parse_store(db.url()));
+  if (saved)
+    ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
+  else
+    ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
 }
 
 } // namespace unit_runs_api
