@@ -2,7 +2,6 @@
 // that can run a command. It sends one datagram to the socket in WATTSCOPE_SOCKET (or --socket) and never waits:
 // with no wattscope listening the marker is dropped and the command still succeeds (unless --strict), so a script
 // runs the same with and without wattscope.
-#include <cerrno>
 #include <cstdlib>
 #include <iostream>
 
