@@ -23,6 +23,10 @@ std::pair<std::string, std::string> parse_tag(std::string_view text);
 // Outside text quoted in an error message: control characters as \xNN, cut to about max_bytes with "...", so a
 // binary file or a megabyte-long cell cannot flood or drive the terminal.
 std::string excerpt(std::string_view text, size_t max_bytes = 40);
+// Text read from a store, for a terminal: every control character but line feed and tab (ESC, CSI and the other C1
+// controls, DEL) becomes '?', so a GPU name or a tag carrying an escape sequence cannot drive the terminal; the rest,
+// UTF-8 included, is kept.
+std::string terminal_safe(std::string_view text);
 // A task name made safe for a file name: anything outside [A-Za-z0-9._-] becomes '_'.
 std::string file_safe(std::string_view text);
 // The command as a user could paste it back into a shell.

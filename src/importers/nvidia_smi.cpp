@@ -3,7 +3,9 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
+#include <optional>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -158,7 +160,36 @@ template <class ScaleOf> double number(std::string_view v, const SmiColumn& c, i
   const std::optional<double> scale = scale_of(unit);
   if (!scale)
     fail(line, fmt::format("column '{}': '{}' has a unit wattscope does not know here", excerpt(c.header), excerpt(v)));
-  return d * *scale;
+  // Far beyond any reading, and within what an integer column and an energy sum can hold.
+  const double scaled = d * *scale;
+  if (!std::isfinite(scaled) || std::fabs(scaled) > 1e15)
+    fail(line, fmt::format("column '{}': '{}' is out of range", excerpt(c.header), excerpt(v)));
+  return scaled;
+}
+
+double power_value(std::string_view v, const SmiColumn& c, int64_t line,
+                   std::optional<double> (*scale_of)(std::string_view)) {
+  const double w = number(v, c, line, scale_of);
+  if (w < 0 || w > kMaxSmiPowerW)
+    fail(line, fmt::format("column '{}': '{}' is not a GPU's power (0 to {:.0f} W)", excerpt(c.header), excerpt(v),
+                           kMaxSmiPowerW));
+  return w;
+}
+
+// Names come from a file: control characters (an escape sequence for the terminal `show` prints on) become '?'.
+std::string printable_field(std::string_view v) {
+  std::string out(v);
+  for (size_t i = 0; i < out.size(); ++i) {
+    const auto c = static_cast<unsigned char>(out[i]);
+    if (c < 0x20 || c == 0x7f) out[i] = '?';
+    // C1 controls in UTF-8 (U+0080..U+009F: \xc2\x80..\xc2\x9f), which some terminals obey as CSI and the like
+    if (c == 0xc2 && i + 1 < out.size() && static_cast<unsigned char>(out[i + 1]) >= 0x80 &&
+        static_cast<unsigned char>(out[i + 1]) <= 0x9f) {
+      out[i] = '?';
+      out.erase(i + 1, 1);
+    }
+  }
+  return out;
 }
 
 std::optional<double> watts(std::string_view u) {
@@ -190,7 +221,14 @@ std::optional<double> plain(std::string_view u) {
   return u.empty() ? std::optional<double>(1.0) : std::nullopt;
 }
 
-int64_t parse_timestamp(std::string_view v, bool utc, int64_t line) {
+// A timestamp as UTC milliseconds: `earlier`, and `later` when the local time occurs twice (the hour repeated at the
+// end of daylight saving time; else the same).
+struct Stamp {
+  int64_t earlier = 0;
+  int64_t later = 0;
+};
+
+Stamp parse_timestamp(std::string_view v, bool utc, int64_t line) {
   // nvidia-smi: "2024/01/15 10:23:45.123"; also ISO 8601 "2024-01-15T10:23:45.123Z" from other tools' rewrites.
   auto bad = [&] {
     fail(line,
@@ -242,15 +280,51 @@ int64_t parse_timestamp(std::string_view v, bool utc, int64_t line) {
   tm.tm_min = f[4];
   tm.tm_sec = f[5];
   tm.tm_isdst = -1;
-  const time_t t = utc || zulu ? timegm(&tm) : mktime(&tm);
-  if (t == static_cast<time_t>(-1)) bad();
-  return static_cast<int64_t>(t) * 1000 + ms;
+  if (utc || zulu) {
+    const time_t t = timegm(&tm);
+    if (t == static_cast<time_t>(-1)) bad();
+    return {static_cast<int64_t>(t) * 1000 + ms, static_cast<int64_t>(t) * 1000 + ms};
+  }
+  // Local time: mktime with tm_isdst = -1 picks one reading of a time that occurs twice, whichever glibc guesses.
+  // Both readings are tried; one is valid when it gives back the wall clock time written.
+  std::optional<time_t> found[2];
+  for (int dst = 0; dst < 2; ++dst) {
+    std::tm t = tm;
+    t.tm_isdst = dst;
+    const time_t x = mktime(&t);
+    std::tm back{};
+    if (x == static_cast<time_t>(-1) || !localtime_r(&x, &back)) continue;
+    if (back.tm_year == tm.tm_year && back.tm_mon == tm.tm_mon && back.tm_mday == tm.tm_mday &&
+        back.tm_hour == tm.tm_hour && back.tm_min == tm.tm_min && back.tm_sec == tm.tm_sec && back.tm_isdst == dst)
+      found[dst] = x;
+  }
+  if (!found[0] && !found[1]) { // a time skipped when the clocks went forward: mktime's normalised reading
+    std::tm t = tm;
+    const time_t x = mktime(&t);
+    if (x == static_cast<time_t>(-1)) bad();
+    found[0] = x;
+  }
+  const time_t a = found[0] && found[1] ? std::min(*found[0], *found[1]) : found[0] ? *found[0] : *found[1];
+  const time_t b = found[0] && found[1] ? std::max(*found[0], *found[1]) : a;
+  return {static_cast<int64_t>(a) * 1000 + ms, static_cast<int64_t>(b) * 1000 + ms};
+}
+
+std::string utc_text(int64_t ms) {
+  const time_t t = static_cast<time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  return fmt::format("{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03} UTC", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                     tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
 }
 
 } // namespace
 
 void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::function<void(const SmiRecord&)>& fn,
-                      std::vector<std::string>* ignored) {
+                      std::vector<std::string>* ignored, SmiTimeNotes* notes) {
+  SmiTimeNotes local_notes;
+  if (!notes) notes = &local_notes;
+  std::optional<int64_t> prev_ms;
+  int64_t prev_line = 0;
   std::vector<SmiColumn> cols;
   std::string header_line; // to skip repeats of it
   int timestamp_col = -1;
@@ -302,7 +376,19 @@ void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::
       const SmiColumn& c = cols[i];
       const std::string_view v = fields[i];
       if (c.field == Field::Timestamp) {
-        r.ts_ms = parse_timestamp(v, opts.utc, line_no);
+        if (missing(v)) continue; // refused below
+        const Stamp st = parse_timestamp(v, opts.utc, line_no);
+        r.ts_ms = st.earlier;
+        if (st.later != st.earlier) {
+          // The hour repeated when daylight saving time ended: the reading nearer the row above, which is the
+          // first pass until the log's clock goes back, the second after. A log that starts inside that hour is
+          // read as the first pass.
+          if (notes->ambiguous_rows++ == 0) notes->first_ambiguous_line = line_no;
+          if (prev_ms && std::llabs(st.later - *prev_ms) < std::llabs(st.earlier - *prev_ms)) {
+            r.ts_ms = st.later;
+            ++notes->second_pass_rows;
+          }
+        }
         continue;
       }
       if (c.field == Field::Ignored || missing(v)) continue;
@@ -317,22 +403,22 @@ void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::
         break;
       }
       case Field::Name:
-        r.name = v;
+        r.name = printable_field(v);
         break;
       case Field::Uuid:
-        r.uuid = v;
+        r.uuid = printable_field(v);
         break;
       case Field::PciBusId:
-        r.pci_bus_id = v;
+        r.pci_bus_id = printable_field(v);
         break;
       case Field::Power:
-        s.power_w = real(watts);
+        s.power_w = power_value(v, c, line_no, watts);
         break;
       case Field::PowerAvg:
-        s.power_avg_w = real(watts);
+        s.power_avg_w = power_value(v, c, line_no, watts);
         break;
       case Field::PowerLimit:
-        s.power_limit_w = real(watts);
+        s.power_limit_w = power_value(v, c, line_no, watts);
         break;
       case Field::UtilGpu:
         s.util_gpu_pct = real(percent);
@@ -409,6 +495,14 @@ void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::
       }
     }
     if (missing(fields[static_cast<size_t>(timestamp_col)])) fail(line_no, "the timestamp is missing");
+    if (prev_ms && r.ts_ms < *prev_ms)
+      fail(line_no, fmt::format("the time goes back {:.3f} s, to {} after {} on line {}: the rows are out of order, "
+                                "two logs are mixed, or the clock was set back; a log's energy is integrated over its "
+                                "time, so sort the rows or import each log on its own{}",
+                                static_cast<double>(*prev_ms - r.ts_ms) / 1000, utc_text(r.ts_ms), utc_text(*prev_ms),
+                                prev_line, opts.utc ? "" : " (a log in UTC needs --utc)"));
+    prev_ms = r.ts_ms;
+    prev_line = line_no;
     r.key = r.index ? std::to_string(*r.index) : !r.uuid.empty() ? r.uuid : r.pci_bus_id;
     ++data_rows;
     fn(r);

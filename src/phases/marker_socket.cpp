@@ -1,5 +1,6 @@
 #include "phases/marker_socket.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 #include <vector>
 
@@ -69,9 +71,69 @@ MarkerListener::MarkerListener(MarkerListener&& o) noexcept
   o.private_dir_.clear();
 }
 
+int remove_stale_marker_dirs(const std::string& base) noexcept {
+  try {
+    UniqueFd dfd(::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dfd) return 0;
+    DIR* d = ::fdopendir(dfd.get());
+    if (!d) return 0;
+    dfd.release();
+    int removed = 0, looked = 0;
+    const time_t now = ::time(nullptr);
+    while (const dirent* e = ::readdir(d)) {
+      const std::string_view name = e->d_name;
+      if (name.size() != 16 || !name.starts_with("wattscope-")) continue;
+      const std::string_view suffix = name.substr(10);
+      if (suffix.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") !=
+          std::string_view::npos)
+        continue;
+      if (++looked > 1000) break; // a bounded start-up cost, whatever /tmp holds
+      const std::string dir = base + "/" + std::string(name);
+      struct stat st {};
+      if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+          (st.st_mode & 07777) != 0700)
+        continue;
+      // Only a directory that holds nothing but the socket is ours to clean: read it first (a few entries at most).
+      bool other = false;
+      if (DIR* inner = ::opendir(dir.c_str())) {
+        while (const dirent* f = ::readdir(inner)) {
+          const std::string_view n = f->d_name;
+          if (n != "." && n != ".." && n != "markers.sock") other = true;
+        }
+        ::closedir(inner);
+      } else {
+        continue;
+      }
+      if (other) continue;
+      const std::string sock = dir + "/markers.sock";
+      struct stat ss {};
+      if (::lstat(sock.c_str(), &ss) == 0) {
+        if (!S_ISSOCK(ss.st_mode) || ss.st_uid != ::geteuid()) continue;
+        // A live run's socket takes a connect; a dead run's refuses it.
+        sockaddr_un addr{};
+        UniqueFd probe(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+        if (!probe || !fill_address(sock, addr)) continue;
+        if (::connect(probe.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0 || errno != ECONNREFUSED)
+          continue;
+        ::unlink(sock.c_str());
+      } else if (now - st.st_mtime < 60) {
+        continue; // empty and new: a run between mkdtemp and bind
+      }
+      // rmdir removes only an empty directory: one that holds anything else stays.
+      if (::rmdir(dir.c_str()) == 0) ++removed;
+    }
+    ::closedir(d);
+    return removed;
+  } catch (...) {
+    return 0;
+  }
+}
+
 MarkerListener MarkerListener::in_private_dir(Handler on_marker) {
   const char* tmp = std::getenv("TMPDIR");
   std::string base = tmp && *tmp ? tmp : "/tmp";
+  if (const int n = remove_stale_marker_dirs(base); n > 0)
+    spdlog::debug("removed {} marker director{} left by runs that were killed", n, n == 1 ? "y" : "ies");
   std::string templ = base + "/wattscope-XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
@@ -175,12 +237,39 @@ void MarkerListener::handle_datagram(std::string_view data, int64_t ts_ms) {
 
 bool send_marker(const std::string& socket_path, std::string_view lines) noexcept {
   sockaddr_un addr{};
-  if (!fill_address(socket_path, addr)) return false;
+  if (!fill_address(socket_path, addr)) {
+    errno = ENAMETOOLONG;
+    return false;
+  }
   UniqueFd fd(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   if (!fd) return false;
   const ssize_t n = ::sendto(fd.get(), lines.data(), lines.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
                              reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  const int err = n < 0 ? errno : EMSGSIZE; // a short datagram send: too large for the socket
+  fd.reset();
+  errno = err; // the reason stays for the caller (close may not change it)
   return n == static_cast<ssize_t>(lines.size());
+}
+
+std::string marker_send_failure(const std::string& socket_path, int err) {
+  const std::string at = excerpt(socket_path, 200);
+  switch (err) {
+  case ENOENT:
+  case ECONNREFUSED:
+  case ENOTSOCK:
+    return fmt::format("no wattscope listening at {}", at);
+  case EAGAIN:
+    return fmt::format("the queue of the wattscope listening at {} is full", at);
+  case EACCES:
+  case EPERM:
+    return fmt::format("permission denied at {}: the socket (or a directory on its way) is another user's; a run's "
+                       "marker socket takes markers from its own user only",
+                       at);
+  case ENAMETOOLONG:
+    return fmt::format("the socket path {} is too long", at);
+  default:
+    return fmt::format("cannot send to {}: {}", at, std::strerror(err));
+  }
 }
 
 } // namespace wattscope

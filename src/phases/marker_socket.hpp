@@ -70,8 +70,18 @@ private:
   int64_t logged_ = 0; // rejected lines logged so far (rate limit)
 };
 
+// Removes what runs killed with -9 left under `base` ($TMPDIR or /tmp): directories named wattscope-XXXXXX (mkdtemp's
+// six characters) owned by this user, holding nothing but a markers.sock that nobody listens on any more (or nothing
+// at all, for at least a minute, so a run between mkdtemp and bind keeps its own). Anything else is left alone.
+// Returns how many were removed; never throws. MarkerListener::in_private_dir calls it first.
+int remove_stale_marker_dirs(const std::string& base) noexcept;
+
 // Sends one encoded marker (or several lines) to `socket_path` without ever blocking: false when it was dropped
 // (no socket, nobody listening, its queue full). Never throws.
 bool send_marker(const std::string& socket_path, std::string_view lines) noexcept;
+// Why the marker was not delivered, from the errno that send_marker leaves when it returns false: nobody listening
+// (ENOENT, ECONNREFUSED), a full queue (EAGAIN), no permission (EACCES, EPERM: another user's run, or a directory on
+// the way this user cannot enter), a path too long, or the system's words. For `mark --strict`.
+std::string marker_send_failure(const std::string& socket_path, int err);
 
 } // namespace wattscope

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -20,6 +22,7 @@
 #include "core/duration.hpp"
 #include "core/fd.hpp"
 #include "core/output_file.hpp"
+#include "core/protected_file.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 #include "processes/procfs.hpp"
@@ -196,9 +199,21 @@ SlurmConfig load_slurm_config(const std::string& path, bool path_given, const En
       if (k == key) return true;
     return false;
   };
-  std::ifstream in(path);
-  if (in) {
+  // The prolog runs as root and hands the file's store, password and library to a root recorder: the file is read
+  // only when no one but root (or this user) could have written it, as serve's token file. A missing default file is
+  // no error (the environment alone configures the hooks).
+  std::optional<std::string> text;
+  struct stat sb {};
+  if (path_given || ::stat(path.c_str(), &sb) == 0 || errno != ENOENT) {
+    try {
+      text = read_protected_file(path, "configuration file", kMaxSlurmConfigBytes);
+    } catch (const std::invalid_argument& e) {
+      cfg.problems.push_back(e.what());
+    }
+  }
+  if (text) {
     cfg.config_file = path;
+    std::istringstream in(*text);
     std::string line;
     for (int n = 1; std::getline(in, line); ++n) {
       const std::string t = trimmed(line);
@@ -223,8 +238,6 @@ SlurmConfig load_slurm_config(const std::string& path, bool path_given, const En
         value = value.substr(1, value.size() - 2);
       values[key] = {value, where};
     }
-  } else if (path_given) {
-    cfg.problems.push_back(fmt::format("cannot read the configuration file {}: {}", path, std::strerror(errno)));
   }
   for (const char* key : kKeys)
     if (auto v = env(key)) values[key] = {*v, fmt::format("the environment's {}", key)};
@@ -333,6 +346,18 @@ RecorderProcess start_recorder(const std::string& exe, const SlurmJob& job, cons
   for (auto& a : recorder_args(job, cfg))
     args.push_back(std::move(a));
   std::vector<std::string> envs = recorder_env(cfg, environment);
+  // The recorder runs as root and dlopens these: a library another user could replace would run as root.
+  for (const auto& e : envs) {
+    const size_t eq = e.find('=');
+    const std::string name = e.substr(0, eq), value = e.substr(eq + 1);
+    if (name.starts_with("WATTSCOPE_") && name.ends_with("_LIBRARY") && value.find('/') != std::string::npos) {
+      try {
+        check_protected_file(value, name);
+      } catch (const std::invalid_argument& x) {
+        throw std::runtime_error(fmt::format("{}; the recorder is not started", x.what()));
+      }
+    }
+  }
   std::vector<char*> argv, envp;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -370,12 +395,47 @@ RecorderProcess start_recorder(const std::string& exe, const SlurmJob& job, cons
   posix_spawnattr_destroy(&attr);
   if (rc != 0) throw std::runtime_error(fmt::format("cannot start {} record: {}", exe, std::strerror(rc)));
 
+  // Until its pid file is written, the recorder is ours to stop: one the epilog cannot find would record on, unowned,
+  // after the job (a full state directory). It is our child until we exit, so it is reaped here too.
+  auto stop_and_reap = [&] {
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  };
   RecorderProcess p;
   p.pid = pid;
   const auto st = stat_of(pid, "/proc");
-  if (!st) throw std::runtime_error(fmt::format("the recorder (pid {}) exited at once; see {}", pid, log));
+  if (!st) {
+    stop_and_reap();
+    throw std::runtime_error(fmt::format("the recorder (pid {}) exited at once; see {}", pid, log));
+  }
   p.start_time = st->start_time;
-  write_output(pid_path, fmt::format("{} {}\n", p.pid, p.start_time));
+  try {
+    write_output(pid_path, fmt::format("{} {}\n", p.pid, p.start_time));
+  } catch (const std::exception& e) {
+    stop_and_reap();
+    ::unlink(pid_path.c_str());
+    throw std::runtime_error(
+        fmt::format("cannot write the pid file ({}); the recorder (pid {}) was stopped", e.what(), pid));
+  }
+  // A recorder that fails at once (a store it cannot open, a flag it refuses) is said to have failed, with its log,
+  // rather than logged as recording: give it a moment to fail.
+  const auto deadline = std::chrono::steady_clock::now() + kRecorderStartGrace;
+  for (;;) {
+    int status = 0;
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid || (w < 0 && errno == ECHILD) || !recorder_alive(p)) {
+      ::unlink(pid_path.c_str());
+      std::string how = "exited at once";
+      if (w == pid && WIFEXITED(status)) how = fmt::format("exited at once with status {}", WEXITSTATUS(status));
+      if (w == pid && WIFSIGNALED(status)) how = fmt::format("was killed at once by signal {}", WTERMSIG(status));
+      throw std::runtime_error(
+          fmt::format("the recorder (pid {}) {}; its log ({}): {}", pid, how, log, excerpt(read_tail(log, 600), 600)));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return p;
 }
 

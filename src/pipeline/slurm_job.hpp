@@ -56,7 +56,11 @@ struct SlurmConfig {
   std::vector<std::string> problems;
 };
 inline constexpr const char* kDefaultSlurmConfig = "/etc/wattscope/slurm.conf";
-// path: the file (a missing default file is no error); env: the overrides. Never throws: see `problems`.
+inline constexpr size_t kMaxSlurmConfigBytes = 64 * 1024;
+// path: the file (a missing default file is no error); env: the overrides. Never throws: see `problems`. The file is
+// read only under serve's token file rules (core/protected_file.hpp: a regular file of at most kMaxSlurmConfigBytes
+// that only root or this user could have changed, nor its directories); otherwise the refusal is the problem and
+// nothing of the file is used.
 SlurmConfig load_slurm_config(const std::string& path, bool path_given, const EnvLookup& env);
 
 // The arguments of `wattscope record` for the job (after the program's name): its GPUs (--gpus from SLURM_JOB_GPUS,
@@ -80,7 +84,11 @@ bool recorder_alive(const RecorderProcess& p, const std::string& procfs_root = "
 
 // The prolog's work: starts the recorder (`exe` record ARGS) in its own session with SIGTERM/SIGINT/SIGHUP blocked
 // until it waits for them (so a job over before it is ready still finalises its run), stdin from /dev/null,
-// stdout/stderr to the job's log, and writes its pid file. Returns it. Throws std::runtime_error naming the problem.
+// stdout/stderr to the job's log, and writes its pid file. Returns it. Throws std::runtime_error naming the problem:
+// a library in its environment (WATTSCOPE_*_LIBRARY) that someone other than root could replace (it is not started);
+// a pid file it cannot write (the recorder is killed: the epilog could never stop it); a recorder that exits within
+// kRecorderStartGrace (its log's end is in the message).
+inline constexpr std::chrono::milliseconds kRecorderStartGrace{250};
 RecorderProcess start_recorder(const std::string& exe, const SlurmJob& job, const SlurmConfig& cfg,
                                const std::vector<std::string>& environment);
 

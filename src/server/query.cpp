@@ -129,4 +129,40 @@ std::variant<HistoryQuery, Error> parse_history(std::string_view raw) {
   return q;
 }
 
+std::variant<RunsPageQuery, Error> parse_runs_page(std::string_view raw) {
+  auto parsed = parse(raw);
+  if (auto* e = std::get_if<Error>(&parsed)) return *e;
+  RunsPageQuery q;
+  bool have_limit = false, have_offset = false;
+  // Offsets past any real store are refused rather than wrapped: 10^12 runs is far beyond what a store holds.
+  constexpr uint64_t kMaxOffset = 1'000'000'000'000ULL;
+  for (const Param& p : std::get<std::vector<Param>>(parsed)) {
+    bool* seen = nullptr;
+    if (p.name == "limit")
+      seen = &have_limit;
+    else if (p.name == "offset")
+      seen = &have_offset;
+    else
+      return Error{fmt::format("unknown query parameter '{}' (runs takes limit and offset)", printable(p.name))};
+    if (*seen) return Error{fmt::format("query parameter '{}' is given twice", p.name)};
+    *seen = true;
+    uint64_t v = 0;
+    const bool digits =
+        !p.value.empty() && p.value.size() <= 13 && p.value.find_first_not_of("0123456789") == std::string::npos;
+    if (digits) v = std::stoull(p.value);
+    if (p.name == "limit") {
+      if (!digits || v < 1 || v > kMaxRunsLimit)
+        return Error{fmt::format("query parameter 'limit': '{}' is not a number of runs from 1 to {}",
+                                 printable(p.value), kMaxRunsLimit)};
+      q.limit = static_cast<size_t>(v);
+    } else {
+      if (!digits || v > kMaxOffset)
+        return Error{
+            fmt::format("query parameter 'offset': '{}' is not a count of runs (0 or more)", printable(p.value))};
+      q.offset = static_cast<size_t>(v);
+    }
+  }
+  return q;
+}
+
 } // namespace wattscope::query

@@ -33,6 +33,17 @@ struct HistoryQuery {
 };
 std::variant<HistoryQuery, Error> parse_history(std::string_view raw);
 
+// /api/v1/runs's parameters: limit (default kDefaultRunsLimit, 1 to kMaxRunsLimit) and offset (default 0, a count of
+// runs from the oldest). A page is what one request costs: never the whole store (issue 31). Any other parameter, one
+// given twice, or a value that is not such a number is an Error.
+constexpr size_t kDefaultRunsLimit = 100;
+constexpr size_t kMaxRunsLimit = 1000;
+struct RunsPageQuery {
+  size_t limit = kDefaultRunsLimit;
+  size_t offset = 0;
+};
+std::variant<RunsPageQuery, Error> parse_runs_page(std::string_view raw);
+
 // `text` for an error message: printable ASCII kept, quotes and backslashes escaped, every other byte as \xHH,
 // cut at `max_chars` with "..." so a long value cannot make a long answer.
 std::string printable(std::string_view text, size_t max_chars = 64);

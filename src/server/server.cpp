@@ -604,18 +604,34 @@ struct HttpServer::Impl {
     constexpr std::string_view runs_prefix = "/api/v1/runs";
     if (path == runs_prefix || path.starts_with("/api/v1/runs/")) {
       if (!opts.store) return send(json_error(404, "serve was started without --db: no runs are stored"));
-      if (path == runs_prefix)
-        return heavy(c, head, keep, [this] {
+      if (path == runs_prefix) {
+        // One page per request (issue 31: a whole store of 20,003 runs was 48 MB a request, and serve kept the
+        // memory). The body stays the array it always was; the total and the next page are in the headers, as
+        // GitHub's API gives them.
+        auto page = query::parse_runs_page(query);
+        if (auto* e = std::get_if<query::Error>(&page)) return send(json_error(400, e->message));
+        const auto pq = std::get<query::RunsPageQuery>(page);
+        return heavy(c, head, keep, [this, pq] {
           try {
             auto reader = open_reader(*opts.store);
-            nlohmann::json arr = nlohmann::json::array();
-            for (const auto& r : reader->runs())
-              arr.push_back(run_json(r));
-            return content(arr.dump(), "application/json");
+            const StoreReader::RunsPage runs = reader->runs_page(pq.offset, pq.limit);
+            std::string body = "[";
+            for (size_t i = 0; i < runs.runs.size(); ++i) {
+              if (i) body += ',';
+              body += run_json(runs.runs[i]).dump();
+            }
+            body += ']';
+            Response r = content(std::move(body), "application/json");
+            r.headers.emplace_back("X-Total-Count", std::to_string(runs.total));
+            if (pq.offset + runs.runs.size() < runs.total)
+              r.headers.emplace_back("Link", fmt::format("</api/v1/runs?limit={}&offset={}>; rel=\"next\"", pq.limit,
+                                                         pq.offset + runs.runs.size()));
+            return r;
           } catch (const std::exception& e) {
             return json_error(503, e.what());
           }
         });
+      }
       const std::string id(path.substr(runs_prefix.size() + 1));
       if (!valid_run_id(id))
         return send(json_error(400, "a run id is letters, digits, '-', '_' and '.', at most 64 characters"));

@@ -38,6 +38,20 @@ public:
   virtual ~StoreReader() = default;
   virtual std::string describe() const = 0;
   virtual std::vector<RunInfo> runs() = 0; // oldest first
+  // At most `limit` runs from position `offset` of runs()'s order, and how many runs there are in all: what one page
+  // of /api/v1/runs costs. SQLite and MySQL ask the database for the page alone; this default reads every run.
+  struct RunsPage {
+    std::vector<RunInfo> runs;
+    size_t total = 0;
+  };
+  virtual RunsPage runs_page(size_t offset, size_t limit) {
+    std::vector<RunInfo> all = runs();
+    RunsPage page;
+    page.total = all.size();
+    for (size_t i = offset; i < all.size() && i - offset < limit; ++i)
+      page.runs.push_back(std::move(all[i]));
+    return page;
+  }
   // Every row of `table` for the run, in key order (time order for samples).
   virtual void scan(TableId table, const RunInfo& run, const RowFn& fn) = 0;
 };

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "core/metrics.hpp"
 
@@ -19,17 +22,17 @@ void push_power(TopGpu& g) {
     g.power_hist_w.pop_front();
 }
 
-TopGpu& gpu_slot(HostView& h, int index) {
-  for (auto& g : h.gpus)
-    if (g.s.gpu_index == index) return g;
+// The GPU's slot, kept in index order; nullptr for an index out of range or a new one past kMaxHostGpus. A binary
+// search: a document names every GPU twice per frame.
+TopGpu* gpu_slot(HostView& h, int64_t index) {
+  if (index < 0 || index > kMaxGpuIndex) return nullptr;
+  const auto at = std::lower_bound(h.gpus.begin(), h.gpus.end(), index,
+                                   [](const TopGpu& g, int64_t i) { return g.s.gpu_index < i; });
+  if (at != h.gpus.end() && at->s.gpu_index == index) return &*at;
+  if (h.gpus.size() >= kMaxHostGpus) return nullptr;
   TopGpu g;
-  g.s.gpu_index = index;
-  h.gpus.push_back(std::move(g));
-  std::sort(h.gpus.begin(), h.gpus.end(),
-            [](const TopGpu& a, const TopGpu& b) { return a.s.gpu_index < b.s.gpu_index; });
-  for (auto& x : h.gpus)
-    if (x.s.gpu_index == index) return x;
-  throw std::logic_error("unreachable");
+  g.s.gpu_index = static_cast<int>(index);
+  return &*h.gpus.insert(at, std::move(g));
 }
 
 OptF add_opt(OptF a, const OptF& b) {
@@ -102,13 +105,16 @@ void apply_frame(HostView& h, const Frame& f, const std::vector<GpuDevice>& devi
   if (f.rows_only || f.markers_only) return;
   h.simulated = false;
   for (const auto& d : devices) {
-    TopGpu& g = gpu_slot(h, d.gpu_index);
-    g.name = d.name;
     if (d.energy_method == "simulated") h.simulated = true;
-    g.answered = false;
+    TopGpu* slot = gpu_slot(h, d.gpu_index);
+    if (!slot) continue;
+    slot->name = d.name;
+    slot->answered = false;
   }
   for (const auto& s : f.gpus) {
-    TopGpu& g = gpu_slot(h, s.gpu_index);
+    TopGpu* slot = gpu_slot(h, s.gpu_index);
+    if (!slot) continue;
+    TopGpu& g = *slot;
     const bool had_limit = g.s.power_limit_w.has_value();
     const OptF limit = g.s.power_limit_w;
     g.s = s;
@@ -183,15 +189,24 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
   h.last_data = now;
   h.state = HostView::State::Live;
   h.problem.clear();
+  h.dropped_gpus = 0;
+  h.dropped_processes = 0;
   if (!tick) return; // serve has not sampled yet
   const bool fresh = *tick != h.last_tick;
   h.last_tick = *tick;
 
+  std::set<int64_t> dropped_gpus; // distinct indices, however often a document repeats one
   if (const auto d = j.find("devices"); d != j.end() && d->is_array())
     for (const auto& dev : *d) {
+      if (!dev.is_object()) continue;
       const OptI index = inum(dev, "index");
       if (!index) continue;
-      TopGpu& g = gpu_slot(h, static_cast<int>(*index));
+      TopGpu* slot = gpu_slot(h, *index);
+      if (!slot) {
+        if (dropped_gpus.size() <= kMaxHostGpus) dropped_gpus.insert(*index);
+        continue;
+      }
+      TopGpu& g = *slot;
       g.name = str(dev, "name");
       g.answered = false;
       if (!g.s.power_limit_w) g.s.power_limit_w = num(dev, "power_limit_w");
@@ -199,9 +214,15 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     }
   if (const auto gs = j.find("gpus"); gs != j.end() && gs->is_array())
     for (const auto& gj : *gs) {
+      if (!gj.is_object()) continue;
       const OptI index = inum(gj, "index");
-      if (!index || !gj.is_object()) continue;
-      TopGpu& g = gpu_slot(h, static_cast<int>(*index));
+      if (!index) continue;
+      TopGpu* slot = gpu_slot(h, *index);
+      if (!slot) {
+        if (dropped_gpus.size() <= kMaxHostGpus) dropped_gpus.insert(*index);
+        continue;
+      }
+      TopGpu& g = *slot;
       const OptF limit = g.s.power_limit_w;
       const OptI total = g.s.mem_total_bytes;
       fill_from_json(g.s, kGpuMetrics, gj);
@@ -221,6 +242,10 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     h.procs.clear();
     for (const auto& p : *ps) {
       if (!p.is_object()) continue;
+      if (h.procs.size() >= kMaxHostProcesses) {
+        ++h.dropped_processes;
+        continue;
+      }
       TopProcess t;
       t.pid = inum(p, "pid").value_or(0);
       t.comm = str(p, "comm");
@@ -228,13 +253,21 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
       t.rss_bytes = inum(p, "rss_bytes");
       t.power_w = num(p, "power_w");
       if (const auto g = p.find("gpus"); g != p.end() && g->is_array())
-        for (const auto& pg : *g) {
+        for (size_t i = 0; i < g->size() && i < kMaxProcessGpus; ++i) {
+          const json& pg = (*g)[i];
+          if (!pg.is_object()) continue;
           if (const OptI m = inum(pg, "mem_used_bytes")) t.gpu_mem_bytes = t.gpu_mem_bytes.value_or(0) + *m;
           t.sm_pct = add_opt(t.sm_pct, num(pg, "sm_pct"));
         }
       h.procs.push_back(std::move(t));
     }
   }
+  h.dropped_gpus = dropped_gpus.size();
+  if (h.dropped_gpus || h.dropped_processes)
+    h.problem = fmt::format("it declares more than top keeps ({} GPUs, {} processes): {}{} GPU(s) and {} process(es) "
+                            "left out",
+                            kMaxHostGpus, kMaxHostProcesses, h.dropped_gpus > kMaxHostGpus ? "over " : "",
+                            h.dropped_gpus, h.dropped_processes);
 }
 
 std::vector<FiringAlert> parse_alerts(const json& j) {

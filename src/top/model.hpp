@@ -54,6 +54,14 @@ struct TopGpu {
   OptF energy_j;                  // since top started watching
 };
 
+// What one host may declare (issue 31: 30,000 GPU indices from one endpoint froze top for 41 s). A real node has a
+// few GPUs and serve sends its top N processes; more is a broken or hostile endpoint, and the rest is left out (and
+// counted), so that applying a document and copying a view stay cheap.
+inline constexpr size_t kMaxHostGpus = 256;
+inline constexpr size_t kMaxHostProcesses = 1000;
+inline constexpr size_t kMaxProcessGpus = 64; // per process: the GPUs it uses
+inline constexpr int64_t kMaxGpuIndex = 65535;
+
 struct HostView {
   std::string name; // the host's name (run.host), or the URL until the first answer
   std::string url;  // "" for the local machine
@@ -74,6 +82,9 @@ struct HostView {
   // Energy counters at the first frame seen (remote: serve's run started before top did), per GPU index; -1 the CPU.
   std::string run_id;
   std::vector<std::pair<int, double>> energy_base_j;
+  // Left out of the latest document for being past the caps above (or a GPU index outside 0..kMaxGpuIndex).
+  size_t dropped_gpus = 0;
+  size_t dropped_processes = 0;
 
   OptF power_w() const;  // GPUs + CPU package + DRAM, missing when none measured
   OptF energy_j() const; // since top started watching
@@ -87,7 +98,8 @@ double stale_after_s(const HostView& h);
 // The local machine: one frame after accounting (energy since the session, i.e. top, started).
 void apply_frame(HostView& h, const Frame& f, const std::vector<GpuDevice>& devices);
 // A `serve` endpoint's /api/v1/current document (also each event of /api/v1/events). Throws
-// std::invalid_argument naming the problem when it is not one.
+// std::invalid_argument naming the problem when it is not one. GPUs and processes past the caps are left out and
+// counted (dropped_gpus, dropped_processes; `problem` says so): linear in the document's size.
 void apply_current_json(HostView& h, const nlohmann::json& j, std::chrono::steady_clock::time_point now);
 // /api/v1/alerts: an array of alerts, or an object holding one under "alerts" or "firing"; entries with a "state"
 // other than "firing" are left out. Throws std::invalid_argument when it is neither.

@@ -134,6 +134,7 @@ std::string normalize_url(const std::string& url) {
 RemoteHost::RemoteHost(RemoteOptions opts) : opts_(std::move(opts)) {
   view_.url = opts_.url;
   view_.name = opts_.url;
+  stream_view_ = view_;
 }
 
 RemoteHost::~RemoteHost() {
@@ -174,22 +175,32 @@ HostView RemoteHost::snapshot(std::chrono::steady_clock::time_point now) const {
 void RemoteHost::on_event(const std::string& data) {
   const auto j = nlohmann::json::parse(data, nullptr, false);
   const auto now = std::chrono::steady_clock::now();
-  std::lock_guard lock(mu_);
   if (j.is_discarded()) {
-    view_.problem = "an event that is not JSON";
-    return;
+    stream_view_.problem = "an event that is not JSON";
+  } else {
+    try {
+      apply_current_json(stream_view_, j, now);
+    } catch (const std::exception& e) {
+      stream_view_.problem = e.what();
+    }
   }
-  try {
-    apply_current_json(view_, j, now);
-  } catch (const std::exception& e) {
-    view_.problem = e.what();
-  }
+  publish();
+}
+
+void RemoteHost::publish() {
+  HostView next = stream_view_; // copied outside the lock too
+  std::lock_guard lock(mu_);
+  // The alerts are the alerts thread's: kept as they are.
+  next.alerts = std::move(view_.alerts);
+  next.alerts_supported = view_.alerts_supported;
+  next.alerts_asked = view_.alerts_asked;
+  view_ = std::move(next);
 }
 
 void RemoteHost::mark_down(const std::string& why) {
-  std::lock_guard lock(mu_);
-  view_.state = HostView::State::NotAnswering;
-  view_.problem = why;
+  stream_view_.state = HostView::State::NotAnswering;
+  stream_view_.problem = why;
+  publish();
 }
 
 void RemoteHost::stream_loop() {

@@ -35,15 +35,19 @@ public:
   void start();
   // A copy of what is known now, with the state brought up to date (not answering when it went quiet).
   HostView snapshot(std::chrono::steady_clock::time_point now) const;
-  // One event's data (a /api/v1/current document), from the stream's write callback.
+  // One event's data (a /api/v1/current document), from the stream's write callback (the stream thread alone).
   void on_event(const std::string& data);
 
 private:
   void stream_loop();
   void alerts_loop();
-  void mark_down(const std::string& why);
+  void mark_down(const std::string& why); // the stream thread alone
+  void publish();                         // stream_view_ -> view_
 
   RemoteOptions opts_;
+  // The stream thread's own view: each event is parsed and applied to it outside mu_, then copied into view_ (the
+  // copy is bounded by the model's caps), so the UI thread's snapshot never waits on an endpoint's document.
+  HostView stream_view_;
   mutable std::mutex mu_;
   HostView view_;
   std::atomic<bool> stop_{false};

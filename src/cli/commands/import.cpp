@@ -23,8 +23,13 @@ namespace wattscope {
 
 namespace {
 
-// Generous for a text log (a week at 1 s of 8 GPUs is about 100 MB); a larger file is refused, not read.
+// Generous for a text log (a week at 1 s of 8 GPUs is about 100 MB); a larger file or stream is refused, not read.
 constexpr int64_t kMaxLogBytes = int64_t{4} << 30;
+// nvidia-smi's longest line is a few hundred bytes: a longer one (or a NUL byte) is no text log, found out while
+// reading, so that /dev/zero or a binary stream is refused at once rather than read until memory runs out.
+constexpr size_t kMaxLineBytes = 65536;
+// One log is one machine's GPUs (nvidia-smi's index is 0..1023). 200,000 distinct uuids used to take minutes.
+constexpr size_t kMaxImportGpus = 1024;
 
 std::string read_log(const std::string& path) {
   struct stat st {};
@@ -35,9 +40,31 @@ std::string read_log(const std::string& path) {
     throw std::runtime_error(fmt::format("'{}' is {} bytes; the limit is {}", path, st.st_size, kMaxLogBytes));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(fmt::format("cannot read '{}'", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::string text;
+  if (S_ISREG(st.st_mode)) text.reserve(static_cast<size_t>(st.st_size));
+  std::vector<char> buf(1 << 16);
+  size_t line_start = 0;
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = static_cast<size_t>(in.gcount());
+    if (n == 0) break;
+    if (static_cast<int64_t>(text.size() + n) > kMaxLogBytes)
+      throw std::runtime_error(
+          fmt::format("'{}' holds more than {} bytes; the limit is {}", path, kMaxLogBytes, kMaxLogBytes));
+    const size_t from = text.size();
+    text.append(buf.data(), n);
+    for (size_t i = from; i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        line_start = i + 1;
+      } else if (text[i] == '\0') {
+        throw std::runtime_error(fmt::format("'{}': a NUL byte at offset {}; an nvidia-smi log is text", path, i));
+      } else if (i - line_start >= kMaxLineBytes) {
+        throw std::runtime_error(fmt::format("'{}': a line of more than {} bytes at offset {}; not an nvidia-smi log",
+                                             path, kMaxLineBytes, line_start));
+      }
+    }
+  }
+  return text;
 }
 
 class ImportCommand final : public Command {
@@ -89,6 +116,7 @@ public:
     std::vector<GpuDevice> devices;
     std::map<std::string, size_t> by_key;
     std::vector<std::string> ignored;
+    SmiTimeNotes time_notes;
     int64_t first_ms = 0, last_ms = 0, rows = 0;
     in_file([&] {
       parse_nvidia_smi(
@@ -98,6 +126,11 @@ public:
             last_ms = std::max(last_ms, r.ts_ms);
             first_ms = std::min(first_ms, r.ts_ms);
             if (by_key.count(r.key)) return;
+            if (devices.size() >= kMaxImportGpus)
+              throw std::invalid_argument(fmt::format(
+                  "line {}: more than {} distinct GPUs (by index, uuid or pci.bus_id); an nvidia-smi log is one "
+                  "machine's GPUs",
+                  r.line, kMaxImportGpus));
             GpuDevice d;
             d.gpu_index = r.index ? *r.index : static_cast<int>(devices.size());
             d.vendor = "nvidia";
@@ -113,8 +146,18 @@ public:
             by_key[r.key] = devices.size();
             devices.push_back(std::move(d));
           },
-          &ignored);
+          &ignored, &time_notes);
     });
+    // Say what was done with a local time that occurred twice (the end of daylight saving time), and keep it with
+    // the run.
+    std::string time_note;
+    if (time_notes.ambiguous_rows > 0)
+      time_note = fmt::format("{} row(s) from line {} have a local time that occurs twice (clocks set back at the end "
+                              "of daylight saving time); placed by the order of the rows: {} in the first pass, {} "
+                              "in the repeated hour (a log in UTC, imported with --utc, has no such hour)",
+                              time_notes.ambiguous_rows, time_notes.first_ambiguous_line,
+                              time_notes.ambiguous_rows - time_notes.second_pass_rows, time_notes.second_pass_rows);
+    if (!time_note.empty() && !ctx.quiet) std::fprintf(stderr, "wattscope: %s\n", time_note.c_str());
     if (!ignored.empty()) {
       std::string names;
       for (const auto& n : ignored)
@@ -130,6 +173,10 @@ public:
     run.host = host_.empty() ? "unknown" : host_;
     run.version = kVersion;
     nlohmann::json tags = {{"imported_from", "nvidia-smi"}};
+    if (time_notes.ambiguous_rows > 0)
+      tags["imported_repeated_hour"] =
+          fmt::format("{} rows at a local time that occurs twice; {} placed after the clocks went back",
+                      time_notes.ambiguous_rows, time_notes.second_pass_rows);
     run.tags = tags.dump();
 
     // Pass 2: ticks. A tick ends where a GPU already in it appears again (nvidia-smi writes one row per GPU per

@@ -234,9 +234,10 @@ public:
       if (const char* env = std::getenv(kMarkerSocketEnv)) path = env;
     const bool sent = !path.empty() && send_marker(path, line);
     if (!sent && strict_) {
+      const int why = errno; // send_marker's reason
       std::cerr << "wattscope mark: not delivered ("
                 << (path.empty() ? "WATTSCOPE_SOCKET is not set: not running under wattscope"
-                                 : "no wattscope listening at " + path + ", or its queue is full")
+                                 : marker_send_failure(path, why))
                 << ")\n";
       return 1;
     }

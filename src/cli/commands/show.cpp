@@ -39,7 +39,7 @@ public:
       j["advice"] = advice::to_json(advice::advise_run(*store, run)); // ---- advice (issue 14) ----
       std::cout << j.dump(2) << "\n";
     } else {
-      std::cout << run_text(run) << phase_text(phases, run);
+      std::cout << terminal_safe(run_text(run) + phase_text(phases, run)); // names from a store are not ours
     }
     return 0;
   }
@@ -60,7 +60,8 @@ private:
     }
     for (auto& r : runs)
       r = as_shown(*store, r); // unfinished: figures from the stored samples
-    std::cout << (flags_.json ? runs_total_json(runs, filters).dump(2) + "\n" : runs_total_text(runs, filters));
+    std::cout << (flags_.json ? runs_total_json(runs, filters).dump(2) + "\n"
+                              : terminal_safe(runs_total_text(runs, filters)));
     return 0;
   }
 

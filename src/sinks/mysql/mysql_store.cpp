@@ -499,6 +499,17 @@ public:
     return out;
   }
 
+  RunsPage runs_page(size_t offset, size_t limit) override {
+    RunsPage page;
+    if (const auto n = conn_.value("SELECT COUNT(*) FROM `runs`")) page.total = std::stoull(*n);
+    const Table& t = table(TableId::Runs);
+    query(t,
+          fmt::format("SELECT {} FROM `runs` ORDER BY `start_ms`, `run_id` LIMIT {} OFFSET {}",
+                      select_list(TableId::Runs), limit, offset),
+          nullptr, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+    return page;
+  }
+
   void scan(TableId id, const RunInfo& run, const RowFn& fn) override {
     const Table& t = table(id);
     std::string order;

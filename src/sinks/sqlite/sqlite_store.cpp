@@ -335,6 +335,19 @@ public:
     return out;
   }
 
+  RunsPage runs_page(size_t offset, size_t limit) override {
+    RunsPage page;
+    query("SELECT COUNT(*) FROM runs", {}, [&](std::span<const Value> row) {
+      if (!row.empty()) {
+        if (const auto* n = std::get_if<int64_t>(&row[0])) page.total = static_cast<size_t>(*n);
+      }
+    });
+    query(fmt::format("SELECT {} FROM runs ORDER BY start_ms, run_id LIMIT {} OFFSET {}", select_list(TableId::Runs),
+                      limit, offset),
+          {}, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+    return page;
+  }
+
   void scan(TableId id, const RunInfo& run, const RowFn& fn) override {
     const Table& t = table(id);
     std::string order;

@@ -180,12 +180,22 @@ GpuGrab grab_free_gpus(const std::vector<GpuState>& gpus, const GrabRequest& req
       continue;
     }
     const std::string path = req.lock_dir + "/" + g.uuid + ".lock";
-    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+    // O_NONBLOCK: a FIFO planted there must not hang the run; it is refused below.
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644));
     // Another user's lock file in a shared directory (WATTSCOPE_LOCK_DIR, sticky and world-writable): flock needs
     // only a descriptor, so read-only is enough to take or test it.
-    if (!fd && errno == EACCES) fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+    if (!fd && errno == EACCES) fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK));
     if (!fd) {
       why_not.push_back(fmt::format("{}: cannot open its lock file {}: {}", name, path, std::strerror(errno)));
+      continue;
+    }
+    // The pid is written into the file below: a hard link planted at the lock's name (to /etc/passwd, say, when the
+    // run is root's) would have that file truncated. A lock file is a regular file with one name.
+    struct stat lst {};
+    if (::fstat(fd.get(), &lst) != 0 || !S_ISREG(lst.st_mode) || lst.st_nlink != 1) {
+      why_not.push_back(fmt::format("{}: its lock file {} is not a plain file ({}); remove it", name, path,
+                                    !S_ISREG(lst.st_mode) ? std::string("not a regular file")
+                                                          : fmt::format("{} hard links", lst.st_nlink)));
       continue;
     }
     if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
