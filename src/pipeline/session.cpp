@@ -55,11 +55,10 @@ void Session::open() {
       // only shown with -v.
       // The event says the state in words first ("no permission: ...", "missing: ..."), as doctor does.
       const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
-      // No AMD/Intel card, no Level Zero loader or GPU: the normal state of most machines (a broken Level Zero
-      // install is an Error, and said).
-      const bool quiet =
-          quiet_when_missing(s->name()) || (s->name() == "level-zero" && st.state == SourceStatus::State::Missing);
-      if (st.state == SourceStatus::State::NoPermission)
+      // No AMD/Intel card, no ROCm SMI or Level Zero library or GPU: the normal state of most machines. Issue 30: one
+      // rule for every backend: an error, or a library the user named that cannot be loaded, is always said.
+      const bool quiet = quiet_when_missing(s->name()) && st.state == SourceStatus::State::Missing && !st.said;
+      if (st.state == SourceStatus::State::NoPermission || st.state == SourceStatus::State::Error)
         spdlog::warn("{}", said);
       else if (quiet)
         spdlog::debug("{}", said);

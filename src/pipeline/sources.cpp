@@ -65,6 +65,7 @@ constexpr SourceEntry kSources[] = {
        if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
        auto opts = RocmSmiSource::Options::from_env();
        opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
+       opts.sysfs_root = o.sysfs_root; // issue 30: loaded only where an AMD GPU is on the PCI bus
        return std::make_unique<RocmSmiSource>(std::move(opts));
      },
      true},
@@ -74,8 +75,11 @@ constexpr SourceEntry kSources[] = {
     {"level-zero",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
        if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
-       return std::make_unique<LevelZeroSource>(LevelZeroSource::Options::from_env());
-     }},
+       auto opts = LevelZeroSource::Options::from_env();
+       opts.sysfs_root = o.sysfs_root; // issue 30: loaded only where an Intel GPU is on the PCI bus
+       return std::make_unique<LevelZeroSource>(std::move(opts));
+     },
+     true},
 #endif
     // Last among GPU backends: the plainest view of a card, used only where no vendor library claimed it.
     {"hwmon-gpu",

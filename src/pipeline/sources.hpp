@@ -19,7 +19,9 @@ struct SourceEntry {
   // Null when this backend has nothing to do with these options (the TDP estimate without --cpu-tdp).
   std::unique_ptr<Source> (*make)(const SessionOptions& opts);
   // Absent is the normal case (most machines have no AMD or Intel GPU): a run says so at debug level only and stores
-  // no source-missing event, unless the source found the hardware but may not read it (no permission).
+  // no source-missing event, unless the source found the hardware but may not read it (no permission), or failed in
+  // a way the user must hear of (an error, or SourceStatus::said: a library named by its variable that cannot be
+  // loaded, issue 30).
   bool quiet_when_missing = false;
 };
 std::span<const SourceEntry> source_registry();

@@ -20,13 +20,25 @@ struct SourceStatus {
   std::string detail;          // what was found, or why nothing was
   std::string fix;             // what to do about it, in words; empty when nothing needs doing
   bool measures_power = false; // whether this source yields a power figure here
+  // Issue 30: a failure the user is told of (once, with a source-missing event) even from a backend that is quiet
+  // when its hardware is simply absent (SourceEntry::quiet_when_missing).
+  bool said = false;
 
-  static SourceStatus ok(std::string detail, bool power) { return {State::Ok, std::move(detail), {}, power}; }
+  static SourceStatus ok(std::string detail, bool power) { return {State::Ok, std::move(detail), {}, power, false}; }
   static SourceStatus missing(std::string detail, std::string fix = {}) {
-    return {State::Missing, std::move(detail), std::move(fix), false};
+    return {State::Missing, std::move(detail), std::move(fix), false, false};
   }
   static SourceStatus no_permission(std::string detail, std::string fix) {
-    return {State::NoPermission, std::move(detail), std::move(fix), false};
+    return {State::NoPermission, std::move(detail), std::move(fix), false, false};
+  }
+  // Issue 30: the one rule for a vendor library (NVML, ROCm SMI, Level Zero) that cannot be loaded. It is missing,
+  // whichever the backend. Where the user named it by its environment variable (WATTSCOPE_*_LIBRARY) or the library
+  // found is not usable (it lacks required functions), that is said, with an event; where none of the usual names is
+  // installed it is the backend's ordinary absence, quiet where the registry says so.
+  static SourceStatus not_loaded(std::string detail, std::string fix, bool named_or_unusable) {
+    SourceStatus st = missing(std::move(detail), std::move(fix));
+    st.said = named_or_unusable;
+    return st;
   }
   bool is_ok() const { return state == State::Ok; }
   // "ok", "missing", "no permission", "error": the words doctor --json prints.

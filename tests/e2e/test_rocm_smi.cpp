@@ -153,11 +153,14 @@ TEST(RocmSmiE2E, DoctorReportsTheBackend) {
 }
 
 // Most machines have no ROCm: a run there says nothing about it (debug only) and stores no source-missing event.
+// Issue 30: no AMD GPU on the PCI bus, and no library named (a named one that cannot be loaded is said, as for NVML).
 TEST(RocmSmiE2E, NoRocmIsQuiet) {
   TempDir dir;
   TempDir empty;
+  write_file(empty.path() + "/bus/pci/devices/0000:00:01.0/vendor", "0x1234\n");
+  write_file(empty.path() + "/bus/pci/devices/0000:00:01.0/class", "0x030000\n");
   auto e = env(dir);
-  e["WATTSCOPE_ROCM_SMI_LIBRARY"] = "/nonexistent/librocm_smi64.so";
+  e["WATTSCOPE_ROCM_SMI_LIBRARY"] = "\x01";
   auto r = run({wattscope(), "record", "--interval", "50ms", "--duration", "200ms", "--sysfs-root", empty.path(),
                 "--db", dir / "w.db"},
                e, dir.path());

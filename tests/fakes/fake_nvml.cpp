@@ -32,6 +32,9 @@
 // counting that process's utilisation reads. A process is listed only while its pid file names a live (not zombie)
 // process, as the driver lists only live contexts; a value left out is NVML_VALUE_NOT_AVAILABLE (memory) or 0 (%).
 // "process_utilization": false makes both per-process utilisation calls answer NOT_SUPPORTED.
+// Issue 30: "process_info_v3_bytes": 32 at the top level makes the _v3 running-process calls write 32-byte entries, as
+// drivers 535.43.02-535.98 do (with "driver_version": "535.54.03" and the variant nvidia-ml-fake-r535, which lacks
+// nvmlDeviceGetRunningProcessDetailList as those drivers do, the fake is such a driver); _v2 and v1 keep 24 and 16.
 //
 // Errors (issue 17): "errors": {"util_gpu": {"code": 999, "ticks": [3, 4]}} on a device makes that metric's calls
 // with k in "ticks" (or k >= "from_tick") answer `code`; in "field_values", a metric read through
@@ -49,14 +52,16 @@
 // "mig_mode" (current and pending), else 1 where "mig" is given, else NOT_SUPPORTED.
 // Health counters, per-call values like any metric: "ecc_corrected", "ecc_uncorrected" (volatile; the aggregate
 // counter answers NOT_SUPPORTED), "remapped_cor", "remapped_unc", "remap_pending", "remap_failed" (all four, or the
-// call answers NOT_SUPPORTED), "pcie_replays", "violation_power_ns", "violation_thermal_ns"; NVLink counters read
-// through nvmlDeviceGetFieldValues: "nvlink_tx_kib", "nvlink_rx_kib" (unsigned long long, only for scopeId UINT_MAX,
-// the sum over links; INVALID_ARGUMENT for another scope), stamped with "field_timestamp_us" when given (one value per
-// field-values call) so a rate can be checked exactly.
-// Xid errors: "xid": [{"after_s": 0.3, "xid": 79, "gpu_instance": 1, "compute_instance": 0}] on a device are
-// delivered once each, in order, by nvmlEventSetWait(_v2) on a set that device is registered with, once `after_s`
-// seconds have passed since nvmlInit (the ids are 0xFFFFFFFF when left out). "unsupported": ["xid"] makes
-// nvmlDeviceRegisterEvents answer NOT_SUPPORTED; a top-level "event_wait_error": code makes every wait answer it.
+// call answers NOT_SUPPORTED), "pcie_replays", "violation_power_ns", "violation_thermal_ns"
+// (issue 30: also answered as the fields NVML_FI_DEV_PERF_POLICY_POWER/_THERMAL, 74 and 75; a top-level
+// "unsupported_fields": [74] makes the fields listed answer NOT_SUPPORTED, as a driver that lacks them); NVLink
+// counters read through nvmlDeviceGetFieldValues: "nvlink_tx_kib", "nvlink_rx_kib" (unsigned long long, only for
+// scopeId UINT_MAX, the sum over links; INVALID_ARGUMENT for another scope), stamped with "field_timestamp_us" when
+// given (one value per field-values call) so a rate can be checked exactly. Xid errors: "xid": [{"after_s": 0.3, "xid":
+// 79, "gpu_instance": 1, "compute_instance": 0}] on a device are delivered once each, in order, by
+// nvmlEventSetWait(_v2) on a set that device is registered with, once `after_s` seconds have passed since nvmlInit (the
+// ids are 0xFFFFFFFF when left out). "unsupported": ["xid"] makes nvmlDeviceRegisterEvents answer NOT_SUPPORTED; a
+// top-level "event_wait_error": code makes every wait answer it.
 // ---- end issue 17
 //
 // ---- simulate (issue 19) ----
@@ -590,17 +595,25 @@ Return device_field_values(Device d, int count, FieldValue* values) {
   for (int i = 0; i < count; ++i) {
     FieldValue& f = values[i];
     const bool nvlink = f.fieldId == kFieldNvlinkDataTx || f.fieldId == kFieldNvlinkDataRx;
-    const char* name = f.fieldId == kFieldPowerInstant   ? "power_instant_mw"
-                       : f.fieldId == kFieldPowerAverage ? "power_avg_mw"
-                       : f.fieldId == kFieldMemoryTemp   ? "temp_mem"
-                       : f.fieldId == kFieldNvlinkDataTx ? "nvlink_tx_kib"
-                       : f.fieldId == kFieldNvlinkDataRx ? "nvlink_rx_kib"
-                                                         : nullptr;
+    const bool violation = f.fieldId == kFieldPerfPolicyPower || f.fieldId == kFieldPerfPolicyThermal; // issue 30
+    const char* name = f.fieldId == kFieldPowerInstant        ? "power_instant_mw"
+                       : f.fieldId == kFieldPowerAverage      ? "power_avg_mw"
+                       : f.fieldId == kFieldMemoryTemp        ? "temp_mem"
+                       : f.fieldId == kFieldNvlinkDataTx      ? "nvlink_tx_kib"
+                       : f.fieldId == kFieldNvlinkDataRx      ? "nvlink_rx_kib"
+                       : f.fieldId == kFieldPerfPolicyPower   ? "violation_power_ns"
+                       : f.fieldId == kFieldPerfPolicyThermal ? "violation_thermal_ns"
+                                                              : nullptr;
+    {
+      std::lock_guard lock(g.mu); // issue 30: a driver that does not know these ids
+      for (const auto& id : g.scenario.value("unsupported_fields", json::array()))
+        if (id.is_number_unsigned() && id.get<unsigned int>() == f.fieldId) name = nullptr;
+    }
     double v = 0;
     f.nvmlReturn = name ? metric(d, name, v) : kErrorNotSupported;
     if (f.nvmlReturn == kErrorGpuIsLost) return kErrorGpuIsLost;
     if (nvlink && f.nvmlReturn == kSuccess && f.scopeId != kScopeAllLinks) f.nvmlReturn = kErrorInvalidArgument;
-    if (nvlink) {
+    if (nvlink || violation) {
       f.valueType = kValueULongLong;
       f.value.ullVal = static_cast<unsigned long long>(std::llround(v));
     } else {
@@ -804,7 +817,13 @@ double process_value(const json& p, const char* key, long long k, double fallbac
   return v == p.end() ? fallback : eval(*v, k, now_s() - g.t0);
 }
 
-template <class Info> Return running_processes(Device d, const char* type, unsigned int* count, Info* infos) {
+// The entry point being answered (set by every export): _v3 and _v2 share an implementation but not, on drivers
+// 535.43-535.98, a struct.
+thread_local const char* t_symbol = "";
+
+// The list in entries of `stride` bytes, as the driver writes them: 16 (v1), 24 (v2 and most _v3) or 32 (_v3 of drivers
+// 535.43.02-535.98, issue 30: "process_info_v3_bytes": 32 at the scenario's top level).
+Return running_processes(Device d, const char* type, unsigned int* count, void* infos, size_t stride) {
   if (!count) return kErrorInvalidArgument;
   std::vector<std::pair<size_t, unsigned int>> live;
   if (Return rc = live_processes(d, type, live); rc != kSuccess) return rc;
@@ -814,15 +833,22 @@ template <class Info> Return running_processes(Device d, const char* type, unsig
   std::lock_guard lock(g.mu);
   const json procs = dev(d)->spec.value("processes", json::array());
   for (size_t i = 0; i < live.size(); ++i) {
-    Info info{};
+    ProcessInfoR535 info{};
     info.pid = live[i].second;
     const json& p = procs[live[i].first];
     info.usedGpuMemory = p.contains("mem_bytes")
                              ? static_cast<unsigned long long>(std::llround(process_value(p, "mem_bytes", 0, 0)))
                              : kValueNotAvailable;
-    infos[i] = info;
+    info.gpuInstanceId = info.computeInstanceId = kNoInstance;
+    info.usedGpuCcProtectedMemory = 0;
+    std::memcpy(static_cast<unsigned char*>(infos) + i * stride, &info, stride);
   }
   return kSuccess;
+}
+size_t v3_stride() {
+  const bool v3 = std::string_view(t_symbol).ends_with("_v3");
+  std::lock_guard lock(g.mu);
+  return v3 ? g.scenario.value("process_info_v3_bytes", sizeof(ProcessInfo)) : sizeof(ProcessInfo);
 }
 
 struct FakeUtil {
@@ -850,16 +876,32 @@ Return process_samples(Device d, std::vector<FakeUtil>& out) {
 
 namespace impl {
 Return device_compute_processes(Device d, unsigned int* count, ProcessInfo* infos) {
-  return running_processes(d, "compute", count, infos);
+  return running_processes(d, "compute", count, infos, v3_stride());
 }
 Return device_compute_processes_v1(Device d, unsigned int* count, ProcessInfoV1* infos) {
-  return running_processes(d, "compute", count, infos);
+  return running_processes(d, "compute", count, infos, sizeof(ProcessInfoV1));
 }
 Return device_graphics_processes(Device d, unsigned int* count, ProcessInfo* infos) {
-  return running_processes(d, "graphics", count, infos);
+  return running_processes(d, "graphics", count, infos, v3_stride());
 }
 Return device_graphics_processes_v1(Device d, unsigned int* count, ProcessInfoV1* infos) {
-  return running_processes(d, "graphics", count, infos);
+  return running_processes(d, "graphics", count, infos, sizeof(ProcessInfoV1));
+}
+// issue 30: present from driver 535.43.02 on; only whether it answers matters to wattscope.
+Return device_conf_compute_mem_size(Device d, ConfComputeMemSizeInfo* m) {
+  std::lock_guard lock(g.mu);
+  if (!m || !dev(d)) return kErrorInvalidArgument;
+  return kErrorNotSupported; // no confidential computing on the fake's GPUs
+}
+// From 535.104.05 on: the 32-byte entries, mode 0 compute, 1 graphics (2, MPS, lists nothing here).
+Return device_process_detail_list(Device d, ProcessDetailList* l) {
+  if (!l || l->version != (static_cast<unsigned int>(sizeof(ProcessDetailList)) | (1u << 24)))
+    return l ? kArgumentVersionMismatch : kErrorInvalidArgument;
+  unsigned int n = l->procArray ? l->numProcArrayEntries : 0;
+  const Return rc =
+      running_processes(d, l->mode == 1 ? "graphics" : "compute", &n, l->procArray, sizeof(ProcessInfoR535));
+  l->numProcArrayEntries = n;
+  return rc;
 }
 // Like the driver: a call without room only says how many samples there are (and consumes none).
 Return device_process_utilization(Device d, ProcessUtilizationSample* samples, unsigned int* count,
@@ -927,6 +969,7 @@ FAKE_EXPORT int wattscope_fake_nvml_set_scenario(const char* json_text) {
 #define FAKE_X1(member, need, params, args, sym)                                                                       \
   FAKE_EXPORT Return sym params {                                                                                      \
     count_call(#sym);                                                                                                  \
+    t_symbol = #sym;                                                                                                   \
     return impl::member args;                                                                                          \
   }
 #define FAKE_X2(member, need, params, args, newest, older)                                                             \

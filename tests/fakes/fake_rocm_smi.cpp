@@ -12,7 +12,8 @@
 //                             "temp_edge_mc": ..., "temp_junction_mc": ..., "temp_memory_mc": ...,
 //                             "sclk_levels_hz": [500e6, 1700e6], "sclk_level": [0, 1], "mclk_levels_hz": [...],
 //                             "mclk_level": ..., "fan_speed": ..., "fan_max": 255, "pcie_lanes": [1, 16],
-//                             "pcie_level": ..., "pcie_sent_bytes": ..., "pcie_received_bytes": ...}}],
+//                             "pcie_level": ..., "pcie_sent_packets": ..., "pcie_received_packets": ...,
+//                             "pcie_max_packet_bytes": 256 (the default)}}],
 //    "processes": [{"pid_file": "/tmp/…/w.pid" (or "pid": 1234),
 //                   "gpus": {"0": {"vram_bytes": V, "cu_occupancy": V}, "1": {...}}}]}
 //
@@ -29,10 +30,14 @@
 // rsmi_compute_process_gpus_get gives the keys of "gpus"; rsmi_compute_process_info_by_device_get that GPU's values
 // (k counting that process's reads on that GPU); rsmi_compute_process_info_by_pid_get their sum over its GPUs.
 //
+// "init_stderr": "text" at the top level is written to stderr (stdio and fd 2) by rsmi_init, as the real library does
+// on a machine it does not like (issue 30).
+//
 // Functions missing from a library are real dlsym failures: tests/fakes/CMakeLists.txt builds variants of this file
 // with symbols hidden. At rsmi_shut_down the call count of every entry point is written as JSON to
 // WATTSCOPE_FAKE_ROCM_SMI_CALLS, if set.
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -43,6 +48,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -205,6 +211,13 @@ Status init(uint64_t) {
   if (!in) return kInitError;
   g.scenario = json::parse(in, nullptr, false);
   if (g.scenario.is_discarded() || !g.scenario.is_object()) return kInitError;
+  // Issue 30: what the real library prints while it starts on a machine it does not like ("Failed to open drm root
+  // directory /sys/class/drm.", "Exception caught: rsmi_init."), through stdio and straight to the descriptor.
+  if (const std::string say = g.scenario.value("init_stderr", std::string()); !say.empty()) {
+    std::fputs(say.c_str(), stderr);
+    std::fflush(stderr);
+    [[maybe_unused]] const ssize_t n = ::write(2, say.data(), say.size());
+  }
   if (const Status e = g.scenario.value("init_error", kSuccess); e != kSuccess) return e;
   g.calls.assign(g.scenario.value("devices", json::array()).size(), {});
   g.lost.assign(g.calls.size(), false);
@@ -374,15 +387,18 @@ Status dev_pci_bandwidth(uint32_t dv, PcieBandwidthBuf* b) {
   }
   return kSuccess;
 }
+// As the library reads the kernel's pcie_bw: packets sent and received in one second, and the largest packet's size
+// (issue 30: not bytes, whatever rocm_smi.h says).
 Status dev_pci_throughput(uint32_t dv, uint64_t* sent, uint64_t* received, uint64_t* max_pkt_sz) {
   std::lock_guard lock(g.mu);
-  double s = 0, r = 0;
-  Status rc = metric(dv, "pcie_sent_bytes", s);
-  if (rc == kSuccess) rc = metric(dv, "pcie_received_bytes", r);
+  double s = 0, r = 0, size = 256;
+  Status rc = metric(dv, "pcie_sent_packets", s);
+  if (rc == kSuccess) rc = metric(dv, "pcie_received_packets", r);
   if (rc != kSuccess) return rc;
+  if (metric(dv, "pcie_max_packet_bytes", size) != kSuccess) size = 256;
   if (sent) *sent = static_cast<uint64_t>(s);
   if (received) *received = static_cast<uint64_t>(r);
-  if (max_pkt_sz) *max_pkt_sz = 256;
+  if (max_pkt_sz) *max_pkt_sz = static_cast<uint64_t>(size);
   return kSuccess;
 }
 Status compute_process_info(ProcessInfo* procs, uint32_t* n) {

@@ -65,8 +65,8 @@ json device(int i) {
   m["fan_max"] = 255;
   m["pcie_lanes"] = {1, 4, 16};
   m["pcie_level"] = json::array({2, 1, 0, 2, 2, 1, 0, 2, 2, 1, 0, 2});
-  m["pcie_sent_bytes"] = 1000000 + i;
-  m["pcie_received_bytes"] = 2000000 + i;
+  m["pcie_sent_packets"] = 1000000 + i; // issue 30: counts of packets, as the kernel's pcie_bw has them
+  m["pcie_received_packets"] = 2000000 + i;
   return {{"name", "AMD Instinct MI210"},
           {"unique_id", 0x6a2c3e1f0b9d8e00ULL + i},
           {"pci_bus_id", "0000:0" + std::to_string(3 + i) + ":00.0"},
@@ -176,8 +176,36 @@ TEST(RocmSmi, PcieThroughputFromItsOwnThread) {
     if (!tx) ::usleep(10000);
   }
   ASSERT_TRUE(tx.has_value());
-  EXPECT_EQ(*tx, 1000000);
-  EXPECT_EQ(*rx, 2000000);
+  // Issue 30: packets times the largest packet's size (256 bytes here), as rocm-smi reports them.
+  EXPECT_EQ(*tx, 1000000LL * 256);
+  EXPECT_EQ(*rx, 2000000LL * 256);
+}
+
+// Issue 30: the packet size the library answers is the one used; none (0) leaves the throughput missing.
+TEST(RocmSmi, PcieThroughputIsPacketsTimesTheirSize) {
+  for (const int size : {128, 0}) {
+    SCOPED_TRACE(size);
+    json scen = scenario(1);
+    scen["devices"][0]["metrics"]["pcie_max_packet_bytes"] = size;
+    Fake f(scen);
+    ASSERT_TRUE(f.src->open());
+    OptI tx, rx;
+    bool row = false;
+    for (int k = 0; k < 150 && !tx; ++k) {
+      const Frame fr = f.tick(k);
+      if (const GpuSample* s = on(fr, 0)) row = true, tx = s->pcie_tx_bytes_per_s, rx = s->pcie_rx_bytes_per_s;
+      if (!tx) ::usleep(10000);
+    }
+    EXPECT_TRUE(row);
+    if (size == 0) {
+      EXPECT_FALSE(tx.has_value());
+      EXPECT_FALSE(rx.has_value());
+    } else {
+      ASSERT_TRUE(tx.has_value());
+      EXPECT_EQ(*tx, 1000000LL * size);
+      EXPECT_EQ(*rx, 2000000LL * size);
+    }
+  }
 }
 
 // The frequency struct changed layout in ROCm 6: a 5.x library is read with the 5.x layout, not 8 bytes off.

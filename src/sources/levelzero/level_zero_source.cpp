@@ -1,6 +1,7 @@
 #include "sources/levelzero/level_zero_source.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -8,6 +9,8 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+
+#include "sources/dl_open.hpp"
 
 namespace wattscope {
 
@@ -190,6 +193,12 @@ LevelZeroSource::LevelZeroSource(Options opts) : opts_(std::move(opts)) {}
 LevelZeroSource::~LevelZeroSource() = default; // Level Zero has no shutdown call; dlclose happens in ~Library
 
 bool LevelZeroSource::open() {
+  // Issue 30: the system loader only where an Intel display controller is on the PCI bus. Initialising it elsewhere
+  // (Debian's libze1 is often installed without an Intel GPU) makes its driver complain on stderr.
+  if (opts_.library_path.empty() && pci_bus_has_gpu(opts_.sysfs_root, 0x8086, false) == false) {
+    status_ = SourceStatus::missing("no Intel GPU on the PCI bus", "none needed unless this machine has an Intel GPU");
+    return false;
+  }
   std::string why;
   bool not_found = false;
   lib_ = Library::load(opts_.library_path, why, not_found);
@@ -198,16 +207,19 @@ bool LevelZeroSource::open() {
       "Intel's GPU driver for it (intel-level-zero-gpu from Intel's compute-runtime), or set "
       "WATTSCOPE_LEVEL_ZERO_LIBRARY to the loader's path";
   if (!lib_) {
-    status_ = SourceStatus::missing(fmt::format("no Intel GPU recorded through Level Zero: {}", why), fix_install);
-    if (!not_found) status_.state = SourceStatus::State::Error; // named by the variable, or not a usable loader
+    // Named by the variable, or found but not a usable loader: said; none installed: quiet.
+    status_ = SourceStatus::not_loaded(fmt::format("no Intel GPU recorded through Level Zero: {}", why), fix_install,
+                                       !not_found);
     return false;
   }
   for (const auto& m : lib_->missing())
     spdlog::debug("level-zero: {} lacks {}; what it reads is missing", lib_->path(), m);
   // zesInit brings up Sysman alone; older loaders have only zeInit, which enables Sysman when ZES_ENABLE_SYSMAN=1 is
-  // set before it (set here unless the user set it: open() runs before the sampler's threads start).
+  // set before it. Issue 30: set for that call only (unless the user set it) and taken away again at once, so the
+  // recorded command runs with exactly the environment it was given: the loader and the GPU driver read it in zeInit.
   Result rc;
   std::vector<Driver> drivers;
+  StderrToDebugLog quiet("level-zero"); // issue 30: a driver's own complaints while it starts go to the debug log
   if (lib_->has_sysman_init()) {
     init_call_ = "zesInit";
     rc = lib_->ses_init(0);
@@ -215,11 +227,14 @@ bool LevelZeroSource::open() {
       rc = enumerate<Driver>([&](uint32_t* n, Driver* d) { return lib_->ses_driver_get(n, d); }, drivers);
   } else {
     init_call_ = "zeInit";
-    ::setenv("ZES_ENABLE_SYSMAN", "1", 0);
+    const bool set_here = std::getenv("ZES_ENABLE_SYSMAN") == nullptr;
+    if (set_here) ::setenv("ZES_ENABLE_SYSMAN", "1", 0);
     rc = lib_->core_init(1); // ZE_INIT_FLAG_GPU_ONLY
+    if (set_here) ::unsetenv("ZES_ENABLE_SYSMAN");
     if (rc == kSuccess)
       rc = enumerate<Driver>([&](uint32_t* n, Driver* d) { return lib_->core_driver_get(n, d); }, drivers);
   }
+  quiet.finish();
   if (rc != kSuccess) {
     // The loader without a GPU driver answers UNINITIALIZED: the machine has no Level Zero GPU, the usual case.
     status_ = SourceStatus::missing(
@@ -391,6 +406,10 @@ void LevelZeroSource::open_device(Device h) {
       f.on_subdevice = p.onSubdevice != 0;
       f.subdevice = p.subdeviceId;
       if (p.type == kFreqMemory && p.max > 0) d->info.clock_mem_max_mhz = static_cast<int64_t>(p.max);
+      // Issue 30: the GPU domain's maximum is the device's maximum shader clock (the highest of its stacks').
+      if (p.type == kFreqGpu && p.max > 0 && p.max < 1e6)
+        d->info.clock_sm_max_mhz =
+            std::max<int64_t>(d->info.clock_sm_max_mhz.value_or(0), static_cast<int64_t>(std::llround(p.max)));
       d->frequency.push_back(f);
     }
   }
@@ -471,6 +490,7 @@ void LevelZeroSource::sample_device(Dev& d, Frame& frame) {
                                ? 0
                                : std::chrono::duration<double>(frame.mono - pd.last_read).count();
     const auto step = pd.counter.add(e.energy, e.timestamp, elapsed);
+    pd.read_uj = e.energy;
     pd.last_read = frame.mono;
     pd.power_w = step.power_w;
     if (step.reset)
@@ -650,7 +670,9 @@ nlohmann::json LevelZeroSource::report() const {
                          {"energy_counter", pd.on && lib_->power_energy_counter},
                          {"device_energy",
                           std::find(d->energy_domains.begin(), d->energy_domains.end(), i) != d->energy_domains.end()},
-                         {"energy_uj", pd.counter.seen() ? nlohmann::json(pd.counter.total_uj()) : nlohmann::json()}});
+                         // issue 30: the counter as read (µJ since the driver's own origin), not the energy
+                         // counted since open (0 after doctor's single read)
+                         {"energy_uj", pd.read_uj ? nlohmann::json(*pd.read_uj) : nlohmann::json()}});
     }
     nlohmann::json engines = nlohmann::json::array();
     for (const auto& e : d->engines)

@@ -51,6 +51,9 @@ class LevelZeroSource final : public Source {
 public:
   struct Options {
     std::string library_path; // WATTSCOPE_LEVEL_ZERO_LIBRARY, or empty for the system loader
+    // Issue 30: the system loader is loaded only where <sysfs_root>/bus/pci/devices has an Intel display controller
+    // (or cannot be read); a loader named by WATTSCOPE_LEVEL_ZERO_LIBRARY is always loaded (the user asked for it).
+    std::string sysfs_root = "/sys";
     static Options from_env();
   };
 
@@ -76,6 +79,7 @@ public:
     uint32_t subdevice = 0;
     bool on = true;
     EnergyCounter counter;
+    std::optional<uint64_t> read_uj; // issue 30: the counter's latest value as read (doctor --json's energy_uj)
     SteadyClock::time_point last_read{};
     OptF power_w; // over the latest interval
   };

@@ -3,6 +3,7 @@
 // pointer table and the fake library's exports, so the two can never drift apart.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace wattscope::nvml {
@@ -103,7 +104,9 @@ struct FieldValue { // nvmlFieldValue_t
   Value value;
 };
 
-struct TemperatureV1 { // nvmlTemperature_v1_t, for nvmlDeviceGetTemperatureV (NVML 12.5+; the old call is deprecated)
+// nvmlTemperature_v1_t, for nvmlDeviceGetTemperatureV: first in driver 565.57.01 (the old call is deprecated in NVML
+// 13)
+struct TemperatureV1 {
   unsigned int version;
   int sensorType; // nvmlTemperatureSensors_t
   int temperature;
@@ -136,6 +139,36 @@ struct ProcessInfo { // nvmlProcessInfo_t (v2 layout), filled by the _v3 and _v2
 struct ProcessInfoV1 { // nvmlProcessInfo_v1_t, filled by the unversioned calls of older drivers
   unsigned int pid;
   unsigned long long usedGpuMemory;
+};
+// Drivers 535.43.02 to 535.98 (issue 30): their nvmlDevice{Compute,Graphics}RunningProcesses_v3 fill this 32-byte
+// struct (nvmlProcessInfo_t of those headers, with a trailing usedGpuCcProtectedMemory) under the same symbol that
+// fills the 24-byte ProcessInfo before and after them; 535.104.05 went back to 24 bytes and moved the 32-byte struct to
+// nvmlDeviceGetRunningProcessDetailList. Every layout has pid at offset 0 and usedGpuMemory at offset 8.
+struct ProcessInfoR535 {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+  unsigned long long usedGpuCcProtectedMemory;
+};
+static_assert(sizeof(ProcessInfoV1) == 16 && sizeof(ProcessInfo) == 24 && sizeof(ProcessInfoR535) == 32);
+static_assert(offsetof(ProcessInfo, usedGpuMemory) == 8 && offsetof(ProcessInfoR535, usedGpuMemory) == 8 &&
+              offsetof(ProcessInfoV1, usedGpuMemory) == 8);
+// The largest entry any driver writes into a running-process list: buffers are sized by it whatever the stride
+// assumed, so a driver whose struct is larger than wattscope believes still writes inside the buffer.
+inline constexpr size_t kProcessInfoMaxBytes = sizeof(ProcessInfoR535);
+// Told apart by the symbols (issue 30): nvmlDeviceGetConfComputeMemSizeInfo arrived with 535.43.02, and
+// nvmlDeviceGetRunningProcessDetailList with 535.104.05 (which restored the 24-byte _v3 struct). Only their presence
+// is used; they are declared as nvml.h has them.
+struct ConfComputeMemSizeInfo { // nvmlConfComputeMemSizeInfo_t
+  unsigned long long protectedMemSizeKib;
+  unsigned long long unprotectedMemSizeKib;
+};
+struct ProcessDetailList { // nvmlProcessDetailList_v1_t
+  unsigned int version;
+  unsigned int mode;
+  unsigned int numProcArrayEntries;
+  ProcessInfoR535* procArray; // nvmlProcessDetail_v1_t: the same five fields
 };
 inline constexpr unsigned long long kValueNotAvailable = ~0ULL; // NVML_VALUE_NOT_AVAILABLE
 
@@ -179,6 +212,14 @@ struct ViolationTime {              // nvmlViolationTime_t
   unsigned long long referenceTime; // CPU timestamp, microseconds
   unsigned long long violationTime; // nanoseconds held below application clocks, since the driver loaded
 };
+
+// issue 30: violation (throttle) time through field values, since nvmlDeviceGetViolationStatus is deprecated in CUDA
+// 13's nvml.h ("will be removed in CUDA 14.0"). NVML_FI_DEV_PERF_POLICY_POWER (74) and _THERMAL (75) count the same
+// nanoseconds as that call's NVML_PERF_POLICY_POWER and _THERMAL, and have these ids in every nvml.h from CUDA 10
+// (driver 410) to 13; newer headers also name 74 NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP. (The newer
+// _SW_THERM_SLOWDOWN has different ids in different headers, 251 or 269: not used.)
+inline constexpr unsigned int kFieldPerfPolicyPower = 74;
+inline constexpr unsigned int kFieldPerfPolicyThermal = 75;
 
 // NVLink data throughput counters (KiB, cumulative). scopeId UINT_MAX asks for the sum over every link.
 inline constexpr unsigned int kFieldNvlinkDataTx = 138; // NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
@@ -251,6 +292,10 @@ enum class Need { Required, Optional };
      nvmlDeviceGetGraphicsRunningProcesses_v3, nvmlDeviceGetGraphicsRunningProcesses_v2)                               \
   X1(device_graphics_processes_v1, Optional, (Device d, unsigned int* count, ProcessInfoV1* infos), (d, count, infos), \
      nvmlDeviceGetGraphicsRunningProcesses)                                                                            \
+  X1(device_conf_compute_mem_size, Optional, (Device d, ConfComputeMemSizeInfo * m), (d, m),                           \
+     nvmlDeviceGetConfComputeMemSizeInfo)                                                                              \
+  X1(device_process_detail_list, Optional, (Device d, ProcessDetailList * l), (d, l),                                  \
+     nvmlDeviceGetRunningProcessDetailList)                                                                            \
   X1(device_process_utilization, Optional,                                                                             \
      (Device d, ProcessUtilizationSample * samples, unsigned int* count, unsigned long long last_seen_us),             \
      (d, samples, count, last_seen_us), nvmlDeviceGetProcessUtilization)                                               \

@@ -4,10 +4,13 @@
 // process (bench/nvml_call_cost.py).
 //
 // Running processes: nvmlDeviceGet{Compute,Graphics}RunningProcesses_v3 (or _v2, the same struct), else the
-// unversioned call with the older two-field struct. Utilisation: nvmlDeviceGetProcessesUtilizationInfo where the
-// driver has it, else nvmlDeviceGetProcessUtilization; both return the samples newer than the last timestamp seen,
-// which are averaged per pid.
+// unversioned call with the older two-field struct. Drivers 535.43.02-535.98 fill a 32-byte struct from _v3 (issue 30;
+// process_info_stride() in nvml_source.cpp tells them): entries are read at the stride the driver writes, and every
+// buffer has room for the largest struct any driver writes, so a driver can never write past it. Utilisation:
+// nvmlDeviceGetProcessesUtilizationInfo where the driver has it, else nvmlDeviceGetProcessUtilization; both return the
+// samples newer than the last timestamp seen, which are averaged per pid.
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include <spdlog/spdlog.h>
@@ -35,6 +38,39 @@ template <class T, class Fn> Return list(Fn&& fn, std::vector<T>& out, size_t ro
     }
     if (rc != kErrorInsufficientSize) return rc;
     out.resize(count + 8);
+  }
+  return kErrorInsufficientSize;
+}
+
+// A running-process list: (pid, memory held) per entry of `stride` bytes, asked with room for `room` entries and again
+// with room for a few more than the count the driver answered where that was too little. Whatever the stride, the
+// buffer holds kProcessInfoMaxBytes per entry the driver is told of, and the count it answers is capped, so neither a
+// larger struct than expected nor a wild count makes it write (or us allocate) without bound.
+constexpr size_t kMaxListedProcesses = 4096;
+struct Listed {
+  unsigned int pid;
+  unsigned long long used;
+};
+template <class Fn> Return list_processes(Fn&& fn, size_t stride, size_t room, std::vector<Listed>& out) {
+  out.clear();
+  std::vector<unsigned char> buf;
+  size_t entries = std::min(room, kMaxListedProcesses);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    buf.assign(std::max<size_t>(entries, 1) * kProcessInfoMaxBytes, 0);
+    unsigned int count = static_cast<unsigned int>(entries);
+    const Return rc = fn(&count, entries == 0 ? nullptr : buf.data());
+    if (rc == kSuccess) {
+      const size_t n = std::min<size_t>(count, entries);
+      for (size_t i = 0; i < n; ++i) {
+        Listed l{};
+        std::memcpy(&l.pid, buf.data() + i * stride, sizeof l.pid);
+        std::memcpy(&l.used, buf.data() + i * stride + offsetof(ProcessInfo, usedGpuMemory), sizeof l.used);
+        out.push_back(l);
+      }
+      return rc;
+    }
+    if (rc != kErrorInsufficientSize) return rc;
+    entries = std::min<size_t>(static_cast<size_t>(count) + 8, kMaxListedProcesses);
   }
   return kErrorInsufficientSize;
 }
@@ -86,29 +122,31 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
         if (m.info.selected) handles.push_back(m.handle);
       if (handles.empty()) handles.push_back(d.handle);
       auto read_one_list = [&](Device h, auto v3, auto v1) {
+        std::vector<Listed> infos;
         if (ps.list_v3 && (*lib_).*v3) {
-          std::vector<ProcessInfo> infos;
-          const Return rc = list<ProcessInfo>([&](unsigned int* n, ProcessInfo* p) { return ((*lib_).*v3)(h, n, p); },
-                                              infos, ps.list_room);
+          const Return rc = list_processes(
+              [&](unsigned int* n, unsigned char* p) { return ((*lib_).*v3)(h, n, reinterpret_cast<ProcessInfo*>(p)); },
+              proc_stride_, ps.list_room, infos);
           ps.list_room = std::max<size_t>(ps.list_room, infos.size() + 8);
           if (rc == kSuccess) {
             any_list = true;
             for (const auto& p : infos)
-              take(p.pid, p.usedGpuMemory);
+              take(p.pid, p.used);
             return;
           }
           if (!property_error(rc)) return;
           ps.list_v3 = false; // the v2 struct is not understood here: the older call from now on
         }
         if ((*lib_).*v1) {
-          std::vector<ProcessInfoV1> infos;
-          const Return rc = list<ProcessInfoV1>(
-              [&](unsigned int* n, ProcessInfoV1* p) { return ((*lib_).*v1)(h, n, p); }, infos, ps.list_room);
+          const Return rc =
+              list_processes([&](unsigned int* n,
+                                 unsigned char* p) { return ((*lib_).*v1)(h, n, reinterpret_cast<ProcessInfoV1*>(p)); },
+                             sizeof(ProcessInfoV1), ps.list_room, infos);
           ps.list_room = std::max<size_t>(ps.list_room, infos.size() + 8);
           if (rc == kSuccess) {
             any_list = true;
             for (const auto& p : infos)
-              take(p.pid, p.usedGpuMemory);
+              take(p.pid, p.used);
           }
         }
       };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -9,6 +10,7 @@
 #include <system_error>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -77,17 +79,44 @@ double field_number(const FieldValue& f, bool& ok) {
   }
 }
 
+// Issue 30: a violation counter's field as the driver answered it: kSuccess with the nanoseconds; NOT_SUPPORTED and
+// the like (the driver or GPU does not know the field: the old call from then on); GPU_IS_LOST; kNoCall for any other
+// error (the field's, not the device's: missing this time, as read_fields treats its fields).
+Return violation_answer(const FieldValue& f, unsigned long long& ns) {
+  if (f.nvmlReturn == kErrorGpuIsLost || f.nvmlReturn == kErrorNotSupported || f.nvmlReturn == kErrorNoPermission ||
+      f.nvmlReturn == kErrorInvalidArgument)
+    return f.nvmlReturn;
+  if (f.nvmlReturn != kSuccess) return kNoCall;
+  bool ok = false;
+  const double v = field_number(f, ok);
+  if (!ok || !(v >= 0)) return kErrorNotSupported; // a value type this counter never has
+  ns = f.valueType == kValueULongLong ? f.value.ullVal : static_cast<unsigned long long>(v);
+  return kSuccess;
+}
+
 Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
-  if (d.fields.empty()) return kNoCall;
-  FieldValue fv[5] = {};
+  FieldValue fv[7] = {};
   static_assert(std::tuple_size_v<decltype(d.field_failures)> >= std::size(fv));
-  const int n = static_cast<int>(std::min<size_t>(d.fields.size(), std::size(fv)));
+  const int n = static_cast<int>(std::min<size_t>(d.fields.size(), 5));
   for (int i = 0; i < n; ++i) {
     fv[i].fieldId = d.fields[static_cast<size_t>(i)]; // scopeId 0: the GPU alone
     // NVLink throughput: UINT_MAX asks for the sum over every link (nvml.h, "NVLink throughput counters")
     if (fv[i].fieldId == kFieldNvlinkDataTx || fv[i].fieldId == kFieldNvlinkDataRx) fv[i].scopeId = kScopeAllLinks;
   }
-  Return rc = c.lib.device_field_values(d.handle, n, fv);
+  // Issue 30: on a health tick the violation counters ride in the same call (read_violation takes them from there).
+  std::array<int, 2> viol_at{-1, -1};
+  int m = n;
+  if (c.health)
+    for (size_t p = 0; p < 2; ++p)
+      if (d.health.violation_field[p] && d.on[p == 0 ? NvmlSource::cViolationPower : NvmlSource::cViolationThermal]) {
+        viol_at[p] = m;
+        fv[m++].fieldId = p == 0 ? kFieldPerfPolicyPower : kFieldPerfPolicyThermal;
+      }
+  if (m == 0) return kNoCall;
+  Return rc = c.lib.device_field_values(d.handle, m, fv);
+  for (size_t p = 0; p < 2; ++p)
+    if (viol_at[p] >= 0)
+      d.health.field_rc[p] = rc == kSuccess ? violation_answer(fv[viol_at[p]], d.health.field_ns[p]) : kNoCall;
   if (rc != kSuccess) return rc;
   bool drop = false;
   std::array<bool, std::size(fv)> dropped{};
@@ -201,17 +230,33 @@ template <auto Fn> Return read_codec(const TickCtx& c, Dev& d, unsigned int& pct
 // ---- issue 17: violation (throttle) time for one policy (0 power, 1 thermal): NVML counts nanoseconds below the
 // application clocks since the driver loaded; stored as seconds since the run's first reading, so a run's last row
 // says how long it was throttled. A counter that went backwards (driver reloaded) starts a new base.
+// Issue 30: read as the field NVML_FI_DEV_PERF_POLICY_POWER / _THERMAL where the driver knows it (the same counter,
+// asked in the tick's field-values call; nvmlDeviceGetViolationStatus goes in CUDA 14), else through the old call
+// where the library still has it.
 template <int Policy> Return read_violation(const TickCtx& c, Dev& d, GpuSample& s) {
   OptF& held = Policy == 0 ? d.health.throttle_power_s : d.health.throttle_thermal_s;
   Return rc = kNoCall;
   if (c.health) {
     held.reset();
-    ViolationTime t{};
-    rc = c.lib.device_violation_status(d.handle, Policy == 0 ? kPerfPolicyPower : kPerfPolicyThermal, &t);
+    constexpr Return kNotAsked = -2;
+    rc = std::exchange(d.health.field_rc[Policy], kNotAsked);
+    unsigned long long ns = d.health.field_ns[Policy];
+    if (rc == kErrorNotSupported || rc == kErrorInvalidArgument || rc == kErrorNoPermission) {
+      d.health.violation_field[Policy] = false; // a field this driver or GPU does not know: the old call from now on
+      spdlog::debug("GPU {}: violation field {} answered {}; nvmlDeviceGetViolationStatus instead", d.info.gpu_index,
+                    Policy == 0 ? kFieldPerfPolicyPower : kFieldPerfPolicyThermal, error_name(rc));
+      rc = kNotAsked;
+    }
+    if (rc == kNotAsked) {
+      if (!c.lib.device_violation_status) return kErrorNotSupported;
+      ViolationTime t{};
+      rc = c.lib.device_violation_status(d.handle, Policy == 0 ? kPerfPolicyPower : kPerfPolicyThermal, &t);
+      ns = t.violationTime;
+    }
     if (rc != kSuccess) return rc;
     auto& base = d.health.violation_base_ns[Policy];
-    if (!base || t.violationTime < *base) base = t.violationTime;
-    held = static_cast<double>(t.violationTime - *base) * 1e-9;
+    if (!base || ns < *base) base = ns;
+    held = static_cast<double>(ns - *base) * 1e-9;
   }
   (Policy == 0 ? s.throttle_power_s : s.throttle_thermal_s) = held;
   return rc;
@@ -220,6 +265,10 @@ template <int Policy> Return read_violation(const TickCtx& c, Dev& d, GpuSample&
 // Present when the library has the symbol.
 template <auto Fn> bool has(const Library& lib) {
   return lib.*Fn != nullptr;
+}
+
+bool has_violation(const Library& l) {
+  return l.device_field_values != nullptr || l.device_violation_status != nullptr;
 }
 
 constexpr CallSpec kCalls[] = {
@@ -274,8 +323,8 @@ constexpr CallSpec kCalls[] = {
     {NvmlSource::cMemory, "memory",
      bits({G::mem_used_bytes, G::mem_total_bytes, G::mem_reserved_bytes, G::mem_free_bytes}),
      [](const Library& l) { return l.device_memory_v2 != nullptr || l.device_memory != nullptr; }, read_memory},
-    // nvmlDeviceGetTemperatureV where the library has it (nvmlDeviceGetTemperature is deprecated in NVML 13), the
-    // old call where it does not or where it does not know our struct version.
+    // nvmlDeviceGetTemperatureV where the library has it (from driver 565.57.01; nvmlDeviceGetTemperature is deprecated
+    // in NVML 13), the old call where it does not or where it does not know our struct version.
     {NvmlSource::cTempGpu, "temperature_gpu", bits({G::temp_gpu_c}),
      [](const Library& l) { return l.device_temperature_v != nullptr || l.device_temperature != nullptr; },
      [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
@@ -437,11 +486,9 @@ constexpr CallSpec kCalls[] = {
        s.pcie_replays = d.health.replays;
        return rc;
      }},
-    {NvmlSource::cViolationPower, "violation_power", bits({G::throttle_power_s}),
-     has<&Library::device_violation_status>,
+    {NvmlSource::cViolationPower, "violation_power", bits({G::throttle_power_s}), has_violation,
      [](const TickCtx& c, Dev& d, GpuSample& s) { return read_violation<0>(c, d, s); }},
-    {NvmlSource::cViolationThermal, "violation_thermal", bits({G::throttle_thermal_s}),
-     has<&Library::device_violation_status>,
+    {NvmlSource::cViolationThermal, "violation_thermal", bits({G::throttle_thermal_s}), has_violation,
      [](const TickCtx& c, Dev& d, GpuSample& s) { return read_violation<1>(c, d, s); }},
     // ---- end issue 17
 };
@@ -483,6 +530,22 @@ NvmlSource::Options NvmlSource::Options::from_env(const std::string& gpus_flag) 
 
 NvmlSource::NvmlSource(Options opts) : opts_(std::move(opts)) {}
 
+size_t NvmlSource::process_info_stride(const std::string& driver_version, bool has_conf_compute_mem,
+                                       bool has_process_detail_list) {
+  // "535.54.03" -> (535, 54, 3); anything else leaves the version unknown.
+  unsigned major = 0, minor = 0, patch = 0;
+  char tail = 0;
+  const int got = std::sscanf(driver_version.c_str(), "%u.%u.%u%c", &major, &minor, &patch, &tail);
+  if (got == 2 || got == 3) {
+    const auto v = std::tuple(major, minor, patch);
+    return v >= std::tuple(535u, 43u, 2u) && v < std::tuple(535u, 104u, 5u) ? sizeof(ProcessInfoR535)
+                                                                            : sizeof(ProcessInfo);
+  }
+  // The symbols nvitop tells the window by: confidential-compute memory arrived with the 32-byte struct, the
+  // process detail list with the return to 24 bytes.
+  return has_conf_compute_mem && !has_process_detail_list ? sizeof(ProcessInfoR535) : sizeof(ProcessInfo);
+}
+
 // The selection's MIG entry that names one of this GPU's MIG instances, or "".
 std::string NvmlSource::mig_of(Device gpu) {
   if (!lib_->device_max_mig_count || !lib_->device_mig_by_index || !lib_->device_uuid) return {};
@@ -514,12 +577,13 @@ bool NvmlSource::open() {
   std::string why;
   lib_ = Library::load(opts_.library_path, why);
   if (!lib_) {
-    status_ = SourceStatus::missing(
+    const bool unusable = why.find("lacks required") != std::string::npos;
+    status_ = SourceStatus::not_loaded(
         fmt::format("no NVIDIA GPU recorded: {}", why),
-        why.find("lacks required") != std::string::npos
-            ? "update the NVIDIA driver; this libnvidia-ml is older than wattscope supports"
-            : "on a machine with an NVIDIA GPU, install its driver (Debian: nvidia-driver, which provides "
-              "libnvidia-ml.so.1) or set WATTSCOPE_NVML_LIBRARY to the library's path");
+        unusable ? "update the NVIDIA driver; this libnvidia-ml is older than wattscope supports"
+                 : "on a machine with an NVIDIA GPU, install its driver (Debian: nvidia-driver, which provides "
+                   "libnvidia-ml.so.1) or set WATTSCOPE_NVML_LIBRARY to the library's path",
+        unusable || !opts_.library_path.empty());
     return false;
   }
   for (const auto& m : lib_->missing_optional())
@@ -562,6 +626,11 @@ bool NvmlSource::open() {
     driver_version_ = cstr(buf, sizeof buf);
   if (lib_->system_nvml_version && lib_->system_nvml_version(buf, sizeof buf) == kSuccess)
     nvml_version_ = cstr(buf, sizeof buf);
+  proc_stride_ = process_info_stride(driver_version_, lib_->device_conf_compute_mem_size != nullptr,
+                                     lib_->device_process_detail_list != nullptr);
+  if (proc_stride_ != sizeof(ProcessInfo))
+    spdlog::debug("nvml: driver {} fills {}-byte entries from the running-process calls", driver_version_,
+                  proc_stride_);
   unsigned int count = 0;
   rc = lib_->device_count(&count);
   if (rc != kSuccess) {
@@ -596,7 +665,13 @@ bool NvmlSource::open() {
                    opts_.selection.origin, mig, d.info.gpu_index, d.info.uuid);
     }
     PciInfo pci{};
-    PciInfoLegacy legacy{};
+    // Issue 30: _v2 fills the 52-byte layout, but is handed room for the full struct: a driver that writes more
+    // (as _v3 does) still writes inside the buffer.
+    union {
+      PciInfo full;
+      PciInfoLegacy legacy;
+    } v2{};
+    PciInfoLegacy& legacy = v2.legacy;
     if (lib_->device_pci_info && lib_->device_pci_info(d.handle, &pci) == kSuccess)
       d.info.pci_bus_id = cstr(pci.busId, sizeof pci.busId);
     else if (lib_->device_pci_info_legacy && lib_->device_pci_info_legacy(d.handle, &legacy) == kSuccess) {

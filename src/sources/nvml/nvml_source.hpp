@@ -98,6 +98,11 @@ public:
     OptI ecc_corrected, ecc_uncorrected, rows_correctable, rows_uncorrectable, remap_pending, remap_failed, replays;
     OptF throttle_power_s, throttle_thermal_s;
     std::array<std::optional<unsigned long long>, 2> violation_base_ns; // first reading: power, thermal
+    // issue 30: read through field values (in the tick's one nvmlDeviceGetFieldValues call) until the driver says it
+    // does not know the field; then the old call. field_rc: that call's answer for each this tick, -2 when not asked.
+    std::array<bool, 2> violation_field{true, true};
+    std::array<nvml::Return, 2> field_rc{-2, -2};
+    std::array<unsigned long long, 2> field_ns{};
   };
   struct NvlinkCounter { // previous reading of a cumulative KiB counter
     std::optional<unsigned long long> kib;
@@ -161,6 +166,11 @@ public:
   void gpu_processes(std::vector<GpuProcessSample>& out, std::vector<int>& listed) noexcept override;
   // issue 17: whether Xid events are polled (an event set with at least one device registered)
   bool watches_xid() const { return events_on_; }
+  // issue 30: the bytes per entry nvmlDevice{Compute,Graphics}RunningProcesses_v3 write: 32 on drivers 535.43.02 to
+  // 535.98 (told by the version, e.g. "535.54.03", or where it is unknown by nvmlDeviceGetConfComputeMemSizeInfo
+  // present and nvmlDeviceGetRunningProcessDetailList absent), else sizeof(nvml::ProcessInfo), 24.
+  static size_t process_info_stride(const std::string& driver_version, bool has_conf_compute_mem,
+                                    bool has_process_detail_list);
 
 private:
   // Classifies a return code: true when the value may be used. Switches the metric off on NOT_SUPPORTED and
@@ -221,6 +231,7 @@ private:
   };
   std::mutex proc_mu_;
   std::vector<ProcState> proc_state_;
+  size_t proc_stride_ = sizeof(nvml::ProcessInfo); // issue 30: set by open() from process_info_stride()
 };
 
 } // namespace wattscope

@@ -11,6 +11,7 @@
 
 #include "core/schema.hpp"
 #include "core/thread_name.hpp"
+#include "sources/dl_open.hpp"
 
 namespace wattscope {
 
@@ -133,21 +134,32 @@ uint64_t RocmSmiSource::counter_step(uint64_t last, uint64_t now) {
 }
 
 bool RocmSmiSource::open() {
+  // Issue 30: the system library only where an AMD GPU is on the PCI bus. Initialising it elsewhere (Debian installs
+  // librocm-smi64-1 beside other packages) costs time and makes it complain on stderr.
+  if (opts_.library_path.empty() && pci_bus_has_gpu(opts_.sysfs_root, 0x1002, true) == false) {
+    status_ = SourceStatus::missing("no AMD GPU on the PCI bus", "none needed unless this machine has an AMD GPU");
+    return false;
+  }
   std::string why;
   lib_ = Library::load(opts_.library_path, why);
   if (!lib_) {
-    status_ = SourceStatus::missing(
+    const bool unusable = why.find("lacks required") != std::string::npos;
+    status_ = SourceStatus::not_loaded(
         fmt::format("no AMD GPU recorded through ROCm SMI: {}", why),
-        why.find("lacks required") != std::string::npos
-            ? "point WATTSCOPE_ROCM_SMI_LIBRARY at ROCm's librocm_smi64.so"
-            : "none needed unless this machine has an AMD GPU; then install ROCm SMI (Debian: librocm-smi64-1; ROCm: "
-              "rocm-smi-lib) or set WATTSCOPE_ROCM_SMI_LIBRARY to the library's path. Without it AMD GPUs are "
-              "read through hwmon");
+        unusable ? "point WATTSCOPE_ROCM_SMI_LIBRARY at ROCm's librocm_smi64.so"
+                 : "none needed unless this machine has an AMD GPU; then install ROCm SMI (Debian: librocm-smi64-1; "
+                   "ROCm: rocm-smi-lib) or set WATTSCOPE_ROCM_SMI_LIBRARY to the library's path. Without it AMD GPUs "
+                   "are read through hwmon",
+        unusable || !opts_.library_path.empty());
     return false;
   }
   for (const auto& m : lib_->missing_optional())
     spdlog::debug("rocm-smi: {} lacks {}; what it reads is off", lib_->path(), m);
-  Status rc = lib_->init(0);
+  Status rc;
+  {
+    StderrToDebugLog quiet("rocm-smi"); // issue 30: "Exception caught: rsmi_init." and the like go to the debug log
+    rc = lib_->init(0);
+  }
   if (rc == kPermission) {
     status_ = SourceStatus::no_permission(
         fmt::format("no AMD GPU recorded through ROCm SMI: rsmi_init failed with {}", status_name(rc)),
@@ -440,6 +452,10 @@ void RocmSmiSource::sample_device(Dev& d, Frame& frame) {
     return; // no row for a tick on which the device answered nothing
   }
   d.failures = 0;
+  // Issue 30: free VRAM, as the library has no call for it: the total less what is used, where both are known.
+  if (const OptI total = s.mem_total_bytes ? s.mem_total_bytes : d.info.mem_total_bytes;
+      total && s.mem_used_bytes && *s.mem_used_bytes >= 0 && *total >= *s.mem_used_bytes)
+    s.mem_free_bytes = *total - *s.mem_used_bytes;
   frame.gpus.push_back(std::move(s));
 }
 
@@ -469,8 +485,15 @@ void RocmSmiSource::slow_loop() {
       if (slow_stop_) return;
       std::lock_guard l(d.slow->mu);
       if (rc == kSuccess) {
-        d.slow->tx = static_cast<int64_t>(sent); // bytes in the one second the library sampled
-        d.slow->rx = static_cast<int64_t>(received);
+        // Issue 30: the library hands on the kernel's pcie_bw counts: packets in the one second it sampled, and the
+        // largest packet's size (rocm_smi.h calls them bytes; rocm-smi multiplies, as here). Their product is an
+        // upper bound of the bytes moved. No packet size: missing, not a figure in the wrong unit.
+        const auto bytes = [max_pkt](uint64_t packets) -> OptI {
+          if (max_pkt == 0 || max_pkt > 4096 || packets > static_cast<uint64_t>(INT64_MAX) / max_pkt) return {};
+          return static_cast<int64_t>(packets * max_pkt);
+        };
+        d.slow->tx = bytes(sent);
+        d.slow->rx = bytes(received);
         d.slow->at = SteadyClock::now();
       } else if (property_error(rc) || (gone_error(rc) && !d.slow->tx)) {
         d.slow->off = true;

@@ -27,6 +27,9 @@ public:
   struct Options {
     std::string library_path; // WATTSCOPE_ROCM_SMI_LIBRARY, or empty for the system library
     std::chrono::nanoseconds slow_period = std::chrono::seconds(1);
+    // Issue 30: the system library is loaded only where <sysfs_root>/bus/pci/devices has an AMD GPU (or cannot be
+    // read); a library named by WATTSCOPE_ROCM_SMI_LIBRARY is always loaded (the user asked for it).
+    std::string sysfs_root = "/sys";
     static Options from_env();
   };
 
