@@ -141,10 +141,10 @@ const json& series_named(const json& power, const std::string& prefix) {
   return none;
 }
 
-// A cell is "inside" when it begins after the first scan: the first scan's step carries only the tick that adopted it
-// (what came before the first scan is unattributed), spread over the time since the run's start.
+// A cell is "inside" when its middle is past the first scan: the first scan's step carries only the tick that adopted
+// it (what came before the first scan is unattributed), spread over the time since the run's start.
 bool inside(const json& power, size_t i, double first_scan_s) {
-  return power["edges"][i].get<double>() >= first_scan_s - 1e-9;
+  return power["t"][i].get<double>() > first_scan_s;
 }
 
 } // namespace
@@ -157,20 +157,20 @@ TEST(ReportPowerByProcess, ShortRunAtConstantPowerIsThatPowerInWatts) {
   const json P = report_of(dir, spec);
   ASSERT_TRUE(P.is_object());
   const json& power = P["power"];
-  EXPECT_EQ(power["cells"], "scan intervals");
-  EXPECT_NEAR(power["step_s"].get<double>(), 1.0, 1e-9);
-  ASSERT_EQ(power["t"].size(), 6u) << power.dump(); // [0, 1], [1, 2] ... [5, 6]: one step per scan interval
-  ASSERT_EQ(power["edges"].size(), 7u);
   const auto sum = stacked(power);
   size_t checked = 0;
   for (size_t i = 0; i < sum.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_LE(sum[i], 250.0 * 1.001) << "never more than the device drew";
-    if (!inside(power, i, 1.0)) continue;
-    EXPECT_NEAR(sum[i], 250.0, 0.25) << power.dump();
+    if (!inside(power, i, 1.0) || sum[i] == 0) continue; // (today's chart: 0 between the buckets with a scan)
+    EXPECT_NEAR(sum[i], 250.0, 0.25);
     ++checked;
   }
   EXPECT_EQ(checked, 5u);
+  EXPECT_EQ(power["cells"], "scan intervals");
+  EXPECT_NEAR(power["step_s"].get<double>(), 1.0, 1e-9);
+  EXPECT_EQ(power["t"].size(), 6u) << power.dump(); // [0, 1], [1, 2] ... [5, 6]: one step per scan interval
+  EXPECT_EQ(power["edges"].size(), 7u);
 }
 
 TEST(ReportPowerByProcess, SharesStackToTheDevicePowerAndAreaToTheTablesEnergy) {
@@ -215,15 +215,15 @@ TEST(ReportPowerByProcess, LongRunIsAveragedOverTimeNotOverBuckets) {
   spec.energy_j = [](double t) { return 260.0 * t; };
   const json P = report_of(dir, spec);
   const json& power = P["power"];
-  EXPECT_EQ(power["cells"], "equal cells");
-  ASSERT_EQ(power["t"].size(), 500u);
-  EXPECT_NEAR(power["step_s"].get<double>(), 2.4, 1e-9);
   const auto sum = stacked(power);
   for (size_t i = 0; i < sum.size(); ++i) {
     if (!inside(power, i, 1.0)) continue;
     SCOPED_TRACE(i);
     EXPECT_NEAR(sum[i], 260.0, 0.1);
   }
+  EXPECT_EQ(power["cells"], "equal cells");
+  EXPECT_EQ(power["t"].size(), 500u);
+  EXPECT_NEAR(power["step_s"].get<double>(), 2.4, 1e-9);
 }
 
 TEST(ReportPowerByProcess, AStepInPowerIsAveragedByTheTimeOnEachSide) {
