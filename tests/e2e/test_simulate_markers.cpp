@@ -113,4 +113,26 @@ TEST(SimulateMarkers, RecordWithASocketTakesOnlyTheSocketsMarkers) {
   EXPECT_EQ(scalar(db, "SELECT GROUP_CONCAT(unit) || ':' || SUM(amount) FROM work"), "tokens:7.0");
 }
 
+// The record summary (serve's is the same text) of simulated GPUs, which list no process under record: the busy ones'
+// energy is `unattributed`, only the GPU that sits at 0 % (GPU 3) is `idle` (issue 29: "idle 100 %" at 78 %).
+TEST(SimulateMarkers, RecordSummaryCallsABusyGpusEnergyUnattributedAndOnlyAnIdleOneIdle) {
+  TempDir dir;
+  const int pid = start({wattscope(), "record", "--simulate", "--interval", "100ms", "--db", dir / "w.db"},
+                        no_gpu_env(), dir.path(), dir / "rec.out", dir / "rec.err");
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500)); // into epoch 1: GPUs 0-2 at ~97 % SM
+  ::kill(pid, SIGINT);
+  ASSERT_EQ(wait_exit(pid), 0) << read_file(dir / "rec.err");
+  const std::string err = read_file(dir / "rec.err");
+  auto line_of = [&](const std::string& gpu) {
+    const auto a = err.find("  " + gpu + "     processes:");
+    return a == std::string::npos ? std::string() : err.substr(a, err.find('\n', a) - a);
+  };
+  const std::string busy = line_of("GPU 1"), idle = line_of("GPU 3");
+  ASSERT_FALSE(busy.empty()) << err;
+  ASSERT_FALSE(idle.empty()) << err;
+  EXPECT_EQ(busy.find("idle 100.0 %"), std::string::npos) << busy;
+  EXPECT_NE(busy.find("unattributed"), std::string::npos) << busy;
+  EXPECT_NE(idle.find("unattributed 0.0 %; idle 100.0 %"), std::string::npos) << idle;
+}
+
 } // namespace e2e_simulate_markers
