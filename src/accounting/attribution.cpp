@@ -154,12 +154,15 @@ void Attributor::process(Frame& f, const char* cpu_power_method) {
       d.attributed_j += a;
       d.other_j += o;
       d.unattributed_j += e_cpu - a - o;
+      d.idle_j += e_cpu - a - o; // the CPU's idle time in the scan window: what its utilisation calls idle
       for (const auto& c : cpu_share_) {
         c.totals->cpu_energy_j += e_cpu * c.frac;
         if (c.unit) c.unit->cpu_energy_j += e_cpu * c.frac;
       }
     } else {
       d.unattributed_j += e_cpu;
+      // No scan to split it yet: only the idle share of the tick's utilisation is idle.
+      if (f.cpu.util_pct) d.idle_j += e_cpu * std::clamp(1.0 - *f.cpu.util_pct / 100.0, 0.0, 1.0);
     }
   }
   for (const auto& s : f.gpus) {
@@ -169,9 +172,12 @@ void Attributor::process(Frame& f, const char* cpu_power_method) {
     last = *s.energy_j;
     DeviceAttribution& d = sum_.devices["gpu" + std::to_string(s.gpu_index)];
     d.method = "attributed";
+    // issue 29: energy with no process to give it to is idle only where the GPU's utilisation says so.
+    const bool idle = s.util_gpu_pct && *s.util_gpu_pct < kAttributionIdleUtilPct;
     auto g = current_ ? gpu_.find(s.gpu_index) : gpu_.end();
     if (g == gpu_.end() || g->second.total <= 0) {
       d.unattributed_j += e;
+      if (idle) d.idle_j += e;
       continue;
     }
     double a = 0, o = 0;
@@ -184,6 +190,7 @@ void Attributor::process(Frame& f, const char* cpu_power_method) {
     d.attributed_j += a;
     d.other_j += o;
     d.unattributed_j += e - a - o;
+    if (idle) d.idle_j += e - a - o;
     (g->second.by_sm ? d.sm_share_j : d.memory_share_j) += e;
   }
   if (f.processes) fill(*f.processes, f);
@@ -204,14 +211,17 @@ void Attributor::fill(ProcessSnapshot& snap, const Frame& f) {
     }
     return &it->second;
   };
+  // issue 29: with no CPU energy measured (nor estimated) so far, a process's share of it is unknown, not 0; and
+  // where the scan could not split the CPU's time (its first window), so is its share of the power.
+  const bool cpu_energy = sum_.devices.count("cpu") > 0;
   size_t c = 0; // cpu_share_ holds, in snap.procs order, the processes with CPU time in the window
   for (auto& p : snap.procs) {
     auto it = sum_.processes.find(p.id);
-    p.cpu_energy_j = it != sum_.processes.end() ? it->second.cpu_energy_j : 0.0;
+    if (cpu_energy) p.cpu_energy_j = it != sum_.processes.end() ? it->second.cpu_energy_j : 0.0;
     double frac = 0;
     if (c < cpu_share_.size() && it != sum_.processes.end() && cpu_share_[c].totals == &it->second)
       frac = cpu_share_[c++].frac;
-    if (cpu_w) p.cpu_power_w = current_ && cpu_known_ ? *cpu_w * frac : 0.0;
+    if (cpu_w && current_ && cpu_known_) p.cpu_power_w = *cpu_w * frac;
     if (UnitSample* u = unit(p.unit, p.unit_kind)) {
       ++u->processes;
       u->cpu_power_w += p.cpu_power_w.value_or(0);
@@ -251,11 +261,9 @@ void Attributor::fill(ProcessSnapshot& snap, const Frame& f) {
 nlohmann::json AttributionSummary::to_json(size_t max_processes) const {
   nlohmann::json devs = nlohmann::json::object();
   for (const auto& [name, d] : devices) {
-    nlohmann::json j = {{"attributed_j", d.attributed_j},
-                        {"other_j", d.other_j},
-                        {"unattributed_j", d.unattributed_j},
-                        {"measured_j", d.measured_j()},
-                        {"method", d.method}};
+    nlohmann::json j = {{"attributed_j", d.attributed_j},     {"other_j", d.other_j},
+                        {"unattributed_j", d.unattributed_j}, {"idle_j", d.idle_j},
+                        {"measured_j", d.measured_j()},       {"method", d.method}};
     if (name != "cpu") {
       j["sm_share_j"] = d.sm_share_j;
       j["memory_share_j"] = d.memory_share_j;
@@ -267,6 +275,7 @@ nlohmann::json AttributionSummary::to_json(size_t max_processes) const {
     rank.emplace_back(e.second.cpu_energy_j + e.second.gpu_total_j(), &e);
   std::sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   nlohmann::json procs = nlohmann::json::array();
+  const bool cpu = devices.count("cpu") > 0;
   std::map<std::pair<std::string, std::string>, double> units;
   for (const auto& [energy, e] : rank) {
     const auto& [id, t] = *e;
@@ -281,7 +290,7 @@ nlohmann::json AttributionSummary::to_json(size_t max_processes) const {
          {"comm", t.comm},
          {"in_run", t.in_run},
          {"unit", t.unit.empty() ? nlohmann::json() : nlohmann::json(t.unit)},
-         {"cpu_energy_j", t.cpu_energy_j},
+         {"cpu_energy_j", cpu ? nlohmann::json(t.cpu_energy_j) : nlohmann::json()}, // no CPU energy: unknown
          {"gpu_energy_j", t.gpu_total_j()},
          {"gpu_energy_by_device_j", gpu},
          {"peak_rss_bytes", t.peak_rss_bytes ? nlohmann::json(*t.peak_rss_bytes) : nlohmann::json()},

@@ -1,7 +1,8 @@
 // Who used the energy (docs/attribution.md). Every tick's energy per device is split by the latest process scan's
-// shares: a GPU's by its processes' SM utilisation, else by the memory they hold, else it stays unattributed (idle);
+// shares: a GPU's by its processes' SM utilisation, else by the memory they hold, else it stays unattributed;
 // the CPU's (RAPL package + DRAM) by busy CPU time, idle time unattributed. Per device, attributed + other +
-// unattributed equals the measured energy: the unattributed part of each tick is what the other two leave.
+// unattributed equals the measured energy: the unattributed part of each tick is what the other two leave. Of the
+// unattributed energy, only what the device's utilisation says was idle is called idle.
 #pragma once
 
 #include <map>
@@ -18,12 +19,19 @@ namespace wattscope {
 struct DeviceAttribution {
   double attributed_j = 0;   // the run's processes (`run`), or every process (`record`, `serve`)
   double other_j = 0;        // other processes: neighbours on the GPU, busy CPU time outside the run
-  double unattributed_j = 0; // idle, or no process figures for the interval
+  double unattributed_j = 0; // no process to give it to: none listed, none active, no process figures
+  // The part of unattributed_j spent while the device's utilisation said it was idle (issue 29): a GPU under 5 %, the
+  // CPU's idle time. The rest had no process to give it to although the device was busy (or its utilisation unknown).
+  double idle_j = 0;
   double sm_share_j = 0;     // GPU: split by SM utilisation
   double memory_share_j = 0; // GPU: split by memory held (no process active)
   std::string method;        // "attributed", or "attributed (estimated)" for --cpu-tdp
   double measured_j() const { return attributed_j + other_j + unattributed_j; }
 };
+
+// A GPU below this utilisation over a tick is idle: the bar adaptive sampling (kIdleGpuUtilPct) and the advice
+// (kIdleUtilPct) set, so "idle" means one thing in every view.
+inline constexpr double kAttributionIdleUtilPct = 5.0;
 
 struct ProcessTotals {
   std::string comm;

@@ -174,11 +174,15 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
       if (!(total > 0)) continue;
       const std::string dev = name == "cpu" ? "the CPU" : "GPU " + name.substr(3);
       const bool run_mode = !r.command.empty();
-      out += fmt::format("  {:<9} {}: {} of {}'s {}, {:.1f} %; other processes {:.1f} %; idle {:.1f} % [{}]\n",
-                         name == "cpu" ? "CPU" : "GPU " + name.substr(3), run_mode ? "your processes" : "processes",
-                         format_energy(num(d, "attributed_j")), dev, format_energy(total),
-                         100 * num(d, "attributed_j") / total, 100 * num(d, "other_j") / total,
-                         100 * num(d, "unattributed_j") / total, d.value("method", std::string()));
+      // issue 29: energy no process took is `unattributed`; only the part the device's utilisation called idle is
+      // `idle` (idle_j, a part of unattributed_j; stores from before it have none).
+      const double idle = std::min(num(d, "idle_j"), num(d, "unattributed_j"));
+      out += fmt::format(
+          "  {:<9} {}: {} of {}'s {}, {:.1f} %; other processes {:.1f} %; unattributed {:.1f} %{} [{}]\n",
+          name == "cpu" ? "CPU" : "GPU " + name.substr(3), run_mode ? "your processes" : "processes",
+          format_energy(num(d, "attributed_j")), dev, format_energy(total), 100 * num(d, "attributed_j") / total,
+          100 * num(d, "other_j") / total, 100 * (num(d, "unattributed_j") - idle) / total,
+          idle > 0 ? fmt::format("; idle {:.1f} %", 100 * idle / total) : "", d.value("method", std::string()));
     }
   }
   // ---- end attribution ----

@@ -140,8 +140,18 @@ void Session::open() {
       phases_->push(std::move(m), ts_ms);
     }
   };
+  // issue 29: `run --simulate` keeps the scenario's phases and work apart until the command shows whether it sends
+  // its own (simulate_loop, hold_simulated, finish).
+  if (opts_.simulate && !opts_.command.empty()) sim_phases_ = std::make_unique<PhaseTracker>();
   if (opts_.private_marker_socket || !opts_.marker_socket_path.empty()) {
-    auto handler = on_marker_;
+    auto handler = [this](Marker m, int64_t ts_ms) {
+      const bool phase_or_work =
+          m.kind == Marker::Kind::Begin || m.kind == Marker::Kind::End || m.kind == Marker::Kind::Work;
+      if (phase_or_work && !command_marked_.exchange(true) && opts_.simulate)
+        spdlog::info("the {} sends phase and work markers of its own: the simulation's are left out of the run",
+                     opts_.command.empty() ? "socket" : "command");
+      on_marker_(std::move(m), ts_ms);
+    };
     if (!opts_.marker_socket_path.empty()) {
       markers_ = std::make_unique<MarkerListener>(MarkerListener::at_path(opts_.marker_socket_path, handler));
     } else {
@@ -178,6 +188,7 @@ void Session::start() {
         }
         acc_->process(f);
         phases_->process(f);
+        if (sim_phases_) hold_simulated(f); // issue 29
         auto shared = std::make_shared<const Frame>(std::move(f));
         for (auto& w : writers_)
           w->push(shared);
@@ -202,7 +213,14 @@ void Session::start() {
 
 // ---- simulate (issue 19): the scenario's markers, each at its time on the timeline, through the same handler as
 // markers from the socket. Sleeps until the next one (no timer wake-ups in between).
+// issue 29: the command's phases and work are stored exactly as it sent them, never mixed with the scenario's:
+// - `run`: the scenario's markers go to a phase tracker of their own (sim_phases_), whose rows are held apart; at the
+//   run's end they become the run's only if the command sent no begin/end/work marker (`run --simulate -- sleep 20`
+//   still shows the scenario's phases); once it sends one, they are dropped and no more are sent.
+// - `record`/`serve` with --socket: whoever sends to the socket marks the run; the scenario sends nothing. Without a
+//   socket (and in `top`) nothing else can mark the run, and the scenario's markers are its phases and work.
 void Session::simulate_loop() {
+  if (!opts_.marker_socket_path.empty()) return;
   std::unique_lock lock(sim_mu_);
   for (size_t n = 0;; ++n) {
     auto next = opts_.simulate->marker(n);
@@ -210,8 +228,50 @@ void Session::simulate_loop() {
     const auto due =
         sim_t0_ + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(next->first));
     if (sim_cv_.wait_until(lock, due, [this] { return sim_stop_; })) return;
-    on_marker_(std::move(next->second), wall_now_ms());
+    if (!sim_phases_) {
+      on_marker_(std::move(next->second), wall_now_ms());
+    } else {
+      if (command_marked_.load()) return;
+      sim_phases_->push(std::move(next->second), wall_now_ms());
+    }
   }
+}
+
+// Sampler thread, after the run's own phase tracker: the scenario's tracker settles its markers on the same tick (so
+// its phases' energy is what they would have had), and its rows are moved aside, the command's left in the frame.
+void Session::hold_simulated(Frame& f) {
+  if (command_marked_.load()) {
+    if (!sim_held_phases_.empty() || !sim_held_work_.empty()) {
+      std::vector<PhaseRecord>().swap(sim_held_phases_);
+      std::vector<WorkRecord>().swap(sim_held_work_);
+    }
+    return;
+  }
+  // Bounds for a `run` of days: a scenario loop of ~20 s has a handful of phases; work (every half second) is summed
+  // into the previous row of the same phase and unit past kCoalesceWorkFrom rows, so no amount is lost.
+  constexpr size_t kMaxHeldPhases = 100000, kCoalesceWorkFrom = 10000;
+  std::vector<PhaseRecord> own_phases;
+  std::vector<WorkRecord> own_work;
+  own_phases.swap(f.phases);
+  own_work.swap(f.work);
+  sim_phases_->process(f);
+  for (auto& p : f.phases) {
+    if (sim_held_phases_.size() < kMaxHeldPhases)
+      sim_held_phases_.push_back(std::move(p));
+    else
+      ++sim_held_dropped_;
+  }
+  for (auto& w : f.work) {
+    if (sim_held_work_.size() >= kCoalesceWorkFrom && sim_held_work_.back().unit == w.unit &&
+        sim_held_work_.back().phase_id == w.phase_id) {
+      sim_held_work_.back().amount += w.amount;
+      sim_held_work_.back().ts_ms = w.ts_ms;
+    } else {
+      sim_held_work_.push_back(std::move(w));
+    }
+  }
+  f.phases = std::move(own_phases);
+  f.work = std::move(own_work);
 }
 // ---- end simulate
 
@@ -292,6 +352,27 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   if (phases_ && acc_) {
     // Phases still open end with the run; markers after the last tick settle at it.
     Frame closing = phases_->finish(*run_.end_ms);
+    if (sim_phases_) { // issue 29: the scenario's phases and work are the run's only if the command sent none
+      if (!command_marked_.load()) {
+        Frame sim = sim_phases_->finish(*run_.end_ms);
+        closing.phases.insert(closing.phases.end(), std::make_move_iterator(sim_held_phases_.begin()),
+                              std::make_move_iterator(sim_held_phases_.end()));
+        closing.phases.insert(closing.phases.end(), std::make_move_iterator(sim.phases.begin()),
+                              std::make_move_iterator(sim.phases.end()));
+        closing.work.insert(closing.work.end(), std::make_move_iterator(sim_held_work_.begin()),
+                            std::make_move_iterator(sim_held_work_.end()));
+        closing.work.insert(closing.work.end(), std::make_move_iterator(sim.work.begin()),
+                            std::make_move_iterator(sim.work.end()));
+        if (sim_held_dropped_ > 0)
+          acc_->add_event({0, *run_.end_ms, "markers-ignored", "simulate",
+                           fmt::format("{} of the simulation's phases past the first {} were not kept",
+                                       sim_held_dropped_, sim_held_phases_.size())});
+      } else {
+        acc_->add_event({0, *run_.end_ms, "simulate-markers", "simulate",
+                         "the command sent phase and work markers of its own: the run's phases and work are "
+                         "exactly those; the simulation's were left out (docs/simulate.md)"});
+      }
+    }
     // Markers that were not taken are said once, with the run, so a figure per phase is never silently partial.
     const int64_t rejected = markers_ ? markers_->stats().rejected.load() : 0;
     markers_dropped = phases_->dropped_counts();

@@ -1,6 +1,7 @@
 // One recording: sources → sampler → accounting → bus → sinks, from start to a finalised run row.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -112,6 +113,14 @@ private:
   OptF run_busy_cores_; // issue 33, sampler thread: the command's processes' busy cores in the latest process scan
   std::function<void(Marker, int64_t)> on_marker_; // issue 15: what a marker does, from the socket or the simulation
   // ---- simulate (issue 19): the thread that sends the scenario's markers on its timeline
+  // issue 29: under `run`, the scenario's markers go to a phase tracker of their own and its rows are held apart; they
+  // become the run's at its end only if the command sent no phase or work marker of its own (docs/simulate.md).
+  std::unique_ptr<PhaseTracker> sim_phases_;
+  std::vector<PhaseRecord> sim_held_phases_; // sampler thread
+  std::vector<WorkRecord> sim_held_work_;
+  int64_t sim_held_dropped_ = 0;
+  std::atomic<bool> command_marked_{false};
+  void hold_simulated(Frame& f);
   void simulate_loop();
   std::thread sim_thread_;
   std::mutex sim_mu_;

@@ -65,7 +65,7 @@ nlohmann::json series_json(MinMaxDownsampler& d) {
   return {{"t", std::move(t)}, {"y", std::move(y)}};
 }
 
-nlohmann::json process_data(StoreReader& store, const RunInfo& run, double t_end, const ReportOptions& opts);
+nlohmann::json process_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts, bool cpu_energy_known);
 
 nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts) {
   const double t_end = run.end_ms ? static_cast<double>(*run.end_ms - run.start_ms) / 1000.0
@@ -172,7 +172,11 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   out["phases"] = std::move(ph["phases"]);
   out["work"] = std::move(ph["work"]);
   out["model"] = std::move(ph["model"]);
-  out["processes"] = process_data(store, run, t_end, opts); // attribution (issue 13); null when none were tracked
+  // attribution (issue 13); null when none were tracked. A run that measured no CPU energy has no CPU share of it.
+  const nlohmann::json& cpu_sum = summary["cpu"];
+  const bool cpu_energy_known =
+      !cpu_sum.is_object() || !cpu_sum.contains("energy_j") || cpu_sum["energy_j"].is_number();
+  out["processes"] = process_data(store, run, opts, cpu_energy_known);
   // ---- advice (issue 14): as show --json has it, with each item's time range since run start ----
   out["advice"] = advice::to_json(advice::advise_run(store, run));
   for (auto& a : out["advice"]) {
@@ -188,35 +192,94 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
 }
 
 // ---- attribution (issue 13): the run's processes, a table and power by process over time ----
-// Power by process is drawn from the stored attributed energy (cpu_energy_j, and energy_j per GPU, both since the run
-// started): each step between a process's samples puts its energy into the time bucket of the later sample, so the
-// stacked areas integrate to the attributed energy exactly. The 8 largest processes by energy are drawn on their own,
-// the rest as "other".
-nlohmann::json process_data(StoreReader& store, const RunInfo& run, double t_end, const ReportOptions& opts) {
+// Power by process is drawn in watts from the stored attributed energy (cpu_energy_j, and energy_j per GPU, both since
+// the run started, one row per process scan). Between two rows of a process, its power is the energy between them over
+// the time between them: a step function over the scan intervals. A process's first row carries what was attributed to
+// it since the scan before (or the run's start), so its step starts there. For display the step functions are averaged
+// over cells, weighted by time: the scan intervals themselves while there are at most 500 of them, else 500 equal cells
+// over the scanned span. Every cell lies inside that span, so a value is always energy over the time it was used in
+// (never over a width it does not fill, issue 29), the stacked areas sum to the power attributed to the processes at
+// every point, and they integrate to the table's energy. The 8 largest processes by energy are drawn on their own, the
+// rest as "other".
+nlohmann::json process_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts, bool cpu_energy_known) {
+  constexpr TableId pt = TableId::Processes, st = TableId::ProcessSamples, gt = TableId::ProcessGpuSamples;
+  const size_t s_pid = column_index(st, "pid"), s_start = column_index(st, "start_time"),
+               s_ts = column_index(st, "ts_ms"), s_rss = column_index(st, "rss_bytes"),
+               s_cpu = column_index(st, "cpu_energy_j");
+  const size_t q_pid = column_index(gt, "pid"), q_start = column_index(gt, "start_time"),
+               q_ts = column_index(gt, "ts_ms"), q_gpu = column_index(gt, "gpu_index"),
+               q_mem = column_index(gt, "mem_used_bytes"), q_j = column_index(gt, "energy_j");
+  auto secs = [&](const Value& ts) {
+    return std::max(0.0, static_cast<double>(value_int(ts).value_or(run.start_ms) - run.start_ms) / 1000.0);
+  };
+
+  // First the scan times (rows come in tick order, so consecutive duplicates are most of them): they cut the time
+  // axis into the cells, and say where the step of a process's first row begins.
+  std::vector<double> scans;
+  auto note_scan = [&](double t) {
+    if (scans.empty() || scans.back() != t) scans.push_back(t);
+  };
+  store.scan(st, run, [&](std::span<const Value> row) {
+    if (!is_null(row[s_cpu])) note_scan(secs(row[s_ts]));
+  });
+  store.scan(gt, run, [&](std::span<const Value> row) {
+    if (!is_null(row[q_j])) note_scan(secs(row[q_ts]));
+  });
+  std::sort(scans.begin(), scans.end());
+  scans.erase(std::unique(scans.begin(), scans.end()), scans.end());
+  const size_t max_cells = std::max<size_t>(1, std::min<size_t>(opts.buckets, 500));
+  std::vector<double> edges;
+  if (!scans.empty()) {
+    if (scans.size() <= max_cells) {
+      if (scans.front() > 0) edges.push_back(0);
+      edges.insert(edges.end(), scans.begin(), scans.end());
+    } else {
+      for (size_t i = 0; i <= max_cells; ++i)
+        edges.push_back(scans.back() * static_cast<double>(i) / static_cast<double>(max_cells));
+    }
+  }
+  const size_t cells = edges.size() > 1 ? edges.size() - 1 : 0;
+
   struct Proc {
     std::string comm, unit;
     bool named = false;
-    double cpu_j = 0;                // the latest cpu_energy_j
+    OptF cpu_j;                      // the latest cpu_energy_j; missing when no row had one
     std::map<int64_t, double> gpu_j; // per GPU, the latest energy_j
     OptI peak_rss;
     std::map<int64_t, int64_t> gpu_mem_at; // per ts: memory held on every GPU together
-    double last_cpu_j = 0;
-    std::map<int64_t, double> last_gpu_j;
-    std::vector<double> bucket_j; // energy per time bucket
+    double cpu_t = -1;                     // time of the latest cpu_energy_j (-1: none yet)
+    std::map<int64_t, double> gpu_t;
+    std::vector<double> cell_j; // energy per cell
   };
   std::map<ProcessId, Proc> procs;
-  const size_t nb = std::max<size_t>(1, std::min<size_t>(opts.buckets, 500));
-  const double width = std::max(t_end, 1e-3) / static_cast<double>(nb);
-  auto bucket = [&](int64_t ts) {
-    const double t = static_cast<double>(ts - run.start_ms) / 1000.0;
-    return std::min(nb - 1, static_cast<size_t>(std::max(0.0, t / width)));
-  };
   auto get = [&](const ProcessId& id) -> Proc& {
     Proc& p = procs[id];
-    if (p.bucket_j.empty()) p.bucket_j.assign(nb, 0.0);
+    if (p.cell_j.size() != cells) p.cell_j.assign(cells, 0.0);
     return p;
   };
-  constexpr TableId pt = TableId::Processes;
+  // The energy of one step, from t0 to t1, spread over the cells it overlaps in proportion to the time in each.
+  auto spread = [&](Proc& p, double t0, double t1, double joules) {
+    if (cells == 0 || !(joules > 0)) return;
+    t1 = std::clamp(t1, edges.front(), edges.back());
+    t0 = std::clamp(t0, edges.front(), t1);
+    auto cell = [&](std::vector<double>::const_iterator it) { // the cell that begins at the edge before `it`
+      return std::min(cells - 1, static_cast<size_t>(std::max<std::ptrdiff_t>(1, it - edges.cbegin()) - 1));
+    };
+    if (t1 <= t0) { // a step of no length (a scan at the run's very start): its energy goes in the cell it ends
+      p.cell_j[cell(std::lower_bound(edges.cbegin(), edges.cend(), t1))] += joules;
+      return;
+    }
+    for (size_t c = cell(std::upper_bound(edges.cbegin(), edges.cend(), t0)); c < cells && edges[c] < t1; ++c) {
+      const double overlap = std::min(t1, edges[c + 1]) - std::max(t0, edges[c]);
+      if (overlap > 0) p.cell_j[c] += joules * overlap / (t1 - t0);
+    }
+  };
+  // Where a process's first step begins: the scan before its first row (or the run's start).
+  auto scan_before = [&](double t) {
+    const auto it = std::lower_bound(scans.begin(), scans.end(), t);
+    return it == scans.begin() ? 0.0 : *std::prev(it);
+  };
+
   const size_t p_pid = column_index(pt, "pid"), p_start = column_index(pt, "start_time"),
                p_comm = column_index(pt, "comm"), p_unit = column_index(pt, "unit");
   store.scan(pt, run, [&](std::span<const Value> row) {
@@ -225,44 +288,41 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, double t_end
     p.unit = std::string(value_text(row[p_unit]));
     p.named = true;
   });
-  constexpr TableId st = TableId::ProcessSamples;
-  const size_t s_pid = column_index(st, "pid"), s_start = column_index(st, "start_time"),
-               s_ts = column_index(st, "ts_ms"), s_rss = column_index(st, "rss_bytes"),
-               s_cpu = column_index(st, "cpu_energy_j");
   store.scan(st, run, [&](std::span<const Value> row) {
     Proc& p = get({value_int(row[s_pid]).value_or(0), value_int(row[s_start]).value_or(0)});
     if (auto r = value_int(row[s_rss]); r && (!p.peak_rss || *r > *p.peak_rss)) p.peak_rss = r;
     if (auto j = value_real(row[s_cpu])) {
-      p.bucket_j[bucket(value_int(row[s_ts]).value_or(run.start_ms))] += std::max(0.0, *j - p.last_cpu_j);
-      p.last_cpu_j = std::max(p.last_cpu_j, *j);
-      p.cpu_j = p.last_cpu_j;
+      const double t = secs(row[s_ts]);
+      spread(p, p.cpu_t >= 0 ? p.cpu_t : scan_before(t), t, *j - p.cpu_j.value_or(0));
+      p.cpu_j = std::max(p.cpu_j.value_or(0), *j);
+      p.cpu_t = t;
     }
   });
-  constexpr TableId gt = TableId::ProcessGpuSamples;
-  const size_t q_pid = column_index(gt, "pid"), q_start = column_index(gt, "start_time"),
-               q_ts = column_index(gt, "ts_ms"), q_gpu = column_index(gt, "gpu_index"),
-               q_mem = column_index(gt, "mem_used_bytes"), q_j = column_index(gt, "energy_j");
   store.scan(gt, run, [&](std::span<const Value> row) {
     Proc& p = get({value_int(row[q_pid]).value_or(0), value_int(row[q_start]).value_or(0)});
     const int64_t ts = value_int(row[q_ts]).value_or(run.start_ms);
     const int64_t gpu = value_int(row[q_gpu]).value_or(0);
     if (auto m = value_int(row[q_mem])) p.gpu_mem_at[ts] += *m;
     if (auto j = value_real(row[q_j])) {
-      double& last = p.last_gpu_j[gpu];
-      p.bucket_j[bucket(ts)] += std::max(0.0, *j - last);
+      const double t = secs(row[q_ts]);
+      auto [last_t, fresh] = p.gpu_t.try_emplace(gpu, 0.0);
+      double& last = p.gpu_j[gpu];
+      spread(p, fresh ? scan_before(t) : last_t->second, t, *j - last);
       last = std::max(last, *j);
-      p.gpu_j[gpu] = last;
+      last_t->second = t;
     }
   });
   if (procs.empty()) return nullptr;
 
+  auto energy_of = [](const Proc& p) {
+    double e = p.cpu_j.value_or(0);
+    for (const auto& [i, j] : p.gpu_j)
+      e += j;
+    return e;
+  };
   std::vector<std::pair<double, const std::pair<const ProcessId, Proc>*>> rank;
-  for (const auto& e : procs) {
-    double gpu = 0;
-    for (const auto& [i, j] : e.second.gpu_j)
-      gpu += j;
-    rank.emplace_back(e.second.cpu_j + gpu, &e);
-  }
+  for (const auto& e : procs)
+    rank.emplace_back(energy_of(e.second), &e);
   std::sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   constexpr size_t kTableRows = 50, kChartProcesses = 8;
   nlohmann::json table = nlohmann::json::array();
@@ -274,49 +334,60 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, double t_end
     double gpu = 0;
     for (const auto& [g, j] : p.gpu_j)
       gpu += j;
+    // issue 29: no CPU energy was measured (nor estimated) in the run: a process's share of it is unknown, not 0
+    const bool cpu_known = cpu_energy_known && p.cpu_j.has_value();
     table.push_back({{"pid", id.pid},
                      {"start_time", id.start_time},
                      {"comm", p.named ? nlohmann::json(p.comm) : nlohmann::json()},
                      {"unit", p.unit.empty() ? nlohmann::json() : nlohmann::json(p.unit)},
-                     {"cpu_energy_j", p.cpu_j},
+                     {"cpu_energy_j", cpu_known ? nlohmann::json(*p.cpu_j) : nlohmann::json()},
                      {"gpu_energy_j", p.gpu_j.empty() ? nlohmann::json() : nlohmann::json(gpu)},
                      {"peak_rss_bytes", p.peak_rss ? nlohmann::json(*p.peak_rss) : nlohmann::json()},
                      {"peak_gpu_mem_bytes", peak_gpu_mem ? nlohmann::json(*peak_gpu_mem) : nlohmann::json()}});
   }
-  // The chart: buckets up to the last one with energy, as watts (energy over the bucket's width).
-  size_t used = 0;
-  for (const auto& e : procs)
-    for (size_t b = 0; b < nb; ++b)
-      if (e.second.bucket_j[b] > 0) used = std::max(used, b + 1);
-  nlohmann::json t = nlohmann::json::array();
-  for (size_t b = 0; b < used; ++b)
-    t.push_back(round_t((static_cast<double>(b) + 0.5) * width));
+  // The chart: one point per cell, at its middle, in watts (the cell's energy over the cell's width).
+  nlohmann::json t = nlohmann::json::array(), edges_json = nlohmann::json::array();
+  std::vector<double> widths;
+  for (size_t c = 0; c < cells; ++c) {
+    t.push_back(round_t((edges[c] + edges[c + 1]) / 2));
+    widths.push_back(edges[c + 1] - edges[c]);
+  }
+  for (double e : edges)
+    edges_json.push_back(round_t(e));
+  auto watts = [&](const std::vector<double>& cell_j) {
+    nlohmann::json y = nlohmann::json::array();
+    for (size_t c = 0; c < cells; ++c)
+      y.push_back(widths[c] > 0 ? round_y(cell_j[c] / widths[c]) : 0.0);
+    return y;
+  };
   nlohmann::json series = nlohmann::json::array();
-  std::vector<double> other(used, 0.0);
+  std::vector<double> other(cells, 0.0);
   bool any_other = false;
   for (size_t i = 0; i < rank.size(); ++i) {
     const auto& [id, p] = *rank[i].second;
     if (i >= kChartProcesses) {
-      for (size_t b = 0; b < used; ++b)
-        other[b] += p.bucket_j[b];
+      for (size_t c = 0; c < cells; ++c)
+        other[c] += p.cell_j[c];
       any_other = any_other || rank[i].first > 0;
       continue;
     }
-    nlohmann::json y = nlohmann::json::array();
-    for (size_t b = 0; b < used; ++b)
-      y.push_back(round_y(p.bucket_j[b] / width));
-    series.push_back({{"name", fmt::format("{} ({})", p.named ? p.comm : "pid", id.pid)}, {"y", y}});
+    series.push_back({{"name", fmt::format("{} ({})", p.named ? p.comm : "pid", id.pid)}, {"y", watts(p.cell_j)}});
   }
-  if (any_other) {
-    nlohmann::json y = nlohmann::json::array();
-    for (size_t b = 0; b < used; ++b)
-      y.push_back(round_y(other[b] / width));
-    series.push_back({{"name", fmt::format("other ({} processes)", rank.size() - kChartProcesses)}, {"y", y}});
-  }
+  if (any_other)
+    series.push_back(
+        {{"name", fmt::format("other ({} processes)", rank.size() - kChartProcesses)}, {"y", watts(other)}});
+  std::vector<double> sorted_widths = widths;
+  std::sort(sorted_widths.begin(), sorted_widths.end());
+  const double step_s = sorted_widths.empty() ? 0.0 : sorted_widths[sorted_widths.size() / 2];
   return {{"table", table},
           {"total", procs.size()},
           {"method", "attributed"},
-          {"power", {{"t", t}, {"step_s", width}, {"series", series}}}};
+          {"power",
+           {{"t", t},
+            {"edges", edges_json},
+            {"step_s", round_y(step_s)},
+            {"cells", scans.size() <= max_cells ? "scan intervals" : "equal cells"},
+            {"series", series}}}};
 }
 // ---- end attribution ----
 

@@ -324,8 +324,10 @@ test('processes: a table, and power stacked by process with the rest as other', 
   assert.equal(c.drawn, c.want);
   assert.match(P.power.series[8].name, /^other \(\d+ processes\)$/);
   // The stacked areas integrate to the processes' energy (values are rounded to 4 significant digits).
-  const area = P.power.series.reduce((s, x) => s + x.y.reduce((a, y) => a + y, 0) * P.power.step_s, 0);
-  const energy = P.table.reduce((s, p) => s + p.cpu_energy_j + (p.gpu_energy_j || 0), 0);
+  // Each point is a cell's mean power: its area is that times the cell's own width (issue 29).
+  const width = (i) => P.power.edges[i + 1] - P.power.edges[i];
+  const area = P.power.series.reduce((s, x) => s + x.y.reduce((a, y, i) => a + y * width(i), 0), 0);
+  const energy = P.table.reduce((s, p) => s + (p.cpu_energy_j || 0) + (p.gpu_energy_j || 0), 0);
   assert.ok(P.total <= 50, 'every process is in the table, so its sum is the whole');
   assert.ok(Math.abs(area - energy) <= 0.01 * energy, `chart ${area} J vs table ${energy} J`);
   await page.close();

@@ -137,7 +137,8 @@ TEST(CpuEstimate, OnlyWhereRaplMeasuredNothingAndLabelled) {
   Frame b = tick(t0 + 1s);
   b.cpu.util_pct = 100;
   est.sample(b);
-  EXPECT_DOUBLE_EQ(*b.cpu.package_energy_j, 150); // trapezoid of 100 W -> 200 W over 1 s
+  // issue 29: b's utilisation is the mean over the second since a, so is its 200 W (not a trapezoid from a's 100 W)
+  EXPECT_NEAR(*b.cpu.package_energy_j - *a.cpu.package_energy_j, 200, 1e-6);
   Frame measured = tick(t0 + 2s);
   measured.cpu.util_pct = 100;
   measured.cpu.package_power_w = 42;
@@ -147,6 +148,24 @@ TEST(CpuEstimate, OnlyWhereRaplMeasuredNothingAndLabelled) {
   Frame no_util = tick(t0 + 3s);
   est.sample(no_util);
   EXPECT_FALSE(no_util.cpu.package_power_w); // no utilisation, no guess
+}
+
+// issue 29: the first estimated tick carries the energy of the interval its utilisation covers (since the source
+// opened, as a RAPL counter's first reading does), not 0 J.
+TEST(CpuEstimate, TheFirstTickIsNotZeroJoules) {
+  CpuEstimateSource est(200);
+  ASSERT_TRUE(est.open());
+  const auto opened = SteadyClock::now();
+  Frame a = tick(opened + 2s);
+  a.cpu.util_pct = 50;
+  est.sample(a);
+  ASSERT_TRUE(a.cpu.package_energy_j);
+  EXPECT_GE(*a.cpu.package_energy_j, 200.0); // 100 W over at least the 2 s since it opened
+  EXPECT_LT(*a.cpu.package_energy_j, 201.0);
+  Frame b = tick(opened + 3s);
+  b.cpu.util_pct = 25;
+  est.sample(b);
+  EXPECT_NEAR(*b.cpu.package_energy_j - *a.cpu.package_energy_j, 50.0, 1e-6);
 }
 
 // A card a richer backend already records (claimed by PCI bus id, in NVML's spelling) is dropped, files closed.

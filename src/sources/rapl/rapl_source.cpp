@@ -258,8 +258,7 @@ std::vector<std::string> RaplSource::doctor_lines() const {
 void CpuEstimateSource::sample(Frame& f) noexcept {
   if (f.cpu.package_power_w || f.cpu.package_energy_j || !f.cpu.util_pct) return; // measured wins; no util, no guess
   const double w = tdp_w_ * *f.cpu.util_pct / 100.0;
-  if (last_w_) energy_j_ += 0.5 * (w + *last_w_) * std::chrono::duration<double>(f.mono - last_).count();
-  last_w_ = w;
+  energy_j_ += w * std::max(0.0, std::chrono::duration<double>(f.mono - last_).count());
   last_ = f.mono;
   f.cpu.package_power_w = w;
   f.cpu.package_energy_j = energy_j_;

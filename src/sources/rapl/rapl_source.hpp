@@ -70,19 +70,24 @@ private:
 };
 
 // A labelled utilisation-based estimate of CPU package power, only with --cpu-tdp and only where RAPL measured
-// nothing: package_power_w = TDP × utilisation. Energy is integrated and marked "estimated" everywhere.
+// nothing: package_power_w = TDP × utilisation. Energy is integrated and marked "estimated" everywhere. A tick's
+// utilisation is the mean over the time since the previous /proc/stat read, so its power holds over that whole
+// interval: energy grows by power × interval (the first tick's interval starts when the source opened, as a RAPL
+// counter's does, so the first estimated tick is not 0 J, issue 29).
 class CpuEstimateSource final : public Source {
 public:
-  explicit CpuEstimateSource(double tdp_w) : tdp_w_(tdp_w) {}
+  explicit CpuEstimateSource(double tdp_w) : tdp_w_(tdp_w), last_(SteadyClock::now()) {}
   std::string_view name() const override { return "cpu-estimate"; }
-  bool open() override { return true; }
+  bool open() override {
+    last_ = SteadyClock::now();
+    return true;
+  }
   void sample(Frame& frame) noexcept override;
   SourceStatus status() const override;
 
 private:
   double tdp_w_;
-  OptF last_w_;
-  SteadyClock::time_point last_{};
+  SteadyClock::time_point last_; // the start of the interval the next utilisation covers
   double energy_j_ = 0;
 };
 
