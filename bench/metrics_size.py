@@ -140,8 +140,14 @@ def measure(binary, tmp, tops, scrapes, fresh=False, interval="1s"):
         conns = {top: http.client.HTTPConnection("127.0.0.1", port) for top, (_, port) in serves.items()}
 
         def get(top):
-            conns[top].request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if top[1] else {})
-            r = conns[top].getresponse()
+            try:
+                conns[top].request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if top[1] else {})
+                r = conns[top].getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # serve closes a keep-alive connection idle for 5 s (its header timeout): the idle measurement's
+                conns[top] = http.client.HTTPConnection("127.0.0.1", serves[top][1])
+                conns[top].request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if top[1] else {})
+                r = conns[top].getresponse()
             body = r.read()
             assert (r.getheader("Content-Encoding") == "gzip") == top[1], r.getheaders()
             return body

@@ -21,6 +21,7 @@ packages=(
   # issue 18: the Kubernetes manifests' tests (YAML), the runtime image (built with buildah; busybox for its init step)
   python3-yaml buildah busybox-static
   slurm-wlm munge # issue 18: the Slurm prolog/epilog tests start a private single-node Slurm
+  prometheus-pushgateway # issue 32: /metrics pushed to a real Pushgateway, which parses bodies strictly
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

@@ -282,7 +282,8 @@ TEST(PromNative, EveryMetricAnyBackendFillsPassesPromtoolAndPushgateway) {
   const std::string m = s.metrics_when([](const std::string& b) {
     return b.find("clock=\"video\"") != std::string::npos &&
            b.find("wattscope_gpu_pcie_transmit_bytes_per_second{") != std::string::npos &&
-           b.find("wattscope_process_power_watts{") != std::string::npos;
+           b.find("wattscope_process_power_watts{") != std::string::npos &&
+           b.find("wattscope_cpu_power_watts{") != std::string::npos;
   });
   // What the test stands on: the video clock, the health families, processes and RAPL zones are there.
   ASSERT_NE(m.find("clock=\"video\"} 1755000000"), std::string::npos) << m;
