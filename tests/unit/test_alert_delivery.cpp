@@ -154,4 +154,29 @@ TEST(AlertEngine, ThreeDeadNotifiersShareOneDeliveryDeadline) {
   EXPECT_EQ(failed.load(), 6); // per notifier: the firing one cut short, and the run's end resolving it, left
 }
 
+TEST(AlertRules, ResendEveryIsAlertmanagersBoundedAndNamedWithItsLine) {
+  auto cfg = parse_alert_config("[[alertmanager]]\nurl = \"http://am:9093\"\nresend_every = \"30s\"\n", "r.toml");
+  ASSERT_EQ(cfg.notifiers.size(), 1u);
+  EXPECT_EQ(cfg.notifiers[0].resend_every, 30s);
+  EXPECT_EQ(parse_alert_config("[[alertmanager]]\nurl = \"http://am:9093\"\n", "r.toml").notifiers[0].resend_every,
+            60s);
+  auto error = [](const std::string& text) {
+    try {
+      parse_alert_config(text, "r.toml");
+    } catch (const AlertConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error("[[webhook]]\nurl = \"http://x/\"\nresend_every = \"1m\"\n")
+                .find("r.toml:3: resend_every is for "
+                      "[[alertmanager]] only"),
+            std::string::npos);
+  for (const char* bad : {"\"1h\"", "\"100ms\"", "0", "\"soon\""})
+    EXPECT_NE(
+        error(std::string("[[alertmanager]]\nurl = \"http://am/\"\nresend_every = ") + bad + "\n").find("r.toml:3:"),
+        std::string::npos)
+        << bad;
+}
+
 } // namespace unit_alert_delivery
