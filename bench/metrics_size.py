@@ -10,7 +10,14 @@ rest of the machine weighs on each alike. Scrape time is taken as Prometheus see
 the whole body, client side) over SCRAPES requests per configuration, plus serve's own CPU per scrape (its CPU time
 during the scrapes less what it spends sampling in as long without them).
 
-Usage: bench/metrics_size.py [--binary build/wattscope] [--scrapes 300]"""
+Issue 32: per-process series are opt-in (serve --process-metrics), and /metrics is gzipped for a client that asks. Each
+configuration with processes runs with --process-metrics, and each runs twice: scraped as before and scraped with
+Accept-Encoding: gzip (Prometheus's own request), so the bytes on the wire and serve's CPU per scrape compare. With
+--fresh the scrapes are paced at serve's --interval, so that every one finds a new frame (a new body to compress:
+the worst case, one scraper per frame); without it many scrapes reuse the body compressed once per frame. The zlib
+line times the compression alone, in this process, on the largest body (the same libz serve links).
+
+Usage: bench/metrics_size.py [--binary build/wattscope] [--scrapes 300] [--fresh] [--interval 1s]"""
 
 import argparse
 import gzip
@@ -26,6 +33,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PROCESSES = 200
@@ -96,15 +104,16 @@ def rapl(root):
     return stop
 
 
-def start_serve(binary, tmp, top):
+def start_serve(binary, tmp, top, gz=False, interval="1s"):
     env = dict(os.environ, WATTSCOPE_CGROUP_ROOT="none", WATTSCOPE_LOCK_DIR=os.path.join(tmp, f"locks{top}"),
                HOME=tmp, XDG_CONFIG_HOME=tmp)
     env.pop("CUDA_VISIBLE_DEVICES", None)
-    err = open(os.path.join(tmp, f"serve{top}.err"), "w+")
-    serve = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--interval", "1s",
+    env["WATTSCOPE_LOCK_DIR"] = os.path.join(tmp, f"locks{top}{'gz' if gz else ''}")
+    err = open(os.path.join(tmp, f"serve{top}{'gz' if gz else ''}.err"), "w+")
+    serve = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--interval", interval,
                               "--simulate=" + os.path.join(tmp, "scenario.json"), "--top-processes", str(top),
                               "--process-interval", "1s", "--procfs-root", os.path.join(tmp, "proc"),
-                              "--sysfs-root", os.path.join(tmp, "sys")],
+                              "--sysfs-root", os.path.join(tmp, "sys")] + (["--process-metrics"] if top else []),
                              env=env, stdout=subprocess.DEVNULL, stderr=err)
     for _ in range(400):
         err.seek(0)
@@ -119,19 +128,29 @@ def start_serve(binary, tmp, top):
     raise RuntimeError(err.read())
 
 
-def measure(binary, tmp, tops, scrapes):
+def measure(binary, tmp, tops, scrapes, fresh=False, interval="1s"):
     """The configurations side by side, scraped in turn (in a shuffled order each round), so that whatever else the
-    machine does at a moment weighs on every configuration alike."""
+    machine does at a moment weighs on every configuration alike. A configuration is (top, gzip)."""
     serves = {}
+    pace = float(interval[:-2]) / 1e3 if interval.endswith("ms") else float(interval[:-1])
     try:
         for top in tops:
-            serves[top] = start_serve(binary, tmp, top)
+            serves[top] = start_serve(binary, tmp, top[0], top[1], interval)
         time.sleep(4)  # a few ticks and process scans: every process has its power and energy
         conns = {top: http.client.HTTPConnection("127.0.0.1", port) for top, (_, port) in serves.items()}
 
         def get(top):
-            conns[top].request("GET", "/metrics")
-            return conns[top].getresponse().read()
+            try:
+                conns[top].request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if top[1] else {})
+                r = conns[top].getresponse()
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                # serve closes a keep-alive connection idle for 5 s (its header timeout): the idle measurement's
+                conns[top] = http.client.HTTPConnection("127.0.0.1", serves[top][1])
+                conns[top].request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if top[1] else {})
+                r = conns[top].getresponse()
+            body = r.read()
+            assert (r.getheader("Content-Encoding") == "gzip") == top[1], r.getheaders()
+            return body
 
         bodies = {top: get(top) for top in tops}
         # Each serve's CPU while idle (sampling only), then while scraped.
@@ -144,6 +163,8 @@ def measure(binary, tmp, tops, scrapes):
         times = {top: [] for top in tops}
         order = list(tops)
         for _ in range(scrapes):
+            if fresh:
+                time.sleep(pace)  # a new frame, so a new body to compress
             random.shuffle(order)
             for top in order:
                 s = time.perf_counter()
@@ -153,6 +174,9 @@ def measure(binary, tmp, tops, scrapes):
         out = {}
         for top, (p, _) in serves.items():
             body = bodies[top]
+            wire = len(body)
+            if top[1]:
+                body = gzip.decompress(body)
             text = body.decode()
             samples = [line for line in text.splitlines() if line and not line.startswith("#")]
             families = {}
@@ -161,7 +185,7 @@ def measure(binary, tmp, tops, scrapes):
                 families[name] = families.get(name, 0) + 1
             t = sorted(times[top])
             busy = cpu_seconds(p.pid) - c1[top]
-            out[top] = {"bytes": len(body), "gzip_bytes": len(gzip.compress(body, 6)), "series": len(samples),
+            out[top] = {"bytes": len(body), "wire": wire, "body": body, "series": len(samples),
                         "families": families, "p50_ms": 1e3 * t[len(t) // 2],
                         "p99_ms": 1e3 * t[min(len(t) - 1, int(0.99 * len(t)))],
                         "cpu_ms": 1e3 * max(0.0, busy - idle_rate[top] * wall) / scrapes}
@@ -178,6 +202,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--binary", default=os.path.join(ROOT, "build", "wattscope"))
     ap.add_argument("--scrapes", type=int, default=300)
+    ap.add_argument("--fresh", action="store_true", help="pace scrapes at --interval: each finds a new frame")
+    ap.add_argument("--interval", default="1s", help="serve's --interval (e.g. 250ms)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="wattscope-metrics-bench-") as tmp:
         sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(PROCESSES)]
@@ -186,22 +212,31 @@ def main():
             scenario(os.path.join(tmp, "scenario.json"), sleepers)
             procfs(os.path.join(tmp, "proc"), sleepers)
             stop = rapl(os.path.join(tmp, "sys"))
-            results = measure(a.binary, tmp, (0, 20, 200), a.scrapes)
+            results = measure(a.binary, tmp, [(t, gz) for t in (0, 20, 200) for gz in (False, True)], a.scrapes,
+                              a.fresh, a.interval)
         finally:
             if stop:
                 stop.set()
             for p in sleepers:
                 p.kill()
                 p.wait()
-    base = results[0]
+    base = results[(0, False)]
     print(f"node: 8 simulated GPUs, 2 RAPL sockets, {PROCESSES} processes on the GPUs in {JOBS} Slurm jobs; "
-          f"{a.scrapes} scrapes per configuration over one keep-alive connection each, interleaved")
-    for top, r in results.items():
-        print(f"--top-processes {top:3d}: /metrics {r['bytes']:7d} bytes ({r['bytes'] / base['bytes']:5.2f}x), "
-              f"{r['gzip_bytes']:6d} gzipped, {r['series']:5d} series ({r['series'] / base['series']:5.2f}x); "
-              f"scrape p50 {r['p50_ms']:.2f} ms ({r['p50_ms'] / base['p50_ms']:.2f}x), p99 {r['p99_ms']:.2f} ms; "
-              f"serve CPU per scrape {r['cpu_ms']:.3f} ms")
-    top = results[200]["families"]
+          f"{a.scrapes} scrapes per configuration over one keep-alive connection each, interleaved"
+          f"{', paced at ' + a.interval + ' (a new frame each)' if a.fresh else ''}")
+    for (top, gz), r in results.items():
+        print(f"--top-processes {top:3d} {'gzip ' if gz else 'plain'}: /metrics {r['bytes']:7d} bytes, {r['wire']:7d} on "
+              f"the wire, {r['series']:5d} series ({r['series'] / base['series']:5.2f}x); "
+              f"scrape p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms; serve CPU per scrape {r['cpu_ms']:.3f} ms")
+    body = results[(200, False)]["body"]
+    for level in (1, 6, 9):
+        n = 200
+        t = time.perf_counter()
+        for _ in range(n):
+            z = zlib.compress(body, level)
+        print(f"zlib level {level}: the {len(body)}-byte body to {len(z)} bytes in "
+              f"{1e3 * (time.perf_counter() - t) / n:.3f} ms")
+    top = results[(200, False)]["families"]
     big = sorted(top.items(), key=lambda kv: -kv[1])[:6]
     print("largest families at --top-processes 200: " + ", ".join(f"{k} {v}" for k, v in big))
 

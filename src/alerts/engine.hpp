@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -58,9 +59,17 @@ public:
   static constexpr size_t kFrameQueue = 64;
   static constexpr size_t kRecent = 100;
 
+  // issue 32: firing alerts go to Alertmanager again every resend_every with endsAt this many periods ahead (as
+  // Prometheus does: 4 x its resend delay), so that Alertmanager keeps them as long as wattscope does.
+  static constexpr int kLapseResends = 4;
+
 private:
   void loop();
   void handle(const Frame& f);
+  // issue 32: re-sends what is firing to each Alertmanager whose period is due; the next time one is.
+  std::chrono::steady_clock::time_point resend_due(std::chrono::steady_clock::time_point now);
+  void resolve_at_end(); // the session is over: what still fires is resolved, for Alertmanager and for people
+  void deliver(const AlertNotification& n, bool to_people);
 
   AlertConfig cfg_;
   AlertContext ctx_;
@@ -76,6 +85,17 @@ private:
   bool started_ = false;
   std::atomic<int64_t> frames_dropped_{0};
   std::thread thread_;
+
+  // ---- issue 32, on the engine's thread: every alert firing now as last sent, by (rule, scope), and whether people
+  // were told it fires (so they hear it resolve); the next re-send to each notifier (Alertmanager ones only); UUIDs
+  // by GPU index, from the frames' device rows.
+  struct Sent {
+    AlertNotification n;
+    bool people = false;
+  };
+  std::map<std::pair<std::string, std::string>, Sent> sent_;
+  std::vector<std::chrono::steady_clock::time_point> next_resend_;
+  std::vector<std::string> uuids_;
 
   mutable std::mutex board_mu_; // what serve and top read
   std::vector<FiringAlert> firing_;

@@ -239,6 +239,7 @@ void AlertEvaluator::evaluate(const Frame& f, std::vector<AlertTransition>& out)
 
 std::string AlertEvaluator::message(const AlertTransition& t) const {
   const AlertRule& r = rules_[t.rule];
+  if (t.change == AlertChange::Resolved) return resolved_message(r, t);
   std::string tmpl = r.message.empty() ? std::string("{rule} on {scope}: {value} {op} {threshold}") : r.message;
   const std::string unit = r.kind == AlertKind::DeviceLost ? std::string()
                            : r.relative_to.empty()         ? std::string(alert_metric_unit(r.scope, r.metric_index))
@@ -277,6 +278,27 @@ std::string AlertEvaluator::message(const AlertTransition& t) const {
     out += tmpl[i++];
   }
   return out;
+}
+
+// issue 32: a resolution says what is true now: the value back past the clear level. The rule's message template
+// describes the firing condition ("gpu_stalled on gpu0: 98 < 50" once announced a resolution), so it is not used here.
+std::string AlertEvaluator::resolved_message(const AlertRule& r, const AlertTransition& t) {
+  const std::string head = fmt::format("{} on {} resolved", r.name, t.scope);
+  if (r.kind == AlertKind::DeviceLost) return head;
+  if (!t.raw) return head + ": the GPU is no longer allocated"; // taken off by allocated_only, not by its value
+  if (r.op == AlertOp::Bits)
+    return fmt::format("{}: {} has none of the bits {}", head, format_value(r, t.value), format_value(r, t.threshold));
+  const bool upward = r.op == AlertOp::Gt || r.op == AlertOp::Ge;
+  // Back past the clear level where the rule has one (hysteresis), else no longer past the threshold.
+  std::string_view op = r.clear ? (upward ? "<" : ">")
+                                : (r.op == AlertOp::Gt   ? "<="
+                                   : r.op == AlertOp::Ge ? "<"
+                                   : r.op == AlertOp::Lt ? ">="
+                                                         : ">");
+  const double level = r.clear ? *r.clear : t.threshold;
+  const std::string unit = r.relative_to.empty() ? std::string(alert_metric_unit(r.scope, r.metric_index)) : "%";
+  return fmt::format("{}: {} {} {}{}{}", head, format_value(r, t.value), op, format_value(r, level),
+                     unit.empty() ? "" : " ", unit);
 }
 
 std::vector<FiringAlert> AlertEvaluator::firing() const {

@@ -52,8 +52,9 @@ public:
   // Steps every state machine with one frame; appends what changed to `out` (cleared first).
   void evaluate(const Frame& f, std::vector<AlertTransition>& out);
   const std::vector<AlertRule>& rules() const { return rules_; }
-  // The message of a transition, its template filled in.
+  // The message of a transition, its template filled in; a resolution's says what holds now (issue 32).
   std::string message(const AlertTransition& t) const;
+  static std::string resolved_message(const AlertRule& r, const AlertTransition& t);
   std::vector<FiringAlert> firing() const;
 
 private:

@@ -73,6 +73,39 @@ int abort_check(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
   return static_cast<std::atomic<bool>*>(user)->load() ? 1 : 0;
 }
 
+// curl_easy_perform, but looking at `abort` every 50 ms (issue 31): the easy interface waits up to a second between
+// progress callbacks, which three dead notifiers once added up past the end-of-run deadline.
+CURLcode perform(CURL* h, const std::atomic<bool>& abort) {
+  CURLM* m = curl_multi_init();
+  if (!m) return curl_easy_perform(h);
+  if (curl_multi_add_handle(m, h) != CURLM_OK) {
+    curl_multi_cleanup(m);
+    return curl_easy_perform(h);
+  }
+  CURLcode result = CURLE_OK;
+  bool done = false;
+  for (int running = 1; !done;) {
+    if (curl_multi_perform(m, &running) != CURLM_OK) {
+      result = CURLE_FAILED_INIT;
+      break;
+    }
+    int left = 0;
+    while (CURLMsg* msg = curl_multi_info_read(m, &left))
+      if (msg->msg == CURLMSG_DONE && msg->easy_handle == h) {
+        result = msg->data.result;
+        done = true;
+      }
+    if (done || running == 0) break;
+    if (abort.load()) {
+      result = CURLE_ABORTED_BY_CALLBACK;
+      break;
+    }
+    curl_multi_poll(m, nullptr, 0, 50, nullptr);
+  }
+  curl_multi_remove_handle(m, h);
+  curl_multi_cleanup(m);
+  return result;
+}
 } // namespace
 
 // "user\npassword\n" from a file only its owner can read (as ssh treats keys).
@@ -129,16 +162,20 @@ std::string webhook_body(const AlertNotification& n) {
 }
 
 std::string alertmanager_body(const AlertNotification& n) {
-  nlohmann::json a = {{"labels",
-                       {{"alertname", n.rule},
-                        {"severity", n.severity},
-                        {"scope", n.scope},
-                        {"instance", n.host},
-                        {"job", "wattscope"},
-                        {"task", n.task}}},
+  nlohmann::json labels = {{"alertname", n.rule}, {"severity", n.severity}, {"scope", n.scope}, {"instance", n.host},
+                           {"job", "wattscope"},  {"task", n.task},         {"host", n.host}};
+  // issue 32: the labels the GPU series carry, so that an inhibition or a silence can match either source by them
+  if (!n.gpu.empty()) labels["gpu"] = n.gpu;
+  if (!n.uuid.empty()) labels["uuid"] = n.uuid;
+  nlohmann::json a = {{"labels", std::move(labels)},
                       {"annotations", {{"summary", n.message}, {"run_id", n.run_id}}},
                       {"startsAt", iso_utc_ms(n.since_ms)}};
-  if (n.state == "resolved") a["endsAt"] = iso_utc_ms(n.ts_ms);
+  // Firing: endsAt a few re-sends ahead (Alertmanager resolves it then unless it hears again, as from Prometheus).
+  // Resolved: when it cleared.
+  if (n.state == "resolved")
+    a["endsAt"] = iso_utc_ms(n.ends_ms ? n.ends_ms : n.ts_ms);
+  else if (n.ends_ms)
+    a["endsAt"] = iso_utc_ms(n.ends_ms);
   return dump(nlohmann::json::array({a}));
 }
 
@@ -185,6 +222,13 @@ void Notifier::enqueue(AlertNotification n) {
   {
     std::lock_guard lock(mu_);
     if (stopping_) return;
+    if (cfg_.kind == NotifierConfig::Kind::Alertmanager) { // issue 32: its latest state once, in place
+      for (auto& q : queue_)
+        if (q.rule == n.rule && q.scope == n.scope) {
+          q = std::move(n);
+          return;
+        }
+    }
     if (queue_.size() >= kQueueCap) {
       dropped = std::move(queue_.front());
       queue_.pop_front();
@@ -199,31 +243,46 @@ void Notifier::enqueue(AlertNotification n) {
 }
 
 void Notifier::stop(std::chrono::steady_clock::time_point deadline) {
+  request_stop(deadline);
+  wait_until(deadline);
+  abort_and_join();
+}
+
+void Notifier::request_stop(std::chrono::steady_clock::time_point deadline) {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
     deadline_ = deadline;
   }
   cv_.notify_all();
-  // The thread gives up at the deadline: a transfer in flight is cut by the progress callback.
-  std::thread watchdog;
-  std::mutex wmu;
-  std::condition_variable wcv;
-  bool done = false;
-  watchdog = std::thread([&] {
-    std::unique_lock l(wmu);
-    if (!wcv.wait_until(l, deadline, [&] { return done; })) abort_ = true;
-  });
-  if (thread_.joinable()) thread_.join();
+}
+
+bool Notifier::wait_until(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  return cv_.wait_until(lock, deadline, [&] { return finished_ || !thread_.joinable(); });
+}
+
+void Notifier::abort_and_join() {
   {
-    std::lock_guard l(wmu);
-    done = true;
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    if (!finished_) abort_ = true; // the transfer in flight sees it within a poll (send_once), the back-off at once
   }
-  wcv.notify_all();
-  watchdog.join();
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
 }
 
 void Notifier::loop() {
+  struct Finished { // wakes wait_until() however the loop ends
+    Notifier* n;
+    ~Finished() {
+      {
+        std::lock_guard lock(n->mu_);
+        n->finished_ = true;
+      }
+      n->cv_.notify_all();
+    }
+  } finished{this};
   for (;;) {
     AlertNotification n;
     {
@@ -346,7 +405,7 @@ std::string Notifier::send_once(const AlertNotification& n) {
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, discard);
   }
-  const CURLcode rc = curl_easy_perform(h);
+  const CURLcode rc = perform(h, abort_);
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   free_lists();

@@ -34,6 +34,11 @@ struct AlertNotification {
   int64_t ts_ms = 0;
   int64_t since_ms = 0;
   std::string host, run_id, task;
+  // issue 32: a GPU scope's index and UUID, labelled as every GPU series is (gpu="0", uuid="GPU-…"); empty otherwise.
+  std::string gpu, uuid;
+  // issue 32, Alertmanager's endsAt: firing, when the alert lapses unless sent again (the engine re-sends it every
+  // resend_every); resolved, when it cleared. 0: not set.
+  int64_t ends_ms = 0;
 };
 
 // One line a person reads: "[FIRING] gpu_temperature_high on gpu0 (node7): gpu0 at 91 °C, above 85 °C".
@@ -63,9 +68,16 @@ public:
   Notifier(const Notifier&) = delete;
   Notifier& operator=(const Notifier&) = delete;
   void start();
-  void enqueue(AlertNotification n); // never blocks; the oldest waiting notification goes when the queue is full
+  // Never blocks; the oldest waiting notification goes when the queue is full. For Alertmanager, a notification of an
+  // alert (rule and scope) already waiting takes its place: Alertmanager wants the alert's latest state, once.
+  void enqueue(AlertNotification n);
   // Delivers what is queued until `deadline`, then abandons the rest (each one reported as a failure).
   void stop(std::chrono::steady_clock::time_point deadline);
+  // issue 31: the same in steps, so that a session's notifiers all work to one deadline side by side, and a dead one
+  // cannot add its overrun to another's: request_stop on each, wait_until the deadline on each, then abort and join.
+  void request_stop(std::chrono::steady_clock::time_point deadline);
+  bool wait_until(std::chrono::steady_clock::time_point deadline); // true: the thread has finished
+  void abort_and_join(); // cuts the transfer in flight (within ~50 ms), reports what is left, joins
   const NotifierConfig& config() const { return cfg_; }
   const DeliveryStats& stats() const { return stats_; }
   static constexpr size_t kQueueCap = 256;
@@ -83,6 +95,7 @@ private:
   bool stopping_ = false;
   std::chrono::steady_clock::time_point deadline_{};
   std::atomic<bool> abort_{false}; // past the deadline: the transfer in flight is cut
+  bool finished_ = false;          // under mu_: loop() has returned
   DeliveryStats stats_;
   std::thread thread_;
 };

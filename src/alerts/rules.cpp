@@ -519,6 +519,7 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
     size_t i = 0;
     for (const toml::table* t : tables(key)) {
       for (auto&& [k, v] : *t) {
+        if (k.str() == "resend_every") continue; // issue 32: [[alertmanager]]'s, checked below
         if (k.str() == "username" || k.str() == "password")
           throw fail(v, "credentials never go in the rules file: use username_env/password_env or credentials_file");
         if (std::find(std::begin(kNotifierKeys), std::end(kNotifierKeys), k.str()) == std::end(kNotifierKeys)) {
@@ -538,6 +539,13 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
                                kind == NotifierConfig::Kind::Email ? "smtp://HOST:587" : "http://HOST:PORT/..."));
       get_duration(*t, "timeout", false, n.timeout);
       get_duration(*t, "backoff", false, n.backoff);
+      if (t->get("resend_every")) { // issue 32
+        if (kind != NotifierConfig::Kind::Alertmanager)
+          throw fail(*t->get("resend_every"), "resend_every is for [[alertmanager]] only");
+        get_duration(*t, "resend_every", false, n.resend_every);
+        if (n.resend_every < std::chrono::seconds(1) || n.resend_every > std::chrono::minutes(10))
+          throw fail(*t->get("resend_every"), "resend_every: 1s to 10m (Alertmanager's resolve_timeout is 5m)");
+      }
       if (auto r = get_number(*t, "retries")) {
         if (*r < 0 || *r > 20 || *r != static_cast<int>(*r)) throw fail(*t->get("retries"), "retries: 0 to 20");
         n.retries = static_cast<int>(*r);

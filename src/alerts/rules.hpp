@@ -67,6 +67,9 @@ struct NotifierConfig {
   std::string ca_file;          // extra CA bundle for TLS
   // Webhook: extra headers, e.g. "Authorization: Bearer ..." read from a file.
   std::string header_file;
+  // issue 32, Alertmanager: every firing alert is sent again this often, with endsAt kLapseResends periods ahead, as
+  // Prometheus does, whatever a rule's repeat_every (which is for people).
+  std::chrono::milliseconds resend_every{60000};
 };
 
 struct AlertConfig {

@@ -40,6 +40,9 @@ struct CpuSample {
   OptF dram_energy_j;
   const char* power_method = nullptr; // "counter" (RAPL) or "estimated"
   std::vector<PowerZoneSample> zones;
+  // issue 32: busy CPU time summed over every logical CPU since boot (/proc/stat), so that a scrape every 15 s still
+  // sees the whole interval's busy time as a rate, where util_pct is only the last tick's.
+  OptF busy_s;
 };
 
 // One GPU at one tick. `gpu_index` is the device's index as its vendor library numbers it. Every measured member is
@@ -124,6 +127,7 @@ struct GpuDevice {
   OptI clock_mem_max_mhz;
   std::string energy_method; // counter | integrated | simulated (--simulate)
   std::string power_source;  // which reading power_w holds
+  bool xid_events = false;   // issue 32: the driver delivers this GPU's Xid errors (serve counts them)
 };
 
 // --- Phases and work (issue 15): rows that markers (wattscope mark, the Python helper) produce. The phase tracker

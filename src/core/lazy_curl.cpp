@@ -81,4 +81,40 @@ CURLcode curl_easy_getinfo(CURL* h, CURLINFO info, ...) {
   return rc;
 }
 
+// issue 31: the multi interface, so that a notifier can look at its abort flag every 50 ms during a transfer.
+CURLM* curl_multi_init() {
+  static auto* f = function<decltype(::curl_multi_init)>(curl(), "curl_multi_init");
+  return f ? f() : nullptr;
+}
+
+CURLMcode curl_multi_add_handle(CURLM* m, CURL* h) {
+  static auto* f = function<decltype(::curl_multi_add_handle)>(curl(), "curl_multi_add_handle");
+  return f ? f(m, h) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMcode curl_multi_remove_handle(CURLM* m, CURL* h) {
+  static auto* f = function<decltype(::curl_multi_remove_handle)>(curl(), "curl_multi_remove_handle");
+  return f ? f(m, h) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMcode curl_multi_perform(CURLM* m, int* running) {
+  static auto* f = function<decltype(::curl_multi_perform)>(curl(), "curl_multi_perform");
+  return f ? f(m, running) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMcode curl_multi_poll(CURLM* m, curl_waitfd* fds, unsigned int nfds, int timeout_ms, int* numfds) {
+  static auto* f = function<decltype(::curl_multi_poll)>(curl(), "curl_multi_poll");
+  return f ? f(m, fds, nfds, timeout_ms, numfds) : CURLM_INTERNAL_ERROR;
+}
+
+CURLMsg* curl_multi_info_read(CURLM* m, int* left) {
+  static auto* f = function<decltype(::curl_multi_info_read)>(curl(), "curl_multi_info_read");
+  return f ? f(m, left) : nullptr;
+}
+
+CURLMcode curl_multi_cleanup(CURLM* m) {
+  static auto* f = function<decltype(::curl_multi_cleanup)>(curl(), "curl_multi_cleanup");
+  return f ? f(m) : CURLM_INTERNAL_ERROR;
+}
+
 } // extern "C"

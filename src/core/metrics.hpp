@@ -121,7 +121,8 @@ template <class S> struct MetricDef {
   WATTSCOPE_GPU_HEALTH_METRICS(X)
 
 // ---- issue 17: NVIDIA health and throughput (docs/nvidia.md). Counters NVML keeps since the driver loaded are stored
-// as NVML gives them; the throttle times are since the run started. Members of one family stay adjacent.
+// as NVML gives them; the throttle times are since the run started. /metrics gathers a family's members wherever
+// they are listed (issue 32).
 #define WATTSCOPE_GPU_HEALTH_METRICS(X)                                                                                \
   X(mig_mode, I, "", "wattscope_gpu_mig_mode", Gauge, 1, "",                                                           \
     "1 when MIG is enabled (power and energy stay the whole GPU's, shared by its instances).", "MIG mode", "", 1, 0)   \
@@ -165,7 +166,11 @@ template <class S> struct MetricDef {
   X(package_energy_j, F, "J", "", Counter, 1, "", "CPU package energy since the run started.", "CPU package energy",   \
     "J", 1, kAdvice | kExact)                                                                                          \
   X(dram_energy_j, F, "J", "", Counter, 1, "", "DRAM energy since the run started.", "DRAM energy", "J", 1,            \
-    kAdvice | kExact)
+    kAdvice | kExact)                                                                                                  \
+  X(busy_s, F, "s", "wattscope_cpu_busy_seconds_total", Counter, 1, "",                                                \
+    "Busy CPU time summed over every logical CPU since boot (/proc/stat: user, nice, system, irq, softirq, steal); "   \
+    "rate() of it is the busy CPUs over any window.",                                                                  \
+    "CPU busy time", "s", 1, 0)
 
 // One RAPL powercap zone per tick (cpu_power_samples). Labels: host, zone, domain, socket.
 #define WATTSCOPE_ZONE_METRICS(X)                                                                                      \

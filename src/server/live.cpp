@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <span>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "core/metrics.hpp"
 #include "core/time_util.hpp"
 #include "pipeline/run_view.hpp"
+#include "server/static_files.hpp" // gzip_compress (issue 32)
 #include "wattscope/version.hpp"
 
 namespace wattscope {
@@ -47,10 +49,19 @@ public:
     out_ += fmt::format(" {}\n", v); // fmt is locale-independent
   }
   void sample(std::string_view labels, const OptF& v, double scale = 1) {
-    if (v) sample(labels, *v * scale);
+    if (v) sample(labels, scaled(*v, scale));
   }
   void sample(std::string_view labels, const OptI& v, double scale = 1) {
-    if (v) sample(labels, static_cast<double>(*v) * scale);
+    if (v) sample(labels, scaled(static_cast<double>(*v), scale));
+  }
+  // issue 32: 70 % x 0.01 is 0.7000000000000001, while 70 / 100 is the double nearest 0.7, which the shortest
+  // round-trip format then writes as 0.7. A scale that is 1/N divides by N.
+  static double scaled(double v, double scale) {
+    if (scale > 0 && scale < 1) {
+      const double n = std::round(1 / scale);
+      if (std::abs(n * scale - 1) < 1e-12) return v / n;
+    }
+    return v * scale;
   }
   std::string take() { return std::move(out_); }
 
@@ -96,6 +107,30 @@ const std::vector<const MetricDef<CpuSample>*>& cpu_history() {
 }
 const std::vector<const MetricDef<GpuSample>*>& gpu_history() {
   static const auto v = history_metrics(kGpuMetrics);
+  return v;
+}
+
+// The exported registry metrics grouped by Prometheus family, in the order each family first appears; each family's
+// members in registry order. Made once.
+template <class S> std::vector<std::vector<const MetricDef<S>*>> prom_families(std::span<const MetricDef<S>> all) {
+  std::vector<std::vector<const MetricDef<S>*>> out;
+  for (const auto& m : all) {
+    if (m.info.prom_family.empty()) continue;
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const auto& fam) { return fam.front()->info.prom_family == m.info.prom_family; });
+    if (it == out.end())
+      out.push_back({&m});
+    else
+      it->push_back(&m);
+  }
+  return out;
+}
+const std::vector<std::vector<const MetricDef<GpuSample>*>>& gpu_families() {
+  static const auto v = prom_families(kGpuMetrics);
+  return v;
+}
+const std::vector<std::vector<const MetricDef<CpuSample>*>>& cpu_families() {
+  static const auto v = prom_families(kCpuMetrics);
   return v;
 }
 
@@ -253,7 +288,7 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
     bucket_frames_ = 0;
     history_bytes_.store(ring_bytes(), std::memory_order_relaxed);
   }
-  board_builder_ = std::make_unique<ProcessBoardBuilder>(process_cap_, run.host);
+  board_builder_ = std::make_unique<ProcessBoardBuilder>(process_cap_, run.host, process_metrics_);
   std::lock_guard lock(mu_);
   run_ = run;
   devices_ = std::move(devices);
@@ -274,6 +309,8 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
     latest_ = f;
     ++seq_;
     for (const auto& e : f->events) {
+      if (e.kind == "xid" && e.source.starts_with("gpu")) // issue 32: counted per GPU for /metrics
+        ++xid_errors_[std::atoi(e.source.c_str() + 3)];
       recent_events_.push_back(e);
       if (recent_events_.size() > 50) recent_events_.pop_front();
     }
@@ -648,47 +685,77 @@ std::string LiveState::metrics_text() const {
                                     prom_label_value(d ? d->pci_bus_id : ""),
                                     d && d->energy_method == "simulated" ? ",simulated=\"true\"" : ""));
   }
+  auto device_labels = [&](const GpuDevice& d) {
+    return fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", d.gpu_index,
+                       prom_label_value(d.uuid), prom_label_value(d.name), host, prom_label_value(d.pci_bus_id),
+                       d.energy_method == "simulated" ? ",simulated=\"true\"" : "");
+  };
   x.family("wattscope_gpu_up", "gauge", "1 when the GPU answered the latest tick, 0 when it is lost.");
   for (const auto& d : devices_) {
     bool up = false;
     for (const auto& s : f.gpus)
       up = up || s.gpu_index == d.gpu_index;
-    x.sample(fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", d.gpu_index,
-                         prom_label_value(d.uuid), prom_label_value(d.name), host, prom_label_value(d.pci_bus_id),
-                         d.energy_method == "simulated" ? ",simulated=\"true\"" : ""),
-             up ? 1.0 : 0.0);
+    x.sample(device_labels(d), up ? 1.0 : 0.0);
   }
-  // Registry metrics sharing a family (the clocks, the link widths) are adjacent: HELP and TYPE once, then every
-  // member's samples with its constant labels. A family no GPU reports is left out (absent, never 0).
-  const auto gm = kGpuMetrics;
-  for (size_t i = 0; i < gm.size();) {
-    size_t end = i;
-    while (end < gm.size() && gm[end].info.prom_family == gm[i].info.prom_family)
-      ++end;
-    const MetricInfo& info = gm[i].info;
+  // Registry metrics sharing a family (the clocks, the link widths) are written as one block: HELP and TYPE once, then
+  // every member's samples with its constant labels. The members are gathered by family name, wherever the registry
+  // lists them (issue 32: the video clock, appended at the end, once made a second `wattscope_gpu_clock_hertz` block,
+  // which the exposition format forbids). A family no GPU reports is left out (absent, never 0).
+  for (const auto& members : gpu_families()) {
+    const MetricInfo& info = members.front()->info;
     bool any = false;
-    for (size_t k = i; k < end; ++k)
+    for (const auto* m : members)
       for (auto& [s, l] : gs)
-        any = any || gm[k].has(*s);
-    if (!info.prom_family.empty() && any) {
-      x.family(info.prom_family, info.prom_kind == PromKind::Counter ? "counter" : "gauge", info.help);
-      for (auto& [s, l] : gs) {
-        for (size_t k = i; k < end; ++k) {
-          const MetricInfo& mk = gm[k].info;
-          std::string labels = l;
-          if (!mk.prom_labels.empty()) labels += "," + std::string(mk.prom_labels);
-          if (mk.flags & kMethodLabel) {
-            std::string method;
-            for (const auto& d : devices_)
-              if (d.gpu_index == s->gpu_index) method = d.energy_method;
-            labels += fmt::format(",method=\"{}\"", prom_label_value(method));
-          }
-          x.sample(labels, gm[k].get(*s), mk.prom_scale);
+        any = any || m->has(*s);
+    if (!any) continue;
+    x.family(info.prom_family, info.prom_kind == PromKind::Counter ? "counter" : "gauge", info.help);
+    for (auto& [s, l] : gs) {
+      for (const auto* m : members) {
+        const MetricInfo& mk = m->info;
+        std::string labels = l;
+        if (!mk.prom_labels.empty()) labels += "," + std::string(mk.prom_labels);
+        if (mk.flags & kMethodLabel) {
+          std::string method;
+          for (const auto& d : devices_)
+            if (d.gpu_index == s->gpu_index) method = d.energy_method;
+          labels += fmt::format(",method=\"{}\"", prom_label_value(method));
         }
+        x.sample(labels, m->get(*s), mk.prom_scale);
       }
     }
-    i = end;
   }
+
+  // ---- issue 32: the clock-event (throttle) mask one series per reason, so that no query decodes bits with
+  // floor(x/2^k)%2; and the Xid errors counted per GPU (where the driver delivers them).
+  static constexpr std::pair<int64_t, std::string_view> kReasons[] = {{0x1, "gpu_idle"},
+                                                                      {0x2, "applications_clocks_setting"},
+                                                                      {0x4, "sw_power_cap"},
+                                                                      {0x8, "hw_slowdown"},
+                                                                      {0x10, "sync_boost"},
+                                                                      {0x20, "sw_thermal"},
+                                                                      {0x40, "hw_thermal"},
+                                                                      {0x80, "hw_power_brake"},
+                                                                      {0x100, "display_clock_setting"}};
+  if (std::any_of(gs.begin(), gs.end(), [](const auto& g) { return g.first->throttle_reasons.has_value(); })) {
+    x.family("wattscope_gpu_throttle_active", "gauge",
+             "1 while NVML reports this clock-event (throttle) reason for the GPU, else 0 (the bits of "
+             "wattscope_gpu_throttle_reasons); the time spent held back is wattscope_gpu_throttle_seconds_total.");
+    for (auto& [s, l] : gs)
+      if (s->throttle_reasons)
+        for (const auto& [bit, reason] : kReasons)
+          x.sample(fmt::format("{},reason=\"{}\"", l, reason), (*s->throttle_reasons & bit) ? 1.0 : 0.0);
+  }
+  if (std::any_of(devices_.begin(), devices_.end(), [](const GpuDevice& d) { return d.xid_events; })) {
+    x.family("wattscope_gpu_xid_errors_total", "counter",
+             "Xid errors NVML reported for the GPU since serve started (the codes are in the events: "
+             "/api/v1/current, the store). Exported for GPUs whose Xid events NVML delivers.");
+    for (const auto& d : devices_) {
+      if (!d.xid_events) continue;
+      auto it = xid_errors_.find(d.gpu_index);
+      x.sample(device_labels(d), static_cast<double>(it != xid_errors_.end() ? it->second : 0));
+    }
+  }
+  // ---- end issue 32
 
   // ---- issue 17: MIG instances, one series per compute instance. Power and energy have none: NVML measures them
   // per GPU, so they stay on the parent's series.
@@ -727,15 +794,25 @@ std::string LiveState::metrics_text() const {
 
   const auto& c = f.cpu;
   const std::string host_label = fmt::format("host=\"{}\"", host);
-  for (const auto& m : kCpuMetrics) {
-    const MetricInfo& info = m.info;
-    if (info.prom_family.empty() || !m.has(c)) continue;
-    if ((info.flags & kNoZones) && !c.zones.empty()) continue;
+  for (const auto& members : cpu_families()) {
+    auto shown = [&](const MetricDef<CpuSample>* m) {
+      return m->has(c) && !((m->info.flags & kNoZones) && !c.zones.empty());
+    };
+    if (std::none_of(members.begin(), members.end(), shown)) continue;
+    const MetricInfo& info = members.front()->info;
     x.family(info.prom_family, info.prom_kind == PromKind::Counter ? "counter" : "gauge", info.help);
-    std::string labels = host_label;
-    if (info.flags & kMethodLabel)
-      labels += fmt::format(",method=\"{}\"", c.power_method ? prom_label_value(c.power_method) : "");
-    x.sample(labels, m.get(c), info.prom_scale);
+    for (const auto* m : members) {
+      if (!shown(m)) continue;
+      std::string labels = host_label;
+      if (!m->info.prom_labels.empty()) labels += "," + std::string(m->info.prom_labels);
+      if (m->info.flags & kMethodLabel)
+        labels += fmt::format(",method=\"{}\"", c.power_method ? prom_label_value(c.power_method) : "");
+      x.sample(labels, m->get(c), m->info.prom_scale);
+    }
+  }
+  if (!c.core_util_pct.empty()) { // issue 32: rate(wattscope_cpu_busy_seconds_total) over it is a busy share
+    x.family("wattscope_cpu_logical_cpus", "gauge", "Logical CPUs the host's /proc/stat lists.");
+    x.sample(host_label, static_cast<double>(c.core_util_pct.size()));
   }
   if (!c.zones.empty()) {
     auto zl = [&](const PowerZoneSample& z) {
@@ -756,12 +833,33 @@ std::string LiveState::metrics_text() const {
     out += "# HELP wattscope_alerts_firing Alerts firing now, one series per rule and scope (wattscope --alerts).\n"
            "# TYPE wattscope_alerts_firing gauge\n";
     const std::string host = prom_label_value(run_.host);
-    for (const auto& a : alerts_->firing())
-      out += fmt::format("wattscope_alerts_firing{{rule=\"{}\",severity=\"{}\",scope=\"{}\",host=\"{}\"}} 1\n",
-                         prom_label_value(a.rule), prom_label_value(a.severity), prom_label_value(a.scope), host);
+    for (const auto& a : alerts_->firing()) {
+      // issue 32: a GPU's alert carries the gpu and uuid labels of its GPU series, so the two join ("gpu3" -> "3").
+      std::string gpu, uuid;
+      if (a.scope.size() > 3 && a.scope.starts_with("gpu") &&
+          a.scope.find_first_not_of("0123456789", 3) == std::string::npos) {
+        gpu = a.scope.substr(3);
+        for (const auto& d : devices_)
+          if (std::to_string(d.gpu_index) == gpu) uuid = d.uuid;
+      }
+      out += fmt::format("wattscope_alerts_firing{{rule=\"{}\",severity=\"{}\",scope=\"{}\",host=\"{}\",gpu=\"{}\","
+                         "uuid=\"{}\"}} 1\n",
+                         prom_label_value(a.rule), prom_label_value(a.severity), prom_label_value(a.scope), host, gpu,
+                         prom_label_value(uuid));
+    }
   }
   // ---- end alerts
   return out;
+}
+
+std::string LiveState::metrics_gzip() const {
+  std::string text = metrics_text();
+  std::lock_guard lock(gzip_mu_);
+  if (text != gzip_plain_ || gzip_body_.empty()) {
+    gzip_body_ = gzip_compress(text, kMetricsGzipLevel);
+    gzip_plain_ = std::move(text);
+  }
+  return gzip_body_;
 }
 
 nlohmann::json LiveState::alerts_json() const {

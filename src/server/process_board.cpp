@@ -132,7 +132,7 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
                     prom_label_value(e.proc ? e.proc->comm : ""), prom_label_value(e.proc ? e.proc->unit : ""), host);
   }
   const std::string other_labels = fmt::format("pid=\"other\",start_time=\"\",comm=\"\",unit=\"\",host=\"{}\"", host);
-  if (!entries.empty()) {
+  if (process_series_ && !entries.empty()) {
     head(m, "wattscope_process_power_watts", "gauge",
          "Power attributed to a process on a device (cpu, gpu0, ...) at the latest process scan: its share of the "
          "device's measured power (docs/attribution.md). " +
@@ -219,11 +219,13 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
     auto ul = [&](const UnitSample* u, const char* dev) {
       // issue 18: a pod's namespace and name (from the kubelet) beside its uid; empty for other units and for pods
       // the kubelet did not name, so that every series of the family has the same labels.
-      return u ? fmt::format("unit=\"{}\",kind=\"{}\",namespace=\"{}\",pod=\"{}\",device=\"{}\",host=\"{}\"",
+      // issue 32: `unit_kind`, as in the JSON; `kind` meant something else on other families (link width).
+      return u ? fmt::format("unit=\"{}\",unit_kind=\"{}\",namespace=\"{}\",pod=\"{}\",device=\"{}\",host=\"{}\"",
                              prom_label_value(u->unit), prom_label_value(u->unit_kind),
                              u->pod ? prom_label_value(u->pod->ns) : "", u->pod ? prom_label_value(u->pod->name) : "",
                              dev, host)
-               : fmt::format("unit=\"other\",kind=\"\",namespace=\"\",pod=\"\",device=\"{}\",host=\"{}\"", dev, host);
+               : fmt::format("unit=\"other\",unit_kind=\"\",namespace=\"\",pod=\"\",device=\"{}\",host=\"{}\"", dev,
+                             host);
     };
     head(m, "wattscope_unit_power_watts", "gauge",
          "Power attributed to a unit (Slurm job, Kubernetes pod, container, systemd service, user session): the sum "

@@ -31,8 +31,12 @@ std::string prom_label_value(std::string_view v);
 
 class ProcessBoardBuilder {
 public:
-  // cap: processes (and units) exported one by one; host: the host label of every series.
-  ProcessBoardBuilder(size_t cap, std::string host) : cap_(cap), host_(std::move(host)) {}
+  // cap: processes (and units) exported one by one; host: the host label of every series. process_series (issue 32,
+  // serve --process-metrics): whether the wattscope_process_* families are written. Their pid, start_time and comm
+  // labels make a new series per process, so a node starting short jobs grows series without bound; the unit
+  // families (Slurm job, pod, container, service) are always written. The JSON lists are built either way.
+  ProcessBoardBuilder(size_t cap, std::string host, bool process_series = true)
+      : cap_(cap), host_(std::move(host)), process_series_(process_series) {}
   // From a scan accounting has filled (power and energy per process and unit). Keeps, across scans, what the
   // processes outside the top N used, so the `other` energy counters only grow.
   std::shared_ptr<const ProcessBoard> build(const ProcessSnapshot& snap);
@@ -40,6 +44,7 @@ public:
 private:
   size_t cap_;
   std::string host_;
+  bool process_series_;
   // Device keys: -1 the CPU, else the GPU index. Energy per process and device at the previous scan.
   struct PidHash {
     size_t operator()(const ProcessId& id) const noexcept {

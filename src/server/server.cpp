@@ -574,7 +574,14 @@ struct HttpServer::Impl {
     };
 
     if (const StaticFile* f = files.find(path)) return send(static_file(*f, req));
-    if (path == "/metrics") return send(content(live.metrics_text(), "text/plain; version=0.0.4; charset=utf-8"));
+    if (path == "/metrics") {
+      // issue 32: gzip where the client takes it (Prometheus asks for it), from LiveState's once-per-body copy.
+      const bool gz = accepts_gzip(req[http::field::accept_encoding]);
+      Response r = content(gz ? live.metrics_gzip() : live.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
+      r.headers.emplace_back("Vary", "Accept-Encoding");
+      if (gz) r.headers.emplace_back("Content-Encoding", "gzip");
+      return send(std::move(r));
+    }
     if (path == "/api/v1/current") return send(content(live.current_json().dump(), "application/json"));
     if (path == "/api/v1/alerts") return send(content(live.alerts_json().dump(), "application/json")); // issue 14
     if (path == "/healthz") return send(content("ok\n", "text/plain"));

@@ -95,10 +95,10 @@ bool etag_listed(std::string_view if_none_match, std::string_view etag) {
   return found;
 }
 
-std::string gzip_compress(std::string_view data) {
+std::string gzip_compress(std::string_view data, int level) {
   z_stream zs{};
   // windowBits 15 + 16: a gzip header and trailer; zlib writes no timestamp (mtime 0) unless asked to.
-  if (deflateInit2(&zs, Z_BEST_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+  if (deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     throw std::runtime_error("zlib: deflateInit2 failed");
   std::string out(deflateBound(&zs, static_cast<uLong>(data.size())), '\0');
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));

@@ -37,7 +37,7 @@ private:
 bool accepts_gzip(std::string_view accept_encoding);
 // If-None-Match lists `etag` ("*" matches anything; weak comparison, so W/"x" matches "x", RFC 9110 13.1.2).
 bool etag_listed(std::string_view if_none_match, std::string_view etag);
-// gzip (RFC 1952) of `data` at zlib's best compression, without a timestamp.
-std::string gzip_compress(std::string_view data);
+// gzip (RFC 1952) of `data` at a zlib level (9: best, 1: fastest), without a timestamp.
+std::string gzip_compress(std::string_view data, int level = 9);
 
 } // namespace wattscope

@@ -151,7 +151,7 @@ TEST(Attribution, ServeExportsTheTopProcessesAndFoldsTheRestIntoOther) {
   write_file(dir / "scenario.json", scen.dump());
   // --top-processes 1: the worker is exported on its own, the neighbour only inside `other`.
   const int serve = start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "200ms", "--top-processes",
-                           "1", "--process-interval", "1s"},
+                           "1", "--process-interval", "1s", "--process-metrics"}, // issue 32: opt-in
                           {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
                            {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
                            {"CUDA_VISIBLE_DEVICES", "\x01"}},

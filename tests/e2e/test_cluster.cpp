@@ -94,14 +94,14 @@ TEST(ServeCluster, PodUnitsCarryNamespaceAndNameFromTheKubeletAndTheNodeIsTheHos
                 env, dir.path(), dir / "out", dir / "err");
   s.port = wait_for_serve_port(dir / "err", 100);
   const std::string m = metrics_with(s.port, "pod=\"trainer-0\"", 15s);
-  EXPECT_NE(m.find("wattscope_unit_power_watts{unit=\"pod 1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718\",kind=\"k8s-pod\","
+  EXPECT_NE(m.find("wattscope_unit_power_watts{unit=\"pod 1f2e3d4c-5b6a-7980-a1b2-c3d4e5f60718\",unit_kind=\"k8s-pod\","
                    "namespace=\"ml-team\",pod=\"trainer-0\",device=\"cpu\",host=\"gpu-node-7\"}"),
             std::string::npos)
       << m.substr(m.find("wattscope_unit_power_watts") == std::string::npos ? 0 : m.find("wattscope_unit_power_watts"),
                   3000)
       << read_file(dir / "err");
   // The pod the kubelet does not list keeps its uid, with empty names (every series has the same labels).
-  EXPECT_NE(m.find("unit=\"pod 99999999-8888-7777-6666-555555555555\",kind=\"k8s-pod\",namespace=\"\",pod=\"\""),
+  EXPECT_NE(m.find("unit=\"pod 99999999-8888-7777-6666-555555555555\",unit_kind=\"k8s-pod\",namespace=\"\",pod=\"\""),
             std::string::npos);
   // The JSON API shows the same.
   auto cur = json::parse(wstest::http::get(s.port, "/api/v1/current", {}, 5s).body);

@@ -17,18 +17,23 @@ import world
 
 DASHBOARD_PATH = os.path.join(world.SOURCE_DIR, "deploy", "grafana-dashboard.json")
 
-# NVML's clock-event (throttle) reason bits, nvmlClocksEventReason* in nvml.h, and the label the dashboard gives each.
+# NVML's clock-event (throttle) reason bits, nvmlClocksEventReason* in nvml.h, and the reason label serve gives each
+# (issue 32: wattscope_gpu_throttle_active, one series per reason).
 NVML_REASON_BITS = {
     "gpu_idle": 0x1,
     "applications_clocks_setting": 0x2,
     "sw_power_cap": 0x4,
     "hw_slowdown": 0x8,
     "sync_boost": 0x10,
-    "sw_thermal_slowdown": 0x20,
-    "hw_thermal_slowdown": 0x40,
-    "hw_power_brake_slowdown": 0x80,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "hw_power_brake": 0x80,
     "display_clock_setting": 0x100,
 }
+
+# Grafana's JSON model version (the dashboard's schemaVersion) of each release line: what a dashboard exported by that
+# release carries, and the oldest release that imports it without migrating it.
+GRAFANA_SCHEMA = {"9.2": 37, "9.3": 37, "9.4": 37, "10.0": 38, "10.1": 38, "10.2": 38}
 
 # Grafana's own variables, with what a 6-hour view of a 1-second-scraped Prometheus would give them.
 BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "6h", "__range_s": "21600", "__range_ms": "21600000"}
@@ -159,20 +164,29 @@ def test_there_are_panels_for_gpu_up_unit_power_and_firing_alerts():
     exprs = " ".join(t["expr"] for _, t in queries(load()))
     for metric in ("wattscope_gpu_up", "wattscope_unit_power_watts", "wattscope_alerts_firing"):
         assert metric in exprs
-    # The raw bit mask is never plotted as a number: only decoded, one bit at a time.
+    # Issue 32: no query decodes bits with floor(x/2^k)%2; serve exports one series per reason.
     for p, t in queries(load()):
-        if "wattscope_gpu_throttle_reasons" in t["expr"]:
-            assert re.search(r"floor\(wattscope_gpu_throttle_reasons\{[^}]*\} / \d+\) % 2", t["expr"]), t["expr"]
+        assert "wattscope_gpu_throttle_reasons" not in t["expr"] and "floor(" not in t["expr"], t["expr"]
 
 
-def test_each_throttle_reason_is_named_from_its_nvml_bit():
-    seen = {}
+def test_each_throttle_reason_has_its_row():
+    seen = set()
     for p, t in queries(load()):
-        m = re.search(r"floor\(wattscope_gpu_throttle_reasons\{[^}]*\} / (\d+)\) % 2, \"reason\", \"(\w+)\"",
-                      t["expr"])
+        m = re.search(r"wattscope_gpu_throttle_active\{[^}]*reason=\"(\w+)\"", t["expr"])
         if m:
-            seen[m.group(2)] = int(m.group(1))
-    assert seen == NVML_REASON_BITS
+            seen.add(m.group(1))
+    assert seen == set(NVML_REASON_BITS)
+
+
+def test_schema_version_is_the_required_grafanas():
+    """Issue 32.8: __requires names the Grafana whose JSON model schemaVersion is (38 is Grafana 10's, 9.4 wrote 37),
+    and every panel type it lists is one the dashboard uses."""
+    dash = load()
+    [grafana] = [r for r in dash["__requires"] if r["type"] == "grafana"]
+    major_minor = ".".join(grafana["version"].split(".")[:2])
+    assert GRAFANA_SCHEMA[major_minor] == dash["schemaVersion"], (grafana["version"], dash["schemaVersion"])
+    used = {p["type"] for p in all_panels(dash) if p["type"] != "row"}
+    assert {r["id"] for r in dash["__requires"] if r["type"] == "panel"} == used
 
 
 # ---------------------------------------------------------------------------------------------------- a real fleet
@@ -311,7 +325,7 @@ def test_one_gpu_selected_narrows_every_gpu_query(fleet):
 
 
 def test_throttle_reasons_decode_the_mask(fleet):
-    """The decoded bits, weighted by NVML's values, add up to the raw mask, GPU by GPU: the names fit the bits."""
+    """The reasons' series, weighted by NVML's bits, add up to the raw mask, GPU by GPU: the names fit the bits."""
     g = Grafana(fleet, load())
     values = g.select(host=[world.GPU_HOST])
     # One evaluation time for the mask and every bit, so they see the same sample.
@@ -322,7 +336,7 @@ def test_throttle_reasons_decode_the_mask(fleet):
     summed = {gpu: 0 for gpu in raw}
     reasons = {}
     for panel, target in queries(g.dash):
-        if "wattscope_gpu_throttle_reasons" not in target["expr"]:
+        if "wattscope_gpu_throttle_active" not in target["expr"]:
             continue
         expr = g.interpolate(target["expr"], values)
         for r in fleet.api("/api/v1/query", query=expr, time=at)["result"]:
@@ -348,7 +362,7 @@ def test_unit_power_shows_the_slurm_job_and_the_pod_on_each_host(fleet):
         assert (host, "pod 6f1c2d3e-4b5a-4c7d-8e9f-0a1b2c3d4e5f") in units
     # On the GPU host the job runs GPUs 0 and 1 of the simulation: hundreds of watts, not a CPU share.
     job = [pts for labels, pts in series if labels == {"host": world.GPU_HOST, "unit": "slurm job 4242",
-                                                       "kind": "slurm-job"}]
+                                                       "unit_kind": "slurm-job"}]
     assert job and float(job[0][-1][1]) > 100
 
 

@@ -442,10 +442,10 @@ TEST(ProcessBoard, TopNSeriesTheRestAsOtherWhoseEnergyOnlyGrows) {
   EXPECT_NE(m.find("# TYPE wattscope_process_energy_joules_total counter"), std::string::npos);
   EXPECT_NE(m.find("top 2 processes by power"), std::string::npos) << "the cap is in the HELP text";
   EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker "
-                        "aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"cpu\""),
+                        "aaa\",unit_kind=\"container\",namespace=\"\",pod=\"\",device=\"cpu\""),
             500);
   EXPECT_EQ(value_of(m, "wattscope_unit_energy_joules_total{unit=\"docker "
-                        "aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
+                        "aaa\",unit_kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
             0)
       << "a GPU host: the unit used none of its GPUs";
   ASSERT_EQ(b1->processes.size(), 2u);
@@ -470,19 +470,15 @@ TEST(ProcessBoard, AUnitOnAHostWithoutGpusHasNoGpuSeries) {
   s.procs = {filled(1, 30, 100, "docker aaa")};
   s.units = {{"docker aaa", "container", std::nullopt, 1, 30, 0, 100, 0}};
   const std::string m = b.build(s)->metrics_text; // no GPU listed its processes: gpus_listed is empty
-  EXPECT_EQ(
-      value_of(
-          m,
-          "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"cpu\""),
-      30);
-  EXPECT_EQ(
-      series(
-          m,
-          "wattscope_unit_power_watts{unit=\"docker aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
-      "")
+  EXPECT_EQ(value_of(m, "wattscope_unit_power_watts{unit=\"docker "
+                        "aaa\",unit_kind=\"container\",namespace=\"\",pod=\"\",device=\"cpu\""),
+            30);
+  EXPECT_EQ(series(m, "wattscope_unit_power_watts{unit=\"docker "
+                      "aaa\",unit_kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
+            "")
       << "missing, never 0";
   EXPECT_EQ(series(m, "wattscope_unit_energy_joules_total{unit=\"docker "
-                      "aaa\",kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
+                      "aaa\",unit_kind=\"container\",namespace=\"\",pod=\"\",device=\"gpu\""),
             "");
 }
 

@@ -98,8 +98,9 @@ void NvmlSource::start_events() {
     return;
   }
   int registered = 0;
-  for (const auto& d : devs_) {
+  for (auto& d : devs_) {
     const Return rc = lib_->device_register_events(d.handle, kEventTypeXidCriticalError, event_set_);
+    d.info.xid_events = rc == kSuccess; // issue 32: serve's Xid counter is exported for this GPU
     if (rc == kSuccess)
       ++registered;
     else

@@ -203,6 +203,9 @@ bool ProcfsCpuSource::open() {
 
 void ProcfsCpuSource::read_stat(Frame& frame) {
   if (stat_fd_ && read_fd(stat_fd_.get(), buf_) && parse_proc_stat(buf_, cur_)) {
+    // issue 32: /proc/stat counts in USER_HZ (sysconf's clock ticks); the counter is exported as it stands.
+    static const long hz = ::sysconf(_SC_CLK_TCK);
+    if (hz > 0) frame.cpu.busy_s = static_cast<double>(cur_.total.busy) / static_cast<double>(hz);
     if (have_prev_) {
       frame.cpu.util_pct = util_between(prev_.total, cur_.total);
       frame.cpu.core_util_pct.resize(cur_.cores.size());
