@@ -27,7 +27,7 @@ inline constexpr const char* kCiStudentTCut = "student-t-cut-at-0";
 SampleSummary summarize(const std::vector<double>& xs);
 
 // For a quantity that cannot be negative (energy, duration, J per unit, throughput), an interval that cannot go below
-// 0 (issue 29: a t interval of three energies 5, 5, 200 J reaches -211 J). With every value > 0 it is the modified
+// 0 (issue 29: a t interval of three energies 5, 5, 200 J reaches -210 J). With every value > 0 it is the modified
 // Cox interval for the mean of a log-normal quantity (Zhou & Gao 1997; Olsson 2005): with y = ln x, mean ȳ and
 // variance s² of y, exp(ȳ + s²/2 ± t(0.975, n-1)·√(s²/n + s⁴/(2(n-1)))). Where a value is 0 (no log), the t interval
 // with its lower end cut at 0. The mean and sd are the plain ones of xs.
