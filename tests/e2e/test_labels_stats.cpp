@@ -237,13 +237,17 @@ TEST(Stats, PhaseFiguresArePerInstanceWithTheRunTotalApart) {
 
 TEST(Stats, AnEnergyIntervalNeverGoesBelowZeroAndItsMethodIsSaid) {
   Lab lab;
-  // A CPU estimated at 100 W for 0.05, 0.05 and 1.5 s: about 5, 5 and 150 J. Student's t interval of the mean of
-  // those reaches far below 0 (mean 53, sd 84, t(0.975, 2) = 4.30: 53 - 209).
-  for (const char* s : {"0.05", "0.05", "1.5"})
+  // A CPU estimated at 100 W for 0.25, 0.25 and 3 s: about 25, 25 and 300 J. Student's t interval of the mean of
+  // those reaches far below 0 (mean 117, sd 159, t(0.975, 2) = 4.30: 117 - 394). (Shorter runs may estimate 0 J.)
+  for (const char* s : {"0.25", "0.25", "3"})
     ASSERT_EQ(lab.record({"--task", "wild", "--cpu-tdp", "100"}, std::string("sleep ") + s).exit_code, 0);
   const auto energy = column(lab.db(), "SELECT total_energy_j FROM runs ORDER BY start_ms");
   ASSERT_EQ(energy.size(), 3u);
+  for (double e : energy)
+    ASSERT_GT(e, 0) << "every run must have estimated some energy";
   ASSERT_GT(std::sqrt(sample_var(energy)), mean(energy) / 2) << "the inputs must vary a lot for this test";
+  ASSERT_LT(mean(energy) - 4.302652729911275 * std::sqrt(sample_var(energy) / 3), 0)
+      << "Student's t interval of these must go below 0, or this test proves nothing";
   Result r = lab.ws({"stats", "--task", "wild", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json e = json::parse(r.out)["metrics"]["energy_j"];
