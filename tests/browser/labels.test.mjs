@@ -53,6 +53,7 @@ test('the report names the measured devices and the method of its energy, and a 
   assert.doesNotMatch(label, /GPU|all measured devices/);
   assert.equal(await page.getAttribute('.card[data-key="total_energy_j"]', 'data-method'), 'estimated');
   assert.match(await page.textContent('.card[data-key="co2_g"] .label'), /estimated/);
+  assert.equal(await page.textContent('.card[data-key="cpu.energy_j"] .label'), 'CPU package energy estimated');
   await page.close();
 
   ws(['report', est, sim, '-o', join(dir, 'cmp.html')]);
