@@ -61,12 +61,12 @@ EnergyMethod run_energy_method(const RunInfo& r) {
 
 std::string EnergyMethod::label() const {
   std::vector<std::pair<std::string, std::string>> by_method; // method -> "gpu0, gpu1", in first-seen order
-  for (const auto& [device, method] : devices) {
-    auto it = std::find_if(by_method.begin(), by_method.end(), [&](const auto& p) { return p.first == method; });
+  for (const auto& part : devices) {
+    auto it = std::find_if(by_method.begin(), by_method.end(), [&](const auto& p) { return p.first == part.second; });
     if (it == by_method.end())
-      by_method.emplace_back(method, device);
+      by_method.emplace_back(part.second, part.first);
     else
-      it->second += ", " + device;
+      it->second += ", " + part.first;
   }
   if (by_method.empty()) return "";
   if (by_method.size() == 1) return by_method.front().first;
