@@ -277,6 +277,9 @@ TEST(Stats, RunsWithoutAFigureAreLeftOutAndCounted) {
   EXPECT_EQ(e["n"], 2);
   EXPECT_EQ(e["left_out"], 1);
   EXPECT_EQ(e["left_out_why"], json({{"no energy measured", 1}}));
+  const auto ids = query(lab.db(), "SELECT run_id FROM runs ORDER BY start_ms");
+  EXPECT_EQ(j["run_energy_methods"],
+            json({{*ids[0][0], "estimated"}, {*ids[1][0], "estimated"}, {*ids[2][0], nullptr}}));
   const auto energy = column(lab.db(), "SELECT total_energy_j FROM runs WHERE total_energy_j IS NOT NULL");
   EXPECT_NEAR(e["mean"].get<double>(), mean(energy), 1e-9);
   EXPECT_EQ(j["metrics"]["phase.eval.duration_s"]["left_out_why"], json({{"no 'eval' phase", 2}}));

@@ -75,6 +75,10 @@ public:
         j["runs"].push_back(r.run_id);
       j["n"] = runs.size();
       j["energy_method"] = method.empty() ? nlohmann::json() : nlohmann::json(method);
+      j["run_energy_methods"] = nlohmann::json::object(); // run id -> its method (null: it measured no energy)
+      for (size_t i = 0; i < runs.size(); ++i)
+        j["run_energy_methods"][runs[i].run_id] =
+            notes[i].run_method.empty() ? nlohmann::json() : nlohmann::json(notes[i].run_method);
       j["methods_differ"] = differ;
       j["ci95_note"] = kIntervalNote;
       j["metrics"] = nlohmann::json::object();
