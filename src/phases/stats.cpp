@@ -1,5 +1,6 @@
 #include "phases/stats.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -99,6 +100,31 @@ SampleSummary summarize(const std::vector<double>& xs) {
       student_t_quantile(0.975, static_cast<double>(xs.size() - 1)) * *s.sd / std::sqrt(static_cast<double>(xs.size()));
   s.ci_low = s.mean - half;
   s.ci_high = s.mean + half;
+  s.ci_method = kCiStudentT;
+  return s;
+}
+
+SampleSummary summarize_nonnegative(const std::vector<double>& xs) {
+  SampleSummary s = summarize(xs);
+  if (xs.size() < 2) return s;
+  bool all_positive = true;
+  for (double x : xs)
+    all_positive = all_positive && x > 0 && std::isfinite(x);
+  if (!all_positive) {
+    s.ci_low = std::max(0.0, *s.ci_low);
+    s.ci_method = kCiStudentTCut;
+    return s;
+  }
+  std::vector<double> logs;
+  logs.reserve(xs.size());
+  for (double x : xs)
+    logs.push_back(std::log(x));
+  const double n = static_cast<double>(xs.size());
+  const double ly = mean_of(logs), s2 = variance(logs, ly);
+  const double half = student_t_quantile(0.975, n - 1) * std::sqrt(s2 / n + s2 * s2 / (2 * (n - 1)));
+  s.ci_low = std::exp(ly + s2 / 2 - half);
+  s.ci_high = std::exp(ly + s2 / 2 + half);
+  s.ci_method = kCiLogNormal;
   return s;
 }
 

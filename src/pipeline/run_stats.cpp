@@ -6,53 +6,107 @@
 
 #include <fmt/format.h>
 
+#include "core/text.hpp"
 #include "pipeline/phase_view.hpp"
 #include "pipeline/repair.hpp"
 #include "pipeline/run_view.hpp"
 
 namespace wattscope {
 
-Figures run_figures(StoreReader& store, const RunInfo& stored) {
+namespace {
+
+struct PhaseSums {
+  size_t instances = 0;
+  size_t with_energy = 0;
+  double energy_j = 0, duration_s = 0;
+  std::vector<std::string> methods;
+};
+
+} // namespace
+
+Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* notes) {
   const RunInfo run = as_shown(store, stored);
   const nlohmann::json j = run_json(run);
+  FigureNotes scratch;
+  FigureNotes& n = notes ? *notes : scratch;
   Figures f;
   auto add = [&](std::string name, const nlohmann::json& v) {
     if (v.is_number()) f.emplace_back(std::move(name), v.get<double>());
   };
   add("duration_s", j["duration_s"]);
   add("energy_j", j["total_energy_j"]);
+  n.run_energy = run_energy_method(run);
+  n.run_method = n.run_energy.label();
+  if (j["total_energy_j"].is_number())
+    n.method["energy_j"] = n.run_method;
+  else
+    n.missing["energy_j"] = "no energy measured";
   for (const auto& g : j["gpus"])
-    if (g.contains("index") && g["index"].is_number())
-      add(fmt::format("gpu{}.energy_j", g["index"].get<int>()), g.value("energy_j", nlohmann::json()));
-  if (j["cpu"].is_object()) add("cpu.energy_j", j["cpu"].value("energy_j", nlohmann::json()));
+    if (g.contains("index") && g["index"].is_number()) {
+      const std::string name = fmt::format("gpu{}.energy_j", g["index"].get<int>());
+      add(name, g.value("energy_j", nlohmann::json()));
+      if (g.value("energy_method", nlohmann::json()).is_string()) n.method[name] = g["energy_method"];
+    }
+  if (j["cpu"].is_object()) {
+    add("cpu.energy_j", j["cpu"].value("energy_j", nlohmann::json()));
+    if (j["cpu"].value("energy_method", nlohmann::json()).is_string())
+      n.method["cpu.energy_j"] = j["cpu"]["energy_method"];
+  }
   const PhaseData d = load_phase_data(store, run);
+  // issue 29: a phase name's figures per instance (three epochs of 8.5 s: 8.5 s, not 25.5 s), with the run's total
+  // of that name kept apart under its own name.
   std::vector<std::string> order;
-  std::map<std::string, std::pair<std::optional<double>, double>> by_name; // energy (missing if any is), duration
+  std::map<std::string, PhaseSums> by_name;
   for (const auto& p : d.phases) {
-    auto [it, fresh] = by_name.try_emplace(p.name, std::optional<double>(0.0), 0.0);
+    auto [it, fresh] = by_name.try_emplace(p.name);
     if (fresh) order.push_back(p.name);
-    it->second.first =
-        p.energy_j && it->second.first ? std::optional<double>(*it->second.first + *p.energy_j) : std::nullopt;
-    it->second.second += static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
+    PhaseSums& ps = it->second;
+    ++ps.instances;
+    ps.duration_s += static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
+    if (p.energy_j) {
+      ++ps.with_energy;
+      ps.energy_j += *p.energy_j;
+      ps.methods.push_back(p.energy_method);
+    }
   }
   for (const auto& name : order) {
-    const auto& [energy, duration] = by_name[name];
-    if (energy) f.emplace_back("phase." + name + ".energy_j", *energy);
-    f.emplace_back("phase." + name + ".duration_s", duration);
+    const PhaseSums& ps = by_name[name];
+    const std::string key = "phase." + name;
+    const double count = static_cast<double>(ps.instances);
+    if (ps.with_energy == ps.instances) {
+      f.emplace_back(key + ".energy_j", ps.energy_j / count);
+      f.emplace_back(key + ".run_total_energy_j", ps.energy_j);
+      n.method[key + ".energy_j"] = n.method[key + ".run_total_energy_j"] = combine_method_labels(ps.methods, "phase");
+    } else {
+      const std::string why = fmt::format("{} of its {} '{}' phases has no energy figure",
+                                          ps.instances - ps.with_energy, ps.instances, name);
+      n.missing[key + ".energy_j"] = n.missing[key + ".run_total_energy_j"] = why;
+    }
+    f.emplace_back(key + ".duration_s", ps.duration_s / count);
+    f.emplace_back(key + ".run_total_duration_s", ps.duration_s);
+    f.emplace_back(key + ".instances", count);
   }
   // issue 29: over the phases each unit's work was marked in (or the whole run), as show and the report say
   for (const auto& u : unit_figures(d, run)) {
     if (const auto e = u.energy_per_unit_j()) f.emplace_back("work." + u.unit + ".energy_per_unit_j", *e);
     if (const auto r = u.throughput_per_s()) f.emplace_back("work." + u.unit + ".throughput_per_s", *r);
   }
+  // Every energy figure of the work carries the method of the energy it divides.
+  for (const auto& [name, value] : f)
+    if (name.starts_with("work.") && name.ends_with("energy_per_unit_j") && !n.method.contains(name))
+      n.method[name] = n.run_method;
   return f;
 }
 
 std::vector<RunInfo> task_runs(StoreReader& store, const std::string& task, std::optional<size_t> last) {
+  return selected_runs(store, RunSelection{task, {}}, last);
+}
+
+std::vector<RunInfo> selected_runs(StoreReader& store, const RunSelection& selection, std::optional<size_t> last) {
   std::vector<RunInfo> out;
   size_t unfinished = 0;
   for (auto& r : store.runs()) {
-    if (r.task != task) continue;
+    if (!run_selected(r, selection)) continue;
     if (!r.end_ms) {
       ++unfinished; // still running, or killed: its figures are partial
       continue;
@@ -60,27 +114,91 @@ std::vector<RunInfo> task_runs(StoreReader& store, const std::string& task, std:
     out.push_back(std::move(r));
   }
   if (out.empty())
-    throw std::runtime_error(fmt::format("no finished runs of task '{}' in {}{}; 'wattscope list' shows the runs", task,
-                                         store.describe(),
+    throw std::runtime_error(fmt::format("no finished runs {} in {}{}; 'wattscope list' shows the runs",
+                                         excerpt(selection.text(), 200), store.describe(),
                                          unfinished ? fmt::format(" ({} unfinished)", unfinished) : ""));
   if (last && out.size() > *last) out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(*last));
   return out;
 }
 
-std::vector<MetricStats> figure_stats(const std::vector<Figures>& runs) {
+std::string missing_reason(const std::string& figure) {
+  if (figure == "energy_j") return "no energy measured";
+  if (figure == "duration_s") return "not finished";
+  const auto dot = figure.find('.');
+  const std::string head = figure.substr(0, dot);
+  if (head.starts_with("gpu") || head == "cpu") return "no energy measured on " + head;
+  if (dot == std::string::npos) return "not recorded";
+  const auto dot2 = figure.rfind('.');
+  const std::string middle = dot2 > dot ? figure.substr(dot + 1, dot2 - dot - 1) : figure.substr(dot + 1);
+  if (head == "phase") return "no '" + middle + "' phase";
+  if (head == "work") return "no work in " + middle;
+  return "not recorded";
+}
+
+std::vector<MetricStats> figure_stats(const std::vector<Figures>& runs, const std::vector<FigureNotes>& notes) {
   std::vector<MetricStats> out;
-  for (const auto& figs : runs)
-    for (const auto& [metric, value] : figs) {
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (const auto& [metric, value] : runs[r]) {
       const std::string& name = metric; // (clang 14 cannot capture a structured binding)
       auto it = std::find_if(out.begin(), out.end(), [&](const MetricStats& m) { return m.name == name; });
       if (it == out.end()) {
-        out.push_back({name, {}, {}});
+        out.emplace_back();
+        out.back().name = name;
         it = out.end() - 1;
       }
       it->values.push_back(value);
+      it->run_index.push_back(r);
     }
-  for (auto& m : out)
-    m.summary = summarize(m.values);
+  for (auto& m : out) {
+    // Every figure is a non-negative quantity: energy, duration, a count, J per unit, a rate.
+    m.summary = summarize_nonnegative(m.values);
+    std::vector<std::string> methods;
+    for (size_t r = 0, k = 0; r < runs.size(); ++r) {
+      const bool has = k < m.run_index.size() && m.run_index[k] == r;
+      if (has) ++k;
+      const FigureNotes* note = r < notes.size() ? &notes[r] : nullptr;
+      if (has) {
+        if (note)
+          if (auto it = note->method.find(m.name); it != note->method.end()) methods.push_back(it->second);
+        continue;
+      }
+      std::string why = missing_reason(m.name);
+      if (note)
+        if (auto it = note->missing.find(m.name); it != note->missing.end()) why = it->second;
+      auto w = std::find_if(m.left_out.begin(), m.left_out.end(), [&](const auto& p) { return p.first == why; });
+      if (w == m.left_out.end())
+        m.left_out.emplace_back(why, 1);
+      else
+        ++w->second;
+    }
+    m.method = combine_method_labels(methods);
+  }
+  return out;
+}
+
+bool methods_differ(const std::vector<FigureNotes>& notes) {
+  const EnergyMethod* first = nullptr;
+  for (const auto& n : notes) {
+    if (n.run_energy.devices.empty()) continue; // no energy: left out of every energy figure, and said so
+    if (!first)
+      first = &n.run_energy;
+    else if (!(n.run_energy == *first))
+      return true;
+  }
+  return false;
+}
+
+size_t MetricStats::left_out_count() const {
+  size_t n = 0;
+  for (const auto& [why, count] : left_out)
+    n += count;
+  return n;
+}
+
+std::string left_out_text(const MetricStats& m) {
+  std::string out;
+  for (const auto& [why, count] : m.left_out)
+    out += fmt::format("{}{} run{}: {}", out.empty() ? "" : "; ", count, count == 1 ? "" : "s", why);
   return out;
 }
 
@@ -89,7 +207,20 @@ nlohmann::json summary_json(const SampleSummary& s) {
   return {{"n", s.n},
           {"mean", s.n ? nlohmann::json(s.mean) : nlohmann::json()},
           {"sd", opt(s.sd)},
-          {"ci95", s.ci_low ? nlohmann::json::array({*s.ci_low, *s.ci_high}) : nlohmann::json()}};
+          {"ci95", s.ci_low ? nlohmann::json::array({*s.ci_low, *s.ci_high}) : nlohmann::json()},
+          {"ci95_method", s.ci_method ? nlohmann::json(s.ci_method) : nlohmann::json()}};
+}
+
+nlohmann::json metric_json(const MetricStats& m) {
+  nlohmann::json s = summary_json(m.summary);
+  s["values"] = m.values;
+  s["energy_method"] = m.method.empty() ? nlohmann::json() : nlohmann::json(m.method);
+  s["left_out"] = m.left_out_count();
+  nlohmann::json why = nlohmann::json::object();
+  for (const auto& [reason, count] : m.left_out)
+    why[reason] = count;
+  s["left_out_why"] = std::move(why);
+  return s;
 }
 
 } // namespace wattscope

@@ -64,8 +64,25 @@ std::vector<RunInfo> filter_runs(std::vector<RunInfo> runs, const std::vector<Ta
   return runs;
 }
 
-nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters) {
+std::string RunSelection::text() const {
+  std::string out = task.empty() ? "" : "of task " + task;
+  if (!tags.empty()) out += (out.empty() ? "tagged " : " tagged ") + filters_text(tags);
+  return out;
+}
+
+bool run_selected(const RunInfo& run, const RunSelection& selection) {
+  return (selection.task.empty() || run.task == selection.task) && run_matches(run, selection.tags);
+}
+
+std::vector<RunInfo> select_runs(std::vector<RunInfo> runs, const RunSelection& selection) {
+  std::erase_if(runs, [&](const RunInfo& r) { return !run_selected(r, selection); });
+  return runs;
+}
+
+nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters,
+                               const std::string& task) {
   nlohmann::json j;
+  j["task"] = task.empty() ? nlohmann::json() : nlohmann::json(task);
   j["tags"] = nlohmann::json::object();
   for (const auto& f : filters)
     j["tags"][f.key] = f.value;
@@ -111,33 +128,41 @@ nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vect
   j["runs_measured"] = measured;
   j["runs_unfinished"] = unfinished;
   j["total_energy_j"] = measured ? nlohmann::json(total) : nlohmann::json();
+  std::vector<std::string> methods;
+  for (const auto& one : j["runs"])
+    if (one["energy_method"].is_string()) methods.push_back(one["energy_method"].get<std::string>());
+  j["energy_method"] = measured ? nlohmann::json(combine_method_labels(methods)) : nlohmann::json();
   j["cpu_energy_j"] = cpu_seen ? nlohmann::json(cpu) : nlohmann::json();
   j["gpu_energy_j"] = gpu_seen ? nlohmann::json(gpu) : nlohmann::json();
   j["cpu_attributed_j"] = cpu_attr_seen ? nlohmann::json(cpu_attr) : nlohmann::json();
   return j;
 }
 
-std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters) {
-  const nlohmann::json j = runs_total_json(runs, filters);
-  std::string out = fmt::format("{} run{} tagged {} on {} node{}\n", runs.size(), runs.size() == 1 ? "" : "s",
-                                filters_text(filters), j["nodes"].size(), j["nodes"].size() == 1 ? "" : "s");
-  out += fmt::format("  {:<20} {:<26} {:<20} {:>10} {:>5} {:>12} {:>12} {:>12} {:>12}\n", "NODE", "RUN", "START (UTC)",
-                     "DURATION", "EXIT", "CPU (J)", "GPU (J)", "TOTAL (J)", "CPU JOB (J)");
+std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters,
+                            const std::string& task) {
+  const nlohmann::json j = runs_total_json(runs, filters, task);
+  std::string out =
+      fmt::format("{} run{} {} on {} node{}\n", runs.size(), runs.size() == 1 ? "" : "s",
+                  RunSelection{task, filters}.text(), j["nodes"].size(), j["nodes"].size() == 1 ? "" : "s");
+  out += fmt::format("  {:<20} {:<26} {:<20} {:>10} {:>5} {:>12} {:>12} {:>12} {:>12}  {}\n", "NODE", "RUN",
+                     "START (UTC)", "DURATION", "EXIT", "CPU (J)", "GPU (J)", "TOTAL (J)", "CPU JOB (J)", "METHOD");
   auto joules = [](const nlohmann::json& v) { return v.is_number() ? fmt::format("{:.1f}", v.get<double>()) : "-"; };
   for (const auto& r : j["runs"]) {
     std::string start = r["start"].get<std::string>().substr(0, 19);
     start[10] = ' ';
     const std::string node = r["node"].get<std::string>();
-    out += fmt::format("  {:<20} {:<26} {:<20} {:>10} {:>5} {:>12} {:>12} {:>12} {:>12}{}\n",
+    out += fmt::format("  {:<20} {:<26} {:<20} {:>10} {:>5} {:>12} {:>12} {:>12} {:>12}  {}{}\n",
                        node.size() > 20 ? node.substr(0, 19) + "…" : node, r["run_id"].get<std::string>(), start,
                        r["duration_s"].is_number() ? fmt::format("{:.1f} s", r["duration_s"].get<double>()) : "?",
                        r["exit_status"].is_number() ? std::to_string(r["exit_status"].get<int64_t>()) : "-",
                        joules(r["cpu_energy_j"]), joules(r["gpu_energy_j"]), joules(r["total_energy_j"]),
                        joules(r["cpu_attributed_j"]),
+                       r["energy_method"].is_string() ? r["energy_method"].get<std::string>() : "-",
                        r["finished"].get<bool>() ? "" : "  not finished (figures from its samples)");
   }
   if (j["total_energy_j"].is_number()) {
-    out += fmt::format("  energy    {} in all", format_energy(j["total_energy_j"].get<double>()));
+    out += fmt::format("  energy    {} in all [{}]", format_energy(j["total_energy_j"].get<double>()),
+                       j["energy_method"].get<std::string>());
     if (j["cpu_energy_j"].is_number()) out += fmt::format(" · CPU {:.1f} J", j["cpu_energy_j"].get<double>());
     if (j["gpu_energy_j"].is_number()) out += fmt::format(" · GPUs {:.1f} J", j["gpu_energy_j"].get<double>());
     out += "\n";

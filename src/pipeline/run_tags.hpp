@@ -24,9 +24,24 @@ std::vector<TagFilter> parse_tag_filters(const std::vector<std::string>& texts);
 bool run_matches(const RunInfo& run, const std::vector<TagFilter>& filters);
 std::vector<RunInfo> filter_runs(std::vector<RunInfo> runs, const std::vector<TagFilter>& filters);
 
+// Runs chosen by --task NAME and --tag KEY=VALUE (issue 29: report, show, list, stats and compare take both where
+// they take run ids). An empty task matches every task.
+struct RunSelection {
+  std::string task;
+  std::vector<TagFilter> tags;
+  bool empty() const { return task.empty() && tags.empty(); }
+  // "of task bert tagged lr=3e-4 seed=1", "tagged slurm_job_id=42", "" when empty.
+  std::string text() const;
+};
+bool run_selected(const RunInfo& run, const RunSelection& selection);
+std::vector<RunInfo> select_runs(std::vector<RunInfo> runs, const RunSelection& selection);
+
 // Several runs as one: per run its node (the tag slurm_node, else the host), duration, exit and energy, and the total
 // energy of those that measured it. A run without energy is listed and counted apart, never as 0.
-nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters);
-std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters);
+// Each run's energy carries its method (energy_method), and so does the total (all runs' methods combined).
+nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters,
+                               const std::string& task = "");
+std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<TagFilter>& filters,
+                            const std::string& task = "");
 
 } // namespace wattscope

@@ -1,5 +1,7 @@
 #include "pipeline/run_view.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/duration.hpp"
@@ -36,6 +38,83 @@ bool simulated_run(const RunInfo& r) {
   return it != tags.end() && it->is_string() && *it == "true";
 }
 
+EnergyMethod run_energy_method(const RunInfo& r) {
+  const nlohmann::json s = parse_or_empty(r.summary);
+  EnergyMethod m;
+  auto method_of = [](const nlohmann::json& part) {
+    auto it = part.find("energy_method");
+    return it != part.end() && it->is_string() && !it->get<std::string>().empty() ? it->get<std::string>()
+                                                                                  : std::string("unknown");
+  };
+  if (auto g = s.find("gpus"); g != s.end() && g->is_array())
+    for (const auto& gpu : *g)
+      if (gpu.is_object() && has_num(gpu, "energy_j") && has_num(gpu, "index"))
+        m.devices.emplace_back(fmt::format("gpu{}", gpu["index"].get<int64_t>()), method_of(gpu));
+  if (auto c = s.find("cpu"); c != s.end() && c->is_object()) {
+    if (has_num(*c, "package_energy_j")) m.devices.emplace_back("cpu_package", method_of(*c));
+    if (has_num(*c, "dram_energy_j")) m.devices.emplace_back("cpu_dram", method_of(*c));
+  }
+  // A run stored by a version without per-device summaries still has its total: its method is not known.
+  if (m.devices.empty() && r.total_energy_j) m.devices.emplace_back("total", "unknown");
+  return m;
+}
+
+std::string EnergyMethod::label() const {
+  std::vector<std::pair<std::string, std::string>> by_method; // method -> "gpu0, gpu1", in first-seen order
+  for (const auto& part : devices) {
+    auto it = std::find_if(by_method.begin(), by_method.end(), [&](const auto& p) { return p.first == part.second; });
+    if (it == by_method.end())
+      by_method.emplace_back(part.second, part.first);
+    else
+      it->second += ", " + part.first;
+  }
+  if (by_method.empty()) return "";
+  if (by_method.size() == 1) return by_method.front().first;
+  std::string out = "mixed (";
+  for (size_t i = 0; i < by_method.size(); ++i)
+    out += fmt::format("{}{}: {}", i ? "; " : "", by_method[i].first, by_method[i].second);
+  return out + ")";
+}
+
+std::string EnergyMethod::devices_text() const {
+  size_t gpus = 0;
+  std::string one_gpu, rest;
+  for (const auto& [device, method] : devices) {
+    if (device.starts_with("gpu")) {
+      ++gpus;
+      one_gpu = "GPU " + device.substr(3);
+    } else if (device == "cpu_package") {
+      rest += " + CPU package";
+    } else if (device == "cpu_dram") {
+      rest += " + DRAM";
+    } else {
+      rest += " + devices not recorded";
+    }
+  }
+  std::string out = gpus == 1 ? one_gpu : gpus > 1 ? fmt::format("{} GPUs", gpus) : "";
+  if (out.empty() && !rest.empty()) return rest.substr(3);
+  return out + rest;
+}
+
+std::string combine_method_labels(const std::vector<std::string>& labels, const std::string& what) {
+  std::vector<std::pair<std::string, size_t>> counts;
+  for (const auto& l : labels) {
+    if (l.empty()) continue;
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& p) { return p.first == l; });
+    if (it == counts.end())
+      counts.emplace_back(l, 1);
+    else
+      ++it->second;
+  }
+  if (counts.empty()) return "";
+  if (counts.size() == 1) return counts.front().first;
+  std::string out = "mixed (";
+  for (size_t i = 0; i < counts.size(); ++i)
+    out += fmt::format("{}{}: {} {}{}", i ? "; " : "", counts[i].first, counts[i].second, what,
+                       counts[i].second == 1 ? "" : "s");
+  return out + ")";
+}
+
 nlohmann::json run_json(const RunInfo& r) {
   const nlohmann::json s = parse_or_empty(r.summary);
   nlohmann::json j;
@@ -65,6 +144,14 @@ nlohmann::json run_json(const RunInfo& r) {
   j["cpu"] = s.value("cpu", nlohmann::json::object());
   j["gpus"] = s.value("gpus", nlohmann::json::array());
   j["total_energy_j"] = r.total_energy_j ? nlohmann::json(*r.total_energy_j) : nlohmann::json();
+  { // issue 29: the total's method, and what it is the total of
+    const EnergyMethod m = run_energy_method(r);
+    j["energy_method"] = m.devices.empty() ? nlohmann::json() : nlohmann::json(m.label());
+    nlohmann::json parts = nlohmann::json::object();
+    for (const auto& [device, method] : m.devices)
+      parts[device] = method;
+    j["energy_devices"] = std::move(parts);
+  }
   j["events"] = s.value("events", 0);
   j["attribution"] = s.value("attribution", nlohmann::json()); // issue 13: null when no process was tracked
   j["tags"] = parse_or_empty(r.tags);
@@ -186,11 +273,12 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     }
   }
   // ---- end attribution ----
-  if (r.total_energy_j)
-    out += fmt::format("  energy    {} total (GPUs{}){}\n", format_energy(*r.total_energy_j),
-                       has_num(cpu, "energy_j") ? " + CPU package + DRAM" : "",
-                       simulated_run(r) ? " [simulated: the GPUs' part is simulated]" : "");
-  else
+  if (r.total_energy_j) {
+    // issue 29: the total names the devices that measured it, and how, never the ones that did not
+    const EnergyMethod m = run_energy_method(r);
+    out +=
+        fmt::format("  energy    {} total ({}) [{}]\n", format_energy(*r.total_energy_j), m.devices_text(), m.label());
+  } else
     out += "  energy    not measured (no GPU or power counter found; 'wattscope doctor' says why)\n";
   if (!stores.empty()) {
     std::string joined;
@@ -202,17 +290,18 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
 }
 
 std::string runs_table(const std::vector<RunInfo>& runs) {
-  std::string out = fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}\n", "RUN", "TASK", "START (UTC)",
-                                "DURATION", "SAMPLES", "EXIT", "ENERGY (J)");
+  std::string out = fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}  {}\n", "RUN", "TASK", "START (UTC)",
+                                "DURATION", "SAMPLES", "EXIT", "ENERGY (J)", "METHOD");
   for (const auto& r : runs) {
     std::string task = r.task.size() > 24 ? r.task.substr(0, 23) + "…" : r.task;
     std::string start = iso_utc_ms(r.start_ms).substr(0, 19);
     start[10] = ' ';
-    out += fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}\n", r.run_id, task, start,
+    // issue 29: never a bare energy: its method (which says "simulated" for --simulate's GPUs) beside it
+    const std::string method = r.total_energy_j ? run_energy_method(r).label() : "-";
+    out += fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}  {}\n", r.run_id, task, start,
                        r.duration_s() ? fmt::format("{:.1f} s", *r.duration_s()) : "running?", r.samples,
                        r.exit_status ? std::to_string(*r.exit_status) : "-",
-                       r.total_energy_j ? fmt::format("{:.1f}", *r.total_energy_j) : "-");
-    if (simulated_run(r)) out.insert(out.size() - 1, "  simulated"); // issue 19: never a bare simulated figure
+                       r.total_energy_j ? fmt::format("{:.1f}", *r.total_energy_j) : "-", method);
   }
   return out;
 }

@@ -109,6 +109,7 @@ void apply_frame(HostView& h, const Frame& f, const std::vector<GpuDevice>& devi
     TopGpu* slot = gpu_slot(h, d.gpu_index);
     if (!slot) continue;
     slot->name = d.name;
+    slot->energy_method = d.energy_method; // issue 29
     slot->answered = false;
   }
   for (const auto& s : f.gpus) {
@@ -208,6 +209,7 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
       }
       TopGpu& g = *slot;
       g.name = str(dev, "name");
+      g.energy_method = str(dev, "energy_method"); // issue 29
       g.answered = false;
       if (!g.s.power_limit_w) g.s.power_limit_w = num(dev, "power_limit_w");
       if (!g.s.mem_total_bytes) g.s.mem_total_bytes = inum(dev, "mem_total_bytes");
@@ -236,6 +238,9 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     }
   if (const auto c = j.find("cpu"); c != j.end() && c->is_object()) {
     fill_from_json(h.cpu, kCpuMetrics, *c);
+    // issue 29: the CPU's method, as one of the fixed words a CpuSample points to (never into the document)
+    const std::string pm = str(*c, "power_method");
+    h.cpu.power_method = pm == "estimated" ? "estimated" : pm == "counter" ? "counter" : nullptr;
     h.cpu_energy_j = since_base(h, -1, add_opt(h.cpu.package_energy_j, h.cpu.dram_energy_j));
   }
   if (const auto ps = j.find("processes"); ps != j.end() && ps->is_array()) {

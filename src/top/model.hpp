@@ -52,6 +52,7 @@ struct TopGpu {
   bool answered = false;          // in the latest frame (a lost GPU keeps its last values, marked)
   std::deque<float> power_hist_w; // newest last; NaN where power was missing
   OptF energy_j;                  // since top started watching
+  std::string energy_method;      // issue 29: counter | integrated | simulated, as the device (or serve) says
 };
 
 // What one host may declare (issue 31: 30,000 GPU indices from one endpoint froze top for 41 s). A real node has a

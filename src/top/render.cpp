@@ -1,5 +1,7 @@
 #include "top/render.hpp"
 
+#include "pipeline/run_view.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -89,6 +91,23 @@ std::string energy_text(const OptF& j) {
   if (*j >= 3.6e6) return fmt::format("{:.2f} kWh", *j / 3.6e6);
   if (*j >= 1e3) return fmt::format("{:.2f} kJ", *j / 1e3);
   return fmt::format("{:.1f} J", *j);
+}
+
+// issue 29: the method of a host's energy figures, worded as `wattscope show` words a run's ("counter",
+// "mixed (counter: gpu0; estimated: cpu_package)"), from the devices whose energy is shown.
+EnergyMethod host_energy_method(const HostView& h) {
+  EnergyMethod m;
+  for (const auto& g : h.gpus)
+    if (g.energy_j)
+      m.devices.emplace_back(fmt::format("gpu{}", g.s.gpu_index),
+                             g.energy_method.empty() ? "unknown" : g.energy_method);
+  if (h.cpu_energy_j) m.devices.emplace_back("cpu_package", h.cpu.power_method ? h.cpu.power_method : "unknown");
+  return m;
+}
+
+// " [counter]" after an energy figure; nothing where no energy is shown.
+std::string method_tag(const std::string& label) {
+  return label.empty() ? "" : " [" + label + "]";
 }
 
 std::string power_text(const OptF& w) {
@@ -217,6 +236,7 @@ Line cpu_row(const HostView& h, const GpuCols& c, const RenderOptions& o) {
   if (h.cpu.power_method && std::string_view(h.cpu.power_method) == "estimated") b.add(" (est.)", Tone::Dim);
   b.add(fmt::format("  mem {}/{}", bytes_text(h.cpu.mem_used_bytes), bytes_text(h.cpu.mem_total_bytes)));
   b.add("  energy " + energy_text(h.cpu_energy_j));
+  if (h.cpu_energy_j) b.add(method_tag(h.cpu.power_method ? h.cpu.power_method : "unknown"), Tone::Dim);
   return b.take(static_cast<size_t>(o.width));
 }
 
@@ -235,8 +255,8 @@ Line host_row(const HostView& h, const RenderOptions& o, bool selected) {
   } else {
     b.add(fmt::format("  live, {} ago", age_text(age.value_or(0))), Tone::Ok);
   }
-  b.add(fmt::format("  {} GPU{}  power {}  energy {}", h.gpus.size(), h.gpus.size() == 1 ? "" : "s",
-                    power_text(h.power_w()), energy_text(h.energy_j())));
+  b.add(fmt::format("  {} GPU{}  power {}  energy {}{}", h.gpus.size(), h.gpus.size() == 1 ? "" : "s",
+                    power_text(h.power_w()), energy_text(h.energy_j()), method_tag(host_energy_method(h).label())));
   return b.take(static_cast<size_t>(o.width), selected);
 }
 
@@ -377,6 +397,10 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
   // Title.
   OptF fleet_power, fleet_energy;
   size_t answering = 0;
+  std::vector<std::string> host_methods;
+  for (const auto& h : hosts)
+    host_methods.push_back(host_energy_method(h).label());
+  const std::string fleet_method = combine_method_labels(host_methods, "host");
   for (const auto& h : hosts) {
     if (h.state == HostView::State::Live) ++answering;
     if (const OptF p = h.power_w(); p && h.state == HostView::State::Live) fleet_power = fleet_power.value_or(0) + *p;
@@ -392,7 +416,8 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
     if (any_simulated) b.add("  SIMULATED GPUs, not measurements", Tone::Warn);
     const double iv = std::chrono::duration<double>(o.interval).count();
     b.add(iv < 1 ? fmt::format("  every {:.0f}ms", iv * 1000) : fmt::format("  every {}", age_text(iv)), Tone::Dim);
-    b.add(fmt::format("  power {}  energy {} since {}", power_text(fleet_power), energy_text(fleet_energy), o.started));
+    b.add(fmt::format("  power {}  energy {}{} since {}", power_text(fleet_power), energy_text(fleet_energy),
+                      method_tag(fleet_method), o.started));
     body.push_back(b.take(W));
   }
 
@@ -415,8 +440,8 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
   if (o.fleet) {
     LineBuilder b;
     b.add("FLEET", Tone::Title);
-    b.add(fmt::format("  {} hosts, {} answering  power {}  energy {} since {}", hosts.size(), answering,
-                      power_text(fleet_power), energy_text(fleet_energy), o.started));
+    b.add(fmt::format("  {} hosts, {} answering  power {}  energy {}{} since {}", hosts.size(), answering,
+                      power_text(fleet_power), energy_text(fleet_energy), method_tag(fleet_method), o.started));
     if (answering < hosts.size()) b.add("  (power: answering hosts only)", Tone::Dim);
     body.push_back(b.take(W));
   }
@@ -428,7 +453,10 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
     b.add(fmt::format(": util {}%  mem {}/{}  power {} of {}  temp {} C  {}", opt_num(s.util_gpu_pct, "{:.0f}"),
                       bytes_text(s.mem_used_bytes), bytes_text(s.mem_total_bytes), power_text(s.power_w),
                       opt_num(s.power_limit_w, "{:.0f} W"), opt_num(s.temp_gpu_c, "{:.0f}"),
-                      energy_text(sel_gpu->energy_j)));
+                      energy_text(sel_gpu->energy_j) +
+                          (sel_gpu->energy_j
+                               ? method_tag(sel_gpu->energy_method.empty() ? "unknown" : sel_gpu->energy_method)
+                               : "")));
     body.push_back(b.take(W));
   }
 

@@ -428,9 +428,15 @@ TEST(Phases, StatsAgreeWithFiguresComputedFromTheStoredRuns) {
   const json& e = j["metrics"]["energy_j"];
   EXPECT_NEAR(e["mean"].get<double>(), mean(energy), 1e-9);
   EXPECT_NEAR(e["sd"].get<double>(), sample_sd(energy), 1e-9);
-  const double half = 3.182446305284263 * sample_sd(energy) / 2.0; // t(0.975, 3) from the tables; √4 = 2
-  EXPECT_NEAR(e["ci95"][0].get<double>(), mean(energy) - half, 1e-6);
-  EXPECT_NEAR(e["ci95"][1].get<double>(), mean(energy) + half, 1e-6);
+  // issue 29: an energy's interval cannot go below 0: the modified Cox interval of a log-normal mean.
+  std::vector<double> logs;
+  for (double x : energy)
+    logs.push_back(std::log(x));
+  const double s2 = sample_sd(logs) * sample_sd(logs);
+  const double half = 3.182446305284263 * std::sqrt(s2 / 4 + s2 * s2 / 6); // t(0.975, 3) from the tables
+  EXPECT_EQ(e["ci95_method"], "lognormal-cox");
+  EXPECT_NEAR(e["ci95"][0].get<double>(), std::exp(mean(logs) + s2 / 2 - half), 1e-6);
+  EXPECT_NEAR(e["ci95"][1].get<double>(), std::exp(mean(logs) + s2 / 2 + half), 1e-6);
   const auto duration = column(f.db(), "SELECT (end_ms - start_ms) / 1000.0 FROM runs WHERE task = 'A'");
   EXPECT_NEAR(j["metrics"]["duration_s"]["mean"].get<double>(), mean(duration), 1e-9);
   // Per device and per phase, from the samples and phases tables.

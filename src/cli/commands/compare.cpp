@@ -1,5 +1,7 @@
-// wattscope compare A B: is the difference in energy between two runs, or two tasks' repeated runs, larger than
-// run-to-run noise? Welch's t-test (unequal variances) on energy per run, said in words and in --json.
+// wattscope compare A B: are the differences between two runs, or two tasks' repeated runs, larger than run-to-run
+// noise? Welch's t-test (unequal variances) on each figure both sides have: energy, duration, each phase kind (per
+// instance) and J per unit of each kind of work, said in words and in --json. Energies measured by different
+// methods, or on different devices, are not compared unless --force (issue 29).
 #include <cmath>
 #include <iostream>
 
@@ -8,6 +10,8 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "pipeline/run_stats.hpp"
+#include "pipeline/run_tags.hpp"
+#include "pipeline/run_view.hpp"
 
 namespace wattscope {
 
@@ -20,9 +24,54 @@ struct Side {
   std::string name;
   bool is_task = false;
   std::vector<RunInfo> runs;
-  std::vector<double> energy_j;
-  std::vector<double> duration_s;
+  std::vector<Figures> figs;
+  std::vector<FigureNotes> notes;
+  std::vector<MetricStats> stats;
+  const MetricStats* find(const std::string& figure) const {
+    for (const auto& m : stats)
+      if (m.name == figure) return &m;
+    return nullptr;
+  }
+  std::vector<double> values(const std::string& figure) const {
+    const MetricStats* m = find(figure);
+    return m ? m->values : std::vector<double>();
+  }
+  // The energy methods of its runs that measured energy: "counter on gpu0, gpu1", one entry per distinct one.
+  std::vector<std::string> methods() const {
+    std::vector<std::string> out;
+    for (const auto& n : notes) {
+      if (n.run_energy.devices.empty()) continue;
+      std::string devices;
+      for (const auto& [device, method] : n.run_energy.devices)
+        devices += (devices.empty() ? "" : ", ") + device;
+      std::string one = fmt::format("{} on {}", n.run_method, devices);
+      if (std::find(out.begin(), out.end(), one) == out.end()) out.push_back(std::move(one));
+    }
+    return out;
+  }
 };
+
+// The figures a comparison tests: the run's energy and duration first, then per phase kind and per kind of work, in
+// A's order. Device figures and counts are left to `stats`.
+bool tested(const std::string& name) {
+  if (name == "energy_j" || name == "duration_s") return true;
+  if (name.starts_with("phase."))
+    return (name.ends_with(".energy_j") || name.ends_with(".duration_s")) && !name.ends_with("run_total_energy_j") &&
+           !name.ends_with("run_total_duration_s");
+  return name.starts_with("work.") && (name.ends_with("energy_per_unit_j") || name.ends_with("throughput_per_s"));
+}
+
+// "counter" when both sides say so, else "simulated vs estimated" (first side's first).
+std::string both_methods(const std::string& first, const std::string& second) {
+  return first == second ? first : first + " vs " + second;
+}
+
+std::string joined(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v)
+    out += (out.empty() ? "" : sep) + s;
+  return out;
+}
 
 class CompareCommand final : public Command {
 public:
@@ -31,23 +80,45 @@ public:
     sub.add_option("a", a_, "A task name (its finished runs) or a run id")->required();
     sub.add_option("b", b_, "A task name (its finished runs) or a run id")->required();
     sub.add_option("--last,-n", last_, "Only the latest N runs of each task");
+    sub.add_option("--tag", tags_, "Only the runs of each task with this tag, KEY=VALUE (repeatable)");
+    sub.add_flag("--force", force_,
+                 "Compare even when the two sides' energies were measured by different methods (counter, integrated, "
+                 "estimated, simulated) or on different devices");
     sub.footer("Examples:\n  wattscope compare bert-lr3e-4 bert-lr1e-3 --last 5\n  wattscope compare 20261121-1203 "
                "20261121-1210\nA name that is a task compares its runs; otherwise it is a run id (or prefix). Each "
-               "side needs\nat least 2 runs for the test; with fewer, the difference is shown without a verdict.");
+               "side needs\nat least 2 runs for the test; with fewer, the difference is shown without a verdict. "
+               "Each figure counts\nonly the runs that have it. Runs whose energy was measured differently (a "
+               "simulated GPU against a\nCPU estimate, 2 GPUs against 1) are refused, exit status 2, unless --force.");
   }
 
   int run(CLI::App& sub, const CliContext&) override {
     if (sub.count("--last") && last_ == 0) throw UsageError("--last must be at least 1");
+    const auto filters = flag_value("", [&] { return parse_tag_filters(tags_); });
     auto store = reader_for(flags_);
     const auto last = sub.count("--last") ? std::optional<size_t>(last_) : std::nullopt;
-    Side a = side(*store, a_, last), b = side(*store, b_, last);
-    if (a.energy_j.empty() || b.energy_j.empty())
-      throw std::runtime_error(fmt::format("{} has no energy figure to compare (nothing measured energy)",
-                                           a.energy_j.empty() ? a.label : b.label));
-    const SampleSummary sa = summarize(a.energy_j), sb = summarize(b.energy_j);
-    const auto welch = welch_t_test(a.energy_j, b.energy_j);
+    Side a = side(*store, a_, filters, last), b = side(*store, b_, filters, last);
+    const auto ea = a.values("energy_j"), eb = b.values("energy_j");
+    if (ea.empty() || eb.empty())
+      throw std::runtime_error(
+          fmt::format("{} has no energy figure to compare (nothing measured energy)", ea.empty() ? a.label : b.label));
+
+    // issue 29: a difference between a simulated GPU and a CPU estimate is one of method, not of the work.
+    const auto ma = a.methods(), mb = b.methods();
+    const bool differ = ma.size() > 1 || mb.size() > 1 || ma != mb;
+    if (differ && !force_) {
+      std::fprintf(stderr,
+                   "wattscope: error: will not compare energies measured differently: %s: %s; %s: %s. A difference "
+                   "between them would be one of method or devices, not of the work. Compare runs measured the same "
+                   "way, or give --force to compare them anyway.\n",
+                   a.label.c_str(), joined(ma, " / ").c_str(), b.label.c_str(), joined(mb, " / ").c_str());
+      return kUsageError;
+    }
+
+    const SampleSummary sa = summarize_nonnegative(ea), sb = summarize_nonnegative(eb);
+    const auto welch = welch_t_test(ea, eb);
     const double diff = sb.mean - sa.mean;
     const double pct = sa.mean != 0 ? 100.0 * diff / sa.mean : 0;
+    const std::string method_a = a.find("energy_j")->method, method_b = b.find("energy_j")->method;
     std::string verdict;
     std::optional<bool> significant;
     if (welch) {
@@ -61,47 +132,136 @@ public:
                                   welch->t, welch->df, welch->p, kAlpha);
     } else {
       verdict = fmt::format("cannot tell whether it is larger than run-to-run noise: each side needs at least 2 runs "
-                            "({} has {}, {} has {})",
-                            a.name, a.energy_j.size(), b.name, b.energy_j.size());
+                            "with energy ({} has {}, {} has {})",
+                            a.name, ea.size(), b.name, eb.size());
     }
     const std::string direction =
         diff == 0 ? "the same energy as"
                   : fmt::format("{:.3g} % {} energy than", std::fabs(pct), diff > 0 ? "more" : "less");
-    const std::string sentence = fmt::format("{} uses {} {} ({:.6g} J vs {:.6g} J per run); {}.", b.label, direction,
-                                             a.label, sb.mean, sa.mean, verdict);
+    auto left = [](const Side& s, const std::vector<double>& e) {
+      std::vector<std::string> why;
+      for (const auto& [reason, count] : s.find("energy_j")->left_out)
+        why.push_back(reason);
+      return e.size() == s.runs.size() ? std::string()
+                                       : fmt::format("; {} of the {} runs of {} left out: {}", s.runs.size() - e.size(),
+                                                     s.runs.size(), s.name, joined(why, ", "));
+    };
+    std::string sentence =
+        fmt::format("{} uses {} {} ({:.6g} J vs {:.6g} J per run [{}], over {} and {} run{}{}{}); {}.", b.label,
+                    direction, a.label, sb.mean, sa.mean, both_methods(method_b, method_a), eb.size(), ea.size(),
+                    ea.size() == 1 ? "" : "s", left(b, eb), left(a, ea), verdict);
+    if (differ)
+      sentence += fmt::format(" Forced: the two sides' energies were measured differently ({} vs {}).",
+                              joined(mb, " / "), joined(ma, " / "));
+
+    // Every figure both sides have.
+    struct Test {
+      std::string figure;
+      const MetricStats *a, *b;
+      std::optional<WelchTest> welch;
+      std::optional<bool> significant;
+    };
+    std::vector<Test> tests;
+    for (const auto& m : a.stats) {
+      if (!tested(m.name)) continue;
+      const MetricStats* other = b.find(m.name);
+      if (!other) continue;
+      Test t{m.name, &m, other, welch_t_test(m.values, other->values), std::nullopt};
+      if (t.welch) t.significant = t.welch->p < kAlpha;
+      tests.push_back(std::move(t));
+    }
+    std::vector<std::string> larger, within, untold, left_out;
+    for (const auto& t : tests)
+      (t.significant ? (*t.significant ? larger : within) : untold).push_back(t.figure);
+    for (const Side* s : {&a, &b})
+      for (const auto& m : s->stats)
+        if (tested(m.name) && !m.left_out.empty())
+          left_out.push_back(fmt::format("{} {}: {} ({})", s == &a ? "A" : "B", s->name, m.name, left_out_text(m)));
+
     if (flags_.json) {
-      auto side_json = [](const Side& s, const SampleSummary& sum) {
+      auto opt = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+      auto welch_json = [&](const std::optional<WelchTest>& w) {
+        return w ? nlohmann::json{{"t", opt(w->t)}, {"df", w->df}, {"p", w->p}} : nlohmann::json();
+      };
+      auto side_json = [&](const Side& s, const SampleSummary& sum, const std::vector<double>& energy) {
         nlohmann::json runs = nlohmann::json::array();
         for (const auto& r : s.runs)
           runs.push_back(r.run_id);
-        return nlohmann::json{{"name", s.name},
-                              {"kind", s.is_task ? "task" : "run"},
-                              {"runs", runs},
-                              {"energy_j", summary_json(sum)},
-                              {"energy_j_values", s.energy_j},
-                              {"duration_s", summary_json(summarize(s.duration_s))}};
+        nlohmann::json j{{"name", s.name},
+                         {"kind", s.is_task ? "task" : "run"},
+                         {"runs", runs},
+                         {"runs_with_energy", energy.size()},
+                         {"energy_method", s.find("energy_j")->method},
+                         {"energy_methods", s.methods()},
+                         {"energy_j", summary_json(sum)},
+                         {"energy_j_values", energy},
+                         {"duration_s", summary_json(summarize_nonnegative(s.values("duration_s")))}};
+        j["energy_j"]["left_out_why"] = metric_json(*s.find("energy_j"))["left_out_why"];
+        return j;
       };
-      nlohmann::json j = {{"a", side_json(a, sa)},
-                          {"b", side_json(b, sb)},
+      nlohmann::json tj = nlohmann::json::array();
+      for (const auto& t : tests) {
+        const double d = t.b->summary.mean - t.a->summary.mean;
+        tj.push_back({{"figure", t.figure},
+                      {"energy_method", t.a->method.empty() && t.b->method.empty()
+                                            ? nlohmann::json()
+                                            : nlohmann::json(both_methods(t.a->method, t.b->method))},
+                      {"a", metric_json(*t.a)},
+                      {"b", metric_json(*t.b)},
+                      {"difference", d},
+                      {"difference_pct",
+                       t.a->summary.mean != 0 ? nlohmann::json(100 * d / t.a->summary.mean) : nlohmann::json()},
+                      {"welch", welch_json(t.welch)},
+                      {"significant", t.significant ? nlohmann::json(*t.significant) : nlohmann::json()}});
+      }
+      nlohmann::json j = {{"a", side_json(a, sa, ea)},
+                          {"b", side_json(b, sb, eb)},
                           {"metric", "energy_j"},
+                          {"energy_method", both_methods(method_a, method_b)},
+                          {"methods_differ", differ},
+                          {"forced", differ && force_},
                           {"difference_j", diff},
                           {"difference_pct", sa.mean != 0 ? nlohmann::json(pct) : nlohmann::json()},
                           {"alpha", kAlpha},
                           {"significant", significant ? nlohmann::json(*significant) : nlohmann::json()},
-                          {"verdict", sentence}};
-      j["welch"] = welch ? nlohmann::json{{"t", std::isfinite(welch->t) ? nlohmann::json(welch->t) : nlohmann::json()},
-                                          {"df", welch->df},
-                                          {"p", welch->p}}
-                         : nlohmann::json();
+                          {"verdict", sentence},
+                          {"tests", tj},
+                          {"larger_than_noise", larger},
+                          {"within_noise", within},
+                          {"too_few_runs", untold}};
+      j["welch"] = welch_json(welch);
       std::cout << j.dump(2) << "\n";
-    } else {
-      std::cout << sentence << "\n";
+      return 0;
     }
+    std::cout << sentence << "\n";
+    std::cout << fmt::format("{:<36} {:>20} {:>20} {:>10} {:>9}  {}\n", "FIGURE", "A MEAN (N)", "B MEAN (N)", "B VS A",
+                             "P", "VERDICT");
+    for (const auto& t : tests) {
+      const std::string name = t.figure.size() > 36 ? t.figure.substr(0, 35) + "…" : t.figure;
+      const double d = t.b->summary.mean - t.a->summary.mean;
+      const std::string rel =
+          t.a->summary.mean != 0 ? fmt::format("{:+.3g} %", 100 * d / t.a->summary.mean) : fmt::format("{:+.4g}", d);
+      const std::string method = both_methods(t.a->method, t.b->method);
+      std::cout << fmt::format("{:<36} {:>20} {:>20} {:>10} {:>9}  {}{}\n", name,
+                               fmt::format("{:.5g} ({})", t.a->summary.mean, t.a->summary.n),
+                               fmt::format("{:.5g} ({})", t.b->summary.mean, t.b->summary.n), rel,
+                               t.welch ? fmt::format("{:.3g}", t.welch->p) : "-",
+                               !t.significant   ? "needs 2 runs a side"
+                               : *t.significant ? "LARGER than noise"
+                                                : "within noise",
+                               method.empty() ? "" : " [" + method + "]");
+    }
+    std::cout << fmt::format("Larger than run-to-run noise (Welch's t-test, p < {}): {}.\n", kAlpha,
+                             larger.empty() ? "none" : joined(larger, ", "));
+    if (!within.empty()) std::cout << "Within noise: " << joined(within, ", ") << ".\n";
+    if (!untold.empty()) std::cout << "Too few runs to tell: " << joined(untold, ", ") << ".\n";
+    if (!left_out.empty()) std::cout << "Left out (runs without the figure): " << joined(left_out, "; ") << ".\n";
     return 0;
   }
 
 private:
-  Side side(StoreReader& store, const std::string& name, std::optional<size_t> last) {
+  Side side(StoreReader& store, const std::string& name, const std::vector<TagFilter>& filters,
+            std::optional<size_t> last) {
     Side s;
     s.name = name;
     bool task = false;
@@ -109,24 +269,24 @@ private:
       if (r.task == name) task = true;
     if (task) {
       s.is_task = true;
-      s.runs = task_runs(store, name, last);
+      s.runs = selected_runs(store, RunSelection{name, filters}, last);
       s.label = fmt::format("task {} ({} run{})", name, s.runs.size(), s.runs.size() == 1 ? "" : "s");
     } else {
       s.runs = {resolve_run(store, name)};
       s.label = "run " + s.runs[0].run_id;
     }
-    for (const auto& r : s.runs) {
-      for (const auto& [k, v] : run_figures(store, r)) {
-        if (k == "energy_j") s.energy_j.push_back(v);
-        if (k == "duration_s") s.duration_s.push_back(v);
-      }
-    }
+    s.notes.resize(s.runs.size());
+    for (size_t i = 0; i < s.runs.size(); ++i)
+      s.figs.push_back(run_figures(store, s.runs[i], &s.notes[i]));
+    s.stats = figure_stats(s.figs, s.notes);
     return s;
   }
 
   ReadFlags flags_;
   std::string a_, b_;
   size_t last_ = 0;
+  std::vector<std::string> tags_;
+  bool force_ = false;
 };
 
 } // namespace

@@ -5,6 +5,7 @@
 
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
+#include "core/text.hpp"
 #include "pipeline/repair.hpp"
 #include "pipeline/run_tags.hpp"
 #include "pipeline/run_view.hpp"
@@ -20,13 +21,16 @@ public:
     sub.add_option("--tag", tags_,
                    "Only the runs with this tag, KEY=VALUE, exact match (repeatable: every one must match), e.g. "
                    "slurm_job_id=42");
+    sub.add_option("--task,-t", task_, "Only the runs of this task");
     sub.footer("Examples:\n  wattscope list\n  wattscope list --db lab.db --json\n"
-               "  wattscope list --db mysql://lab@db.example.org/energy --tag slurm_job_id=4242");
+               "  wattscope list --db mysql://lab@db.example.org/energy --tag slurm_job_id=4242\n"
+               "  wattscope list --task bert --tag lr=3e-4");
   }
   int run(CLI::App&, const CliContext&) override {
     const auto filters = flag_value("", [&] { return parse_tag_filters(tags_); });
+    const RunSelection selection{task_, filters};
     auto store = reader_for(flags_);
-    auto runs = filter_runs(store->runs(), filters);
+    auto runs = select_runs(store->runs(), selection);
     for (auto& r : runs)
       r = as_shown(*store, r); // unfinished: figures from the stored samples
     if (flags_.json) {
@@ -34,9 +38,8 @@ public:
       for (const auto& r : runs)
         arr.push_back(run_json(r));
       std::cout << arr.dump(2) << "\n";
-    } else if (runs.empty() && !filters.empty()) {
-      std::cout << store->describe() << " holds no run tagged " << tags_.front() << (tags_.size() > 1 ? " …" : "")
-                << "\n";
+    } else if (runs.empty() && !selection.empty()) {
+      std::cout << store->describe() << " holds no run " << excerpt(selection.text(), 200) << "\n";
     } else if (runs.empty()) {
       std::cout << store->describe() << " holds no runs yet\n";
     } else {
@@ -48,6 +51,7 @@ public:
 private:
   ReadFlags flags_;
   std::vector<std::string> tags_; // issue 18
+  std::string task_;              // issue 29
 };
 
 } // namespace

@@ -24,11 +24,13 @@ public:
     sub.add_option("--tag", tags_,
                    "Every run with this tag, KEY=VALUE (repeatable), as one: per run its node, duration, exit and "
                    "energy, and the total, e.g. a Slurm job across its nodes: --tag slurm_job_id=42");
+    sub.add_option("--task,-t", task_, "Every run of this task, as one (with --tag: those with the tags too)");
     sub.footer("Examples:\n  wattscope show\n  wattscope show 20261121-1203 --json\n"
-               "  wattscope show --db mysql://lab@db.example.org/energy --tag slurm_job_id=4242");
+               "  wattscope show --db mysql://lab@db.example.org/energy --tag slurm_job_id=4242\n"
+               "  wattscope show --task bert --tag lr=3e-4");
   }
   int run(CLI::App&, const CliContext&) override {
-    if (!tags_.empty()) return show_tagged();
+    if (!tags_.empty() || !task_.empty()) return show_tagged();
     auto store = reader_for(flags_);
     // An unfinished run is shown with figures rebuilt from its stored samples, and says so.
     const RunInfo run = as_shown(*store, resolve_run(*store, run_));
@@ -47,27 +49,29 @@ public:
 private:
   // issue 18: the runs that share the tags (a job's runs on its nodes), summed.
   int show_tagged() {
-    if (!run_.empty()) throw UsageError("give a RUN or --tag, not both");
+    if (!run_.empty()) throw UsageError("give a RUN or --task/--tag, not both");
     const auto filters = flag_value("", [&] { return parse_tag_filters(tags_); });
+    const RunSelection selection{task_, filters};
     auto store = reader_for(flags_);
-    auto runs = filter_runs(store->runs(), filters);
+    auto runs = select_runs(store->runs(), selection);
     if (runs.empty()) {
       if (flags_.json) {
-        std::cout << runs_total_json(runs, filters).dump(2) << "\n";
+        std::cout << runs_total_json(runs, filters, task_).dump(2) << "\n";
         return 1;
       }
-      throw std::runtime_error(fmt::format("{} holds no run tagged {}", store->describe(), excerpt(tags_.front())));
+      throw std::runtime_error(fmt::format("{} holds no run {}", store->describe(), excerpt(selection.text(), 200)));
     }
     for (auto& r : runs)
       r = as_shown(*store, r); // unfinished: figures from the stored samples
-    std::cout << (flags_.json ? runs_total_json(runs, filters).dump(2) + "\n"
-                              : terminal_safe(runs_total_text(runs, filters)));
+    std::cout << (flags_.json ? runs_total_json(runs, filters, task_).dump(2) + "\n"
+                              : terminal_safe(runs_total_text(runs, filters, task_)));
     return 0;
   }
 
   ReadFlags flags_;
   std::string run_;
   std::vector<std::string> tags_;
+  std::string task_; // issue 29
 };
 
 } // namespace
