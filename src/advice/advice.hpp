@@ -72,6 +72,23 @@ inline constexpr double kMediumSavingPct = 3;
 // interval: nothing is known about what happened in it.
 inline constexpr double kMaxGapIntervals = 5;
 
+// Stragglers (issue 36): a GPU of a multi-GPU run that ran slower than its siblings. Each sample is compared with the
+// median of its siblings' at the same tick (the median, so that one odd sibling among several moves nothing).
+// SM clock: identical GPUs under the same load boost within a few % of each other (15 MHz bins, silicon and cooling
+// spread); 10 % below the siblings' median (~200 MHz on an H100) is a throttle or a power cap, not that spread.
+inline constexpr double kStragglerClockGapPct = 10;
+// Utilisation, in points below the siblings' median (when that median is at least kLowUtilPct, i.e. they were
+// working): a fed GPU's NVML utilisation wanders by 2-5 points; 20 points is a GPU idle a fifth of the time its
+// siblings computed. In a job that synchronises its GPUs (NCCL), the ones waiting for a straggler read busy (NCCL's
+// kernel spins), so the one with less utilisation is the one that held them back, not one that waited.
+inline constexpr double kStragglerUtilGapPts = 20;
+// Power, below the siblings' median while working as much: identical GPUs at the same work draw within ~10 % of each
+// other; 20 % less at no less utilisation is a GPU held down (a power cap or a brake).
+inline constexpr double kStragglerPowerGapPct = 20;
+// A stretch counts from this many consecutive samples apart (one or two are a blip: a late sample, a boost step), and
+// a GPU is a straggler when its stretches cover kMinShare of its sampled time.
+inline constexpr int kStragglerMinSamples = 3;
+
 // ---- Inputs ----
 struct GpuPoint {
   int64_t ts_ms = 0;
@@ -106,7 +123,7 @@ struct Input {
 
 // ---- Output ----
 struct Item {
-  std::string kind;     // gpu_starved, transfer_bound, memory_headroom, throttling, idle_gpu, power_limit
+  std::string kind;     // gpu_starved, transfer_bound, memory_headroom, throttling, idle_gpu, power_limit, straggler
   std::string severity; // high, medium, low
   nlohmann::json evidence;
   OptF saving_j; // missing: not estimated (the text says why)
