@@ -362,6 +362,69 @@ std::vector<Straggler> find_stragglers(const std::vector<std::vector<Interval>>&
 
 } // namespace
 
+namespace {
+
+struct OomForecast {
+  int64_t from_ms = 0, to_ms = 0; // the window fitted
+  size_t points = 0;
+  double slope_bytes_per_s = 0, tau = 0;
+  double now_bytes = 0; // the line at the last sample
+  double first_bytes = 0;
+  double seconds_to_full = 0;
+};
+
+std::optional<OomForecast> forecast_oom(const GpuSeries& g) {
+  if (!g.mem_total_bytes || *g.mem_total_bytes <= 0) return std::nullopt;
+  std::vector<const GpuPoint*> pts;
+  for (const auto& p : g.points)
+    if (p.mem_used_bytes) pts.push_back(&p);
+  if (pts.size() < 2) return std::nullopt;
+  const int64_t t0 = pts.front()->ts_ms, t1 = pts.back()->ts_ms;
+  const int64_t from = t0 + (t1 - t0) / 2;
+  std::vector<std::pair<double, double>> xy; // seconds since `from`, bytes
+  std::vector<const GpuPoint*> window;
+  for (const auto* p : pts)
+    if (p->ts_ms >= from) window.push_back(p);
+  if (window.size() < static_cast<size_t>(kOomMinSamples)) return std::nullopt;
+  const size_t n = std::min(window.size(), static_cast<size_t>(kOomMaxFitPoints));
+  for (size_t k = 0; k < n; ++k) {
+    const GpuPoint* p = window[n == 1 ? 0 : k * (window.size() - 1) / (n - 1)];
+    xy.emplace_back(static_cast<double>(p->ts_ms - from) / 1000, static_cast<double>(*p->mem_used_bytes));
+  }
+  std::vector<double> slopes;
+  double concordant = 0, discordant = 0;
+  for (size_t i = 0; i < xy.size(); ++i)
+    for (size_t j = i + 1; j < xy.size(); ++j) {
+      const double dx = xy[j].first - xy[i].first, dy = xy[j].second - xy[i].second;
+      if (dx <= 0) continue;
+      slopes.push_back(dy / dx);
+      if (dy > 0) concordant += 1;
+      if (dy < 0) discordant += 1;
+    }
+  if (slopes.empty()) return std::nullopt;
+  OomForecast f;
+  f.slope_bytes_per_s = median(slopes);
+  f.tau = (concordant - discordant) / static_cast<double>(slopes.size());
+  const double span_s = xy.back().first - xy.front().first;
+  const double total = static_cast<double>(*g.mem_total_bytes);
+  if (f.slope_bytes_per_s <= 0 || f.tau < kOomMinTau || f.slope_bytes_per_s * span_s < kOomMinGrowthShare * total)
+    return std::nullopt;
+  std::vector<double> icepts;
+  for (const auto& [x, y] : xy)
+    icepts.push_back(y - f.slope_bytes_per_s * x);
+  const double intercept = median(icepts);
+  f.first_bytes = intercept + f.slope_bytes_per_s * xy.front().first;
+  f.now_bytes = intercept + f.slope_bytes_per_s * xy.back().first;
+  f.seconds_to_full = std::max(0.0, (total - f.now_bytes) / f.slope_bytes_per_s);
+  if (f.seconds_to_full > kOomHorizonS || f.seconds_to_full > kOomMaxExtrapolation * span_s) return std::nullopt;
+  f.from_ms = window.front()->ts_ms;
+  f.to_ms = window.back()->ts_ms;
+  f.points = xy.size();
+  return f;
+}
+
+} // namespace
+
 std::vector<Item> advise(const Input& in) {
   std::vector<Item> items;
   std::vector<std::vector<Interval>> per_gpu;
@@ -679,6 +742,40 @@ std::vector<Item> advise(const Input& in) {
                             : saving_phrase(saving, pct(saving),
                                             s.waited_known ? "a sibling's idle power is not known"
                                                            : "its SM clock is not known")));
+  }
+  // Out-of-memory forecasts: a risk, not a waste, so no saving; the severity says how soon.
+  for (const GpuSeries& g : in.gpus) {
+    const auto f = forecast_oom(g);
+    if (!f) continue;
+    const double total = static_cast<double>(*g.mem_total_bytes);
+    const double window_s = static_cast<double>(f->to_ms - f->from_ms) / 1000;
+    nlohmann::json ev = {{"device", fmt::format("gpu{}", g.gpu_index)},
+                         {"gpu_index", g.gpu_index},
+                         {"gpu_name", g.name},
+                         {"from", iso_utc_ms(f->from_ms)},
+                         {"to", iso_utc_ms(f->to_ms)},
+                         {"seconds", window_s},
+                         {"points", f->points},
+                         {"slope_bytes_per_s", f->slope_bytes_per_s},
+                         {"kendall_tau", f->tau},
+                         {"mem_used_bytes", f->now_bytes},
+                         {"mem_total_bytes", *g.mem_total_bytes},
+                         {"seconds_to_full", f->seconds_to_full},
+                         {"full_at", iso_utc_ms(f->to_ms + static_cast<int64_t>(f->seconds_to_full * 1000))},
+                         {"method", "Theil-Sen line over the last half of the run, extrapolated to the memory's size"},
+                         {"estimate", "not estimated"}};
+    push("oom_forecast", std::move(ev), std::nullopt,
+         fmt::format("{}'s memory grew steadily over the last {} of the run: {} per hour (Theil–Sen; Kendall τ "
+                     "{:.2f}), from {} to {} of its {}. At this rate {} runs out of memory in ~{} after the last "
+                     "sample ({}). Look for what grows: tensors kept across steps (a loss summed with its graph, a "
+                     "list of outputs), a cache without a bound; torch.cuda.memory_summary() between epochs shows it. "
+                     "Saving: not estimated (a forecast of a failure, not a waste).",
+                     gpu_label(g), duration_words(window_s), format_bytes(f->slope_bytes_per_s * 3600), f->tau,
+                     format_bytes(f->first_bytes), format_bytes(f->now_bytes), format_bytes(total),
+                     fmt::format("GPU {}", g.gpu_index), duration_words(f->seconds_to_full),
+                     iso_utc_ms(f->to_ms + static_cast<int64_t>(f->seconds_to_full * 1000))));
+    // Within the hour: act now (save a checkpoint, fix and restart); later: before the next long run.
+    items.back().severity = f->seconds_to_full <= 3600 ? "high" : "medium";
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
     if (a.saving_j.has_value() != b.saving_j.has_value()) return a.saving_j.has_value();

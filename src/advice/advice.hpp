@@ -89,6 +89,22 @@ inline constexpr double kStragglerPowerGapPct = 20;
 // a GPU is a straggler when its stretches cover kMinShare of its sampled time.
 inline constexpr int kStragglerMinSamples = 3;
 
+// Out-of-memory forecast (issue 36): a GPU whose memory use grows steadily, extrapolated to its memory's size. The
+// line is fitted over the last half of the GPU's sampled time (after the warm-up's allocations: recent behaviour) by
+// Theil–Sen (the median of pairwise slopes: a step or an outlier moves it little), on at most kOomMaxFitPoints
+// evenly spread samples (so its pairs stay bounded: 256 points, 32,640 pairs).
+inline constexpr int kOomMaxFitPoints = 256;
+inline constexpr int kOomMinSamples = 10;
+// Steady: Kendall's τ over the same pairs at least 0.6. One step up and a plateau reads 0.5 (and a Theil–Sen slope of
+// 0): a batch size or a cache that grew once is no leak; a leak per epoch is a staircase of many steps, τ near 1.
+inline constexpr double kOomMinTau = 0.6;
+// The fitted growth over the window must be at least 2 % of the memory (1.6 GB of 80 GB): less is allocator churn.
+inline constexpr double kOomMinGrowthShare = 0.02;
+// Reported when the line reaches the memory's size within 24 h of the last sample, and within 4 times the window it
+// was fitted on: a line fitted over ten minutes says little about the next five hours.
+inline constexpr double kOomHorizonS = 24 * 3600;
+inline constexpr double kOomMaxExtrapolation = 4;
+
 // ---- Inputs ----
 struct GpuPoint {
   int64_t ts_ms = 0;
@@ -123,7 +139,8 @@ struct Input {
 
 // ---- Output ----
 struct Item {
-  std::string kind;     // gpu_starved, transfer_bound, memory_headroom, throttling, idle_gpu, power_limit, straggler
+  std::string kind;     // gpu_starved, transfer_bound, memory_headroom, throttling, idle_gpu, power_limit, straggler,
+                        // oom_forecast
   std::string severity; // high, medium, low
   nlohmann::json evidence;
   OptF saving_j; // missing: not estimated (the text says why)
