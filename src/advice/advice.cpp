@@ -267,7 +267,12 @@ std::vector<Straggler> find_stragglers(const std::vector<std::vector<Interval>>&
   }
   std::vector<Straggler> out;
   if (part.size() < 2) return out;
-  auto med_of = [](std::vector<double>& v) -> OptF { return v.empty() ? std::nullopt : OptF(median(v)); };
+  auto med_of = [](std::vector<double>& v) -> OptF { // in place: v is scratch
+    if (v.empty()) return std::nullopt;
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return *mid;
+  };
   for (size_t gi : part) {
     const auto& iv = per_gpu[gi];
     std::vector<double> dts;
@@ -280,15 +285,20 @@ std::vector<Straggler> find_stragglers(const std::vector<std::vector<Interval>>&
       bool apart() const { return clock || util || power; }
     };
     std::vector<Mark> marks(iv.size());
+    std::vector<double> c, u, p; // the siblings' values at one tick, reused (a long run has millions of ticks)
+    // Per sibling, its first interval ending at or after the tick: both walk forward in time, so a cursor each.
+    std::vector<size_t> cursor(per_gpu.size(), 0);
     for (size_t k = 0; k < iv.size(); ++k) {
       const Interval& v = iv[k];
-      std::vector<double> c, u, p;
+      c.clear(), u.clear(), p.clear();
       for (size_t h : part) {
         if (h == gi) continue;
         const auto& hv = per_gpu[h];
         // The sibling's interval that ends at the same tick (nearest end within half an interval).
-        auto it =
-            std::lower_bound(hv.begin(), hv.end(), v.to_ms, [](const Interval& x, int64_t t) { return x.to_ms < t; });
+        size_t& at = cursor[h];
+        while (at < hv.size() && hv[at].to_ms < v.to_ms)
+          ++at;
+        const auto it = hv.begin() + static_cast<std::ptrdiff_t>(at);
         const Interval* best = nullptr;
         double best_d = tol_ms;
         if (it != hv.end() && static_cast<double>(it->to_ms - v.to_ms) <= best_d)
