@@ -6,6 +6,7 @@
 #include <random>
 
 #include "advice/advice.hpp"
+#include "core/time_util.hpp"
 
 namespace unit_straggler { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 
