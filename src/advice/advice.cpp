@@ -217,6 +217,225 @@ std::optional<CapOutcome> best_cap(const std::vector<Interval>& iv, double idle_
   return best;
 }
 
+namespace {
+
+// "1,410": clocks as people write them.
+std::string thousands(double v) {
+  std::string digits = fmt::format("{:.0f}", std::abs(v));
+  for (auto i = static_cast<std::ptrdiff_t>(digits.size()) - 3; i > 0; i -= 3)
+    digits.insert(static_cast<size_t>(i), ",");
+  return (v < -0.5 ? "-" : "") + digits;
+}
+
+std::string duration_words(double s) {
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  if (s < 2 * 3600) return fmt::format("{:.0f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
+}
+
+// The straggler item's reasons also name the SW power cap: a sibling capped lower than the others holds them back
+// as surely as one that overheats.
+std::string straggler_reasons(int64_t bits) {
+  std::string out = bits & kSwPowerCapBit ? "SW power cap" : "";
+  const std::string rest = reason_names(bits);
+  if (!rest.empty()) out += (out.empty() ? "" : ", ") + rest;
+  return out;
+}
+
+// One GPU found running behind its siblings.
+struct Straggler {
+  size_t gi = 0;
+  std::vector<size_t> siblings; // indices into Input::gpus
+  Span span;                    // its intervals in stretches apart
+  int stretches = 0;
+  double clock_s = 0, util_s = 0, power_s = 0; // time apart by each signal
+  std::vector<double> clock, sib_clock, util, sib_util, power, sib_power;
+  double waited_s = 0;
+  bool waited_known = true;
+  int64_t reasons = 0;
+};
+
+std::vector<Straggler> find_stragglers(const std::vector<std::vector<Interval>>& per_gpu) {
+  // Siblings are the GPUs that worked: one idle through the run (the idle_gpu item's case) is not part of the job.
+  std::vector<size_t> part;
+  for (size_t gi = 0; gi < per_gpu.size(); ++gi) {
+    double total = 0, idle = 0;
+    for (const auto& v : per_gpu[gi]) {
+      total += v.dt_s;
+      if (v.util_pct && *v.util_pct <= kIdleUtilPct) idle += v.dt_s;
+    }
+    if (total > 0 && idle < 0.95 * total) part.push_back(gi);
+  }
+  std::vector<Straggler> out;
+  if (part.size() < 2) return out;
+  auto med_of = [](std::vector<double>& v) -> OptF { // in place: v is scratch
+    if (v.empty()) return std::nullopt;
+    const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    return *mid;
+  };
+  for (size_t gi : part) {
+    const auto& iv = per_gpu[gi];
+    std::vector<double> dts;
+    for (const auto& v : iv)
+      dts.push_back(v.dt_s * 1000);
+    const double tol_ms = median(dts) / 2;
+    struct Mark {
+      bool clock = false, util = false, power = false;
+      OptF sib_clock, sib_util, sib_power;
+      bool apart() const { return clock || util || power; }
+    };
+    std::vector<Mark> marks(iv.size());
+    std::vector<double> c, u, p; // the siblings' values at one tick, reused (a long run has millions of ticks)
+    // Per sibling, its first interval ending at or after the tick: both walk forward in time, so a cursor each.
+    std::vector<size_t> cursor(per_gpu.size(), 0);
+    for (size_t k = 0; k < iv.size(); ++k) {
+      const Interval& v = iv[k];
+      c.clear(), u.clear(), p.clear();
+      for (size_t h : part) {
+        if (h == gi) continue;
+        const auto& hv = per_gpu[h];
+        // The sibling's interval that ends at the same tick (nearest end within half an interval).
+        size_t& at = cursor[h];
+        while (at < hv.size() && hv[at].to_ms < v.to_ms)
+          ++at;
+        const auto it = hv.begin() + static_cast<std::ptrdiff_t>(at);
+        const Interval* best = nullptr;
+        double best_d = tol_ms;
+        if (it != hv.end() && static_cast<double>(it->to_ms - v.to_ms) <= best_d)
+          best = &*it, best_d = static_cast<double>(it->to_ms - v.to_ms);
+        if (it != hv.begin() && static_cast<double>(v.to_ms - std::prev(it)->to_ms) <= best_d) best = &*std::prev(it);
+        if (!best) continue;
+        if (best->clock_sm_mhz) c.push_back(static_cast<double>(*best->clock_sm_mhz));
+        if (best->util_pct) u.push_back(*best->util_pct);
+        if (best->power_w) p.push_back(*best->power_w);
+      }
+      Mark& m = marks[k];
+      m.sib_clock = med_of(c), m.sib_util = med_of(u), m.sib_power = med_of(p);
+      // Only while the siblings worked: between steps and phases clocks and power fall anyhow.
+      if (m.sib_util && *m.sib_util < kLowUtilPct) continue;
+      const bool working = !v.util_pct || *v.util_pct > kIdleUtilPct;
+      const bool faster = v.clock_sm_mhz && m.sib_clock &&
+                          static_cast<double>(*v.clock_sm_mhz) >= (1 + kStragglerClockGapPct / 100) * *m.sib_clock;
+      if (faster) continue; // a GPU faster than its siblings that reads less busy is waiting for them
+      m.clock = working && v.clock_sm_mhz && m.sib_clock &&
+                static_cast<double>(*v.clock_sm_mhz) <= (1 - kStragglerClockGapPct / 100) * *m.sib_clock;
+      // A GPU that does nothing is the idle_gpu item's case (a stage of its own, a worker done), not a straggler's.
+      m.util = working && v.util_pct && m.sib_util && *v.util_pct <= *m.sib_util - kStragglerUtilGapPts;
+      m.power = v.util_pct && m.sib_util && working && !m.util && v.power_w && m.sib_power &&
+                *v.power_w <= (1 - kStragglerPowerGapPct / 100) * *m.sib_power;
+    }
+    Straggler s;
+    s.gi = gi;
+    for (size_t h : part)
+      if (h != gi) s.siblings.push_back(h);
+    for (size_t a = 0; a < iv.size();) {
+      if (!marks[a].apart()) {
+        ++a;
+        continue;
+      }
+      size_t b = a + 1; // the stretch [a, b): consecutive samples apart, with no gap between them
+      while (b < iv.size() && marks[b].apart() && iv[b].from_ms == iv[b - 1].to_ms)
+        ++b;
+      if (b - a >= static_cast<size_t>(kStragglerMinSamples)) ++s.stretches;
+      if (b - a >= static_cast<size_t>(kStragglerMinSamples))
+        for (size_t k = a; k < b; ++k) {
+          const Interval& v = iv[k];
+          const Mark& m = marks[k];
+          s.span.add(v);
+          if (m.clock) s.clock_s += v.dt_s;
+          if (m.util) s.util_s += v.dt_s;
+          if (m.power) s.power_s += v.dt_s;
+          if (v.clock_sm_mhz && m.sib_clock)
+            s.clock.push_back(static_cast<double>(*v.clock_sm_mhz)), s.sib_clock.push_back(*m.sib_clock);
+          if (v.util_pct && m.sib_util) s.util.push_back(*v.util_pct), s.sib_util.push_back(*m.sib_util);
+          if (v.power_w && m.sib_power) s.power.push_back(*v.power_w), s.sib_power.push_back(*m.sib_power);
+          if (v.throttle_reasons) s.reasons |= *v.throttle_reasons;
+          // The siblings' wait: the share of the interval's work it did not do, by the signal that set it apart.
+          if (m.clock)
+            s.waited_s += v.dt_s * (1 - static_cast<double>(*v.clock_sm_mhz) / *m.sib_clock);
+          else if (m.util && *m.sib_util > 0)
+            s.waited_s += v.dt_s * std::max(0.0, 1 - *v.util_pct / *m.sib_util);
+          else if (v.clock_sm_mhz && m.sib_clock && *m.sib_clock > 0)
+            s.waited_s += v.dt_s * std::max(0.0, 1 - static_cast<double>(*v.clock_sm_mhz) / *m.sib_clock);
+          else
+            s.waited_known = false;
+        }
+      a = b;
+    }
+    double total_s = 0;
+    for (const auto& v : iv)
+      total_s += v.dt_s;
+    if (s.span.seconds >= kMinShare * total_s) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+} // namespace
+
+namespace {
+
+struct OomForecast {
+  int64_t from_ms = 0, to_ms = 0; // the window fitted
+  size_t points = 0;
+  double slope_bytes_per_s = 0, tau = 0;
+  double now_bytes = 0; // the line at the last sample
+  double first_bytes = 0;
+  double seconds_to_full = 0;
+};
+
+std::optional<OomForecast> forecast_oom(const GpuSeries& g) {
+  if (!g.mem_total_bytes || *g.mem_total_bytes <= 0) return std::nullopt;
+  std::vector<const GpuPoint*> pts;
+  for (const auto& p : g.points)
+    if (p.mem_used_bytes) pts.push_back(&p);
+  if (pts.size() < 2) return std::nullopt;
+  const int64_t t0 = pts.front()->ts_ms, t1 = pts.back()->ts_ms;
+  const int64_t from = t0 + (t1 - t0) / 2;
+  std::vector<std::pair<double, double>> xy; // seconds since `from`, bytes
+  std::vector<const GpuPoint*> window;
+  for (const auto* p : pts)
+    if (p->ts_ms >= from) window.push_back(p);
+  if (window.size() < static_cast<size_t>(kOomMinSamples)) return std::nullopt;
+  const size_t n = std::min(window.size(), static_cast<size_t>(kOomMaxFitPoints));
+  for (size_t k = 0; k < n; ++k) {
+    const GpuPoint* p = window[n == 1 ? 0 : k * (window.size() - 1) / (n - 1)];
+    xy.emplace_back(static_cast<double>(p->ts_ms - from) / 1000, static_cast<double>(*p->mem_used_bytes));
+  }
+  std::vector<double> slopes;
+  double concordant = 0, discordant = 0;
+  for (size_t i = 0; i < xy.size(); ++i)
+    for (size_t j = i + 1; j < xy.size(); ++j) {
+      const double dx = xy[j].first - xy[i].first, dy = xy[j].second - xy[i].second;
+      if (dx <= 0) continue;
+      slopes.push_back(dy / dx);
+      if (dy > 0) concordant += 1;
+      if (dy < 0) discordant += 1;
+    }
+  if (slopes.empty()) return std::nullopt;
+  OomForecast f;
+  f.slope_bytes_per_s = median(slopes);
+  f.tau = (concordant - discordant) / static_cast<double>(slopes.size());
+  const double span_s = xy.back().first - xy.front().first;
+  const double total = static_cast<double>(*g.mem_total_bytes);
+  if (f.slope_bytes_per_s <= 0 || f.tau < kOomMinTau || f.slope_bytes_per_s * span_s < kOomMinGrowthShare * total)
+    return std::nullopt;
+  std::vector<double> icepts;
+  for (const auto& [x, y] : xy)
+    icepts.push_back(y - f.slope_bytes_per_s * x);
+  const double intercept = median(icepts);
+  f.first_bytes = intercept + f.slope_bytes_per_s * xy.front().first;
+  f.now_bytes = intercept + f.slope_bytes_per_s * xy.back().first;
+  f.seconds_to_full = std::max(0.0, (total - f.now_bytes) / f.slope_bytes_per_s);
+  if (f.seconds_to_full > kOomHorizonS || f.seconds_to_full > kOomMaxExtrapolation * span_s) return std::nullopt;
+  f.from_ms = window.front()->ts_ms;
+  f.to_ms = window.back()->ts_ms;
+  f.points = xy.size();
+  return f;
+}
+
+} // namespace
+
 std::vector<Item> advise(const Input& in) {
   std::vector<Item> items;
   std::vector<std::vector<Interval>> per_gpu;
@@ -460,6 +679,114 @@ std::vector<Item> advise(const Input& in) {
                          saving_phrase(saving, pct(saving), "modelled"), assumption));
       }
     }
+  }
+  // Stragglers: across the GPUs, so after the per-GPU items.
+  for (Straggler& s : find_stragglers(per_gpu)) {
+    const GpuSeries& g = in.gpus[s.gi];
+    double total_s = 0;
+    for (const auto& v : per_gpu[s.gi])
+      total_s += v.dt_s;
+    auto med_or_null = [](std::vector<double>& v) { return v.empty() ? nlohmann::json() : nlohmann::json(median(v)); };
+    double idle_sum = 0;
+    bool idle_known = true;
+    for (size_t h : s.siblings) {
+      OptF lim = in.gpus[h].power_limit_w;
+      for (const auto& v : per_gpu[h])
+        if (!lim && v.power_limit_w) lim = v.power_limit_w;
+      if (auto ip = estimate_idle_power(per_gpu[h], lim))
+        idle_sum += ip->watts;
+      else
+        idle_known = false;
+    }
+    const OptF saving = s.waited_known && idle_known ? OptF(s.waited_s * idle_sum) : std::nullopt;
+    const size_t n_sib = s.siblings.size();
+    const std::string metric = s.clock_s >= s.util_s && s.clock_s >= s.power_s ? "clock_sm"
+                               : s.util_s >= s.power_s                         ? "util"
+                                                                               : "power";
+    nlohmann::json ev = base_evidence(g, s.span, total_s);
+    ev["metric"] = metric;
+    ev["siblings"] = n_sib;
+    ev["stretches"] = s.stretches;
+    ev["clock_sm_mhz"] = med_or_null(s.clock);
+    ev["siblings_clock_sm_mhz"] = med_or_null(s.sib_clock);
+    ev["util_pct"] = med_or_null(s.util);
+    ev["siblings_util_pct"] = med_or_null(s.sib_util);
+    ev["power_w"] = med_or_null(s.power);
+    ev["siblings_power_w"] = med_or_null(s.sib_power);
+    ev["reasons"] = straggler_reasons(s.reasons);
+    ev["reason_bits"] = s.reasons;
+    ev["waited_s"] = s.waited_known ? nlohmann::json(s.waited_s) : nlohmann::json();
+    ev["siblings_idle_power_w"] = idle_known ? nlohmann::json(idle_sum) : nlohmann::json();
+    const std::string assumption =
+        "the job synchronises its GPUs every step (data-parallel training), so the siblings wait while it lags: work "
+        "runs at the SM clock's speed (a utilisation straggler: at its utilisation's share of theirs), and each "
+        "sibling draws at least its idle power while it waits; the straggler's own lost time is the throttling "
+        "item's";
+    ev["estimate"] = saving ? "modelled" : "not estimated";
+    if (saving) ev["assumption"] = assumption;
+    auto mhz = [](double v) { return thousands(v) + " MHz"; };
+    auto pc = [](double v) { return fmt::format("{:.0f} % utilisation", v); };
+    auto w = [](double v) { return fmt::format("{:.0f} W", v); };
+    auto one = [&](double v) { return metric == "clock_sm" ? mhz(v) : metric == "util" ? pc(v) : w(v); };
+    const char* key = metric == "clock_sm" ? "clock_sm_mhz" : metric == "util" ? "util_pct" : "power_w";
+    const std::string mine = one(ev[key].get<double>());
+    const std::string theirs = one(ev[std::string("siblings_") + key].get<double>());
+    const std::string reasons = straggler_reasons(s.reasons);
+    const std::string fix =
+        s.reasons & kThrottleThermalMask ? "Improve its cooling (airflow, a cooler slot) or move the job off it."
+        : s.reasons & kThrottlePowerMask ? "Check its power delivery (PSU, cables, the node's power brake)."
+        : s.reasons & kSwPowerCapBit
+            ? fmt::format("Check its power limit against its siblings' (nvidia-smi -i {} -q -d POWER).", g.gpu_index)
+        : metric == "util" ? "Look at what feeds it: its data loader shard, its CPU and NUMA placement, its PCIe link."
+                           : "Compare its clocks, temperature and power limit with its siblings'.";
+    push("straggler", std::move(ev), saving,
+         fmt::format("{} ran behind its siblings: at {} for {} ({:.0f} % of the run, between {} and {}) while its "
+                     "{} sibling{} ran at {}{}. In a job that synchronises its GPUs every step, the others waited "
+                     "for it: {}. {} {}",
+                     gpu_label(g), mine, duration_words(s.span.seconds), 100 * s.span.seconds / total_s,
+                     iso_utc_ms(s.span.from_ms), iso_utc_ms(s.span.to_ms), n_sib, n_sib == 1 ? "" : "s", theirs,
+                     reasons.empty() ? "" : "; its throttle reasons: " + reasons,
+                     s.waited_known ? fmt::format("about {} each (modelled)", duration_words(s.waited_s))
+                                    : "how long is not estimated (its SM clock is not known)",
+                     fix,
+                     saving ? saving_phrase(saving, pct(saving), "modelled") + " Assumes " + assumption + "."
+                            : saving_phrase(saving, pct(saving),
+                                            s.waited_known ? "a sibling's idle power is not known"
+                                                           : "its SM clock is not known")));
+  }
+  // Out-of-memory forecasts: a risk, not a waste, so no saving; the severity says how soon.
+  for (const GpuSeries& g : in.gpus) {
+    const auto f = forecast_oom(g);
+    if (!f) continue;
+    const double total = static_cast<double>(*g.mem_total_bytes);
+    const double window_s = static_cast<double>(f->to_ms - f->from_ms) / 1000;
+    nlohmann::json ev = {{"device", fmt::format("gpu{}", g.gpu_index)},
+                         {"gpu_index", g.gpu_index},
+                         {"gpu_name", g.name},
+                         {"from", iso_utc_ms(f->from_ms)},
+                         {"to", iso_utc_ms(f->to_ms)},
+                         {"seconds", window_s},
+                         {"points", f->points},
+                         {"slope_bytes_per_s", f->slope_bytes_per_s},
+                         {"kendall_tau", f->tau},
+                         {"mem_used_bytes", f->now_bytes},
+                         {"mem_total_bytes", *g.mem_total_bytes},
+                         {"seconds_to_full", f->seconds_to_full},
+                         {"full_at", iso_utc_ms(f->to_ms + static_cast<int64_t>(f->seconds_to_full * 1000))},
+                         {"method", "Theil-Sen line over the last half of the run, extrapolated to the memory's size"},
+                         {"estimate", "not estimated"}};
+    push("oom_forecast", std::move(ev), std::nullopt,
+         fmt::format("{}'s memory grew steadily over the last {} of the run: {} per hour (Theil–Sen; Kendall τ "
+                     "{:.2f}), from {} to {} of its {}. At this rate {} runs out of memory in ~{} after the last "
+                     "sample ({}). Look for what grows: tensors kept across steps (a loss summed with its graph, a "
+                     "list of outputs), a cache without a bound; torch.cuda.memory_summary() between epochs shows it. "
+                     "Saving: not estimated (a forecast of a failure, not a waste).",
+                     gpu_label(g), duration_words(window_s), format_bytes(f->slope_bytes_per_s * 3600), f->tau,
+                     format_bytes(f->first_bytes), format_bytes(f->now_bytes), format_bytes(total),
+                     fmt::format("GPU {}", g.gpu_index), duration_words(f->seconds_to_full),
+                     iso_utc_ms(f->to_ms + static_cast<int64_t>(f->seconds_to_full * 1000))));
+    // Within the hour: act now (save a checkpoint, fix and restart); later: before the next long run.
+    items.back().severity = f->seconds_to_full <= 3600 ? "high" : "medium";
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
     if (a.saving_j.has_value() != b.saving_j.has_value()) return a.saving_j.has_value();

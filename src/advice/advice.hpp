@@ -72,6 +72,39 @@ inline constexpr double kMediumSavingPct = 3;
 // interval: nothing is known about what happened in it.
 inline constexpr double kMaxGapIntervals = 5;
 
+// Stragglers (issue 36): a GPU of a multi-GPU run that ran slower than its siblings. Each sample is compared with the
+// median of its siblings' at the same tick (the median, so that one odd sibling among several moves nothing).
+// SM clock: identical GPUs under the same load boost within a few % of each other (15 MHz bins, silicon and cooling
+// spread); 10 % below the siblings' median (~200 MHz on an H100) is a throttle or a power cap, not that spread.
+inline constexpr double kStragglerClockGapPct = 10;
+// Utilisation, in points below the siblings' median (when that median is at least kLowUtilPct, i.e. they were
+// working): a fed GPU's NVML utilisation wanders by 2-5 points; 20 points is a GPU idle a fifth of the time its
+// siblings computed. In a job that synchronises its GPUs (NCCL), the ones waiting for a straggler read busy (NCCL's
+// kernel spins), so the one with less utilisation is the one that held them back, not one that waited.
+inline constexpr double kStragglerUtilGapPts = 20;
+// Power, below the siblings' median while working as much: identical GPUs at the same work draw within ~10 % of each
+// other; 20 % less at no less utilisation is a GPU held down (a power cap or a brake).
+inline constexpr double kStragglerPowerGapPct = 20;
+// A stretch counts from this many consecutive samples apart (one or two are a blip: a late sample, a boost step), and
+// a GPU is a straggler when its stretches cover kMinShare of its sampled time.
+inline constexpr int kStragglerMinSamples = 3;
+
+// Out-of-memory forecast (issue 36): a GPU whose memory use grows steadily, extrapolated to its memory's size. The
+// line is fitted over the last half of the GPU's sampled time (after the warm-up's allocations: recent behaviour) by
+// Theil–Sen (the median of pairwise slopes: a step or an outlier moves it little), on at most kOomMaxFitPoints
+// evenly spread samples (so its pairs stay bounded: 256 points, 32,640 pairs).
+inline constexpr int kOomMaxFitPoints = 256;
+inline constexpr int kOomMinSamples = 10;
+// Steady: Kendall's τ over the same pairs at least 0.6. One step up and a plateau reads 0.5 (and a Theil–Sen slope of
+// 0): a batch size or a cache that grew once is no leak; a leak per epoch is a staircase of many steps, τ near 1.
+inline constexpr double kOomMinTau = 0.6;
+// The fitted growth over the window must be at least 2 % of the memory (1.6 GB of 80 GB): less is allocator churn.
+inline constexpr double kOomMinGrowthShare = 0.02;
+// Reported when the line reaches the memory's size within 24 h of the last sample, and within 4 times the window it
+// was fitted on: a line fitted over ten minutes says little about the next five hours.
+inline constexpr double kOomHorizonS = 24 * 3600;
+inline constexpr double kOomMaxExtrapolation = 4;
+
 // ---- Inputs ----
 struct GpuPoint {
   int64_t ts_ms = 0;
@@ -110,7 +143,8 @@ struct Input {
 
 // ---- Output ----
 struct Item {
-  std::string kind;     // gpu_starved, transfer_bound, memory_headroom, throttling, idle_gpu, power_limit
+  std::string kind;     // gpu_starved, transfer_bound, memory_headroom, throttling, idle_gpu, power_limit, straggler,
+                        // oom_forecast
   std::string severity; // high, medium, low
   nlohmann::json evidence;
   OptF saving_j; // missing: not estimated (the text says why)

@@ -265,3 +265,49 @@ TEST(Simulate, ARealRunIsNotLabelledSimulated) {
 
 } // namespace
 } // namespace e2e_simulate
+
+namespace e2e_simulate {
+// Issue 36: the built-in scenario's one slow GPU is GPU 1, power-capped to 1,410 MHz for 2.5 s of epoch 1 while GPUs 0
+// and 2 run at 1,980 MHz; GPU 3 is idle through the run and no sibling. show --json's advice names GPU 1 as the
+// straggler and no other GPU.
+TEST_F(SimulatedRun, ShowJsonNamesGpuOneTheStragglerAndNoHealthyGpu) {
+  ASSERT_EQ(result_->exit_code, 0) << result_->err;
+  auto show = run({wattscope(), "show", "--json"}, no_gpu_env(), dir_->path());
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  const json advice = json::parse(show.out)["advice"];
+  std::vector<json> found;
+  for (const auto& a : advice)
+    if (a["kind"] == "straggler") found.push_back(a);
+  ASSERT_EQ(found.size(), 1u) << advice.dump(2);
+  const json& ev = found[0]["evidence"];
+  EXPECT_EQ(ev["device"], "gpu1");
+  EXPECT_EQ(ev["metric"], "clock_sm");
+  EXPECT_EQ(ev["siblings"], 2);
+  EXPECT_DOUBLE_EQ(ev["clock_sm_mhz"].get<double>(), 1410);
+  EXPECT_DOUBLE_EQ(ev["siblings_clock_sm_mhz"].get<double>(), 1980);
+  EXPECT_EQ(ev["reasons"], "SW power cap");
+  // The stretch is the scenario's 2.5 s, within a few 100 ms samples (a late tick, the stretch's ends).
+  EXPECT_NEAR(ev["seconds"].get<double>(), 2.5, 0.35);
+  // The wait: 2.5 s at 1,410 of 1,980 MHz. An interval at the stretch's end may be apart by its power alone (its
+  // energy straddles the cap's end) and then waited nothing: at most the stretch's time at the clock ratio.
+  const double ratio = 1 - 1410.0 / 1980;
+  EXPECT_NEAR(ev["waited_s"].get<double>(), 2.5 * ratio, 0.35 * ratio);
+  EXPECT_LE(ev["waited_s"].get<double>(), ev["seconds"].get<double>() * ratio + 1e-9);
+  EXPECT_EQ(ev["stretches"], 1);
+  const std::string text = found[0]["text"].get<std::string>();
+  EXPECT_NE(text.find("at 1,410 MHz for "), std::string::npos) << text;
+  EXPECT_NE(text.find("while its 2 siblings ran at 1,980 MHz; its throttle reasons: SW power cap"), std::string::npos)
+      << text;
+}
+
+// Issue 36: the scenario's memory rises in the warm-up and then stays: no out-of-memory forecast for any GPU.
+TEST_F(SimulatedRun, ShowJsonForecastsNoOutOfMemory) {
+  ASSERT_EQ(result_->exit_code, 0) << result_->err;
+  auto show = run({wattscope(), "show", "--json"}, no_gpu_env(), dir_->path());
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  const json advice = json::parse(show.out)["advice"];
+  ASSERT_FALSE(advice.empty());
+  for (const auto& a : advice)
+    EXPECT_NE(a["kind"], "oom_forecast") << a.dump(2);
+}
+} // namespace e2e_simulate

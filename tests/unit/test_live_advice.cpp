@@ -173,8 +173,8 @@ TEST(LiveAdvice, FromTheRingEqualsTheOldWayItemForItem) {
   const nlohmann::json got = advice.json();
   const nlohmann::json expected = advice::to_json(advice::advise(want));
   // The scenario is one that advises: every GPU's waste shows.
-  EXPECT_EQ(kinds(expected),
-            (std::vector<std::string>{"gpu_starved", "idle_gpu", "memory_headroom", "power_limit", "throttling"}))
+  EXPECT_EQ(kinds(expected), (std::vector<std::string>{"gpu_starved", "idle_gpu", "memory_headroom", "power_limit",
+                                                       "straggler", "straggler", "throttling"}))
       << expected.dump(2);
   EXPECT_EQ(got["advice"], expected) << "from the ring:\n"
                                      << got["advice"].dump(2) << "\nthe old way:\n"
