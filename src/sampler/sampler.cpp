@@ -226,6 +226,7 @@ void Sampler::loop() {
   ActivityRule rule(gpus_, cpu_scope_);
   stats_.interval_ns.store(interval_.count(), std::memory_order_relaxed);
   int64_t probes_since_full = 0;
+  SteadyClock::time_point last_full{};
   std::string why;
   bool stopping = false;
   int64_t slot = 0;
@@ -234,16 +235,18 @@ void Sampler::loop() {
       std::unique_lock lock(mu_);
       // wait_until on steady_clock uses pthread_cond_clockwait: immune to wall-clock jumps.
       stopping = cv_.wait_until(lock, grid.due(slot), [this] { return stop_; });
-      // A run that ends while idle takes one last full sample now: its energy counters and the integrals close at
-      // the end of the run, not up to an idle interval before it.
-      if (stopping && probes_since_full == 0) break;
+      // A run ends with one last full sample, now: its energy counters and the integrals close at the end of the
+      // run, not up to an interval (or an idle interval) before it. Without it, a 7 s run at --interval 5s stored
+      // 5 s of energy, and a phase after the last tick got none (issue 29: phases must add up to the run). Skipped
+      // only when the last full sample is so recent that it already is the end.
+      if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter) break;
     }
     const auto started = SteadyClock::now();
     Frame frame;
     frame.tick = slot;
     frame.mono = started;
     frame.ts_ms = wall_now_ms();
-    frame.last = stopping; // the last full sample of a run that ends while idle
+    frame.last = stopping; // the last full sample of a run, at its end
     const auto deadline = started + (slot == 0 ? std::max(wait_for_sources, kFirstTickDeadline) : wait_for_sources);
     bool full = stopping || idle.full_due(slot);
     bool quiet = true;
@@ -297,6 +300,7 @@ void Sampler::loop() {
       }
     }
     if (full) {
+      last_full = started;
       frame.probe_ticks = probes_since_full;
       probes_since_full = 0;
       try {

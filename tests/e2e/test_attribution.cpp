@@ -246,11 +246,13 @@ TEST(Attribution, RecordScansTheMachineEveryFiveSecondsUnlessToldOtherwise) {
   const auto f = scan_ticks(dir / "f.db");
   ASSERT_GE(d.size(), 1u);
   EXPECT_LE(d.front(), 1) << "the GPU's process is sampled from the first scan (stored by the tick after it)";
-  EXPECT_LE(d.size(), 2u) << "default record scans every 5 s";
-  for (size_t i = 1; i < d.size(); ++i)
+  // The run's end takes a last scan with its last sample (issue 29: the end of the run is measured too), however
+  // soon after the one before: the spacing holds between the others.
+  EXPECT_LE(d.size(), 3u) << "default record scans every 5 s, and at the end";
+  for (size_t i = 1; i + 1 < d.size(); ++i)
     EXPECT_GE(d[i] - d[i - 1], 24) << "ticks of 200 ms between scans";
   EXPECT_GE(f.size(), 5u) << "--process-interval 1s scans every second";
-  for (size_t i = 1; i < f.size(); ++i)
+  for (size_t i = 1; i + 1 < f.size(); ++i)
     EXPECT_GE(f[i] - f[i - 1], 4);
 
   Result bad = run({wattscope(), "record", "--process-interval", "500ms", "--duration", "1s", "--db", dir / "b.db"}, {},

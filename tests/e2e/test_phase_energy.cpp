@@ -152,3 +152,45 @@ s.sendto(b'{"kind":"end","name":"flood"}\n', path)
 }
 
 } // namespace e2e_phase_energy
+
+namespace e2e_phase_energy {
+
+// At --interval 5s a 7 s run has ticks at 0 and 5 s only: without a sample at its end the run stored 500 J of its
+// 700 and a phase in its last 2 s got too little (32.8 J and 0 J for two such phases). The run ends with a sample now,
+// so the run and the last phase are measured to their ends.
+TEST(PhaseEnergy, ALongIntervalStillMeasuresTheRunToItsEnd) {
+  Fixture f;
+  const char* program = R"(
+import os, socket, time, json
+path = os.environ["WATTSCOPE_SOCKET"]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+def send(**m): s.sendto((json.dumps(m) + "\n").encode(), path)
+t0 = time.monotonic()
+def at(t):
+    d = t0 + t - time.monotonic()
+    if d > 0: time.sleep(d)
+at(0.3); send(kind="begin", name="a")
+at(2.3); send(kind="end", name="a"); send(kind="begin", name="b")
+at(6.8); send(kind="end", name="b")
+at(7.0)
+)";
+  Result r = f.wattscope_run("5s", program);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Result show = run({wattscope(), "show", "--json"}, {}, f.dir.path());
+  ASSERT_EQ(show.exit_code, 0) << show.err;
+  const json j = json::parse(show.out);
+  ASSERT_EQ(j["phases"].size(), 2u) << show.out;
+  for (const auto& p : j["phases"]) {
+    SCOPED_TRACE(p.dump());
+    const double truth = 100.0 * p["duration_s"].get<double>();
+    EXPECT_NEAR(p["energy_j"].get<double>(), truth, truth * 0.005 + 0.001);
+  }
+  // The run: 100 W from its first sample to its last, which is at its end (the first comes a moment after the
+  // run's start, once the library is open).
+  const double run_s = j["duration_s"].get<double>();
+  EXPECT_GE(j["samples"].get<int64_t>(), 3);
+  EXPECT_LE(j["total_energy_j"].get<double>(), 100.0 * run_s + 0.01);
+  EXPECT_GE(j["total_energy_j"].get<double>(), 100.0 * (run_s - 0.5));
+}
+
+} // namespace e2e_phase_energy
