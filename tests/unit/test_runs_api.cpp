@@ -23,6 +23,18 @@
 
 namespace unit_runs_api {
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 using namespace wstest;
 using wstest::wattscope;
 using json = nlohmann::json;
@@ -119,7 +131,10 @@ TEST(RunsApi, PagesWithADefaultAndAMaximumInBoundedMemory) {
   }
   EXPECT_EQ(seen, 20004u);
   const int64_t after = vm_hwm_kib(pid);
-  EXPECT_LT(after - before, 64 * 1024) << "serve's peak memory grew from " << before << " to " << after << " KiB";
+  // Under AddressSanitizer the figure is ASan's, not serve's: freed blocks wait in its quarantine (up to 256 MiB) and
+  // every block has red zones (412 MiB of growth measured there). The release build checks the bound.
+  if (!kAddressSanitizer)
+    EXPECT_LT(after - before, 64 * 1024) << "serve's peak memory grew from " << before << " to " << after << " KiB";
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid), 0);
 }
