@@ -238,7 +238,7 @@ void Sampler::loop() {
       // A run ends with one last full sample, now: its energy counters and the integrals close at the end of the
       // run, not up to an interval (or an idle interval) before it. Without it, a 7 s run at --interval 5s stored
       // 5 s of energy, and a phase after the last tick got none (issue 29: phases must add up to the run). Skipped
-      // only when the last full sample is so recent that it already is the end.
+      // only when the last full sample ended so recently that it already is the end.
       if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter) break;
     }
     const auto started = SteadyClock::now();
@@ -300,7 +300,6 @@ void Sampler::loop() {
       }
     }
     if (full) {
-      last_full = started;
       frame.probe_ticks = probes_since_full;
       probes_since_full = 0;
       try {
@@ -314,6 +313,7 @@ void Sampler::loop() {
       stats_.probe_ticks.fetch_add(1, std::memory_order_relaxed);
     }
     const auto finished = SteadyClock::now();
+    if (full) last_full = finished;
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(finished - started).count();
     stats_.last_tick_ns.store(ns, std::memory_order_relaxed);
     stats_.total_tick_ns.fetch_add(ns, std::memory_order_relaxed);

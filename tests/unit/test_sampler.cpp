@@ -178,8 +178,11 @@ TEST(Sampler, StoppedAtOnceStillTakesTheStartingSample) {
     });
     s.start();
     s.stop();
-    EXPECT_EQ(n.load(), 1);
-    EXPECT_EQ(gpus.load(), 1); // the blocking source answered within the first tick's deadline
+    // Tick 0, and the last sample at the stop only if the thread was kept from seeing the stop for over
+    // kFinalSampleAfter after tick 0 ended (a loaded machine, a sanitizer build).
+    EXPECT_GE(n.load(), 1);
+    EXPECT_LE(n.load(), 2);
+    EXPECT_EQ(gpus.load(), n.load()); // the blocking source answered within the first tick's deadline
   }
 }
 
