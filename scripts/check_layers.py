@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Fails when an #include in src/ runs up the layers. Includes run one way:
-core <- sources/sinks/accounting/phases/importers/alerts <- sampler/processes <- pipeline/advice <- web <- server/report/top <- cli (<- main.cpp).
+core <- sources/sinks/accounting/phases/importers/alerts/forecast <- sampler/processes <- pipeline/advice <- web <- server/report/top <- cli (<- main.cpp).
 A folder may include its own files and any lower layer's, never a higher one's nor a sibling's of the same layer.
 Run by the build (target check_layers) and usable by hand: scripts/check_layers.py [SRC_DIR]."""
 import pathlib
@@ -11,6 +11,7 @@ LAYERS = {
     "core": 0, "wattscope": 0,  # wattscope/ is the generated version header
     "sources": 1, "sinks": 1, "accounting": 1, "phases": 1, "importers": 1,  # issue 15: markers, phase accounting; logs
     "alerts": 1,  # issue 14: rules, evaluation, notifiers
+    "forecast": 1,  # issue 36: series models (pure arithmetic over a series)
     "sampler": 2, "processes": 2,
     "pipeline": 3, "advice": 3,  # advice (issue 14): estimators over a stored run's or the live series
     "web": 4,

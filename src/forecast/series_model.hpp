@@ -1,0 +1,30 @@
+#pragma once
+// One interface for every forecaster of a sampled series (issue 36): the live forecasts, the anomaly detector's
+// expectation and bench/forecast_eval all ask a model the same two questions, so which model is the default is a
+// choice made from held-out figures (README's forecasting table), not from code paths.
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wattscope::forecast {
+
+// A model sees a series one value per step (a missing reading is NaN: a model must skip it, never read it as 0)
+// and forecasts the next `horizon` steps. Steps are the series' own (one sampler tick, or one resampled period).
+class SeriesModel {
+public:
+  virtual ~SeriesModel() = default;
+  virtual std::string_view name() const = 0;
+  virtual void observe(double y) = 0;
+  // Forecasts for steps 1..horizon ahead; empty while the model has seen too little to say anything.
+  virtual std::vector<double> forecast(std::size_t horizon) const = 0;
+};
+
+// Known names: "last" (last value) is always there; bench/forecast_eval lists the others. Unknown name: nullptr.
+std::unique_ptr<SeriesModel> make_series_model(std::string_view name);
+std::vector<std::string> series_model_names();
+// The model that won on held-out traces (README, "Forecasting"): what every live forecast uses unless told otherwise.
+std::string_view default_series_model();
+
+} // namespace wattscope::forecast
