@@ -109,9 +109,15 @@ void apply_frame(HostView& h, const Frame& f, const std::vector<GpuDevice>& devi
     TopGpu* slot = gpu_slot(h, d.gpu_index);
     if (!slot) continue;
     slot->name = d.name;
-    slot->energy_method = d.energy_method; // issue 29
+    // issue 29: the sources' list knows only "simulated"; accounting settles counter/integrated on the first tick and
+    // sends it in device_rows (below), which later frames' empty method must not undo (a real H100 showed
+    // "[unknown]").
+    if (!d.energy_method.empty()) slot->energy_method = d.energy_method;
     slot->answered = false;
   }
+  for (const auto& d : f.device_rows)
+    if (TopGpu* slot = gpu_slot(h, d.gpu_index); slot && !d.energy_method.empty())
+      slot->energy_method = d.energy_method;
   for (const auto& s : f.gpus) {
     TopGpu* slot = gpu_slot(h, s.gpu_index);
     if (!slot) continue;
