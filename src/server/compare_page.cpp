@@ -39,13 +39,25 @@ std::string filters_text(const query::CompareQuery& q) {
 nlohmann::json select(StoreReader& store, const query::CompareQuery& q, std::vector<RunInfo>& runs) {
   nlohmann::json capped = nlohmann::json::object();
   if (!q.runs.empty()) {
+    // One read of the runs for all the ids (resolve_run reads them per id: 100 ids were 100 reads of the store), with
+    // its rules: the exact id, else the one run whose id begins or ends with it; "latest" is the newest.
+    const std::vector<RunInfo> all = store.runs();
+    if (all.empty()) throw NotFound(fmt::format("{} holds no runs yet", store.describe()));
     for (const auto& id : q.runs) {
-      RunInfo r;
-      try {
-        r = resolve_run(store, id);
-      } catch (const std::exception& e) {
-        throw NotFound(e.what());
+      std::vector<const RunInfo*> matches;
+      for (const auto& x : all) {
+        if (x.run_id == id) {
+          matches = {&x};
+          break;
+        }
+        if (x.run_id.starts_with(id) || x.run_id.ends_with(id)) matches.push_back(&x);
       }
+      if (id == "latest" && matches.empty()) matches = {&all.back()};
+      if (matches.empty()) throw NotFound(fmt::format("no run '{}' in {}", id, store.describe()));
+      if (matches.size() > 1)
+        throw NotFound(
+            fmt::format("'{}' matches {} runs ({}, ...); give more of the id", id, matches.size(), matches[0]->run_id));
+      RunInfo r = *matches[0];
       if (!passes(r, q)) throw NotFound(fmt::format("run {} is not{}", r.run_id, filters_text(q)));
       if (std::none_of(runs.begin(), runs.end(), [&](const RunInfo& x) { return x.run_id == r.run_id; }))
         runs.push_back(std::move(r));

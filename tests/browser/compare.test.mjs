@@ -151,6 +151,9 @@ test('the compare view in serve: by task and by run, back and forward, and its J
     assert.ok(size.sw <= size.cw, `page ${size.sw} px wide in a ${size.cw} px window`);
     assert.ok(size.html < 200000, `page of ${size.html} bytes`);
     assert.deepEqual(await cutLabelsWithoutTitle(page), []);
+    // The view links to itself (its canonical URL) and to its JSON.
+    assert.equal(await page.getAttribute('a[data-link="view"]', 'href'), '/runs/compare?tasks=bert,gpt');
+    assert.equal(await page.getAttribute('a[data-link="json"]', 'href'), '/api/v1/compare?tasks=bert,gpt');
     await page.screenshot({ path: join(process.env.WATTSCOPE_SCREENSHOT_DIR || dir, 'compare-serve.png'), fullPage: true });
 
     // Two runs by id: one run a side, so no verdict can be given, and it says why.
