@@ -32,6 +32,7 @@
 #include "core/thread_name.hpp"
 #include "pipeline/run_view.hpp"
 #include "server/auth.hpp"
+#include "server/compare_page.hpp"
 #include "server/query.hpp"
 #include "server/static_files.hpp"
 
@@ -200,6 +201,7 @@ struct HttpServer::Impl {
   std::unordered_map<Conn*, std::shared_ptr<Conn>> conns;
   std::unordered_map<std::string, int> per_address;
   int heavy_in_flight = 0;
+  std::unique_ptr<CompareView> compare_view; // issue 35: made on the first compare request
   std::atomic<int> streams{0}; // read by the watcher: no subscriber, no JSON made
 
   static constexpr int kMaxHeavyInFlight = 32;
@@ -589,6 +591,16 @@ struct HttpServer::Impl {
       Response r;
       r.status = 204;
       return send(std::move(r));
+    }
+    if (path == "/runs/compare" || path == "/api/v1/compare") { // issue 35: docs/compare.md
+      if (!opts.store) return send(json_error(404, "serve was started without --db: no runs are stored"));
+      if (!compare_view) compare_view = std::make_unique<CompareView>(*opts.store);
+      return heavy(c, head, keep, [view = compare_view.get(), html = path == "/runs/compare", q = std::string(query)] {
+        CompareAnswer a = view->answer(html, q);
+        Response r = content(std::move(a.body), std::move(a.content_type));
+        r.status = a.status;
+        return r;
+      });
     }
     if (path == "/api/v1/events") {
       if (head) return send(content("", "text/event-stream"));
