@@ -7,7 +7,8 @@
 #      every tick as before (FLEET_BASELINE_NODES, 0 for none);
 #   2. /metrics per node: its size and scrape time with 8 simulated GPUs and 200 processes (bench/metrics_size.py).
 # FLEET_NODES (300), FLEET_SECONDS (60), FLEET_CPUS (224, a DGX H100's logical CPUs), FLEET_SPEEDUPS (1.5,2,3),
-# FLEET_PER_CORE (period | every-tick | off), FLEET_BASELINE_NODES (30), FLEET_BASELINE_SECONDS (30).
+# FLEET_PER_CORE (period | every-tick | off), FLEET_BASELINE_NODES (30), FLEET_BASELINE_SECONDS (30),
+# FLEET_PLAIN_TABLES (no; yes: the fleet's tables uncompressed too, to see what compression costs and saves).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release wattscope wattscope_bench_fleet >/dev/null
@@ -39,7 +40,7 @@ WATTSCOPE_MYSQL_PASSWORD=bench WATTSCOPE_SPILL_DIR="$out/spill" build/bench/watt
   --url "mysql://ws@127.0.0.1:$port/wattscope" --server-pid "$mpid" --nodes "${FLEET_NODES:-300}" \
   --seconds "${FLEET_SECONDS:-60}" --cpus "${FLEET_CPUS:-224}" --speedups "${FLEET_SPEEDUPS:-1.5,2,3}" \
   --per-core "${FLEET_PER_CORE:-period}" --baseline-nodes "${FLEET_BASELINE_NODES:-30}" \
-  --baseline-seconds "${FLEET_BASELINE_SECONDS:-30}"
+  --baseline-seconds "${FLEET_BASELINE_SECONDS:-30}" --plain-tables "${FLEET_PLAIN_TABLES:-no}"
 echo "data directory on disk after the run: $(du -sh "$mdb/data" | cut -f1)"
 kill -KILL "$mpid"; wait "$mpid" 2>/dev/null || true
 mpid=

@@ -18,7 +18,7 @@
 // Usage (bench/fleet.sh starts a private server and passes these):
 //   WATTSCOPE_MYSQL_PASSWORD=... wattscope_bench_fleet --url mysql://ws@127.0.0.1:PORT/wattscope --server-pid PID
 //       [--nodes 100] [--gpus 8] [--cpus 224] [--seconds 60] [--speedups 1.5,2,3,4,6,8]
-//       [--per-core period|every-tick|off] [--baseline-nodes 30] [--baseline-seconds 30]
+//       [--per-core period|every-tick|off] [--baseline-nodes 30] [--baseline-seconds 30] [--plain-tables yes|no]
 #include <mysql.h>
 #include <sys/resource.h>
 
@@ -67,6 +67,7 @@ struct Options {
   std::vector<double> speedups = {1.5, 2, 3, 4, 6, 8};
   std::string per_core = "period"; // issue 33: per-core rows every process_every ticks (period), every tick, or off
   int baseline_nodes = 30;         // 0: no baseline phase
+  bool plain_tables = false;       // --plain-tables: the fleet's tables uncompressed too (what compression buys)
   double baseline_seconds = 30;
   // Ticks between per-core rows: 1 every tick, process_every at the scan period, 0 none.
   int per_core_every() const { return per_core == "every-tick" ? 1 : per_core == "off" ? 0 : process_every; }
@@ -426,6 +427,8 @@ int main(int argc, char** argv) try {
       o.speedups = parse_list(v);
     else if (k == "--per-core" && (v == "period" || v == "every-tick" || v == "off"))
       o.per_core = v;
+    else if (k == "--plain-tables" && (v == "yes" || v == "no"))
+      o.plain_tables = v == "yes";
     else if (k == "--baseline-nodes")
       o.baseline_nodes = std::stoi(v);
     else if (k == "--baseline-seconds")
@@ -448,6 +451,7 @@ int main(int argc, char** argv) try {
              rows_per_tick_avg);
 
   Latencies lat;
+  if (o.plain_tables) exec_all(url, mysql_schema_sql(/*compress=*/false));
   const auto size0 = table_bytes(url);
 
   // 0. Before issue 33: per-core rows every tick into plain tables, in a database of its own (DB_before, which
