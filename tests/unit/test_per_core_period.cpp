@@ -8,6 +8,8 @@
 #include "cli/command.hpp"
 #include "cli/record_flags.hpp"
 #include "core/schema.hpp"
+#include "pipeline/session.hpp"
+#include "pipeline/sources.hpp"
 #include "sources/procfs/cpu_source.hpp"
 
 namespace unit_per_core_period { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
@@ -171,6 +173,42 @@ TEST(PerCorePeriod, FlagsChooseTheMode) {
   EXPECT_EQ(session_options(f, {}, false).per_core.mode, PerCoreStorage::Mode::Off);
   f.per_core_every_tick = true;
   EXPECT_THROW(session_options(f, {}, false), UsageError);
+}
+
+// The session's procfs source stores per-core rows at the process-scan period: --process-interval 1s at a 250 ms
+// interval is every fourth tick; under 1 s (or the interval) the tracker never scans, and neither are cores stored.
+TEST(PerCorePeriod, TheSessionsSourceUsesTheProcessScanPeriod) {
+  for (const auto& [process_interval, every] : {std::pair{1000ms, 4}, {2000ms, 8}, {100ms, 4}}) {
+    Fixture fx;
+    fx.write(kSeries[0]);
+    SessionOptions o;
+    o.procfs_root = fx.root.path();
+    o.interval = 250ms;
+    o.process_interval = process_interval;
+    std::unique_ptr<Source> src;
+    for (auto& s : make_sources(o))
+      if (s && s->name() == "procfs") src = std::move(s);
+    ASSERT_TRUE(src);
+    ASSERT_TRUE(src->open());
+    std::vector<int64_t> stored;
+    Jiffies j = kSeries[0];
+    for (int64_t t = 0; t < 17; ++t) {
+      j.busy0 += 10;
+      j.idle0 += 15;
+      j.busy1 += 20;
+      j.idle1 += 5;
+      fx.write(j);
+      Frame f;
+      f.tick = t;
+      f.mono = SteadyClock::time_point{1h} + 250ms * t;
+      src->sample(f);
+      if (f.cpu.core_rows) stored.push_back(t);
+    }
+    std::vector<int64_t> want;
+    for (int64_t t = 0; t < 17; t += every)
+      want.push_back(t);
+    EXPECT_EQ(stored, want) << "--process-interval " << process_interval.count() << " ms";
+  }
 }
 
 } // namespace unit_per_core_period
