@@ -31,6 +31,11 @@ struct PowerZoneSample {
 struct CpuSample {
   OptF util_pct;
   std::vector<OptF> core_util_pct; // one per logical CPU, in /proc/stat order
+  // issue 33: whether this tick stores cpu_core_samples rows. Per-core rows are most of what a many-core node writes,
+  // so by default they are stored once per process-scan period, and on such a tick core_util_pct is each core's mean
+  // over the whole period since the last stored one (from /proc/stat's jiffies); on the ticks between, it is the last
+  // tick's and is not stored. A frame made by hand stores its cores.
+  bool core_rows = true;
   OptI mem_used_bytes;
   OptI mem_total_bytes;
   // Host CPU power, summed over sockets: measured (RAPL) or estimated (--cpu-tdp), as power_method says.

@@ -388,7 +388,7 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
   }
   {
     auto& c = out.tables[static_cast<size_t>(TableId::CpuCoreSamples)].cells;
-    for (size_t core = 0; core < f.cpu.core_util_pct.size(); ++core) {
+    for (size_t core = 0; f.cpu.core_rows && core < f.cpu.core_util_pct.size(); ++core) {
       c.push_back(rid);
       c.emplace_back(f.tick);
       c.emplace_back(f.ts_ms);

@@ -25,6 +25,7 @@
 #include "sampler/sampler.hpp"
 #include "sinks/sink_writer.hpp"
 #include "sinks/store.hpp"
+#include "sources/procfs/cpu_source.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -51,6 +52,9 @@ struct SessionOptions {
   // --process-interval: how often processes are scanned, never below 1 s nor the sampling interval (issue 12).
   std::chrono::nanoseconds process_interval = std::chrono::seconds(1);
   // ---- end attribution ----
+  // issue 33: per-core rows once per process scan (the period filled in from process_interval and interval when the
+  // sources are made), every tick, or none.
+  PerCoreStorage per_core{PerCoreStorage::Mode::Period};
   // record --only-unit / --only-env (issue 18): the run's processes are those of these units or with these
   // environment entries (TrackerOptions); the Slurm steps they ran in become the tag slurm_steps.
   std::vector<std::string> only_units;

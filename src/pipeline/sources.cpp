@@ -23,7 +23,11 @@ namespace {
 constexpr SourceEntry kSources[] = {
     {"procfs",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
-       return std::make_unique<ProcfsCpuSource>(o.procfs_root);
+       // issue 33: the scan period as the process tracker has it (never under 1 s nor the interval).
+       PerCoreStorage per_core = o.per_core;
+       per_core.period = std::max({o.interval, o.process_interval, std::chrono::nanoseconds(std::chrono::seconds(1))});
+       per_core.interval = o.interval;
+       return std::make_unique<ProcfsCpuSource>(o.procfs_root, per_core);
      }},
     {"rapl",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
