@@ -31,8 +31,12 @@ std::unique_ptr<SeriesModel> make_series_model(std::string_view name) {
   return nullptr;
 }
 
-std::vector<std::string> series_model_names() { return {"last"}; }
+std::vector<std::string> series_model_names() {
+  return {"last"};
+}
 
-std::string_view default_series_model() { return "last"; }
+std::string_view default_series_model() {
+  return "last";
+}
 
 } // namespace wattscope::forecast

@@ -202,7 +202,7 @@ struct HttpServer::Impl {
   std::unordered_map<std::string, int> per_address;
   int heavy_in_flight = 0;
   std::unique_ptr<CompareView> compare_view; // issue 35: made on the first compare request
-  std::atomic<int> streams{0}; // read by the watcher: no subscriber, no JSON made
+  std::atomic<int> streams{0};               // read by the watcher: no subscriber, no JSON made
 
   static constexpr int kMaxHeavyInFlight = 32;
   static constexpr auto kSweepEvery = std::chrono::milliseconds(250);
