@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
     if (pid == 0) _exit(0);
     waitpid(pid, NULL, 0);
     const double fork_ms = now_ms() - t0;
-    printf("round %d: probe child %.1f ms (rc %d) | in-process init+shutdown %.1f ms (rc %d) | bare fork %.2f ms\n", i, p,
-           rc, in_ms, in_rc, fork_ms);
+    printf("round %d: probe child %.1f ms (rc %d) | in-process init+shutdown %.1f ms (rc %d) | bare fork %.2f ms\n", i,
+           p, rc, in_ms, in_rc, fork_ms);
   }
   return 0;
 }
