@@ -82,6 +82,15 @@ Accounting::Accounting(std::vector<GpuDevice> devices) {
   }
 }
 
+void Accounting::add_devices(std::vector<GpuDevice> devices) {
+  std::lock_guard lock(mu_);
+  for (auto& d : devices) {
+    GpuSummary g;
+    g.device = std::move(d);
+    summary_.gpus.push_back(std::move(g));
+  }
+}
+
 void Accounting::set_sampling(const SamplingSummary& configured) {
   std::lock_guard lock(mu_);
   auto& s = summary_.sampling;
@@ -213,6 +222,16 @@ void Accounting::process(Frame& f) {
       if (g.device.energy_method != "simulated")
         g.device.energy_method = it != energy_.end() && it->second.counter ? "counter" : "integrated";
       f.device_rows.push_back(g.device);
+      g.device_row_sent = true;
+    }
+  } else {
+    for (auto& g : summary_.gpus) {
+      if (g.device_row_sent || g.samples == 0) continue;
+      auto it = energy_.find(g.device.gpu_index);
+      if (g.device.energy_method != "simulated")
+        g.device.energy_method = it != energy_.end() && it->second.counter ? "counter" : "integrated";
+      f.device_rows.push_back(g.device);
+      g.device_row_sent = true;
     }
   }
 }

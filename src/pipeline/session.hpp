@@ -88,7 +88,8 @@ public:
   std::vector<std::string> store_names() const;
   bool all_stored() const { return all_stored_; }
   RunSummary summary() const { return acc_->summary(); }
-  std::vector<GpuDevice> devices() const { return devices_ ? *devices_ : std::vector<GpuDevice>{}; }
+  // The run's GPUs: those opened before it began, then those of a vendor library that became ready later (issue 31).
+  std::vector<GpuDevice> devices() const;
   // ---- attribution (issue 13) ----
   // `run`: the run's own cgroup, made before the child starts (its cgroup.procs fd goes to spawn_child), then the
   // child's tree followed from its pid. Without a cgroup, says once that daemonised descendants may be missed.
@@ -101,6 +102,18 @@ public:
   const AlertEngine* alerts() const { return alerts_.get(); }
 
 private:
+  // ---- issue 31: vendor libraries open beside the command (threads of their own), never before it
+  struct Opening;
+  struct Opened;
+  std::shared_ptr<Opening> opening_;
+  std::vector<std::string> claimed_; // PCI bus ids of the GPUs a source already records; under opening_->mu once late
+  std::vector<GpuDevice> late_devices_; // under opening_->mu
+  // Takes an opened (or failed) source into the run; notices: where a failure is said. Returns the devices it adds,
+  // or nothing when the source is not sampled.
+  std::optional<std::vector<GpuDevice>> adopt_source(const std::shared_ptr<Source>& s, bool opened,
+                                                     std::vector<Event>& notices, bool late);
+  void join_late(Opened& e); // opener thread, under opening_->mu, once the session has started
+  // ---- end issue 31
   SessionOptions opts_;
   RunInfo run_;
   std::vector<std::shared_ptr<Source>> sources_; // shared with the sampler: a worker stuck in a driver may outlive it

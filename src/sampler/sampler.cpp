@@ -61,35 +61,63 @@ Sampler::~Sampler() {
   stop();
 }
 
-void Sampler::start() {
-  for (auto& w : workers_) {
-    // The thread holds the worker (and through it the source): a detached thread never outlives what it uses.
-    w->thread = std::thread([w] {
-      name_this_thread("ws-" + std::string(w->source->name()));
-      std::unique_lock lock(w->mu);
-      w->ready = true;
+void Sampler::start_worker(const std::shared_ptr<Worker>& w) {
+  // The thread holds the worker (and through it the source): a detached thread never outlives what it uses.
+  w->thread = std::thread([w] {
+    name_this_thread("ws-" + std::string(w->source->name()));
+    std::unique_lock lock(w->mu);
+    w->ready = true;
+    w->done.notify_all();
+    for (;;) {
+      w->wake.wait(lock, [&] { return w->requested || w->quit; });
+      if (w->quit) return;
+      w->requested = false;
+      w->busy = true;
+      const bool probe = w->probe;
+      lock.unlock();
+      if (probe)
+        w->source->probe(w->scratch);
+      else
+        w->source->sample(w->scratch);
+      lock.lock();
+      w->busy = false;
+      // Told after the lock is let go: the sampler, woken while it is held, would block on it at once, a second
+      // wake-up and two more futex calls every tick (issue 12). The thread holds `w`, so it outlives the notify.
+      lock.unlock();
       w->done.notify_all();
-      for (;;) {
-        w->wake.wait(lock, [&] { return w->requested || w->quit; });
-        if (w->quit) return;
-        w->requested = false;
-        w->busy = true;
-        const bool probe = w->probe;
-        lock.unlock();
-        if (probe)
-          w->source->probe(w->scratch);
-        else
-          w->source->sample(w->scratch);
-        lock.lock();
-        w->busy = false;
-        // Told after the lock is let go: the sampler, woken while it is held, would block on it at once, a second
-        // wake-up and two more futex calls every tick (issue 12). The thread holds `w`, so it outlives the notify.
-        lock.unlock();
-        w->done.notify_all();
-        lock.lock();
-      }
-    });
+      lock.lock();
+    }
+  });
+}
+
+void Sampler::adopt(std::shared_ptr<Source> source) {
+  std::lock_guard lock(mu_);
+  if (!stop_) adopted_.push_back(std::move(source));
+}
+
+// Sampler thread, before a tick: the workers list is the sampler thread's own once it runs.
+void Sampler::take_adopted() {
+  std::vector<std::shared_ptr<Source>> taken;
+  {
+    std::lock_guard lock(mu_);
+    if (adopted_.empty()) return;
+    taken.swap(adopted_);
   }
+  for (auto& s : taken) {
+    if (!s->may_block()) {
+      inline_.push_back(std::move(s));
+      continue;
+    }
+    auto w = std::make_shared<Worker>();
+    w->source = std::move(s);
+    start_worker(w);
+    workers_.push_back(std::move(w));
+  }
+}
+
+void Sampler::start() {
+  for (auto& w : workers_)
+    start_worker(w);
   // Tick 0 waits until every worker runs: a thread still being created on a loaded machine reads its device late,
   // and the energy counter's first reading with it (in one loaded run the counter and the power integral parted by
   // 1 % over 2 s at 300 W, as if the first reading came ~27 ms after the tick's time).
@@ -241,6 +269,7 @@ void Sampler::loop() {
       // only when the last full sample ended so recently that it already is the end.
       if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter) break;
     }
+    take_adopted();
     const auto started = SteadyClock::now();
     Frame frame;
     frame.tick = slot;

@@ -303,9 +303,15 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
     std::lock_guard lock(mu_);
     if (board) board_ = std::move(board);
     // Device facts settled on the first tick (energy method, power source) replace the enumerated ones.
-    for (const auto& d : f->device_rows)
-      for (auto& mine : devices_)
-        if (mine.gpu_index == d.gpu_index) mine = d;
+    // Issue 31: a device not yet known is a GPU whose library became ready after the run began.
+    for (const auto& d : f->device_rows) {
+      auto mine = std::find_if(devices_.begin(), devices_.end(),
+                               [&](const GpuDevice& known) { return known.gpu_index == d.gpu_index; });
+      if (mine != devices_.end())
+        *mine = d;
+      else
+        devices_.push_back(d);
+    }
     latest_ = f;
     ++seq_;
     for (const auto& e : f->events) {

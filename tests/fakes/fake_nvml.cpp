@@ -36,6 +36,8 @@
 // drivers 535.43.02-535.98 do (with "driver_version": "535.54.03" and the variant nvidia-ml-fake-r535, which lacks
 // nvmlDeviceGetRunningProcessDetailList as those drivers do, the fake is such a driver); _v2 and v1 keep 24 and 16.
 //
+// Issue 31: "init_sleep_ms": 10000 makes nvmlInit take that long; "init_crash": true makes it die of SIGSEGV.
+//
 // Errors (issue 17): "errors": {"util_gpu": {"code": 999, "ticks": [3, 4]}} on a device makes that metric's calls
 // with k in "ticks" (or k >= "from_tick") answer `code`; in "field_values", a metric read through
 // nvmlDeviceGetFieldValues (power_instant_mw, power_avg_mw, temp_mem) answers it in that field's nvmlReturn.
@@ -81,6 +83,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -356,7 +359,7 @@ Return static_string(Device d, const char* key, char* buf, unsigned int len) {
 // ---- implementations, one per entry-point member ----
 namespace impl {
 Return init() {
-  std::lock_guard lock(g.mu);
+  std::unique_lock lock(g.mu);
   if (!g.scenario_text.empty()) { // ---- simulate (issue 19): handed over in memory
     g.scenario = json::parse(g.scenario_text, nullptr, false);
   } else {
@@ -385,6 +388,13 @@ Return init() {
   }
   // ---- end simulate
   if (int e = g.scenario.value("init_error", 0)) return e;
+  // issue 31: a driver whose nvmlInit hangs (no persistence mode, a wedged GPU) or crashes inside the library.
+  if (const int ms = g.scenario.value("init_sleep_ms", 0); ms > 0) {
+    lock.unlock(); // as the real library: other threads may call in meanwhile and get UNINITIALIZED
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    lock.lock();
+  }
+  if (g.scenario.value("init_crash", false)) std::raise(SIGSEGV);
   g.devices.clear();
   g.hung.clear();
   g.migs.clear();

@@ -17,6 +17,7 @@
 
 #include "core/schema.hpp"
 #include "core/thread_name.hpp"
+#include "sources/init_probe.hpp"
 
 namespace wattscope {
 
@@ -575,6 +576,50 @@ NvmlSource::~NvmlSource() {
 
 bool NvmlSource::open() {
   std::string why;
+  // Issue 31: nvmlInit tried first in a child process, so that a library that crashes in it turns this backend off
+  // instead of killing wattscope (and the command it runs). The simulated library is our own code: not probed.
+  if (!opts_.simulated()) {
+    const auto bound = probe_timeout_from_env("WATTSCOPE_NVML_PROBE", kInitProbeTimeout);
+    if (bound.count() > 0) {
+      const InitProbe probe = probe_in_child(
+          [path = opts_.library_path] {
+            std::string ignored;
+            auto lib = Library::load(path, ignored);
+            if (!lib) return 0; // not loadable: said below, by the same load in this process
+            const Return rc = lib->init();
+            if (rc == kSuccess) lib->shutdown();
+            return static_cast<int>(rc);
+          },
+          bound);
+      const std::string lib_name = opts_.library_path.empty() ? "libnvidia-ml.so.1" : opts_.library_path;
+      if (probe.outcome == InitProbe::Outcome::Crashed) {
+        status_ = SourceStatus{
+            SourceStatus::State::Error,
+            fmt::format("no NVIDIA GPU recorded: {} crashed in nvmlInit in a probe process ({}); it is not loaded "
+                        "into wattscope",
+                        lib_name, probe.detail),
+            "check the driver installation ('nvidia-smi' should list the GPUs); after a driver upgrade, reboot", false,
+            true};
+        return false;
+      }
+      if (probe.outcome == InitProbe::Outcome::Hung) {
+        status_ = SourceStatus{
+            SourceStatus::State::Error,
+            fmt::format("no NVIDIA GPU recorded: nvmlInit of {} did not return in a probe process ({}); it is not "
+                        "loaded into wattscope",
+                        lib_name, probe.detail),
+            "check that 'nvidia-smi' answers; enable persistence mode ('nvidia-smi -pm 1'), or set "
+            "WATTSCOPE_NVML_PROBE to more seconds (off skips the probe)",
+            false, true};
+        return false;
+      }
+      if (probe.outcome == InitProbe::Outcome::NotRun)
+        spdlog::debug("nvml: {}; loading {} without a probe", probe.detail, lib_name);
+      else
+        spdlog::debug("nvml: nvmlInit of {} probed in a child process: {} in {:.3f} s", lib_name,
+                      error_name(probe.code), probe.seconds);
+    }
+  }
   lib_ = Library::load(opts_.library_path, why);
   if (!lib_) {
     const bool unusable = why.find("lacks required") != std::string::npos;

@@ -24,6 +24,10 @@ namespace wattscope {
 
 class NvmlSource final : public Source {
 public:
+  // Issue 31: how long nvmlInit may take in the probe child before NVML is judged hung and left off
+  // (WATTSCOPE_NVML_PROBE overrides). Generous: without persistence mode a healthy nvmlInit takes seconds, and the
+  // probe runs beside the command (pipeline/session.cpp), never before it.
+  static constexpr std::chrono::milliseconds kInitProbeTimeout{60'000};
   struct Options {
     std::string library_path; // WATTSCOPE_NVML_LIBRARY, or empty for the system library
     GpuSelection selection;
@@ -155,7 +159,8 @@ public:
   void sample(Frame& frame) noexcept override;
   // Adaptive sampling (issue 18): one nvmlDeviceGetUtilizationRates per device instead of every per-tick call.
   void probe(Frame& frame) noexcept override;
-  bool may_block() const override { return true; } // a GPU falling off the bus can hang NVML for seconds
+  bool may_block() const override { return true; }   // a GPU falling off the bus can hang NVML for seconds
+  bool opens_aside() const override { return true; } // issue 31: nvmlInit can take seconds, or hang
   SourceStatus status() const override;
   std::vector<std::string> doctor_lines() const override;
   std::vector<GpuDevice> devices() const override;
