@@ -56,6 +56,7 @@ H100_COSTS = {
     "nvmlDeviceGetTotalEnergyConsumption": {"cpu": 2800},
     "nvmlDeviceGetMemoryInfo_v2": 5,
     "nvmlDeviceGetCurrPcieLinkWidth": 25,
+    "nvmlDeviceGetFanSpeed": 136,  # issue 33: measured on the same H100 (docs/nvidia.md)
     "nvmlDeviceGetComputeRunningProcesses_v3": 8,
     "nvmlDeviceGetGraphicsRunningProcesses_v3": 8,
     # The process scan's utilisation samples: 2.7 ms of CPU with no process on the GPU, 1.5 ms with one (measured
