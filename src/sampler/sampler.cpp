@@ -217,6 +217,14 @@ std::string seconds_text(std::chrono::nanoseconds d) {
 }
 } // namespace
 
+bool Sampler::final_read_wanted() const { // issue 33
+  for (const auto& s : inline_)
+    if (s->wants_final_read()) return true;
+  for (const auto& w : workers_)
+    if (w->source->wants_final_read()) return true;
+  return false;
+}
+
 void Sampler::loop() {
   const GridSchedule grid(SteadyClock::now(), interval_);
   const auto wait_for_sources = source_deadline(interval_);
@@ -239,7 +247,9 @@ void Sampler::loop() {
       // run, not up to an interval (or an idle interval) before it. Without it, a 7 s run at --interval 5s stored
       // 5 s of energy, and a phase after the last tick got none (issue 29: phases must add up to the run). Skipped
       // only when the last full sample ended so recently that it already is the end.
-      if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter) break;
+      if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter &&
+          !final_read_wanted())
+        break;
     }
     const auto started = SteadyClock::now();
     Frame frame;

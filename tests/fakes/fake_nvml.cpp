@@ -397,14 +397,14 @@ Return init() {
   g.migs.clear();
   g.event_sets.clear(); // issue 17: they point at the devices
   for (const auto& d : g.scenario.value("devices", json::array())) {
-    g.devices.push_back({d, {}, {}, {}, 0});
+    g.devices.push_back({d, {}, {}, {}, 0, {}, {}});
     g.migs.emplace_back();
     for (const auto& m : d.value("mig", json::array())) {
       json spec = m.is_string() ? json{{"uuid", m}} : m; // issue 17: an instance may be an object
       if (!spec.is_object()) continue;
       if (!spec.contains("gpu_instance")) spec["gpu_instance"] = g.migs.back().size() + 1;
       if (!spec.contains("compute_instance")) spec["compute_instance"] = 0;
-      g.migs.back().push_back({spec, {}, {}, {}, 0});
+      g.migs.back().push_back({spec, {}, {}, {}, 0, {}, {}});
     }
   }
   g.default_cost = {};

@@ -858,6 +858,7 @@ void NvmlSource::time_read(Dev& d, Call c, std::chrono::nanoseconds took, Steady
   const auto period = costly ? natural_period(d, c) : std::chrono::nanoseconds{0};
   if (period == r.period) return;
   r.period = period;
+  if (c == cEnergy && period.count() > 0) energy_scheduled_.store(true, std::memory_order_relaxed);
   const double us = std::chrono::duration<double, std::micro>(r.measured).count();
   if (costly)
     spdlog::info("GPU {}: {} costs {:.0f} us a read (budget {} us); read at most every {} ms, the ticks between "

@@ -167,6 +167,7 @@ public:
   // Adaptive sampling (issue 18): one nvmlDeviceGetUtilizationRates per device instead of every per-tick call.
   void probe(Frame& frame) noexcept override;
   bool may_block() const override { return true; } // a GPU falling off the bus can hang NVML for seconds
+  bool wants_final_read() const override { return energy_scheduled_.load(std::memory_order_relaxed); } // issue 33
   SourceStatus status() const override;
   std::vector<std::string> doctor_lines() const override;
   std::vector<GpuDevice> devices() const override;
@@ -236,6 +237,7 @@ private:
   SteadyClock::time_point events_next_{}; // when the set is polled next (Options::event_poll)
   int event_errors_ = 0;                  // poll errors in a row (other than NVML_ERROR_TIMEOUT)
   std::atomic<int64_t> xid_seen_{0};
+  std::atomic<bool> energy_scheduled_{false}; // issue 33: some device's energy counter is read on a schedule
   // ---- end issue 17
 
   // Process calls (nvml_processes.cpp), made by the process tracker's thread only.
