@@ -142,8 +142,9 @@ void Sampler::ask(Worker& w, Frame& frame, bool probe) {
   w.scratch.tick = frame.tick;
   w.scratch.ts_ms = frame.ts_ms;
   w.scratch.mono = frame.mono;
-  w.scratch.gpus.clear(); // keeps its capacity: a tick on time allocates nothing here
-  w.scratch.migs.clear(); // issue 17: MIG instances (NVML), merged like the GPUs
+  w.scratch.last = frame.last; // issue 33: a source on a worker reads its scheduled values on the run's last sample
+  w.scratch.gpus.clear();      // keeps its capacity: a tick on time allocates nothing here
+  w.scratch.migs.clear();      // issue 17: MIG instances (NVML), merged like the GPUs
   w.scratch.events.clear();
   w.requested = true;
   w.probe = probe;
