@@ -114,6 +114,16 @@ private:
     SteadyClock::time_point last_mono{};
     double integral_j = 0;
     double max_step_s = 0;
+    // ---- issue 33: a counter read on a schedule. At each reading (an anchor) the energy is the counter's; between
+    // two, the anchor plus the instant power's integral since it, scaled by how the counter rose against that
+    // integral over the run so far (integral_j: the power's integral over every anchored stretch), never below what
+    // was already stored.
+    double anchor_j = 0;
+    SteadyClock::time_point anchor_mono{};
+    double since_anchor_j = 0; // power's integral since the anchor
+    double scale = 1;
+    double emitted_j = 0; // the last energy_j given out
+    // ---- end issue 33
   };
   void energy(GpuSample& s, const Frame& f, EnergyState& st);
   void settle_events_locked(Frame& f);

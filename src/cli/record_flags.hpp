@@ -41,6 +41,7 @@ struct RecordFlags {
   bool per_core_every_tick = false; // --per-core-every-tick
   bool no_per_core = false;         // --no-per-core
   // ---- end issue 33
+  std::string max_read_cost; // issue 33: --max-read-cost ("" the default, 50us)
 };
 
 // ---- issue 33: --per-core-every-tick and --no-per-core (run, record, serve; docs/storage.md)
@@ -49,6 +50,8 @@ void add_per_core_options(CLI::App& sub, RecordFlags& f);
 
 // ---- adaptive sampling (issue 18): --idle-interval and --idle-after (run, record, serve; docs/sampling.md)
 void add_adaptive_options(CLI::App& sub, RecordFlags& f);
+// issue 33: --max-read-cost (run, record, serve)
+void add_read_cost_option(CLI::App& sub, RecordFlags& f);
 // Checked against the sampling interval: throws UsageError naming the flag and what is expected.
 AdaptiveOptions adaptive_flags(const RecordFlags& f, std::chrono::nanoseconds interval);
 // ---- end adaptive sampling

@@ -95,6 +95,12 @@ struct GpuSample {
   OptF throttle_thermal_s;          //
   // ---- end issue 17
   const char* power_source = nullptr; // static string naming where power_w came from
+  // issue 33: power_w is the driver's instantaneous reading (NVML_FI_DEV_POWER_INSTANT), fit to shape the energy
+  // between two reads of a counter read on a schedule; an averaged reading is not.
+  bool power_instant = false;
+  // issue 33: members carried from an earlier read (a costly call read on a schedule), each with that read's age in
+  // ms: {index in the GPU metric registry (core/metrics.hpp), age}. Empty when every value is this tick's.
+  std::vector<std::pair<uint16_t, int32_t>> age_ms;
 };
 
 // ---- issue 17: one MIG compute instance of a GPU (NVML), as last read (once a second, on the source's slow thread).

@@ -34,6 +34,9 @@ struct SessionOptions {
   std::string task;
   std::vector<std::string> command; // empty for `record`
   std::chrono::nanoseconds interval = std::chrono::seconds(1);
+  // --max-read-cost (issue 33): a GPU read costing more than this is read at most once a second (or at its own
+  // period); 0 reads everything every tick. Unset: the source's default (50 us).
+  std::optional<std::chrono::nanoseconds> max_read_cost;
   AdaptiveOptions adaptive; // --idle-interval, --idle-after (issue 18, sampler/adaptive.hpp); off by default
   std::vector<StoreSpec> stores;
   CommitPolicy commit;

@@ -59,6 +59,7 @@ constexpr SourceEntry kSources[] = {
        // PCIe throughput is read once a second, or once an interval where ticks are further apart: a reading nobody
        // takes is a wake-up without work (issue 12).
        opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
+       if (o.max_read_cost) opts.max_read_cost = *o.max_read_cost; // issue 33
        return std::make_unique<NvmlSource>(std::move(opts));
      }},
 #endif

@@ -170,8 +170,9 @@ void Sampler::ask(Worker& w, Frame& frame, bool probe) {
   w.scratch.tick = frame.tick;
   w.scratch.ts_ms = frame.ts_ms;
   w.scratch.mono = frame.mono;
-  w.scratch.gpus.clear(); // keeps its capacity: a tick on time allocates nothing here
-  w.scratch.migs.clear(); // issue 17: MIG instances (NVML), merged like the GPUs
+  w.scratch.last = frame.last; // issue 33: a source on a worker reads its scheduled values on the run's last sample
+  w.scratch.gpus.clear();      // keeps its capacity: a tick on time allocates nothing here
+  w.scratch.migs.clear();      // issue 17: MIG instances (NVML), merged like the GPUs
   w.scratch.events.clear();
   w.requested = true;
   w.probe = probe;
@@ -245,6 +246,14 @@ std::string seconds_text(std::chrono::nanoseconds d) {
 }
 } // namespace
 
+bool Sampler::final_read_wanted() const { // issue 33
+  for (const auto& s : inline_)
+    if (s->wants_final_read()) return true;
+  for (const auto& w : workers_)
+    if (w->source->wants_final_read()) return true;
+  return false;
+}
+
 void Sampler::loop() {
   const GridSchedule grid(SteadyClock::now(), interval_);
   const auto wait_for_sources = source_deadline(interval_);
@@ -267,7 +276,9 @@ void Sampler::loop() {
       // run, not up to an interval (or an idle interval) before it. Without it, a 7 s run at --interval 5s stored
       // 5 s of energy, and a phase after the last tick got none (issue 29: phases must add up to the run). Skipped
       // only when the last full sample ended so recently that it already is the end.
-      if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter) break;
+      if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter &&
+          !final_read_wanted())
+        break;
     }
     take_adopted();
     const auto started = SteadyClock::now();

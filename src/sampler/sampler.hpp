@@ -100,6 +100,7 @@ private:
   void collect(Worker& w, Frame& frame, SteadyClock::time_point deadline);
   // One round over every source: a full sample, or the probe (adaptive sampling).
   void gather(Frame& frame, bool probe, SteadyClock::time_point deadline);
+  bool final_read_wanted() const; // issue 33: a source reads something on a schedule that the run must end on
 
   std::vector<std::shared_ptr<Source>> inline_;
   std::vector<std::shared_ptr<Worker>> workers_;

@@ -84,6 +84,11 @@ nlohmann::json gpu_json(const GpuSample& s, const GpuDevice* d) {
                       {"energy_method", d ? d->energy_method : ""}};
   for (const auto& m : kGpuMetrics)
     j[std::string(m.info.column)] = metric_json(m, s);
+  // issue 33: the values carried from an earlier read (a costly call read on a schedule), each with its age in ms
+  nlohmann::json age = nlohmann::json::object();
+  for (const auto& [i, ms] : s.age_ms)
+    if (i < kGpuMetrics.size()) age[std::string(kGpuMetrics[i].info.column)] = ms;
+  j["age_ms"] = std::move(age);
   return j;
 }
 

@@ -65,6 +65,9 @@ public:
   // can hang for seconds). Not for a library whose open() redirects the process's stderr (ROCm SMI, Level Zero): a
   // hang there would swallow wattscope's own messages for as long as it lasts.
   virtual bool opens_aside() const { return false; }
+  // issue 33: a value read on a schedule (a costly energy counter, read once a second) waits for the run's last
+  // sample to be read again, so the run ends on a reading: the sampler then takes that sample even right after a tick.
+  virtual bool wants_final_read() const { return false; }
   // Adaptive sampling (issue 18, sampler/adaptive.hpp): the cheap reading taken on the ticks between full samples
   // while the machine is idle, enough to see activity: GPU utilisation only (one GpuSample per device with
   // util_gpu_pct), or the CPU's utilisation. Most sources have nothing to say about activity and do nothing. A

@@ -12,7 +12,9 @@
 // [0, t], for an energy counter in mJ that matches a power trace in mW). A metric that is absent or listed in
 // "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k = lost_at_tick on, every per-tick call on that device
 // answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count of every entry point is written as JSON to
-// WATTSCOPE_FAKE_NVML_CALLS, if set.
+// WATTSCOPE_FAKE_NVML_CALLS, if set; issue 33: the first and last energy counter readings answered per device (mJ) to
+// WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the wall clock, "0": {"first_mj": …, "last_mj":
+// …}}, the exact truth for a run's energy (and, with t0_wall_ms, for a phase's).
 //
 // A driver that hangs (a GPU falling off the bus): "hang": {"at_tick": 10, "ms": 3000}, or a list of them. On a
 // device, the first per-tick call with k = at_tick on that device blocks for `ms` before it answers; at the top level,
@@ -91,6 +93,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -113,6 +116,9 @@ struct FakeDevice {
   std::map<std::string, long long, std::less<>> calls; // per metric
   std::vector<bool> hung;                              // per entry of its "hang"
   size_t xid_delivered = 0;                            // issue 17: entries of its "xid" already delivered
+  // issue 33: the first and last energy counter readings answered (mJ), written at nvmlShutdown to
+  // WATTSCOPE_FAKE_NVML_ENERGY, so a test can check a run's energy against the counter's exact rise
+  std::optional<unsigned long long> energy_first_mj, energy_last_mj;
 };
 struct FakeEventSet { // issue 17
   std::vector<FakeDevice*> devices;
@@ -133,6 +139,7 @@ struct State {
   std::map<std::string, long long, std::less<>> symbol_calls;
   std::vector<bool> hung; // per entry of the scenario's top-level "hang"
   double t0 = 0;
+  double t0_wall_ms = 0; // issue 33: nvmlInit on the wall clock, so a phase's stored times map onto the scenario's
   Cost default_cost;
   std::map<std::string, Cost, std::less<>> cost_us;      // per symbol
   std::vector<std::unique_ptr<FakeEventSet>> event_sets; // issue 17
@@ -400,14 +407,14 @@ Return init() {
   g.migs.clear();
   g.event_sets.clear(); // issue 17: they point at the devices
   for (const auto& d : g.scenario.value("devices", json::array())) {
-    g.devices.push_back({d, {}, {}, {}, 0});
+    g.devices.push_back({d, {}, {}, {}, 0, {}, {}});
     g.migs.emplace_back();
     for (const auto& m : d.value("mig", json::array())) {
       json spec = m.is_string() ? json{{"uuid", m}} : m; // issue 17: an instance may be an object
       if (!spec.is_object()) continue;
       if (!spec.contains("gpu_instance")) spec["gpu_instance"] = g.migs.back().size() + 1;
       if (!spec.contains("compute_instance")) spec["compute_instance"] = 0;
-      g.migs.back().push_back({spec, {}, {}, {}, 0});
+      g.migs.back().push_back({spec, {}, {}, {}, 0, {}, {}});
     }
   }
   g.default_cost = {};
@@ -424,12 +431,24 @@ Return init() {
   }
   g.initialised = true;
   g.t0 = now_s();
+  {
+    timespec wall{};
+    clock_gettime(CLOCK_REALTIME, &wall);
+    g.t0_wall_ms = static_cast<double>(wall.tv_sec) * 1e3 + static_cast<double>(wall.tv_nsec) * 1e-6;
+  }
   return kSuccess;
 }
 Return shutdown() {
   std::lock_guard lock(g.mu);
   if (const char* out = std::getenv("WATTSCOPE_FAKE_NVML_CALLS")) {
     json j = g.symbol_calls;
+    std::ofstream(out) << j.dump(2);
+  }
+  if (const char* out = std::getenv("WATTSCOPE_FAKE_NVML_ENERGY")) { // issue 33: {"0": {"first_mj", "last_mj"}}
+    json j = {{"t0_wall_ms", g.t0_wall_ms}};
+    for (size_t i = 0; i < g.devices.size(); ++i)
+      if (g.devices[i].energy_first_mj)
+        j[std::to_string(i)] = {{"first_mj", *g.devices[i].energy_first_mj}, {"last_mj", *g.devices[i].energy_last_mj}};
     std::ofstream(out) << j.dump(2);
   }
   g.initialised = false;
@@ -536,7 +555,15 @@ Return device_power_usage(Device d, unsigned int* mw) {
   return metric_to(d, "power_mw", mw);
 }
 Return device_total_energy(Device d, unsigned long long* mj) {
-  return metric_to(d, "energy_mj", mj);
+  const Return rc = metric_to(d, "energy_mj", mj);
+  if (rc == kSuccess) { // issue 33
+    std::lock_guard lock(g.mu);
+    if (FakeDevice* fd = dev(d)) {
+      if (!fd->energy_first_mj) fd->energy_first_mj = *mj;
+      fd->energy_last_mj = *mj;
+    }
+  }
+  return rc;
 }
 Return device_utilization(Device d, Utilization* u) {
   if (!u) return kErrorInvalidArgument;
