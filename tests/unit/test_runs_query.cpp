@@ -272,6 +272,9 @@ void expect_filters(const wattscope::StoreSpec& spec, int64_t n) {
   EXPECT_EQ(reader->runs_query(parsed("task=x%27%20OR%201%3D1%20--"), 0, 10).total, 0u);
   EXPECT_EQ(reader->runs_query(parsed("q=%27)%20OR%201%3D1%20--"), 0, 10).total, 0u);
   EXPECT_EQ(reader->runs_query(parsed("tag=slurm_job_id%3D5010%22%20OR%20%221"), 0, 10).total, 0u);
+  // Bytes that are not UTF-8 (JSON cannot quote them) match nothing, without an error.
+  EXPECT_EQ(reader->runs_query(parsed("tag=slurm_job_id%3D50%FF10"), 0, 10).total, 0u);
+  EXPECT_EQ(reader->runs_query(parsed("user=user%FF"), 0, 10).total, 0u);
 }
 
 } // namespace
