@@ -9,11 +9,13 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
 
-const [build = 'build', runsArg = '10000', clientsArg = '4', storeArg] = process.argv.slice(2);
+const [buildArg = 'build', runsArg = '10000', clientsArg = '4', storeArg] = process.argv.slice(2);
 const RUNS = Number(runsArg), CLIENTS = Number(clientsArg);
+const pct = (xs, p) => xs[Math.min(xs.length - 1, Math.floor(p * xs.length))];
+const build = resolve(buildArg);
 const dir = mkdtempSync(join(tmpdir(), 'wattscope-runs-bench-'));
 const store = storeArg || join(dir, 'runs.db');
 const out = { runs: RUNS, clients: CLIENTS, store: store.startsWith('mysql') ? 'mysql' : 'sqlite' };
@@ -46,22 +48,25 @@ const queries = {
   sort_j_per_unit: '/api/v1/runs?sort=j_per_unit&limit=50',
   job_page_json: '/api/v1/jobs/5010',
 };
-const pct = (xs, p) => xs[Math.min(xs.length - 1, Math.floor(p * xs.length))];
-out.json_ms = {};
-for (const [name, q] of Object.entries(queries)) {
-  await fetch(base + q); // warm the page cache
-  const times = [];
-  await Promise.all(Array.from({ length: CLIENTS }, async () => {
-    for (let i = 0; i < 10; i++) {
-      const t0 = performance.now();
-      const r = await fetch(base + q);
-      await r.arrayBuffer();
-      if (!r.ok) throw new Error(`${q}: HTTP ${r.status}`);
-      times.push(performance.now() - t0);
-    }
-  }));
-  times.sort((a, b) => a - b);
-  out.json_ms[name] = { p50: +pct(times, 0.5).toFixed(1), p95: +pct(times, 0.95).toFixed(1), max: +times.at(-1).toFixed(1) };
+// One client alone, then CLIENTS at once (each asking 10 times in a row).
+for (const clients of [...new Set([1, CLIENTS])]) {
+  const key = `json_ms_${clients}_client${clients === 1 ? '' : 's'}`;
+  out[key] = {};
+  for (const [name, q] of Object.entries(queries)) {
+    await fetch(base + q); // warm the page cache
+    const times = [];
+    await Promise.all(Array.from({ length: clients }, async () => {
+      for (let i = 0; i < 10; i++) {
+        const t0 = performance.now();
+        const r = await fetch(base + q);
+        await r.arrayBuffer();
+        if (!r.ok) throw new Error(`${q}: HTTP ${r.status}`);
+        times.push(performance.now() - t0);
+      }
+    }));
+    times.sort((a, b) => a - b);
+    out[key][name] = { p50: +pct(times, 0.5).toFixed(1), p95: +pct(times, 0.95).toFixed(1), max: +times.at(-1).toFixed(1) };
+  }
 }
 
 const browser = await chromium.launch({

@@ -249,6 +249,9 @@ void ensure_schema(Conn& c) {
         }
       }
     }
+    // issue 35: serve's runs table filters by task and orders by start (host has runs_by_host_time). The task is
+    // MEDIUMTEXT: its first 191 characters are indexed. Added to older stores by the next writer.
+    c.exec("CREATE INDEX IF NOT EXISTS `runs_by_task_start` ON `runs` (`task`(191), `start_ms`)");
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
                        kSchemaVersion));

@@ -185,6 +185,10 @@ void ensure_schema(Db& db) {
         if (std::find(have.begin(), have.end(), c.name) == have.end())
           db.exec(fmt::format("ALTER TABLE {} ADD COLUMN \"{}\" {};", t.name, c.name, sql_type(c.type)));
     }
+    // issue 35: serve's runs table filters by task or host and orders by start; at 100,000 runs a scan of the runs
+    // (their summaries inline) is most of an answer. Older stores get them the next time a run is recorded.
+    db.exec("CREATE INDEX IF NOT EXISTS runs_by_task_start ON runs (task, start_ms);\n"
+            "CREATE INDEX IF NOT EXISTS runs_by_host_start ON runs (host, start_ms);");
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
   } catch (...) {
