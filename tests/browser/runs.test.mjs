@@ -173,7 +173,7 @@ test('a Slurm job page: its nodes side by side and the job total with its method
   const total = energyOf(30) + energyOf(31) + energyOf(32);
   const shown = await page.textContent('#total');
   assert.ok(shown.includes((total / 1e3).toFixed(2) + ' kJ') || shown.includes(total.toFixed(1) + ' J'), shown);
-  // 30: counter, 31: integrated, 32: mixed.
+  // 30: mixed (i % 4 == 2), 31: estimated, 32: counter.
   assert.match(shown, /mixed/);
   await shot(page, 'runs-job.png');
   const missing = await openPage('/jobs/999999');

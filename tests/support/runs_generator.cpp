@@ -35,7 +35,10 @@ RunInfo generated_run(int64_t i) {
     auto gpu = [&](double j, const char* m) {
       return nlohmann::json::array({{{"index", 0}, {"energy_j", j}, {"energy_method", m}}});
     };
-    auto cpu = [&](double j, const char* m) { return nlohmann::json{{"package_energy_j", j}, {"energy_method", m}}; };
+    // As a recorded run's summary has it: the CPU's energy_j (package + DRAM; here the package alone) beside it.
+    auto cpu = [&](double j, const char* m) {
+      return nlohmann::json{{"energy_j", j}, {"package_energy_j", j}, {"energy_method", m}};
+    };
     switch (i % 4) {
     case 0:
       summary["gpus"] = gpu(e * 0.75, "counter");
