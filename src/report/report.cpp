@@ -428,4 +428,16 @@ void write_report(StoreReader& store, const std::vector<RunInfo>& runs, const Re
   out.commit();
 }
 
+std::string render_report_linked(const nlohmann::json& data, std::string_view plotly_url) {
+  std::string html(assets::report_template());
+  const std::string plotly_script = "<script>/*__WATTSCOPE_PLOTLY__*/</script>", data_mark = "/*__WATTSCOPE_DATA__*/";
+  const auto p = html.find(plotly_script);
+  if (p == std::string::npos) throw std::logic_error("report template lacks the plotly placeholder");
+  html.replace(p, plotly_script.size(), fmt::format("<script src=\"{}\"></script>", plotly_url));
+  const auto d = html.find(data_mark);
+  if (d == std::string::npos) throw std::logic_error("report template lacks the data placeholder");
+  html.replace(d, data_mark.size(), script_safe_json(data));
+  return html;
+}
+
 } // namespace wattscope

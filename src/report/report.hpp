@@ -26,6 +26,9 @@ struct ReportOptions {
 nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts);
 // The HTML page with plotly.js and the data embedded.
 std::string render_report(const nlohmann::json& data);
+// issue 35: the same page for `serve`, with plotly.js linked from `plotly_url` (cached by the browser) instead of
+// embedded.
+std::string render_report_linked(const nlohmann::json& data, std::string_view plotly_url);
 // Both, written to `path` by the output policy (core/output_file.hpp): a regular file atomically (a temporary
 // renamed over it), "-" to standard output, a character device or FIFO in place; a symbolic link is refused unless
 // opts.follow_symlinks. Throws std::runtime_error with the reason.

@@ -287,6 +287,9 @@ void ensure_schema(Conn& c) {
         }
       }
     }
+    // issue 35: serve's runs table filters by task and orders by start (host has runs_by_host_time). The task is
+    // MEDIUMTEXT: its first 191 characters are indexed. Added to older stores by the next writer.
+    c.exec("CREATE INDEX IF NOT EXISTS `runs_by_task_start` ON `runs` (`task`(191), `start_ms`)");
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
                        kSchemaVersion));
@@ -562,6 +565,46 @@ public:
     return page;
   }
 
+  // issue 35: filters, order and page in one statement each for the count, the page and the page's work.
+  RunsPage runs_query(const RunsFilter& filter, size_t offset, size_t limit) override {
+    select_list(TableId::Work);
+    const bool no_work = columns_[static_cast<size_t>(TableId::Work)]->empty() && table_may_be_absent(TableId::Work);
+    RunsFilter f = filter;
+    if (no_work && f.sort == RunsSortKey::JPerUnit) f.sort = RunsSortKey::Start; // an older store: no run has it
+    const RunsSql sql = runs_sql(f, SqlDialect::Mysql);
+    RunsPage page;
+    query_typed({ColType::Int}, "SELECT COUNT(*) FROM runs" + sql.where, sql.params, [&](std::span<const Value> row) {
+      if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
+    });
+    const Table& t = table(TableId::Runs);
+    std::vector<ColType> types;
+    for (const auto& c : t.columns)
+      types.push_back(c.type);
+    query_typed(types,
+                fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), sql.where,
+                            sql.order_by, limit, offset),
+                sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+    page.work.resize(page.runs.size());
+    if (page.runs.empty() || no_work) return page;
+    std::vector<SqlParam> ids;
+    std::string marks;
+    for (const auto& r : page.runs) {
+      marks += marks.empty() ? "?" : ", ?";
+      ids.emplace_back(r.run_id);
+    }
+    query_typed({ColType::Text, ColType::Text, ColType::Real},
+                fmt::format("SELECT run_id, unit, SUM(amount) FROM work WHERE run_id IN ({}) AND amount IS NOT NULL "
+                            "GROUP BY run_id, unit ORDER BY run_id, unit",
+                            marks),
+                ids, [&](std::span<const Value> row) {
+                  const std::string_view id = value_text(row[0]);
+                  for (size_t i = 0; i < page.runs.size(); ++i)
+                    if (page.runs[i].run_id == id)
+                      page.work[i].push_back({std::string(value_text(row[1])), value_real(row[2]).value_or(0)});
+                });
+    return page;
+  }
+
   void scan(TableId id, const RunInfo& run, const RowFn& fn) override {
     const Table& t = table(id);
     std::string order;
@@ -595,19 +638,37 @@ private:
   std::array<std::optional<std::vector<std::string>>, kTableCount> columns_;
   // A prepared SELECT of a table's columns; the run id is a bound parameter, never spliced into SQL.
   void query(const Table& t, const std::string& sql, const std::string* run_id, const RowFn& fn) {
+    std::vector<ColType> types;
+    for (const auto& c : t.columns)
+      types.push_back(c.type);
+    std::vector<SqlParam> params;
+    if (run_id) params.emplace_back(*run_id);
+    query_typed(types, sql, params, fn);
+  }
+  // A prepared SELECT whose result columns have `types`; every value from outside is a bound parameter.
+  void query_typed(const std::vector<ColType>& types, const std::string& sql, const std::vector<SqlParam>& params,
+                   const RowFn& fn) {
     try {
       MYSQL_STMT* st = conn_.stmt(sql, sql);
-      MYSQL_BIND param{};
-      unsigned long param_len = run_id ? run_id->size() : 0;
-      if (run_id) {
-        param.buffer_type = MYSQL_TYPE_STRING;
-        param.buffer = const_cast<char*>(run_id->data());
-        param.buffer_length = run_id->size();
-        param.length = &param_len;
-        if (mysql_stmt_bind_param(st, &param) != 0) conn_.fail_stmt(st, "bind");
+      std::vector<MYSQL_BIND> binds(params.size());
+      std::vector<unsigned long> param_lens(params.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        binds[i] = MYSQL_BIND{};
+        if (const auto* n = std::get_if<int64_t>(&params[i])) {
+          binds[i].buffer_type = MYSQL_TYPE_LONGLONG;
+          binds[i].buffer = const_cast<int64_t*>(n);
+        } else {
+          const auto& text = std::get<std::string>(params[i]);
+          param_lens[i] = text.size();
+          binds[i].buffer_type = MYSQL_TYPE_STRING;
+          binds[i].buffer = const_cast<char*>(text.data());
+          binds[i].buffer_length = text.size();
+          binds[i].length = &param_lens[i];
+        }
       }
+      if (!params.empty() && mysql_stmt_bind_param(st, binds.data()) != 0) conn_.fail_stmt(st, "bind");
       if (mysql_stmt_execute(st) != 0) conn_.fail_stmt(st, "select");
-      const size_t n = t.columns.size();
+      const size_t n = types.size();
       std::vector<MYSQL_BIND> res(n);
       std::vector<int64_t> ints(n);
       std::vector<double> reals(n);
@@ -617,10 +678,10 @@ private:
         res[i] = MYSQL_BIND{};
         res[i].is_null = &nulls[i];
         res[i].length = &lens[i];
-        if (t.columns[i].type == ColType::Int) {
+        if (types[i] == ColType::Int) {
           res[i].buffer_type = MYSQL_TYPE_LONGLONG;
           res[i].buffer = &ints[i];
-        } else if (t.columns[i].type == ColType::Real) {
+        } else if (types[i] == ColType::Real) {
           res[i].buffer_type = MYSQL_TYPE_DOUBLE;
           res[i].buffer = &reals[i];
         } else {
@@ -637,9 +698,9 @@ private:
         for (size_t i = 0; i < n; ++i) {
           if (nulls[i]) {
             row[i] = Value();
-          } else if (t.columns[i].type == ColType::Int) {
+          } else if (types[i] == ColType::Int) {
             row[i] = Value(ints[i]);
-          } else if (t.columns[i].type == ColType::Real) {
+          } else if (types[i] == ColType::Real) {
             row[i] = Value(reals[i]);
           } else {
             text.assign(lens[i], '\0');
