@@ -180,7 +180,8 @@ std::optional<AnomalyChange> AnomalyDetector::observe(int64_t ts_ms, double y, b
   double z = (x - med) / scale;
   if (c_.shape == SeriesShape::Rise) z = below_level ? 0.0 : std::max(z, 0.0);
   // Seasonal: as it was one period ago (± a tick of jitter) is usual at this point of the cycle.
-  if (period_ && z != 0) {
+  // Not inside an episode: one period back would then be the episode itself, and a long one would excuse itself.
+  if (period_ && z != 0 && state_ != State::Active) {
     const size_t p = *period_, n = raw_.size();
     for (size_t j = p - 1; j <= p + 1; ++j)
       if (n > j && std::fabs(x - raw_[n - 1 - j]) < c_.k_on * scale) {
