@@ -202,8 +202,13 @@ void AlertEvaluator::evaluate(const Frame& f, std::vector<AlertTransition>& out)
         }
         std::optional<double> ref;
         if (!r.relative_to.empty()) ref = kGpuMetrics[r.relative_index].get(g);
-        step(ri, gpu_slot(ri, g.gpu_index), m.get(g), ref, gpu_names_[static_cast<size_t>(g.gpu_index)], f, now_ms,
-             out);
+        std::optional<double> raw = m.get(g);
+        if (r.kind == AlertKind::Anomaly && raw) // issue 36: flagged on this frame by the anomaly monitor
+          raw = std::find(f.anomalies.begin(), f.anomalies.end(), std::pair{g.gpu_index, std::string_view(r.metric)}) !=
+                        f.anomalies.end()
+                    ? 1.0
+                    : 0.0;
+        step(ri, gpu_slot(ri, g.gpu_index), raw, ref, gpu_names_[static_cast<size_t>(g.gpu_index)], f, now_ms, out);
       }
       break;
     }
@@ -240,10 +245,13 @@ void AlertEvaluator::evaluate(const Frame& f, std::vector<AlertTransition>& out)
 std::string AlertEvaluator::message(const AlertTransition& t) const {
   const AlertRule& r = rules_[t.rule];
   if (t.change == AlertChange::Resolved) return resolved_message(r, t);
-  std::string tmpl = r.message.empty() ? std::string("{rule} on {scope}: {value} {op} {threshold}") : r.message;
-  const std::string unit = r.kind == AlertKind::DeviceLost ? std::string()
-                           : r.relative_to.empty()         ? std::string(alert_metric_unit(r.scope, r.metric_index))
-                                                           : std::string("%");
+  std::string tmpl = !r.message.empty()             ? r.message
+                     : r.kind == AlertKind::Anomaly ? std::string("{rule} on {scope}: {metric} is anomalous (the "
+                                                                  "`anomaly` event says how)")
+                                                    : std::string("{rule} on {scope}: {value} {op} {threshold}");
+  const std::string unit = r.kind != AlertKind::Threshold ? std::string()
+                           : r.relative_to.empty()        ? std::string(alert_metric_unit(r.scope, r.metric_index))
+                                                          : std::string("%");
   std::string out;
   out.reserve(tmpl.size() + 32);
   for (size_t i = 0; i < tmpl.size();) {
@@ -286,6 +294,7 @@ std::string AlertEvaluator::resolved_message(const AlertRule& r, const AlertTran
   const std::string head = fmt::format("{} on {} resolved", r.name, t.scope);
   if (r.kind == AlertKind::DeviceLost) return head;
   if (!t.raw) return head + ": the GPU is no longer allocated"; // taken off by allocated_only, not by its value
+  if (r.kind == AlertKind::Anomaly) return fmt::format("{}: {} is no longer anomalous", head, r.metric); // issue 36
   if (r.op == AlertOp::Bits)
     return fmt::format("{}: {} has none of the bits {}", head, format_value(r, t.value), format_value(r, t.threshold));
   const bool upward = r.op == AlertOp::Gt || r.op == AlertOp::Ge;

@@ -195,6 +195,9 @@ struct Frame {
   std::vector<WorkRecord> work;
   // A frame that carries only phase/work rows (the run's end closing open phases): no sample rows.
   bool markers_only = false;
+  // issue 36: (gpu_index, registry column) of each series the anomaly detector holds anomalous at this tick, for the
+  // alert rules with `anomaly = true` (pipeline/anomaly_monitor.hpp).
+  std::vector<std::pair<int, std::string_view>> anomalies;
 };
 
 } // namespace wattscope

@@ -114,6 +114,7 @@ void PhaseTracker::process(Frame& f) {
 
 void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
   const Marker& m = p.m;
+  if (m.kind == Marker::Kind::Begin || m.kind == Marker::Kind::End) ++boundaries_; // issue 36
   switch (m.kind) {
   case Marker::Kind::Begin: {
     if (open_.size() >= kMaxOpenPhases) {

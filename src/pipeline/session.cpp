@@ -250,6 +250,18 @@ void Session::open() {
                                             AlertContext{run_.host, run_.run_id, run_.task, !opts_.command.empty()},
                                             [acc = acc_.get()](Event ev) { acc->add_event(std::move(ev)); });
   // ---- end alerts
+  // issue 36: anomalies and stragglers live, on every GPU the session records; metrics named by `anomaly = true`
+  // rules are watched too.
+  if (devices_ && !devices_->empty()) {
+    AnomalyMonitorOptions ao;
+    if (opts_.alerts)
+      for (const auto& r : opts_.alerts->rules)
+        if (r.kind == AlertKind::Anomaly &&
+            std::find(ao.metrics.begin(), ao.metrics.end(), r.metric) == ao.metrics.end())
+          ao.metrics.push_back(r.metric);
+    anomalies_ = std::make_unique<AnomalyMonitor>(std::move(ao),
+                                                  [acc = acc_.get()](Event ev) { acc->add_event(std::move(ev)); });
+  }
 
   // --- issue 15: markers. Begin/end/work settle on the sampler thread (PhaseTracker); points and model
   // descriptions are events.
@@ -317,6 +329,8 @@ void Session::start() {
         acc_->process(f);
         phases_->process(f);
         if (sim_phases_) hold_simulated(f); // issue 29
+        // issue 36: a phase begun or ended in either tracker is a boundary
+        if (anomalies_) anomalies_->process(f, phases_->boundaries() + (sim_phases_ ? sim_phases_->boundaries() : 0));
         auto shared = std::make_shared<const Frame>(std::move(f));
         for (auto& w : writers_)
           w->push(shared);

@@ -19,6 +19,7 @@
 #include "core/schema.hpp"
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
+#include "pipeline/anomaly_monitor.hpp" // issue 36
 #include "pipeline/simulate.hpp"
 #include "processes/cgroup.hpp"
 #include "processes/tracker.hpp"
@@ -103,6 +104,8 @@ public:
   std::string marker_socket() const { return markers_ ? markers_->path() : std::string(); }
   // ---- alerts (issue 14) ----: the engine (firing alerts, /api/v1/alerts), null without rules.
   const AlertEngine* alerts() const { return alerts_.get(); }
+  // issue 36: anomalies and stragglers live (null when the session records no GPU).
+  const AnomalyMonitor* anomalies() const { return anomalies_.get(); }
 
 private:
   // ---- issue 31: vendor libraries open beside the command (threads of their own), never before it
@@ -128,6 +131,8 @@ private:
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15
   std::unique_ptr<AlertEngine> alerts_;     // issue 14
+  // issue 36
+  std::unique_ptr<AnomalyMonitor> anomalies_;
   bool all_stored_ = true;
   bool finished_ = false;
   OptF run_busy_cores_; // issue 33, sampler thread: the command's processes' busy cores in the latest process scan

@@ -452,6 +452,7 @@ nlohmann::json LiveState::current_json() const {
           {"cpu", cpu},
           {"energy_j", any_energy ? nlohmann::json(total) : nlohmann::json()},
           {"events", events},
+          {"anomalies", anomalies_ ? anomalies_->json()["anomalies"] : nlohmann::json::array()}, // issue 36
           {"processes", board_ ? board_->processes : nlohmann::json::array()},
           {"processes_other", board_ ? board_->processes_other : nlohmann::json()},
           {"units", board_ ? board_->units : nlohmann::json::array()},

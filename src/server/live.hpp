@@ -19,6 +19,7 @@
 #include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/frame.hpp"
 #include "core/schema.hpp"
+#include "pipeline/anomaly_monitor.hpp" // issue 36
 #include "sampler/sampler.hpp"
 #include "server/process_board.hpp"
 
@@ -35,6 +36,8 @@ public:
   void set_sampler(const SamplerStats* stats) { sampler_ = stats; }
   // ---- alerts (issue 14) ----: the session's alert engine (null: no rules); before the server starts.
   void set_alerts(const AlertEngine* engine) { alerts_ = engine; }
+  // issue 36: anomalies and stragglers holding now, in /api/v1/current's "anomalies"; before the server starts.
+  void set_anomalies(const AnomalyMonitor* m) { anomalies_ = m; }
   // /api/v1/alerts: firing and recent alerts (AlertEngine::json); {"rules": 0, ...} without rules.
   nlohmann::json alerts_json() const;
   // Processes and units exported one by one (the rest summed as `other`); before set_run.
@@ -116,6 +119,8 @@ private:
   std::vector<GpuDevice> devices_;
   const SamplerStats* sampler_ = nullptr;
   const AlertEngine* alerts_ = nullptr; // issue 14
+  // issue 36
+  const AnomalyMonitor* anomalies_ = nullptr;
   std::shared_ptr<const Frame> latest_;
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;

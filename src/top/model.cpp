@@ -249,6 +249,11 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     h.cpu.power_method = pm == "estimated" ? "estimated" : pm == "counter" ? "counter" : nullptr;
     h.cpu_energy_j = since_base(h, -1, add_opt(h.cpu.package_energy_j, h.cpu.dram_energy_j));
   }
+  h.anomalies.clear(); // issue 36: what holds now, in words; a serve without the key has none to say
+  if (const auto an = j.find("anomalies"); an != j.end() && an->is_array())
+    for (const auto& a : *an)
+      if (a.is_object() && h.anomalies.size() < kMaxHostAnomalies)
+        h.anomalies.push_back(str(a, "message").substr(0, 300));
   if (const auto ps = j.find("processes"); ps != j.end() && ps->is_array()) {
     h.procs.clear();
     for (const auto& p : *ps) {

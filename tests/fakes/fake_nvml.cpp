@@ -8,13 +8,14 @@
 //
 // A metric's value is chosen by how many times that metric was asked for on that device (k, from 0) or by the
 // seconds since nvmlInit (t):  number (constant) | [list] (k-th, last repeats) | {"linear": [a, b]} (a + b*k) |
-// {"sine": {"base", "amp", "period_s"}} (of t) | {"sine_integral": {...}} (the exact integral of that sine over
-// [0, t], for an energy counter in mJ that matches a power trace in mW). A metric that is absent or listed in
-// "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k = lost_at_tick on, every per-tick call on that device
-// answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count of every entry point is written as JSON to
-// WATTSCOPE_FAKE_NVML_CALLS, if set; issue 33: the first and last energy counter readings answered per device (mJ) to
-// WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the wall clock, "0": {"first_mj": …, "last_mj":
-// …}}, the exact truth for a run's energy (and, with t0_wall_ms, for a phase's).
+// {"piecewise": [[k, v], ...]} (straight between the points, issue 36) | {"sine": {"base", "amp", "period_s"}} (of t) |
+// {"sine_integral": {...}} (the exact integral of that sine over [0, t], for an energy counter in mJ that matches a
+// power trace in mW). A metric that is absent or listed in "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k
+// = lost_at_tick on, every per-tick call on that device answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count
+// of every entry point is written as JSON to WATTSCOPE_FAKE_NVML_CALLS, if set; issue 33: the first and last energy
+// counter readings answered per device (mJ) to WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the
+// wall clock, "0": {"first_mj": …, "last_mj": …}}, the exact truth for a run's energy (and, with t0_wall_ms, for a
+// phase's).
 //
 // A driver that hangs (a GPU falling off the bus): "hang": {"at_tick": 10, "ms": 3000}, or a list of them. On a
 // device, the first per-tick call with k = at_tick on that device blocks for `ms` before it answers; at the top level,
@@ -292,6 +293,25 @@ double eval(const json& v, long long k, double t) {
   }
   if (v.contains("timeline_integral")) return timeline_at(v["timeline_integral"], t, true);
   // ---- end simulate
+  // issue 36: injected faults at known calls: {"piecewise": [[k0, v0], [k1, v1], ...]} is straight between the points
+  // (a step: two points one call apart), constant before the first and after the last; "noise" as for a timeline.
+  if (const auto pw = v.find("piecewise"); pw != v.end() && pw->is_array() && !pw->empty()) {
+    const auto kd = static_cast<double>(k);
+    double r = (*pw)[0][1].get<double>();
+    for (size_t i = 0; i < pw->size(); ++i) {
+      const double k1 = (*pw)[i][0].get<double>(), v1 = (*pw)[i][1].get<double>();
+      if (kd >= k1) {
+        r = v1;
+        continue;
+      }
+      if (i > 0) {
+        const double k0 = (*pw)[i - 1][0].get<double>(), v0 = (*pw)[i - 1][1].get<double>();
+        r = v0 + (v1 - v0) * (kd - k0) / (k1 - k0);
+      }
+      break;
+    }
+    return std::max(0.0, r + wiggle(v.value("noise", json(0)), t));
+  }
   if (v.contains("linear")) return v["linear"][0].get<double>() + v["linear"][1].get<double>() * static_cast<double>(k);
   const double two_pi = 2 * M_PI;
   if (v.contains("sine")) {

@@ -106,6 +106,8 @@ public:
     session.start();
     live.set_sampler(session.sampler_stats());
     live.set_alerts(session.alerts()); // alerts (issue 14)
+    // issue 36
+    live.set_anomalies(session.anomalies());
     std::thread server([&http] {
       name_this_thread("ws-http");
       http.run();
