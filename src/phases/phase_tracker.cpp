@@ -179,6 +179,7 @@ void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
     w.ts_ms = p.ts_ms;
     w.amount = m.amount;
     w.unit = m.unit;
+    w.total = m.total;
     if (!open_.empty()) w.phase_id = open_.back().rec.phase_id;
     out.work.push_back(std::move(w));
     return;
