@@ -17,7 +17,6 @@ using json = nlohmann::json;
 // reaches a throttle point 30 °C away in 16 hours.
 constexpr double kMinMemGrowthBytesPerS = 1.0;
 constexpr double kMinTempRiseCPerS = 0.0005;
-constexpr size_t kMaxSlopePoints = 64;
 constexpr size_t kMaxEpochs = 64;
 constexpr size_t kMinEpochs = 3;
 constexpr size_t kMaxUtilSteps = 600;
@@ -81,45 +80,15 @@ std::string human_duration(double s) {
   return fmt::format("{} h {:02d} min", min / 60, static_cast<int>(min % 60));
 }
 
-std::optional<RobustSlope> robust_slope(const std::deque<LiveForecaster::Point>& all) {
-  if (all.size() < 2) return std::nullopt;
-  // Evenly thinned to kMaxSlopePoints, the last point always kept: the fit's level is taken there.
-  std::vector<LiveForecaster::Point> pts;
-  const size_t n = std::min(all.size(), kMaxSlopePoints);
-  for (size_t k = 0; k < n; ++k)
-    pts.push_back(all[(all.size() - 1) - (k * (all.size() - 1)) / std::max<size_t>(n - 1, 1)]);
-  std::reverse(pts.begin(), pts.end());
-  const double t_last = static_cast<double>(pts.back().ts_ms) / 1000.0;
-  std::vector<double> slopes;
-  slopes.reserve(n * (n - 1) / 2);
-  for (size_t i = 0; i < pts.size(); ++i)
-    for (size_t j = i + 1; j < pts.size(); ++j) {
-      const double dt = static_cast<double>(pts[j].ts_ms - pts[i].ts_ms) / 1000.0;
-      if (dt > 0) slopes.push_back((pts[j].y - pts[i].y) / dt);
-    }
-  if (slopes.empty()) return std::nullopt;
-  std::sort(slopes.begin(), slopes.end());
-  RobustSlope r;
-  r.slope = quantile(slopes, 0.5);
-  r.low = quantile(slopes, 0.1);
-  r.high = quantile(slopes, 0.9);
-  std::vector<double> levels;
-  for (const auto& p : pts)
-    levels.push_back(p.y + r.slope * (t_last - static_cast<double>(p.ts_ms) / 1000.0));
-  std::sort(levels.begin(), levels.end());
-  r.level = quantile(levels, 0.5);
-  return r;
-}
-
-void LiveForecaster::Series::add(int64_t ts_ms, double y, int64_t window_ms) {
+void LiveForecaster::Series::add(int64_t ts_ms, double y, const Options& o) {
   if (!std::isfinite(y)) return;
   if (!pts.empty() && ts_ms < pts.back().ts_ms) pts.clear(); // time went back (a new run's clock): start over
-  // Points stay kMinSpacingMs apart, except the last, which is always the latest reading.
-  if (pts.size() >= 2 && ts_ms - pts[pts.size() - 2].ts_ms < kMinSpacingMs)
+  // Points stay min_spacing_ms apart, except the last, which is always the latest reading.
+  if (pts.size() >= 2 && ts_ms - pts[pts.size() - 2].ts_ms < o.min_spacing_ms)
     pts.back() = {ts_ms, y};
   else
     pts.push_back({ts_ms, y});
-  while (!pts.empty() && (pts.size() > kMaxPoints || ts_ms - pts.front().ts_ms > window_ms))
+  while (!pts.empty() && (pts.size() > kMaxPoints || ts_ms - pts.front().ts_ms > o.window_ms))
     pts.pop_front();
 }
 
@@ -152,12 +121,12 @@ void LiveForecaster::observe(const Frame& f) {
     if (devices_.size() >= kMaxDevices && !devices_.count(g.gpu_index)) continue;
     Device& d = device(g.gpu_index);
     if (g.mem_used_bytes) {
-      d.mem.add(f.ts_ms, static_cast<double>(*g.mem_used_bytes), o_.window_ms);
+      d.mem.add(f.ts_ms, static_cast<double>(*g.mem_used_bytes), o_);
       d.last_mem = g.mem_used_bytes;
       if (epoch_) d.epoch_peak = std::max(d.epoch_peak.value_or(0.0), static_cast<double>(*g.mem_used_bytes));
     }
     if (g.mem_total_bytes && *g.mem_total_bytes > 0) d.mem_total = g.mem_total_bytes;
-    if (g.temp_gpu_c) d.temp.add(f.ts_ms, *g.temp_gpu_c, o_.window_ms);
+    if (g.temp_gpu_c) d.temp.add(f.ts_ms, *g.temp_gpu_c, o_);
     if (d.last_util_ms > 0 && f.ts_ms > d.last_util_ms) d.tick_ms = static_cast<double>(f.ts_ms - d.last_util_ms);
     d.last_util_ms = f.ts_ms;
     d.util->observe(g.util_gpu_pct ? *g.util_gpu_pct : std::numeric_limits<double>::quiet_NaN());
@@ -171,7 +140,7 @@ void LiveForecaster::observe(const Frame& f) {
       energy += *e;
       any_energy = true;
     }
-  if (any_energy) energy_.add(f.ts_ms, energy, o_.window_ms);
+  if (any_energy) energy_.add(f.ts_ms, energy, o_);
 }
 
 void LiveForecaster::observe_work(const WorkRecord& w) {
@@ -179,7 +148,7 @@ void LiveForecaster::observe_work(const WorkRecord& w) {
   Work& k = work_[w.unit];
   k.done += w.amount;
   if (w.total) k.total = w.total;
-  k.cumulative.add(w.ts_ms, k.done, o_.window_ms);
+  k.cumulative.add(w.ts_ms, k.done, o_);
 }
 
 void LiveForecaster::observe_phase_begin(const std::string&, OptI index, int64_t ts_ms) {
@@ -415,6 +384,25 @@ json Snapshot::to_json() const {
     fin.push_back(std::move(j));
   }
   return {{"ts_ms", ts_ms}, {"devices", devs}, {"finish", fin}};
+}
+
+void ForecastBoard::publish(const Snapshot& s) {
+  nlohmann::json j = s.to_json();
+  std::string l = s.line();
+  j["line"] = l;
+  std::lock_guard lk(mu_);
+  json_ = std::move(j);
+  line_ = std::move(l);
+}
+
+json ForecastBoard::as_json() const {
+  std::lock_guard lk(mu_);
+  return json_;
+}
+
+std::string ForecastBoard::line() const {
+  std::lock_guard lk(mu_);
+  return line_;
 }
 
 std::string Snapshot::line() const {

@@ -3,17 +3,19 @@
 // temperature reaches the throttle point at the rate it rises; for the run, with a declared total of work, when it
 // finishes and how much more energy that takes; per GPU, its utilisation over the next minute.
 //
-// Each figure rests on a robust slope (Theil–Sen: the median of the pairwise slopes, so a few outliers or a step do
-// not move it) over the run's recent window, and carries an interval from the spread of those pairwise slopes (their
-// 10th and 90th percentiles): a steady trend gives a narrow interval, a noisy one a wide one. A forecast that cannot
-// be made (too little history, nothing growing, no declared total) is missing with the reason, never 0.
+// Each figure rests on a robust slope (core/trend.hpp, Theil–Sen: the median of the pairwise slopes, so a few
+// outliers or a step do not move it) over the run's recent window, and carries an interval from the spread of those
+// pairwise slopes (their 10th and 90th percentiles): a steady trend gives a narrow interval, a noisy one a wide one. A
+// forecast that cannot be made (too little history, nothing growing, no declared total) is missing with the reason,
+// never 0.
 //
 // The engine sees plain numbers (the pipeline feeds it from the frames and the markers) and keeps bounded history:
-// at most kMaxPoints points per series, thinned to one per kMinSpacingMs, within the window.
+// at most kMaxPoints points per series, thinned to one per Options::min_spacing_ms, within the window.
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/frame.hpp"
+#include "core/trend.hpp"
 #include "forecast/series_model.hpp"
 
 namespace wattscope::forecast {
@@ -87,13 +90,13 @@ public:
     int64_t window_ms = 15 * 60 * 1000; // the recent history a slope rests on
     size_t min_points = 8;              // fewer points in the window: not enough history
     int64_t min_span_ms = 30 * 1000;    // a window shorter than this: not enough history
+    int64_t min_spacing_ms = 1000;      // history is thinned to a point this often (the last is always the latest)
     int64_t horizon_ms = 60 * 1000;     // utilisation forecast
     double default_throttle_c = 87.0;   // NVIDIA's common slowdown temperature where the device does not say its own
     int64_t warn_within_ms = 30 * 60 * 1000; // an event when OOM or throttling first comes this close
     std::string model = std::string(default_series_model());
   };
   static constexpr size_t kMaxPoints = 512;
-  static constexpr int64_t kMinSpacingMs = 1000;
   static constexpr size_t kMaxDevices = 64;
   static constexpr size_t kMaxUnits = 16;
 
@@ -116,15 +119,12 @@ public:
   // "GPU 2 out of memory in ~12 min (epoch 14)". Call with the snapshot just made.
   std::vector<Event> crossings(const Snapshot& s);
 
-  struct Point {
-    int64_t ts_ms;
-    double y;
-  };
+  using Point = TrendPoint;
 
 private:
   struct Series {
     std::deque<Point> pts;
-    void add(int64_t ts_ms, double y, int64_t window_ms);
+    void add(int64_t ts_ms, double y, const Options& o);
   };
   struct Device {
     Series mem;
@@ -164,14 +164,19 @@ private:
   int64_t epoch_start_ms_ = 0;
 };
 
-// Theil–Sen slope of points (median of pairwise slopes) with the 10th and 90th percentiles of those slopes; missing
-// when fewer than two distinct times. At most 64 points are used (evenly thinned), so a call costs ≤ 2016 slopes.
-struct RobustSlope {
-  double slope = 0;
-  double low = 0;
-  double high = 0;
-  double level = 0; // the fitted value at the last point's time (median of the points moved along the slope)
+// The latest snapshot, for readers on other threads (/api/v1/forecast, `top`, the run summary): the sampler thread
+// publishes, readers copy. Before the first publication: no devices, no finish, an empty line.
+class ForecastBoard {
+public:
+  void publish(const Snapshot& s);
+  nlohmann::json as_json() const;
+  std::string line() const;
+
+private:
+  mutable std::mutex mu_;
+  nlohmann::json json_ = {
+      {"ts_ms", nullptr}, {"devices", nlohmann::json::array()}, {"finish", nlohmann::json::array()}, {"line", ""}};
+  std::string line_;
 };
-std::optional<RobustSlope> robust_slope(const std::deque<LiveForecaster::Point>& pts);
 
 } // namespace wattscope::forecast

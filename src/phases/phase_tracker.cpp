@@ -236,4 +236,10 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   return out;
 }
 
+std::optional<PhaseTracker::IndexedPhase> PhaseTracker::open_indexed_phase() const {
+  for (auto it = open_.rbegin(); it != open_.rend(); ++it)
+    if (it->rec.index) return IndexedPhase{it->rec.name, *it->rec.index, it->rec.start_ms};
+  return std::nullopt;
+}
+
 } // namespace wattscope

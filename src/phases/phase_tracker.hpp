@@ -68,6 +68,13 @@ public:
   // Thread-safe: markers wait for a tick (adaptive sampling takes the next tick in full for them, issue 18).
   bool has_pending() const;
   int64_t unmatched_ends() const { return unmatched_ends_; }
+  // Sampler thread (issue 36): the innermost open phase that has an index (an epoch), as (name, index, start_ms).
+  struct IndexedPhase {
+    std::string name;
+    int64_t index = 0;
+    int64_t start_ms = 0;
+  };
+  std::optional<IndexedPhase> open_indexed_phase() const;
 
 private:
   using Energies = std::map<std::string, double>; // device -> energy_j since run start

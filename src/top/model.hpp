@@ -80,6 +80,7 @@ struct HostView {
   bool alerts_supported = false; // remote: /api/v1/alerts answered (a 404 means no alerts support)
   bool alerts_asked = false;     // remote: /api/v1/alerts was asked at least once (--once waits for it)
   std::vector<FiringAlert> alerts;
+  std::string forecast; // issue 36: the forecasts in one line (OOM, throttling, finish); "" when there is none
   // Energy counters at the first frame seen (remote: serve's run started before top did), per GPU index; -1 the CPU.
   std::string run_id;
   std::vector<std::pair<int, double>> energy_base_j;

@@ -79,6 +79,7 @@ public:
       for (const auto& a : engine->firing())
         out.front().alerts.push_back({a.rule, a.severity, a.scope, a.message});
     }
+    out.front().forecast = session_->forecasts().line(); // issue 36
     return out;
   }
   bool settled(Clock::time_point) override {

@@ -70,7 +70,9 @@ TEST(LiveForecast, OomFromSteadyGrowthIsKnownAnHourAhead) {
     const Snapshot s = lf.forecast(kT0 + t * 1000);
     const auto& d = gpu0(s);
     expect_within(d.oom_in_s, truth_s - static_cast<double>(t), 0.02, "t=" + std::to_string(t));
-    if (first) EXPECT_GE(*d.oom_in_s.value, 55 * 60.0) << "the first forecast comes early";
+    if (first) {
+      EXPECT_GE(*d.oom_in_s.value, 55 * 60.0) << "the first forecast comes early";
+    }
     first = false;
     ASSERT_TRUE(d.mem_growth_bytes_per_s);
     EXPECT_NEAR(*d.mem_growth_bytes_per_s, 20e6, 0.02 * 20e6);

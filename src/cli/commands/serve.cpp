@@ -104,6 +104,8 @@ public:
     session.start();
     live.set_sampler(session.sampler_stats());
     live.set_alerts(session.alerts()); // alerts (issue 14)
+    // issue 36: /api/v1/forecast
+    live.set_forecasts(&session.forecasts());
     std::thread server([&http] {
       name_this_thread("ws-http");
       http.run();
