@@ -331,7 +331,7 @@ std::vector<Event> LiveForecaster::crossings(const Snapshot& s) {
       ev.kind = "forecast";
       ev.source = fmt::format("gpu{}", df.gpu_index);
       ev.detail = fmt::format("GPU {} {} in ~{}", df.gpu_index, what, human_duration(*e.value));
-      if (e.low && e.high && *e.high > *e.low)
+      if (e.low && e.high && human_duration(*e.high) != human_duration(*e.low))
         ev.detail += fmt::format(" ({}–{})", human_duration(*e.low), human_duration(*e.high));
       ev.detail += ": " + basis;
       out.push_back(std::move(ev));
@@ -421,7 +421,8 @@ std::string Snapshot::line() const {
   for (const auto& f : finish) {
     if (!f.finish_in_s.value) continue;
     std::string p = fmt::format("{} done in ~{}", f.unit, human_duration(*f.finish_in_s.value));
-    if (f.finish_in_s.low && f.finish_in_s.high && *f.finish_in_s.high > *f.finish_in_s.low)
+    if (f.finish_in_s.low && f.finish_in_s.high &&
+        human_duration(*f.finish_in_s.high) != human_duration(*f.finish_in_s.low))
       p += fmt::format(" ({}–{})", human_duration(*f.finish_in_s.low), human_duration(*f.finish_in_s.high));
     if (f.energy_to_finish_j.value)
       p += fmt::format(", ~{} more ({})", human_energy(*f.energy_to_finish_j.value), f.energy_method);
