@@ -377,8 +377,9 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
   }
 
   static constexpr std::string_view kRuleKeys[] = {
-      "name", "metric",       "scope",    "op",      "threshold", "relative_to",    "clear_below", "clear_above",
-      "for",  "repeat_every", "severity", "message", "enabled",   "allocated_only", "zone",        "kind"};
+      "name",        "metric",         "scope", "op",           "threshold", "relative_to",
+      "clear_below", "clear_above",    "for",   "repeat_every", "severity",  "message",
+      "enabled",     "allocated_only", "zone",  "kind",         "forecast" /* issue 36 */};
   std::vector<std::string> file_rules;
   for (const toml::table* t : tables("rule")) {
     for (auto&& [k, v] : *t)
@@ -507,6 +508,19 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
         if (r.op == AlertOp::Bits) throw fail(*t->get("relative_to"), "op = \"bits\" takes no relative_to");
         r.relative_index = *ri;
       }
+      // ---- issue 36: forecast = "15m"
+      if (const toml::node* n = t->get("forecast")) {
+        get_duration(*t, "forecast", false, r.forecast);
+        if (r.scope != AlertScope::Gpu || std::find(std::begin(kForecastAlertMetrics), std::end(kForecastAlertMetrics),
+                                                    r.metric) == std::end(kForecastAlertMetrics)) {
+          std::vector<std::string_view> fm(std::begin(kForecastAlertMetrics), std::end(kForecastAlertMetrics));
+          throw fail(*n, fmt::format("'forecast' is for the GPU metrics wattscope forecasts: {}", joined(fm)));
+        }
+        if (r.op == AlertOp::Bits) throw fail(*n, "op = \"bits\" takes no forecast");
+        if (r.forecast < kMinForecastHorizon || r.forecast > kMaxForecastHorizon)
+          throw fail(*n, "'forecast' must be from \"1s\" to \"24h\"");
+      }
+      // ---- end issue 36
       const auto below = get_number(*t, "clear_below");
       const auto above = get_number(*t, "clear_above");
       for (const char* key : {"clear_below", "clear_above"})
@@ -662,6 +676,7 @@ std::string describe_rule(const AlertRule& r) {
       return fmt::format("{:g}{}{}", v, unit.empty() ? "" : " ", unit);
     };
     what = fmt::format("{}: {} {} {}", scope, r.metric, to_string(r.op), level(r.threshold));
+    if (r.forecast.count()) what += fmt::format(" within {} (forecast)", format_duration(r.forecast)); // issue 36
     if (r.clear)
       what += fmt::format(", clears {} {}", r.op == AlertOp::Lt || r.op == AlertOp::Le ? "above" : "below",
                           level(*r.clear));

@@ -70,6 +70,13 @@ public:
   int64_t unmatched_ends() const { return unmatched_ends_; }
   // Sampler thread: begins and ends settled so far (issue 36: the anomaly detector's phase boundaries).
   int64_t boundaries() const { return boundaries_; }
+  // Sampler thread (issue 36): the innermost open phase that has an index (an epoch), as (name, index, start_ms).
+  struct IndexedPhase {
+    std::string name;
+    int64_t index = 0;
+    int64_t start_ms = 0;
+  };
+  std::optional<IndexedPhase> open_indexed_phase() const;
 
 private:
   using Energies = std::map<std::string, double>; // device -> energy_j since run start

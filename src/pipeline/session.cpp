@@ -313,6 +313,18 @@ void Session::open() {
 }
 
 void Session::start() {
+  { // issue 36: history thinned to a point a tick (at most a second apart), and at least 30 ticks of it (at most
+    // 30 s) before a forecast, so a fine interval forecasts sooner; the label the finish forecast's energy carries.
+    forecast::LiveForecaster::Options fo;
+    const auto tick_ms = static_cast<int64_t>(std::max(1.0, run_.interval_ms));
+    fo.min_spacing_ms = std::min<int64_t>(tick_ms, 1000);
+    fo.min_span_ms = std::clamp<int64_t>(30 * tick_ms, 1500, 30000);
+    forecaster_ = std::make_unique<forecast::LiveForecaster>(fo);
+    std::string method;
+    for (const auto& d : *devices_)
+      method = method.empty() || method == d.energy_method ? d.energy_method : "mixed";
+    forecaster_->set_energy_method(method);
+  }
   for (auto& w : writers_)
     w->start();
   if (alerts_) alerts_->start(); // alerts (issue 14)
@@ -331,6 +343,7 @@ void Session::start() {
         if (sim_phases_) hold_simulated(f); // issue 29
         // issue 36: a phase begun or ended in either tracker is a boundary
         if (anomalies_) anomalies_->process(f, phases_->boundaries() + (sim_phases_ ? sim_phases_->boundaries() : 0));
+        feed_forecast(f);                   // issue 36
         auto shared = std::make_shared<const Frame>(std::move(f));
         for (auto& w : writers_)
           w->push(shared);
@@ -358,6 +371,27 @@ void Session::start() {
       name_this_thread("ws-simulate");
       simulate_loop();
     });
+}
+
+// ---- forecasts (issue 36): fed every frame (work, the epoch in progress, the samples); the forecast itself is made
+// at most once a second (its cost is a few thousand slopes per device), and a forecast that first comes within the
+// warning horizon is an event of kind `forecast`, settled with the next frame.
+void Session::feed_forecast(const Frame& f) {
+  if (f.markers_only || !forecaster_) return;
+  for (const auto& w : f.work)
+    forecaster_->observe_work(w);
+  if (auto e = phases_->open_indexed_phase()) {
+    const std::pair<int64_t, int64_t> key{e->index, e->start_ms};
+    if (forecast_epoch_ != key) forecaster_->observe_phase_begin(e->name, e->index, e->start_ms);
+    forecast_epoch_ = key;
+  }
+  forecaster_->observe(f);
+  if (f.ts_ms - forecast_last_ms_ < 1000) return;
+  forecast_last_ms_ = f.ts_ms;
+  const forecast::Snapshot snap = forecaster_->forecast(f.ts_ms);
+  for (auto& ev : forecaster_->crossings(snap))
+    acc_->add_event(std::move(ev));
+  forecast_board_.publish(snap);
 }
 
 // ---- simulate (issue 19): the scenario's markers, each at its time on the timeline, through the same handler as

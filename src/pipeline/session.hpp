@@ -17,6 +17,7 @@
 #include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/duration.hpp"
 #include "core/schema.hpp"
+#include "forecast/live_forecast.hpp" // issue 36
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
 #include "pipeline/anomaly_monitor.hpp" // issue 36
@@ -106,6 +107,9 @@ public:
   const AlertEngine* alerts() const { return alerts_.get(); }
   // issue 36: anomalies and stragglers live (null when the session records no GPU).
   const AnomalyMonitor* anomalies() const { return anomalies_.get(); }
+  // ---- forecasts (issue 36) ----: the latest OOM, throttle, finish and utilisation forecasts (/api/v1/forecast,
+  // top, the run summary); published from the sampler thread at most once a second.
+  const forecast::ForecastBoard& forecasts() const { return forecast_board_; }
 
 private:
   // ---- issue 31: vendor libraries open beside the command (threads of their own), never before it
@@ -133,6 +137,13 @@ private:
   std::unique_ptr<AlertEngine> alerts_;     // issue 14
   // issue 36
   std::unique_ptr<AnomalyMonitor> anomalies_;
+  // ---- forecasts (issue 36), sampler thread
+  std::unique_ptr<forecast::LiveForecaster> forecaster_;
+  forecast::ForecastBoard forecast_board_;
+  std::optional<std::pair<int64_t, int64_t>> forecast_epoch_; // (index, start_ms) of the epoch the forecaster saw
+  int64_t forecast_last_ms_ = 0;
+  void feed_forecast(const Frame& f);
+  // ---- end forecasts
   bool all_stored_ = true;
   bool finished_ = false;
   OptF run_busy_cores_; // issue 33, sampler thread: the command's processes' busy cores in the latest process scan

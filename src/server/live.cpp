@@ -884,4 +884,11 @@ nlohmann::json LiveState::alerts_json() const {
   return alerts_->json();
 }
 
+nlohmann::json LiveState::forecast_json() const {
+  if (!forecasts_)
+    return {
+        {"ts_ms", nullptr}, {"devices", nlohmann::json::array()}, {"finish", nlohmann::json::array()}, {"line", ""}};
+  return forecasts_->as_json();
+}
+
 } // namespace wattscope

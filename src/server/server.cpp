@@ -588,6 +588,8 @@ struct HttpServer::Impl {
     }
     if (path == "/api/v1/current") return send(content(live.current_json().dump(), "application/json"));
     if (path == "/api/v1/alerts") return send(content(live.alerts_json().dump(), "application/json")); // issue 14
+    // issue 36: the live forecasts (docs/forecasts.md)
+    if (path == "/api/v1/forecast") return send(content(live.forecast_json().dump(), "application/json"));
     if (path == "/healthz") return send(content("ok\n", "text/plain"));
     if (path == "/favicon.ico") {
       Response r;

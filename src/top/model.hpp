@@ -83,6 +83,7 @@ struct HostView {
   std::vector<FiringAlert> alerts;
   // issue 36: anomalies and stragglers holding now, in words (at most kMaxHostAnomalies, each cut to 300 bytes).
   std::vector<std::string> anomalies;
+  std::string forecast; // issue 36: the forecasts in one line (OOM, throttling, finish); "" when there is none
   // Energy counters at the first frame seen (remote: serve's run started before top did), per GPU index; -1 the CPU.
   std::string run_id;
   std::vector<std::pair<int, double>> energy_base_j;

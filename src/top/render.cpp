@@ -460,6 +460,16 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
     body.push_back(b.take(W));
   }
 
+  // issue 36: the forecasts, one line per host that has any
+  for (const auto& h : hosts) {
+    if (h.forecast.empty()) continue;
+    LineBuilder b;
+    b.add("FORECAST", Tone::Title);
+    if (o.fleet) b.add(" " + printable(h.name), Tone::Dim);
+    b.add(" " + printable(h.forecast));
+    body.push_back(b.take(W));
+  }
+
   // The status lines at the bottom: firing alerts, then keys.
   std::vector<FiringAlert> firing;
   bool alerts_known = false;

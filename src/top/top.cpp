@@ -82,6 +82,7 @@ public:
     if (const AnomalyMonitor* m = session_->anomalies()) // issue 36
       for (const auto& a : m->active())
         if (out.front().anomalies.size() < kMaxHostAnomalies) out.front().anomalies.push_back(a.message);
+    out.front().forecast = session_->forecasts().line(); // issue 36
     return out;
   }
   bool settled(Clock::time_point) override {

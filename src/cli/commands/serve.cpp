@@ -108,6 +108,8 @@ public:
     live.set_alerts(session.alerts()); // alerts (issue 14)
     // issue 36
     live.set_anomalies(session.anomalies());
+    // issue 36: /api/v1/forecast
+    live.set_forecasts(&session.forecasts());
     std::thread server([&http] {
       name_this_thread("ws-http");
       http.run();
