@@ -15,8 +15,9 @@ LAYERS = {
     "sampler": 2, "processes": 2,
     "pipeline": 3, "advice": 3,  # advice (issue 14): estimators over a stored run's or the live series
     "web": 4,
-    "server": 5, "report": 5, "top": 5,  # issue 16: top reads the pipeline's frames or serve's API, not server/
-    "cli": 6,
+    "report": 5, "top": 5,  # issue 16: top reads the pipeline's frames or serve's API, not server/
+    "server": 6,  # issue 35: serve renders a stored run's report (report/) for its runs pages
+    "cli": 7,
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]*"', re.M)
 

@@ -12,13 +12,6 @@
 namespace wattscope {
 
 namespace {
-nlohmann::json tags_of(const RunInfo& run) {
-  auto j = nlohmann::json::parse(run.tags, nullptr, false);
-  return j.is_discarded() || !j.is_object() ? nlohmann::json::object() : j;
-}
-std::string tag_text(const nlohmann::json& v) {
-  return v.is_string() ? v.get<std::string>() : v.dump();
-}
 std::string node_of(const RunInfo& run, const nlohmann::json& tags) {
   if (auto it = tags.find("slurm_node"); it != tags.end() && it->is_string() && !it->get<std::string>().empty())
     return it->get<std::string>();
@@ -36,33 +29,6 @@ std::optional<double> energy_in(const nlohmann::json& part) {
   return it != part.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
 }
 } // namespace
-
-std::vector<TagFilter> parse_tag_filters(const std::vector<std::string>& texts) {
-  std::vector<TagFilter> out;
-  for (const auto& t : texts) {
-    try {
-      auto [k, v] = parse_tag(t);
-      out.push_back({std::move(k), std::move(v)});
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(fmt::format("--tag '{}': {}", excerpt(t), e.what()));
-    }
-  }
-  return out;
-}
-
-bool run_matches(const RunInfo& run, const std::vector<TagFilter>& filters) {
-  if (filters.empty()) return true;
-  const nlohmann::json tags = tags_of(run);
-  return std::all_of(filters.begin(), filters.end(), [&](const TagFilter& f) {
-    auto it = tags.find(f.key);
-    return it != tags.end() && tag_text(*it) == f.value;
-  });
-}
-
-std::vector<RunInfo> filter_runs(std::vector<RunInfo> runs, const std::vector<TagFilter>& filters) {
-  std::erase_if(runs, [&](const RunInfo& r) { return !run_matches(r, filters); });
-  return runs;
-}
 
 std::string RunSelection::text() const {
   std::string out = task.empty() ? "" : "of task " + task;
@@ -92,7 +58,7 @@ nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vect
   std::vector<std::string> nodes;
   nlohmann::json arr = nlohmann::json::array();
   for (const auto& r : runs) {
-    const nlohmann::json tags = tags_of(r);
+    const nlohmann::json tags = run_tags_json(r);
     nlohmann::json one = run_json(r);
     one["node"] = node_of(r, tags);
     const nlohmann::json summary = nlohmann::json::parse(r.summary, nullptr, false);

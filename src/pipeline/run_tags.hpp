@@ -9,20 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/schema.hpp"
+#include "core/tag_filter.hpp"
 
 namespace wattscope {
-
-struct TagFilter {
-  std::string key;
-  std::string value;
-};
-
-// "KEY=VALUE" each, as --tag takes them when recording. Throws std::invalid_argument naming the bad one.
-std::vector<TagFilter> parse_tag_filters(const std::vector<std::string>& texts);
-// Whether the run carries every one of the tags with exactly that value (a tag recorded as a number or a boolean
-// matches its JSON spelling: 42, true).
-bool run_matches(const RunInfo& run, const std::vector<TagFilter>& filters);
-std::vector<RunInfo> filter_runs(std::vector<RunInfo> runs, const std::vector<TagFilter>& filters);
 
 // Runs chosen by --task NAME and --tag KEY=VALUE (issue 29: report, show, list, stats and compare take both where
 // they take run ids). An empty task matches every task.

@@ -80,7 +80,7 @@ nlohmann::json select(StoreReader& store, const query::CompareQuery& q, std::vec
   return capped;
 }
 
-CompareAnswer error(int status, const std::string& message) {
+CompareAnswer compare_error(int status, const std::string& message) {
   return {status, "application/json", nlohmann::json{{"error", message}, {"status", status}}.dump()};
 }
 
@@ -88,7 +88,7 @@ CompareAnswer error(int status, const std::string& message) {
 
 CompareAnswer CompareView::answer(bool html, std::string_view raw_query) {
   auto parsed = query::parse_compare(raw_query);
-  if (auto* e = std::get_if<query::Error>(&parsed)) return error(400, e->message);
+  if (auto* e = std::get_if<query::Error>(&parsed)) return compare_error(400, e->message);
   const auto& q = std::get<query::CompareQuery>(parsed);
   const std::string key = q.canonical();
   const int64_t now = wall_now_ms();
@@ -122,9 +122,9 @@ CompareAnswer CompareView::answer(bool html, std::string_view raw_query) {
     data["runs"] = nlohmann::json::array(); // the page draws the comparison alone: no series, no plotly.js
     entry.html = fill_report_template(data, false);
   } catch (const NotFound& e) {
-    return error(404, e.what());
+    return compare_error(404, e.what());
   } catch (const std::exception& e) {
-    return error(503, e.what());
+    return compare_error(503, e.what());
   }
   std::lock_guard lock(mutex_);
   if (cache_.size() >= kCacheEntries) { // the oldest goes

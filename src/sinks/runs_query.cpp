@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "pipeline/run_tags.hpp"
+#include "core/tag_filter.hpp"
 #include "sinks/sink.hpp"
 
 namespace wattscope {
