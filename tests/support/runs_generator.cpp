@@ -67,7 +67,7 @@ void add_work(const wattscope::RunInfo& r, int64_t i, wattscope::RowBatch& rows)
   auto& work = rows.tables[static_cast<size_t>(TableId::Work)];
   auto add = [&](int64_t seq, double amount, const char* unit) {
     for (Value v : {Value(std::string(r.run_id)), Value(seq), Value(r.start_ms + seq), Value(amount),
-                    Value(std::string(unit)), Value()})
+                    Value(std::string(unit)), Value(), Value()}) // phase_id, total (schema 5)
       work.cells.push_back(std::move(v));
   };
   if (i % 3 == 0) {
