@@ -239,25 +239,31 @@ void RemoteHost::stream_loop() {
   }
 }
 
-// issue 36: /api/v1/forecast's one-line summary; an older serve (404) or a bad answer shows none.
-void RemoteHost::fetch_forecast() {
+// One GET of a small JSON endpoint (alerts, forecasts), abandoned within 5 s or as soon as the view stops.
+RemoteHost::Reply RemoteHost::get(const std::string& url) {
+  Reply r;
   CurlHandle c;
-  std::string body;
-  if (!c.h) return;
-  common_setup(c, opts_.url + "/api/v1/forecast", opts_);
+  if (!c.h) return r;
+  common_setup(c, url, opts_);
   curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
   curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &r.body);
   curl_easy_setopt(c.h, CURLOPT_TIMEOUT_MS, 5000L);
   curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, on_progress);
   curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &stop_);
-  const CURLcode rc = curl_easy_perform(c.h);
-  long code = 0;
-  curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &code);
-  const auto j = nlohmann::json::parse(body, nullptr, false);
+  r.ok = curl_easy_perform(c.h) == CURLE_OK;
+  curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &r.code);
+  r.asked = true;
+  return r;
+}
+
+// issue 36: /api/v1/forecast's one-line summary; an older serve (404) or a bad answer shows none.
+void RemoteHost::fetch_forecast() {
+  const Reply r = get(opts_.url + "/api/v1/forecast");
+  const auto j = nlohmann::json::parse(r.body, nullptr, false);
   std::string line;
-  if (rc == CURLE_OK && code == 200 && j.is_object() && j.contains("line") && j["line"].is_string())
+  if (r.ok && r.code == 200 && j.is_object() && j.contains("line") && j["line"].is_string())
     line = j["line"].get<std::string>().substr(0, 400);
   std::lock_guard lock(mu_);
   view_.forecast = std::move(line);
@@ -266,24 +272,13 @@ void RemoteHost::fetch_forecast() {
 void RemoteHost::alerts_loop() {
   const std::string url = opts_.url + "/api/v1/alerts";
   while (!stop_) {
-    CurlHandle c;
-    std::string body;
-    if (c.h) {
-      common_setup(c, url, opts_);
-      curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
-      curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, on_body);
-      curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &body);
-      curl_easy_setopt(c.h, CURLOPT_TIMEOUT_MS, 5000L);
-      curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
-      curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, on_progress);
-      curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &stop_);
-      const CURLcode rc = curl_easy_perform(c.h);
-      long code = 0;
-      curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &code);
+    const Reply r = get(url);
+    if (r.asked) {
+      const long code = r.code;
       std::lock_guard lock(mu_);
       view_.alerts_asked = true;
-      if (rc == CURLE_OK) {
-        const auto j = nlohmann::json::parse(body, nullptr, false);
+      if (r.ok) {
+        const auto j = nlohmann::json::parse(r.body, nullptr, false);
         try {
           view_.alerts = parse_alerts(j);
           view_.alerts_supported = true;

@@ -41,7 +41,14 @@ public:
 private:
   void stream_loop();
   void alerts_loop();
-  void fetch_forecast();                  // issue 36
+  void fetch_forecast(); // issue 36
+  struct Reply {
+    bool asked = false; // a curl handle was there to ask with
+    bool ok = false;    // the transfer completed (any HTTP status)
+    long code = 0;
+    std::string body;
+  };
+  Reply get(const std::string& url);
   void mark_down(const std::string& why); // the stream thread alone
   void publish();                         // stream_view_ -> view_
 
