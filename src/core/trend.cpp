@@ -7,14 +7,14 @@ namespace wattscope {
 
 namespace {
 constexpr size_t kMaxSlopePoints = 64;
+} // namespace
 
-double quantile(const std::vector<double>& sorted, double q) {
+double sorted_quantile(const std::vector<double>& sorted, double q) {
   const double pos = q * static_cast<double>(sorted.size() - 1);
   const auto i = static_cast<size_t>(pos);
   if (i + 1 >= sorted.size()) return sorted.back();
   return sorted[i] + (sorted[i + 1] - sorted[i]) * (pos - static_cast<double>(i));
 }
-} // namespace
 
 std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& all) {
   if (all.size() < 2) return std::nullopt;
@@ -35,14 +35,14 @@ std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& all) {
   if (slopes.empty()) return std::nullopt;
   std::sort(slopes.begin(), slopes.end());
   RobustSlope r;
-  r.slope = quantile(slopes, 0.5);
-  r.low = quantile(slopes, 0.1);
-  r.high = quantile(slopes, 0.9);
+  r.slope = sorted_quantile(slopes, 0.5);
+  r.low = sorted_quantile(slopes, 0.1);
+  r.high = sorted_quantile(slopes, 0.9);
   std::vector<double> levels;
   for (const auto& p : pts)
     levels.push_back(p.y + r.slope * (t_last - static_cast<double>(p.ts_ms) / 1000.0));
   std::sort(levels.begin(), levels.end());
-  r.level = quantile(levels, 0.5);
+  r.level = sorted_quantile(levels, 0.5);
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <vector>
 
 namespace wattscope {
 
@@ -24,5 +25,8 @@ struct RobustSlope {
   double level = 0;
 };
 std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& pts);
+
+// The q-quantile (0..1) of an ascending, non-empty vector, linear between neighbours.
+double sorted_quantile(const std::vector<double>& sorted, double q);
 
 } // namespace wattscope

@@ -21,13 +21,6 @@ constexpr size_t kMaxEpochs = 64;
 constexpr size_t kMinEpochs = 3;
 constexpr size_t kMaxUtilSteps = 600;
 
-double quantile(const std::vector<double>& sorted, double q) {
-  const double pos = q * static_cast<double>(sorted.size() - 1);
-  const size_t i = static_cast<size_t>(pos);
-  if (i + 1 >= sorted.size()) return sorted.back();
-  return sorted[i] + (sorted[i + 1] - sorted[i]) * (pos - static_cast<double>(i));
-}
-
 std::optional<std::string> short_history(const std::deque<LiveForecaster::Point>& pts, size_t min_points,
                                          int64_t min_span_ms) {
   const int64_t span = pts.empty() ? 0 : pts.back().ts_ms - pts.front().ts_ms;
@@ -195,7 +188,7 @@ Snapshot LiveForecaster::forecast(int64_t now_ms) const {
                                 static_cast<double>(d.epochs[i].index - d.epochs[i - 1].index));
         }
         std::sort(durations.begin(), durations.end());
-        epoch_s = quantile(durations, 0.5);
+        epoch_s = sorted_quantile(durations, 0.5);
         per_epoch = robust_slope(by_index);
       }
       if (per_epoch && epoch_s > 0) {
