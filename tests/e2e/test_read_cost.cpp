@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/support.hpp"
+#include "core/instrumented.hpp"
 
 namespace e2e_read_cost { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 
@@ -19,7 +20,9 @@ namespace {
 
 // One GPU whose power is a sine and whose energy counter is that sine's exact integral; the fan answers 10 + k on its
 // k-th read (so a carried value shows as a repeat). Costs as measured on an H100 (docs/nvidia.md), the energy counter's
-// scaled down to 400 us so the test stays light on a shared machine (still 8x the budget).
+// scaled down to 400 us so the test stays light on a shared machine (still 8x the budget). Under a sanitizer every cost
+// and the default budget are kInstrumentedCostFactor times larger (core/instrumented.hpp), so the same calls are
+// costly.
 json scenario() {
   json sine = {{"base", 300000}, {"amp", 100000}, {"period_s", 1.5}};
   json m = {{"power_instant_mw", {{"sine", sine}}},
@@ -32,9 +35,9 @@ json scenario() {
   return {{"driver_version", "580.65.06"},
           {"nvml_version", "13.580.65.06"},
           {"call_cost_us",
-           {{"nvmlDeviceGetTotalEnergyConsumption", 400},
-            {"nvmlDeviceGetFanSpeed", 136},
-            {"nvmlDeviceGetCurrPcieLinkWidth", 25}}},
+           {{"nvmlDeviceGetTotalEnergyConsumption", 400 * wattscope::kInstrumentedCostFactor},
+            {"nvmlDeviceGetFanSpeed", 136 * wattscope::kInstrumentedCostFactor},
+            {"nvmlDeviceGetCurrPcieLinkWidth", 25 * wattscope::kInstrumentedCostFactor}}},
           {"devices", json::array({{{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", "GPU-cost-0"}, {"metrics", m}}})}};
 }
 

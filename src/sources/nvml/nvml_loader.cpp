@@ -57,9 +57,12 @@ void* Library::symbol(const char* name) const {
   return handle_ ? ::dlsym(handle_, name) : nullptr;
 }
 
-Library::~Library() {
-  if (handle_) ::dlclose(handle_);
-}
+// The library stays mapped until the process exits (no dlclose): since issue 31 nvmlInit runs on a thread of its
+// own, so the library's thread-local blocks live in threads other than the one that would unload it, and a thread
+// that called into NVML may still hold them. Unloading buys a process about to exit nothing; a dlopen of the same
+// path later (doctor, a retry) just takes the mapped copy again. LeakSanitizer's tracer crashed on the stale DTLS
+// entry an unloaded library left (Phases.RecordListensOnTheSocketItIsGiven and others under ASan).
+Library::~Library() = default;
 
 std::string error_name(Return rc) {
   const char* name = "NVML_ERROR";

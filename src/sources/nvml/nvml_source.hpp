@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/instrumented.hpp"
 #include "core/metrics.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 #include "sources/nvml/nvml_loader.hpp"
@@ -42,7 +43,8 @@ public:
     // carrying its last value with its age. Zero reads everything every tick. Measured on an H100 (driver 580,
     // docs/nvidia.md): the energy counter costs 2.8 ms of CPU and moves every 100 ms, the fan 136 us, everything else
     // 1-25 us; reading all of it every tick spent nearly all of a monitor's CPU in two calls.
-    std::chrono::nanoseconds max_read_cost = std::chrono::microseconds(50);
+    // (an instrumented build's budget is kInstrumentedCostFactor times this: core/instrumented.hpp)
+    std::chrono::nanoseconds max_read_cost = std::chrono::microseconds(50 * kInstrumentedCostFactor);
     std::chrono::nanoseconds costly_period = std::chrono::seconds(1);
     std::chrono::nanoseconds energy_period = std::chrono::milliseconds(100);
     std::chrono::nanoseconds recheck_period = std::chrono::seconds(30);
