@@ -22,9 +22,12 @@ namespace wattscope {
 // starts on time whatever it does. open() waits kOpenGrace for them (a healthy init is done well within it, and the
 // run then looks exactly as if they had opened in line); one still initialising is taken into the run when it is
 // ready, its GPUs recorded from then on, or said to be still hung when the run ends. Not a deadline that drops it:
-// without persistence mode a healthy nvmlInit takes seconds.
+// without persistence mode a healthy nvmlInit takes seconds. The wait is the longest deadline a late source gets on
+// a regular tick (docs/sampling: three quarters of the interval, at most 1 s): at 250 ms a loaded machine (the ASan
+// suite beside other builds) took the fork of the probe and the init past it, and a run of a few seconds lost its
+// GPUs entirely; a second more before a command that runs for minutes or hours costs nothing measurable.
 namespace {
-constexpr std::chrono::milliseconds kOpenGrace{250};
+constexpr std::chrono::milliseconds kOpenGrace{1000};
 }
 
 struct Session::Opened {

@@ -86,9 +86,9 @@ TEST(VendorInit, AHungNvmlInitDoesNotDelayTheCommand) {
   EXPECT_EQ(r->result.exit_code, 7) << r->result.err;
   const double delay = r->start_delay_s();
   ASSERT_GE(delay, 0) << r->result.err;
-  // Today's sequential open started it 10 s late. The bound is wattscope's own start-up (and the 250 ms it gives
-  // a healthy init) on a loaded test machine.
-  EXPECT_LT(delay, 1.5) << r->result.err;
+  // Today's sequential open started it 10 s late. The bound is wattscope's own start-up (and the 1 s it gives a
+  // healthy init) on a loaded test machine.
+  EXPECT_LT(delay, 2.5) << r->result.err;
   EXPECT_LT(r->wall_s, 6) << "the run's end does not wait for the hung init";
   EXPECT_EQ(scalar(r->db(), "SELECT count(*) FROM gpu_samples"), "0");
   EXPECT_GT(std::stoi(scalar(r->db(), "SELECT count(*) FROM cpu_samples")), 2) << "the CPU kept its grid";
@@ -105,7 +105,7 @@ TEST(VendorInit, GpusOfALateNvmlJoinTheRunWhenItIsReady) {
   scen["init_sleep_ms"] = 1500;
   auto r = run_with(scen, 6, 0);
   ASSERT_EQ(r->result.exit_code, 0) << r->result.err;
-  EXPECT_LT(r->start_delay_s(), 1.5);
+  EXPECT_LT(r->start_delay_s(), 2.5);
   const auto first = std::stoi(scalar(r->db(), "SELECT min(tick) FROM gpu_samples"));
   const auto last_cpu = std::stoi(scalar(r->db(), "SELECT max(tick) FROM cpu_samples"));
   EXPECT_GE(first, 20) << "not before the two 1.5 s inits at 100 ms ticks";
