@@ -314,6 +314,63 @@ TEST(RunsQuery, SqliteAnswersTaskAndHostFromAnIndex) {
   EXPECT_NE(plan("SELECT COUNT(*) FROM runs WHERE task = 'task01'").find("runs_by_task_start"), std::string::npos);
 }
 
+// The tag, user, method and search filters read run_tags (one index range each) when it holds every run, and the
+// runs' own JSON when it does not: a store no writer of this version has opened, or one an older wattscope added runs
+// to. Both give the generator's counts; the next writer back-fills the table (the forward migration).
+TEST(RunsQuery, SqliteTagFiltersReadRunTagsAndFallBackWithoutIt) {
+  TempDir dir;
+  const std::string db = dir / "gen.db";
+  const auto spec = wattscope::parse_store(db);
+  generate_runs(spec, kRuns);
+  auto one = [&](const std::string& sql) {
+    const auto rows = query(db, sql);
+    return rows.empty() || !rows[0][0] ? std::string() : *rows[0][0];
+  };
+  auto exec = [&](const std::string& sql) {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+    sqlite3_close(h);
+  };
+  auto total = [&](const std::string& q) { return wattscope::open_reader(spec)->runs_query(parsed(q), 0, 10).total; };
+  EXPECT_EQ(one("SELECT COUNT(*) FROM run_tags WHERE tag_key = '@method'"), "600");
+  EXPECT_EQ(one("SELECT tag_value FROM run_tags WHERE run_id = 'gen-000003' AND tag_key = 'seed'"), "3");
+  EXPECT_EQ(one("SELECT tag_value FROM run_tags WHERE run_id = 'gen-000002' AND tag_key = '@method'"), "mixed");
+  // Each filter is a search of run_tags_by_value, not a scan.
+  for (const char* q : {"tag=slurm_job_id%3D5010", "user=user3", "method=counter", "q=DONE_X"}) {
+    const auto sql = wattscope::runs_sql(parsed(q), wattscope::SqlDialect::Sqlite, true);
+    std::string explain = "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM runs" + sql.where;
+    for (const auto& p : sql.params) {
+      const auto pos = explain.find('?');
+      ASSERT_NE(pos, std::string::npos);
+      const auto& text = std::get<std::string>(p);
+      explain.replace(pos, 1, "'" + text + "'");
+    }
+    std::string plan;
+    for (const auto& row : query(db, explain))
+      plan += (row.back() ? *row.back() : std::string()) + "\n";
+    EXPECT_NE(plan.find("SEARCH run_tags USING COVERING INDEX run_tags_by_value"), std::string::npos) << q << plan;
+  }
+  expect_filters(spec, kRuns);
+  // The reader answers from run_tags: a value changed there alone is what the filter finds.
+  exec("UPDATE run_tags SET tag_value = 'zzz' WHERE run_id = 'gen-000000' AND tag_key = 'slurm_partition'");
+  EXPECT_EQ(total("tag=slurm_partition%3Dzzz"), 1u);
+  // A run without its rows (as an older wattscope records it): the table no longer answers for every run, and the
+  // filters read the runs' JSON, where no run has that value.
+  exec("DELETE FROM run_tags WHERE run_id = 'gen-000001'");
+  EXPECT_EQ(total("tag=slurm_partition%3Dzzz"), 0u);
+  expect_filters(spec, kRuns);
+  // A store from before run_tags: read as before (serve only reads), then back-filled by its next writer.
+  exec("DROP TABLE run_tags");
+  expect_filters(spec, kRuns);
+  generate_runs(spec, 3, kRuns);
+  EXPECT_EQ(one("SELECT COUNT(*) FROM run_tags WHERE tag_key = '@method'"), std::to_string(kRuns + 3));
+  EXPECT_EQ(total("tag=slurm_job_id%3D5010"), 3u);
+  EXPECT_EQ(total("tag=slurm_job_id%3D" + std::to_string(5000 + kRuns / 3)), 3u) << "the new runs' own rows";
+  exec("UPDATE run_tags SET tag_value = 'zzz' WHERE run_id = 'gen-000000' AND tag_key = 'slurm_partition'");
+  EXPECT_EQ(total("tag=slurm_partition%3Dzzz"), 1u) << "the back-filled table answers again";
+}
+
 TEST(RunsQuery, CsvScansToTheSameAnswers) {
   TempDir dir;
   const auto spec = wattscope::parse_store("csv:" + dir / "csv");
@@ -328,6 +385,16 @@ TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
   ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
+  expect_filters(spec, kRuns);
+  // run_tags answers the tag filters (a value changed there alone is found); without it, the runs' JSON does.
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
+  db.sql("UPDATE wattscope.run_tags SET tag_value = 'zzz' WHERE run_id = 'gen-000000' AND tag_key = 'slurm_partition'");
+  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_partition%3Dzzz"), 0, 10).total, 1u);
+  db.sql("DROP TABLE wattscope.run_tags");
+  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_partition%3Dzzz"), 0, 10).total, 0u);
+  expect_filters(spec, kRuns);
+  generate_runs(spec, 3, 0); // the next writer back-fills it
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
   expect_filters(spec, kRuns);
   if (saved)
     ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
