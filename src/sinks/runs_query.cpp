@@ -103,7 +103,7 @@ std::optional<double> j_per_unit(const RunInfo& run, const std::vector<RunWork>&
   return *run.total_energy_j / work[0].amount;
 }
 
-RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags) {
+RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start) {
   RunsSql out;
   std::vector<std::string> terms;
   auto& params = out.params;
@@ -111,7 +111,10 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags) {
   // whatever the store's size, instead of every run's JSON read and parsed.
   auto indexed = [&](std::string_view keys, std::string_view op, std::string value) {
     params.emplace_back(std::move(value));
-    return fmt::format("run_id IN (SELECT run_id FROM run_tags WHERE tag_key {} AND tag_value {})", keys, op);
+    // SQLite's unary + makes the column an expression, which no index answers: the planner then walks the order's
+    // index and tests each run against the subquery's set.
+    return fmt::format("{}run_id IN (SELECT run_id FROM run_tags WHERE tag_key {} AND tag_value {})",
+                       scan_by_start && d == SqlDialect::Sqlite ? "+" : "", keys, op);
   };
   // A tag's JSON text (a string quoted, a number or boolean as spelled) compared with the value both quoted and
   // bare, so 42 matches a tag recorded as 42 or as "42", as run_matches does. A run whose tags are not JSON matches

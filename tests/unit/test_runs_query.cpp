@@ -371,6 +371,29 @@ TEST(RunsQuery, SqliteTagFiltersReadRunTagsAndFallBackWithoutIt) {
   EXPECT_EQ(total("tag=slurm_partition%3Dzzz"), 1u) << "the back-filled table answers again";
 }
 
+// Many runs passing a run_tags filter: the page in start order comes from walking the start index, and is the same
+// page (all runs but run 7 have "python" in their command).
+TEST(RunsQuery, SqliteManyRunsPassingATagFilterPageInStartOrder) {
+  TempDir dir;
+  const auto spec = wattscope::parse_store(dir / "gen.db");
+  generate_runs(spec, 2000);
+  auto reader = wattscope::open_reader(spec);
+  auto ids = [&](const std::string& q, size_t offset) {
+    const auto page = reader->runs_query(parsed(q), offset, 3);
+    std::string out;
+    for (const auto& r : page.runs)
+      out += r.run_id + " ";
+    return std::to_string(page.total) + ": " + out;
+  };
+  EXPECT_EQ(ids("q=PYTHON", 0), "1999: gen-000000 gen-000001 gen-000002 ");
+  EXPECT_EQ(ids("q=PYTHON", 6), "1999: gen-000006 gen-000008 gen-000009 ") << "run 7 runs echo";
+  EXPECT_EQ(ids("q=PYTHON&sort=-start", 1000), "1999: gen-000999 gen-000998 gen-000997 ");
+  // user0: slurm_user of the jobs j = i/3 with j % 7 == 0: j = 0, 7, ..., 665, 96 jobs of 3 runs; the 2nd is 21..23.
+  EXPECT_EQ(ids("user=user0", 3), "288: gen-000021 gen-000022 gen-000023 ");
+  // Partition debug: j % 4 == 0, j = 0, 4, ..., 664, 167 jobs of 3; the rest, 1499 runs, gpu, from run 3 on.
+  EXPECT_EQ(ids("tag=slurm_partition%3Dgpu", 3), "1499: gen-000006 gen-000007 gen-000008 ");
+}
+
 TEST(RunsQuery, CsvScansToTheSameAnswers) {
   TempDir dir;
   const auto spec = wattscope::parse_store("csv:" + dir / "csv");

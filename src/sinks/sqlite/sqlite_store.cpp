@@ -186,6 +186,8 @@ constexpr std::string_view kRunTagsSchema =
     "CREATE TABLE IF NOT EXISTS run_tags (run_id TEXT NOT NULL, tag_key TEXT NOT NULL, tag_value TEXT NOT NULL);\n"
     "CREATE INDEX IF NOT EXISTS run_tags_by_value ON run_tags (tag_key, tag_value, run_id);\n"
     "CREATE INDEX IF NOT EXISTS run_tags_by_run ON run_tags (run_id);";
+// From this many runs passing a run_tags filter, a page in start order walks the start index (runs_query).
+constexpr size_t kScanByStartFrom = 1000;
 // Every run has a row under kRunTagsMethodKey once its writer knew run_tags; a run recorded by an older wattscope has
 // none. Equal counts: the table answers for every run.
 constexpr std::string_view kRunTagsComplete =
@@ -456,11 +458,16 @@ public:
     if (no_work && f.sort == RunsSortKey::JPerUnit) f.sort = RunsSortKey::Start; // an older store: no run has it
     // run_tags when it answers for every run; else (a store no writer of this version has opened since, or one an
     // older wattscope added runs to) the filters read the runs' own JSON, as they did before it.
-    const RunsSql sql = runs_sql(f, SqlDialect::Sqlite, reads_tags(f) && query_true(*db_, kRunTagsComplete));
+    const bool indexed = reads_tags(f) && query_true(*db_, kRunTagsComplete);
+    RunsSql sql = runs_sql(f, SqlDialect::Sqlite, indexed);
     RunsPage page;
     query_params("SELECT COUNT(*) FROM runs" + sql.where, sql.params, [&](std::span<const Value> row) {
       if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
     });
+    // Many runs pass (at 100,000 runs, method=mixed: 24,000): a page in start order is found by walking the start
+    // index (6 ms) rather than fetching all that pass and sorting them (29 ms). Few pass (a Slurm job): fetch them.
+    if (indexed && f.sort == RunsSortKey::Start && page.total >= kScanByStartFrom)
+      sql = runs_sql(f, SqlDialect::Sqlite, true, true);
     query_params(fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), sql.where,
                              sql.order_by, limit, offset),
                  sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
