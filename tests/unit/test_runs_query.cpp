@@ -409,16 +409,19 @@ TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   expect_filters(spec, kRuns);
-  // run_tags answers the tag filters (a value changed there alone is found); without it, the runs' JSON does.
+  // Every writer keeps run_tags whole (the MariaDB reader does not use it yet: docs/runs.md), and the next writer of
+  // a store without it back-fills it.
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
-  db.sql("UPDATE wattscope.run_tags SET tag_value = 'zzz' WHERE run_id = 'gen-000000' AND tag_key = 'slurm_partition'");
-  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_partition%3Dzzz"), 0, 10).total, 1u);
+  EXPECT_EQ(db.sql("SELECT tag_value FROM wattscope.run_tags WHERE run_id = 'gen-000003' AND tag_key = 'seed'"), "3\n");
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = 'slurm_partition' AND tag_value = 'GPU'"),
+            "0\n")
+      << "a tag compares exactly (utf8mb4_bin)";
   db.sql("DROP TABLE wattscope.run_tags");
-  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_partition%3Dzzz"), 0, 10).total, 0u);
   expect_filters(spec, kRuns);
-  generate_runs(spec, 3, 0); // the next writer back-fills it
+  generate_runs(spec, 3, 0);
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
-  expect_filters(spec, kRuns);
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = 'slurm_partition' AND tag_value = 'gpu'"),
+            "450\n");
   if (saved)
     ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
   else
