@@ -42,7 +42,34 @@ std::string like_contains(std::string_view text) {
   return p + "%";
 }
 
+std::string ascii_lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  return out;
+}
+
+bool has_control(std::string_view text) {
+  return std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+}
+
 } // namespace
+
+std::vector<RunTagRow> run_tag_rows(const RunInfo& run) {
+  std::vector<RunTagRow> out;
+  const auto tags = nlohmann::json::parse(run.tags, nullptr, false);
+  if (tags.is_object())
+    for (const auto& [k, v] : tags.items())
+      if (valid_tag_key(k))
+        out.push_back({k, v.is_string() ? v.get<std::string>()
+                                        : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+  out.push_back({std::string(kRunTagsMethodKey), run_method_word(run)});
+  // One text for the search, its fields apart by a newline: a q holds no control byte when answered from this row
+  // (runs_sql), so a match never spans two fields. Lower case, as q is made before it is compared.
+  out.push_back({std::string(kRunTagsTextKey),
+                 ascii_lower(run.run_id + "\n" + run.task + "\n" + run.host + "\n" + run.command + "\n" + run.tags)});
+  return out;
+}
 
 std::string run_method_word(const RunInfo& run) {
   if (!run.total_energy_j) return "none";
@@ -76,10 +103,19 @@ std::optional<double> j_per_unit(const RunInfo& run, const std::vector<RunWork>&
   return *run.total_energy_j / work[0].amount;
 }
 
-RunsSql runs_sql(const RunsFilter& f, SqlDialect d) {
+RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start) {
   RunsSql out;
   std::vector<std::string> terms;
   auto& params = out.params;
+  // With run_tags, each of these filters is one range of its index (tag_key, tag_value, run_id): the runs it names,
+  // whatever the store's size, instead of every run's JSON read and parsed.
+  auto indexed = [&](std::string_view keys, std::string_view op, std::string value) {
+    params.emplace_back(std::move(value));
+    // SQLite's unary + makes the column an expression, which no index answers: the planner then walks the order's
+    // index and tests each run against the subquery's set.
+    return fmt::format("{}run_id IN (SELECT run_id FROM run_tags WHERE tag_key {} AND tag_value {})",
+                       scan_by_start && d == SqlDialect::Sqlite ? "+" : "", keys, op);
+  };
   // A tag's JSON text (a string quoted, a number or boolean as spelled) compared with the value both quoted and
   // bare, so 42 matches a tag recorded as 42 or as "42", as run_matches does. A run whose tags are not JSON matches
   // no tag (SQLite would otherwise fail the whole query).
@@ -110,13 +146,21 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d) {
     terms.push_back("host = ?");
     params.emplace_back(f.host);
   }
-  if (!f.user.empty()) {
+  if (!f.user.empty() && run_tags) {
+    terms.push_back(indexed("IN ('user', 'slurm_user')", "= ?", f.user));
+  } else if (!f.user.empty()) {
     std::string a = tag_term("user", f.user);
     std::string b = tag_term("slurm_user", f.user);
     terms.push_back("(" + a + " OR " + b + ")");
   }
-  for (const auto& [k, v] : f.tags)
-    terms.push_back(tag_term(k, v));
+  for (const auto& [k, v] : f.tags) {
+    if (run_tags) {
+      params.emplace_back(k);
+      terms.push_back(indexed("= ?", "= ?", v));
+    } else {
+      terms.push_back(tag_term(k, v));
+    }
+  }
   if (f.from_ms) {
     terms.push_back("start_ms >= ?");
     params.emplace_back(*f.from_ms);
@@ -125,7 +169,10 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d) {
     terms.push_back("start_ms < ?");
     params.emplace_back(*f.to_ms);
   }
-  if (!f.method.empty()) {
+  if (!f.method.empty() && run_tags) {
+    params.emplace_back(std::string(kRunTagsMethodKey));
+    terms.push_back(indexed("= ?", "= ?", f.method));
+  } else if (!f.method.empty()) {
     // Each single method is a fixed LIKE on the summary's text (see method_mark); the word itself never enters SQL.
     auto has = [&](std::string_view m) {
       params.emplace_back(like_contains(method_mark(m)));
@@ -148,7 +195,10 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d) {
       terms.push_back("(" + term + ")");
     }
   }
-  if (!f.q.empty()) {
+  if (!f.q.empty() && run_tags && !has_control(f.q)) {
+    params.emplace_back(std::string(kRunTagsTextKey));
+    terms.push_back(indexed("= ?", "LIKE ? ESCAPE '!'", like_contains(ascii_lower(f.q))));
+  } else if (!f.q.empty()) {
     std::string any;
     for (const char* col : {"run_id", "task", "host", "command", "tags"}) {
       // SQLite's LIKE is ASCII case-insensitive; MySQL's follows the column's collation, so LOWER on both sides.

@@ -71,6 +71,28 @@ struct RunsSql {
   std::string order_by;         // " ORDER BY ..."
   std::vector<SqlParam> params; // for the '?' of `where`, in order
 };
-RunsSql runs_sql(const RunsFilter& filter, SqlDialect dialect);
+// `run_tags`: true when the store's run_tags table holds every run (see run_tag_rows); the tag, user, method and q
+// filters are then index lookups on it instead of reading every run's tags and summary.
+// `scan_by_start` (SQLite, with run_tags): the run_tags terms are tests of each run met in start order instead of
+// the runs to fetch: for a page in start order when many runs pass (the first page is found after a few hundred
+// runs, where fetching every run that passes and sorting them costs as many lookups as runs pass).
+RunsSql runs_sql(const RunsFilter& filter, SqlDialect dialect, bool run_tags = false, bool scan_by_start = false);
+// Whether the filter has one that run_tags answers (so a store need not be asked whether it can).
+inline bool reads_tags(const RunsFilter& f) {
+  return !f.user.empty() || !f.tags.empty() || !f.method.empty() || !f.q.empty();
+}
+
+// issue 35: the rows a SQL store keeps in its table run_tags (run_id, tag_key, tag_value), indexed on (tag_key,
+// tag_value, run_id), rewritten with the run's row by every writer. One row per tag whose key a filter can name (the
+// value as run_matches compares it: a string as it is, anything else as JSON spells it), the run's method word under
+// kRunTagsMethodKey and its searchable text under kRunTagsTextKey. Those two keys start with '@', which no tag key
+// a filter accepts can hold (valid_tag_key), so they never meet a tag.
+inline constexpr std::string_view kRunTagsMethodKey = "@method";
+inline constexpr std::string_view kRunTagsTextKey = "@q";
+struct RunTagRow {
+  std::string key;
+  std::string value;
+};
+std::vector<RunTagRow> run_tag_rows(const RunInfo& run);
 
 } // namespace wattscope

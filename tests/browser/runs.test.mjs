@@ -3,7 +3,7 @@
 // filter, sort, paginate, open a run, back/forward, a Slurm job's page, the compare link; no plotly.js on /runs.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, copyFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -14,16 +14,33 @@ const GEN = process.env.WATTSCOPE_GEN_RUNS;
 assert.ok(WS && GEN, 'WATTSCOPE_BINARY and WATTSCOPE_GEN_RUNS must be set (ctest sets them)');
 const N = 10000;
 const dir = mkdtempSync(join(tmpdir(), 'wattscope-runs-'));
-let serve, base, browser;
+let serve, base, browser, mariadb, store = join(dir, 'runs.db');
+// browser.runs_mariadb: the same test with the runs in a private MariaDB (tests/support/mariadb_main.cpp), started
+// here and stopped when its standard input closes.
+const MARIADB = process.env.WATTSCOPE_TEST_MARIADB;
+
+async function startMariaDb() {
+  mariadb = spawn(MARIADB, [], { stdio: ['pipe', 'pipe', 'inherit'] });
+  return new Promise((resolve, reject) => {
+    let out = '';
+    mariadb.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/^(mysql:\/\/\S+)\n/);
+      if (m) resolve(m[1]);
+    });
+    mariadb.on('exit', (code) => reject(new Error(`wattscope_test_mariadb exited ${code}`)));
+  });
+}
 
 // The generator's formulas (runs_generator.hpp), for the expected figures.
 const energyOf = (i) => (i % 25 === 24 ? null : 100 + ((7919 * i) % 10000) / 10);
 const id = (i) => 'gen-' + String(i).padStart(6, '0');
 
 before(async () => {
-  const g = spawnSync(GEN, [join(dir, 'runs.db'), String(N)], { encoding: 'utf8' });
+  if (MARIADB) store = await startMariaDb();
+  const g = spawnSync(GEN, [store, String(N)], { encoding: 'utf8' });
   assert.equal(g.status, 0, g.stderr);
-  ({ serve, base } = await startServe(WS, ['--listen', '127.0.0.1:0', '--interval', '500ms', '--db', join(dir, 'runs.db')], {
+  ({ serve, base } = await startServe(WS, ['--listen', '127.0.0.1:0', '--interval', '500ms', '--db', store], {
     cwd: dir, env: { ...process.env, WATTSCOPE_NVML_LIBRARY: '/nonexistent/libnvidia-ml.so.1' },
   }));
   browser = await launchChromium();
@@ -31,7 +48,16 @@ before(async () => {
 
 after(async () => {
   if (browser) await browser.close();
-  if (serve) serve.kill('SIGTERM');
+  if (serve) {
+    const gone = new Promise((r) => serve.once('exit', r));
+    serve.kill('SIGTERM');
+    if (MARIADB) await gone; // serve's own run ends in the store before the server stops
+  }
+  if (mariadb) {
+    const gone = new Promise((r) => mariadb.once('exit', r));
+    mariadb.stdin.end();
+    await gone;
+  }
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -53,6 +79,7 @@ const runIds = (page) => page.$$eval('#runs tbody tr', (trs) => trs.map((tr) => 
 const status = (page) => page.textContent('#status');
 
 function shot(page, name) {
+  if (MARIADB) name = 'mariadb-' + name;
   const path = join(dir, name);
   return page.screenshot({ path }).then(() => {
     if (process.env.WATTSCOPE_SCREENSHOT_DIR) copyFileSync(path, join(process.env.WATTSCOPE_SCREENSHOT_DIR, name));

@@ -314,6 +314,86 @@ TEST(RunsQuery, SqliteAnswersTaskAndHostFromAnIndex) {
   EXPECT_NE(plan("SELECT COUNT(*) FROM runs WHERE task = 'task01'").find("runs_by_task_start"), std::string::npos);
 }
 
+// The tag, user, method and search filters read run_tags (one index range each) when it holds every run, and the
+// runs' own JSON when it does not: a store no writer of this version has opened, or one an older wattscope added runs
+// to. Both give the generator's counts; the next writer back-fills the table (the forward migration).
+TEST(RunsQuery, SqliteTagFiltersReadRunTagsAndFallBackWithoutIt) {
+  TempDir dir;
+  const std::string db = dir / "gen.db";
+  const auto spec = wattscope::parse_store(db);
+  generate_runs(spec, kRuns);
+  auto one = [&](const std::string& sql) {
+    const auto rows = query(db, sql);
+    return rows.empty() || !rows[0][0] ? std::string() : *rows[0][0];
+  };
+  auto exec = [&](const std::string& sql) {
+    sqlite3* h = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &h), SQLITE_OK);
+    EXPECT_EQ(sqlite3_exec(h, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+    sqlite3_close(h);
+  };
+  auto total = [&](const std::string& q) { return wattscope::open_reader(spec)->runs_query(parsed(q), 0, 10).total; };
+  EXPECT_EQ(one("SELECT COUNT(*) FROM run_tags WHERE tag_key = '@method'"), "600");
+  EXPECT_EQ(one("SELECT tag_value FROM run_tags WHERE run_id = 'gen-000003' AND tag_key = 'seed'"), "3");
+  EXPECT_EQ(one("SELECT tag_value FROM run_tags WHERE run_id = 'gen-000002' AND tag_key = '@method'"), "mixed");
+  // Each filter is a search of run_tags_by_value, not a scan.
+  for (const char* q : {"tag=slurm_job_id%3D5010", "user=user3", "method=counter", "q=DONE_X"}) {
+    const auto sql = wattscope::runs_sql(parsed(q), wattscope::SqlDialect::Sqlite, true);
+    std::string explain = "EXPLAIN QUERY PLAN SELECT COUNT(*) FROM runs" + sql.where;
+    for (const auto& p : sql.params) {
+      const auto pos = explain.find('?');
+      ASSERT_NE(pos, std::string::npos);
+      const auto& text = std::get<std::string>(p);
+      explain.replace(pos, 1, "'" + text + "'");
+    }
+    std::string plan;
+    for (const auto& row : query(db, explain))
+      plan += (row.back() ? *row.back() : std::string()) + "\n";
+    EXPECT_NE(plan.find("SEARCH run_tags USING COVERING INDEX run_tags_by_value"), std::string::npos) << q << plan;
+  }
+  expect_filters(spec, kRuns);
+  // The reader answers from run_tags: a value changed there alone is what the filter finds.
+  exec("UPDATE run_tags SET tag_value = 'zzz' WHERE run_id = 'gen-000000' AND tag_key = 'slurm_partition'");
+  EXPECT_EQ(total("tag=slurm_partition%3Dzzz"), 1u);
+  // A run without its rows (as an older wattscope records it): the table no longer answers for every run, and the
+  // filters read the runs' JSON, where no run has that value.
+  exec("DELETE FROM run_tags WHERE run_id = 'gen-000001'");
+  EXPECT_EQ(total("tag=slurm_partition%3Dzzz"), 0u);
+  expect_filters(spec, kRuns);
+  // A store from before run_tags: read as before (serve only reads), then back-filled by its next writer.
+  exec("DROP TABLE run_tags");
+  expect_filters(spec, kRuns);
+  generate_runs(spec, 3, kRuns);
+  EXPECT_EQ(one("SELECT COUNT(*) FROM run_tags WHERE tag_key = '@method'"), std::to_string(kRuns + 3));
+  EXPECT_EQ(total("tag=slurm_job_id%3D5010"), 3u);
+  EXPECT_EQ(total("tag=slurm_job_id%3D" + std::to_string(5000 + kRuns / 3)), 3u) << "the new runs' own rows";
+  exec("UPDATE run_tags SET tag_value = 'zzz' WHERE run_id = 'gen-000000' AND tag_key = 'slurm_partition'");
+  EXPECT_EQ(total("tag=slurm_partition%3Dzzz"), 1u) << "the back-filled table answers again";
+}
+
+// Many runs passing a run_tags filter: the page in start order comes from walking the start index, and is the same
+// page (all runs but run 7 have "python" in their command).
+TEST(RunsQuery, SqliteManyRunsPassingATagFilterPageInStartOrder) {
+  TempDir dir;
+  const auto spec = wattscope::parse_store(dir / "gen.db");
+  generate_runs(spec, 2000);
+  auto reader = wattscope::open_reader(spec);
+  auto ids = [&](const std::string& q, size_t offset) {
+    const auto page = reader->runs_query(parsed(q), offset, 3);
+    std::string out;
+    for (const auto& r : page.runs)
+      out += r.run_id + " ";
+    return std::to_string(page.total) + ": " + out;
+  };
+  EXPECT_EQ(ids("q=PYTHON", 0), "1999: gen-000000 gen-000001 gen-000002 ");
+  EXPECT_EQ(ids("q=PYTHON", 6), "1999: gen-000006 gen-000008 gen-000009 ") << "run 7 runs echo";
+  EXPECT_EQ(ids("q=PYTHON&sort=-start", 1000), "1999: gen-000999 gen-000998 gen-000997 ");
+  // user0: slurm_user of the jobs j = i/3 with j % 7 == 0: j = 0, 7, ..., 665, 96 jobs of 3 runs; the 2nd is 21..23.
+  EXPECT_EQ(ids("user=user0", 3), "288: gen-000021 gen-000022 gen-000023 ");
+  // Partition debug: j % 4 == 0, j = 0, 4, ..., 664, 167 jobs of 3; the rest, 1499 runs, gpu, from run 3 on.
+  EXPECT_EQ(ids("tag=slurm_partition%3Dgpu", 3), "1499: gen-000006 gen-000007 gen-000008 ");
+}
+
 TEST(RunsQuery, CsvScansToTheSameAnswers) {
   TempDir dir;
   const auto spec = wattscope::parse_store("csv:" + dir / "csv");
@@ -329,6 +409,22 @@ TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   expect_filters(spec, kRuns);
+  // Every writer keeps run_tags whole, and the next writer of a store without it back-fills it.
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
+  EXPECT_EQ(db.sql("SELECT tag_value FROM wattscope.run_tags WHERE run_id = 'gen-000003' AND tag_key = 'seed'"), "3\n");
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = 'slurm_partition' AND tag_value = 'GPU'"),
+            "0\n")
+      << "a tag compares exactly (utf8mb4_bin)";
+  // A tag filter that names few runs is answered from run_tags: a value changed there alone is found.
+  db.sql("UPDATE wattscope.run_tags SET tag_value = '5010' WHERE run_id = 'gen-000100' AND tag_key = 'slurm_job_id'");
+  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_job_id%3D5010"), 0, 10).total, 4u);
+  db.sql("DROP TABLE wattscope.run_tags");
+  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_job_id%3D5010"), 0, 10).total, 3u);
+  expect_filters(spec, kRuns);
+  generate_runs(spec, 3, 0);
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = 'slurm_partition' AND tag_value = 'gpu'"),
+            "450\n");
   if (saved)
     ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
   else

@@ -6,11 +6,14 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include "sinks/runs_query.hpp"
 
 namespace wattscope {
 
@@ -85,6 +88,12 @@ public:
     stmts_.push_back(s);
     return s;
   }
+  // One statement per text for the connection's life (prepared once, however often it runs).
+  sqlite3_stmt* cached(const std::string& sql) {
+    auto it = cache_.find(sql);
+    if (it == cache_.end()) it = cache_.emplace(sql, prepare(sql)).first;
+    return it->second;
+  }
   void check(int rc, std::string_view what) {
     if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW)
       throw std::runtime_error(fmt::format("SQLite '{}' {}: {}", path_, what, sqlite3_errmsg(db_)));
@@ -96,6 +105,7 @@ private:
   std::string path_;
   sqlite3* db_ = nullptr;
   std::vector<sqlite3_stmt*> stmts_;
+  std::map<std::string, sqlite3_stmt*> cache_;
 };
 
 // Rows per multi-row INSERT: one statement step amortises the VDBE setup over many rows (+25-40% rows/s here).
@@ -170,6 +180,75 @@ std::vector<std::string> stored_columns(Db& db, std::string_view table) {
   return have;
 }
 
+// issue 35: run_tags (sinks/runs_query.hpp) beside each runs row: the runs table's filters by tag, user, method and
+// search read one index range of it instead of every run's JSON.
+constexpr std::string_view kRunTagsSchema =
+    "CREATE TABLE IF NOT EXISTS run_tags (run_id TEXT NOT NULL, tag_key TEXT NOT NULL, tag_value TEXT NOT NULL);\n"
+    "CREATE INDEX IF NOT EXISTS run_tags_by_value ON run_tags (tag_key, tag_value, run_id);\n"
+    "CREATE INDEX IF NOT EXISTS run_tags_by_run ON run_tags (run_id);";
+// From this many runs passing a run_tags filter, a page in start order walks the start index (runs_query).
+constexpr size_t kScanByStartFrom = 1000;
+// Every run has a row under kRunTagsMethodKey once its writer knew run_tags; a run recorded by an older wattscope has
+// none. Equal counts: the table answers for every run.
+constexpr std::string_view kRunTagsComplete =
+    "SELECT (SELECT COUNT(*) FROM runs) = (SELECT COUNT(*) FROM run_tags WHERE tag_key = '@method')";
+
+// Rewrites a run's rows of run_tags (with its runs row, in the writer's transaction).
+void write_run_tags(Db& db, const RunInfo& run) {
+  sqlite3_stmt* del = db.cached("DELETE FROM run_tags WHERE run_id = ?");
+  sqlite3_stmt* ins = db.cached("INSERT INTO run_tags (run_id, tag_key, tag_value) VALUES (?, ?, ?)");
+  auto step = [&](sqlite3_stmt* st) {
+    const int rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    db.check(rc, "writing run_tags");
+  };
+  sqlite3_bind_text(del, 1, run.run_id.data(), static_cast<int>(run.run_id.size()), SQLITE_TRANSIENT);
+  step(del);
+  for (const auto& row : run_tag_rows(run)) {
+    sqlite3_bind_text(ins, 1, run.run_id.data(), static_cast<int>(run.run_id.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(ins, 2, row.key.data(), static_cast<int>(row.key.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_text(ins, 3, row.value.data(), static_cast<int>(row.value.size()), SQLITE_TRANSIENT);
+    step(ins);
+  }
+}
+
+bool query_true(Db& db, std::string_view sql) {
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db.get(), sql.data(), static_cast<int>(sql.size()), &st, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(st);
+    return false;
+  }
+  const bool yes = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) != 0;
+  sqlite3_finalize(st);
+  return yes;
+}
+
+// A store made before run_tags, or with runs an older wattscope recorded since: their rows are written now (the
+// forward migration, by the next writer).
+void backfill_run_tags(Db& db) {
+  if (query_true(db, kRunTagsComplete)) return;
+  std::vector<RunInfo> missing;
+  sqlite3_stmt* st = nullptr;
+  const std::string sql =
+      fmt::format("SELECT {} FROM runs WHERE run_id NOT IN (SELECT run_id FROM run_tags WHERE tag_key = '@method')",
+                  sqlite_columns(table(TableId::Runs)));
+  if (sqlite3_prepare_v2(db.get(), sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(st);
+    db.check(SQLITE_ERROR, "reading runs for run_tags");
+  }
+  std::vector<Value> row(static_cast<size_t>(sqlite3_column_count(st)));
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    for (size_t i = 0; i < row.size(); ++i)
+      row[i] = column_value(st, static_cast<int>(i));
+    missing.push_back(run_from_row(row));
+  }
+  sqlite3_finalize(st);
+  db.check(rc, "reading runs for run_tags");
+  for (const auto& r : missing)
+    write_run_tags(db, r);
+}
+
 void ensure_schema(Db& db) {
   db.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);");
   check_schema_version(stored_version(db), fmt::format("database '{}'", db.path()));
@@ -189,6 +268,8 @@ void ensure_schema(Db& db) {
     // (their summaries inline) is most of an answer. Older stores get them the next time a run is recorded.
     db.exec("CREATE INDEX IF NOT EXISTS runs_by_task_start ON runs (task, start_ms);\n"
             "CREATE INDEX IF NOT EXISTS runs_by_host_start ON runs (host, start_ms);");
+    db.exec(std::string(kRunTagsSchema));
+    backfill_run_tags(db);
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
   } catch (...) {
@@ -235,6 +316,8 @@ public:
     db_->exec(
         fmt::format("PRAGMA page_size=4096; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; {}", kCachePragma));
     ensure_schema(*db_);
+    begin_run_ = db_->prepare("BEGIN;");
+    commit_run_ = db_->prepare("COMMIT;");
     for (size_t i = 0; i < kTableCount; ++i) {
       const Table& t = all_tables()[i];
       std::string one = "(";
@@ -280,6 +363,11 @@ public:
           sqlite3_reset(insert_[t]);
         }
       }
+      if (const auto& runs = batch.tables[static_cast<size_t>(TableId::Runs)]; !runs.cells.empty()) {
+        const std::span<const Value> cells(runs.cells);
+        for (size_t r = 0; r < runs.rows(); ++r)
+          write_run_tags(*db_, run_from_row(cells.subspan(r * runs.columns(), runs.columns())));
+      }
       step_once(commit_, "COMMIT");
     } catch (...) {
       for (auto* st : insert_)
@@ -304,10 +392,18 @@ private:
     rows.table = TableId::Runs;
     append_run_row(run, rows);
     sqlite3_stmt* st = insert_[static_cast<size_t>(TableId::Runs)];
-    bind_row(*db_, st, rows.cells);
-    int rc = sqlite3_step(st);
-    sqlite3_reset(st);
-    db_->check(rc, "writing the runs row");
+    step_once(begin_run_, "BEGIN");
+    try {
+      bind_row(*db_, st, rows.cells);
+      int rc = sqlite3_step(st);
+      sqlite3_reset(st);
+      db_->check(rc, "writing the runs row");
+      write_run_tags(*db_, run);
+      step_once(commit_run_, "COMMIT");
+    } catch (...) {
+      sqlite3_exec(db_->get(), "ROLLBACK;", nullptr, nullptr, nullptr);
+      throw;
+    }
   }
 
   std::string path_;
@@ -317,6 +413,8 @@ private:
   std::array<std::string, kTableCount> many_sql_;
   sqlite3_stmt* begin_ = nullptr;
   sqlite3_stmt* commit_ = nullptr;
+  sqlite3_stmt* begin_run_ = nullptr;
+  sqlite3_stmt* commit_run_ = nullptr;
 };
 
 class SqliteReader final : public StoreReader {
@@ -358,11 +456,18 @@ public:
     const bool no_work = columns_[static_cast<size_t>(TableId::Work)]->empty() && table_may_be_absent(TableId::Work);
     RunsFilter f = filter;
     if (no_work && f.sort == RunsSortKey::JPerUnit) f.sort = RunsSortKey::Start; // an older store: no run has it
-    const RunsSql sql = runs_sql(f, SqlDialect::Sqlite);
+    // run_tags when it answers for every run; else (a store no writer of this version has opened since, or one an
+    // older wattscope added runs to) the filters read the runs' own JSON, as they did before it.
+    const bool indexed = reads_tags(f) && query_true(*db_, kRunTagsComplete);
+    RunsSql sql = runs_sql(f, SqlDialect::Sqlite, indexed);
     RunsPage page;
     query_params("SELECT COUNT(*) FROM runs" + sql.where, sql.params, [&](std::span<const Value> row) {
       if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
     });
+    // Many runs pass (at 100,000 runs, method=mixed: 24,000): a page in start order is found by walking the start
+    // index (6 ms) rather than fetching all that pass and sorting them (29 ms). Few pass (a Slurm job): fetch them.
+    if (indexed && f.sort == RunsSortKey::Start && page.total >= kScanByStartFrom)
+      sql = runs_sql(f, SqlDialect::Sqlite, true, true);
     query_params(fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), sql.where,
                              sql.order_by, limit, offset),
                  sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
