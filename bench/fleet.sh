@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Fleet figures (issue 18, point 6), printed for the README:
-#   1. what one MariaDB takes from 100 nodes x 8 GPUs writing at 1 s as `serve --db mysql://...` does
+# Fleet figures (issue 18, point 6; issue 33), printed for the README:
+#   1. what one MariaDB takes from 300 nodes x 8 GPUs writing at 1 s as `serve --db mysql://...` does
 #      (bench/fleet_mysql.cpp, through wattscope's own MySQL store and writer), against a private server with
-#      Debian's defaults (fsync at every commit) and a 512 MiB buffer pool;
+#      Debian's defaults (fsync at every commit) and a 512 MiB buffer pool, with per-core rows at the process-scan
+#      period (issue 33), and beside it, in the same run, the bytes per node-day of a few nodes storing per-core rows
+#      every tick as before (FLEET_BASELINE_NODES, 0 for none);
 #   2. /metrics per node: its size and scrape time with 8 simulated GPUs and 200 processes (bench/metrics_size.py).
-# FLEET_NODES (100), FLEET_SECONDS (60), FLEET_CPUS (224, a DGX H100's logical CPUs), FLEET_SPEEDUPS (1.5,2,3,4,6,8).
+# FLEET_NODES (300), FLEET_SECONDS (60), FLEET_CPUS (224, a DGX H100's logical CPUs), FLEET_SPEEDUPS (1.5,2,3),
+# FLEET_PER_CORE (period | every-tick | off), FLEET_BASELINE_NODES (30), FLEET_BASELINE_SECONDS (30),
+# FLEET_PLAIN_TABLES (no; yes: the fleet's tables uncompressed too, to see what compression costs and saves).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release wattscope wattscope_bench_fleet >/dev/null
@@ -24,16 +28,19 @@ mariadb-install-db --no-defaults --datadir="$mdb/data" --auth-root-authenticatio
   --tmpdir="$mdb/tmp" "${userflag[@]}" >/dev/null
 port=$((20000 + $$ % 20000))
 mariadbd --no-defaults --datadir="$mdb/data" --socket="$mdb/sock" --port=$port --bind-address=127.0.0.1 \
-  --tmpdir="$mdb/tmp" --log-error="$mdb/error.log" --innodb-buffer-pool-size=512M --max-connections=400 \
+  --tmpdir="$mdb/tmp" --log-error="$mdb/error.log" --innodb-buffer-pool-size=512M --max-connections=600 \
   "${userflag[@]}" &
 mpid=$!
 for _ in $(seq 100); do mariadb --no-defaults -uroot -S "$mdb/sock" -e "SELECT 1" >/dev/null 2>&1 && break; sleep 0.1; done
 mariadb --no-defaults -uroot -S "$mdb/sock" -e "CREATE USER 'ws'@'127.0.0.1' IDENTIFIED BY 'bench';
-  GRANT ALL ON *.* TO 'ws'@'127.0.0.1'; CREATE DATABASE wattscope CHARACTER SET utf8mb4;"
+  GRANT ALL ON *.* TO 'ws'@'127.0.0.1'; CREATE DATABASE wattscope CHARACTER SET utf8mb4;
+  CREATE DATABASE wattscope_before CHARACTER SET utf8mb4;"
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
 WATTSCOPE_MYSQL_PASSWORD=bench WATTSCOPE_SPILL_DIR="$out/spill" build/bench/wattscope_bench_fleet \
-  --url "mysql://ws@127.0.0.1:$port/wattscope" --server-pid "$mpid" --nodes "${FLEET_NODES:-100}" \
-  --seconds "${FLEET_SECONDS:-60}" --cpus "${FLEET_CPUS:-224}" --speedups "${FLEET_SPEEDUPS:-1.5,2,3,4,6,8}"
+  --url "mysql://ws@127.0.0.1:$port/wattscope" --server-pid "$mpid" --nodes "${FLEET_NODES:-300}" \
+  --seconds "${FLEET_SECONDS:-60}" --cpus "${FLEET_CPUS:-224}" --speedups "${FLEET_SPEEDUPS:-1.5,2,3}" \
+  --per-core "${FLEET_PER_CORE:-period}" --baseline-nodes "${FLEET_BASELINE_NODES:-30}" \
+  --baseline-seconds "${FLEET_BASELINE_SECONDS:-30}" --plain-tables "${FLEET_PLAIN_TABLES:-no}"
 echo "data directory on disk after the run: $(du -sh "$mdb/data" | cut -f1)"
 kill -KILL "$mpid"; wait "$mpid" 2>/dev/null || true
 mpid=

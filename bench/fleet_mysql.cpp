@@ -2,10 +2,13 @@
 // mysql://...` (or `record`) does at 1 s. Each simulated node is what a real one runs: its own connection and run
 // (wattscope's MySQL sink, make_mysql_sink), its own writer thread batching frames into one transaction per commit
 // (SinkWriter, as --commit-every 1s, the default, does), and the rows append_frame_rows makes of each frame: a
-// cpu_samples row, the RAPL zones, one row per logical CPU, one per GPU, and every --process-interval (5 s under
-// serve) the top processes' samples and their GPU rows. Only the frames are made up; every statement is the store's.
+// cpu_samples row, the RAPL zones, one per GPU, every --process-interval (5 s under serve) the top processes' samples
+// and their GPU rows, and one row per logical CPU at the same period (issue 33: the default; every tick with
+// --per-core every-tick, as wattscope did before). Only the frames are made up; every statement is the store's.
 //
 // Phases, in one run so that each figure has its baseline beside it:
+//   0. (--baseline-nodes, default 30) a few nodes storing per-core rows every tick, as before issue 33, for the
+//      database's growth per node-day then, printed beside the fleet's;
 //   1. one node alone at 1 s (the commit latency of an unloaded server);
 //   2. the fleet at 1 s for --seconds (rows/s sustained against rows/s offered, commit latency against phase 1, the
 //      server's CPU, the database's growth per node-day);
@@ -15,6 +18,7 @@
 // Usage (bench/fleet.sh starts a private server and passes these):
 //   WATTSCOPE_MYSQL_PASSWORD=... wattscope_bench_fleet --url mysql://ws@127.0.0.1:PORT/wattscope --server-pid PID
 //       [--nodes 100] [--gpus 8] [--cpus 224] [--seconds 60] [--speedups 1.5,2,3,4,6,8]
+//       [--per-core period|every-tick|off] [--baseline-nodes 30] [--baseline-seconds 30] [--plain-tables yes|no]
 #include <mysql.h>
 #include <sys/resource.h>
 
@@ -61,6 +65,12 @@ struct Options {
   int process_every = 5; // serve's --process-interval, in ticks at 1 s
   double seconds = 60;
   std::vector<double> speedups = {1.5, 2, 3, 4, 6, 8};
+  std::string per_core = "period"; // issue 33: per-core rows every process_every ticks (period), every tick, or off
+  int baseline_nodes = 30;         // 0: no baseline phase
+  bool plain_tables = false;       // --plain-tables: the fleet's tables uncompressed too (what compression buys)
+  double baseline_seconds = 30;
+  // Ticks between per-core rows: 1 every tick, process_every at the scan period, 0 none.
+  int per_core_every() const { return per_core == "every-tick" ? 1 : per_core == "off" ? 0 : process_every; }
 };
 
 // Commit latency: every Sink::write is one transaction of one batch (SinkWriter::try_commit).
@@ -123,6 +133,26 @@ double own_cpu_seconds() {
          static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
+// Runs `sql` (statements separated by ";\n") on the database of `url`.
+void exec_all(const MysqlUrl& url, const std::string& sql) {
+  MYSQL* c = mysql_init(nullptr);
+  const char* pw = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
+  if (!mysql_real_connect(c, url.host.empty() ? nullptr : url.host.c_str(), url.user.c_str(), pw, url.database.c_str(),
+                          url.port, url.socket.empty() ? nullptr : url.socket.c_str(), 0)) {
+    std::string e = mysql_error(c);
+    mysql_close(c);
+    throw std::runtime_error("cannot connect to " + url.text() + ": " + e);
+  }
+  size_t at = 0;
+  for (size_t end; (end = sql.find(";\n", at)) != std::string::npos; at = end + 2)
+    if (mysql_real_query(c, sql.data() + at, end - at) != 0) {
+      std::string e = mysql_error(c);
+      mysql_close(c);
+      throw std::runtime_error(e);
+    }
+  mysql_close(c);
+}
+
 // The schema's bytes (data + indexes) per table, from InnoDB's statistics refreshed by ANALYZE TABLE.
 std::map<std::string, double> table_bytes(const MysqlUrl& url) {
   MYSQL* c = mysql_init(nullptr);
@@ -160,7 +190,8 @@ std::map<std::string, double> table_bytes(const MysqlUrl& url) {
 // One node's frames: its GPUs, its CPUs, its RAPL zones, and every process_every-th tick a process scan.
 class Node {
 public:
-  Node(int index, const Options& o, const MysqlUrl& url, Latencies& lat) : o_(o), index_(index) {
+  Node(int index, const Options& o, const MysqlUrl& url, Latencies& lat, int per_core_every)
+      : o_(o), index_(index), per_core_every_(per_core_every) {
     auto devs = std::make_shared<std::vector<GpuDevice>>();
     for (int g = 0; g < o.gpus; ++g) {
       GpuDevice d;
@@ -202,6 +233,7 @@ public:
     f->cpu.core_util_pct.reserve(static_cast<size_t>(o_.cpus));
     for (int c = 0; c < o_.cpus; ++c)
       f->cpu.core_util_pct.emplace_back(std::fmod(37.0 * c + 11.0 * static_cast<double>(t), 100.0));
+    f->cpu.core_rows = per_core_every_ > 0 && t % per_core_every_ == 0;
     static constexpr std::string_view kZones[] = {"package", "core", "dram"};
     static constexpr std::string_view kDomains[] = {"intel-rapl:0", "intel-rapl:0:0", "intel-rapl:0:1",
                                                     "intel-rapl:1", "intel-rapl:1:0", "intel-rapl:1:1"};
@@ -229,8 +261,11 @@ public:
     }
     if (t == 0) f->device_rows = *devices_;
     if (t % o_.process_every == 0) f->processes = scan(t);
-    made_ += static_cast<int64_t>(1 + f->cpu.zones.size() + f->cpu.core_util_pct.size() + f->gpus.size());
-    if (f->processes) made_ += static_cast<int64_t>(f->processes->procs.size() + f->processes->gpu_procs.size());
+    made_ += static_cast<int64_t>(1 + f->cpu.zones.size() + (f->cpu.core_rows ? f->cpu.core_util_pct.size() : 0) +
+                                  f->gpus.size());
+    if (f->processes) // the writer counts the processes rows too
+      made_ +=
+          static_cast<int64_t>(f->processes->procs.size() + f->processes->gpu_procs.size() + f->processes->rows.size());
     writer_->push(std::move(f));
   }
 
@@ -294,6 +329,7 @@ private:
 
   const Options& o_;
   int index_;
+  int per_core_every_;
   RunInfo run_;
   std::shared_ptr<const std::vector<GpuDevice>> devices_;
   std::unique_ptr<SinkWriter> writer_;
@@ -389,24 +425,73 @@ int main(int argc, char** argv) try {
       o.seconds = std::stod(v);
     else if (k == "--speedups")
       o.speedups = parse_list(v);
+    else if (k == "--per-core" && (v == "period" || v == "every-tick" || v == "off"))
+      o.per_core = v;
+    else if (k == "--plain-tables" && (v == "yes" || v == "no"))
+      o.plain_tables = v == "yes";
+    else if (k == "--baseline-nodes")
+      o.baseline_nodes = std::stoi(v);
+    else if (k == "--baseline-seconds")
+      o.baseline_seconds = std::stod(v);
     else
       throw std::invalid_argument("unknown option " + k);
   }
   if (o.url.empty()) throw std::invalid_argument("--url mysql://USER@HOST:PORT/DB is required");
   const MysqlUrl url = parse_mysql_url(o.url);
-  const double rows_per_tick_avg =
-      1 + o.zones + o.cpus + o.gpus + static_cast<double>(o.top + o.gpus) / o.process_every;
+  const int every = o.per_core_every();
+  const double rows_per_tick_avg = 1 + o.zones + o.gpus + (every ? static_cast<double>(o.cpus) / every : 0) +
+                                   static_cast<double>(o.top + o.gpus) / o.process_every;
   fmt::print("fleet: {} nodes x {} GPUs at 1 s into {} (each: its own connection, run and writer thread, commit "
-             "every 1 s)\nper node and tick: 1 cpu_samples + {} RAPL zones + {} cpu_core_samples + {} gpu_samples "
-             "rows, and every {} s {} process_samples + {} process_gpu_samples: {:.1f} rows/s per node on average\n",
-             o.nodes, o.gpus, url.text(), o.zones, o.cpus, o.gpus, o.process_every, o.top, o.gpus, rows_per_tick_avg);
+             "every 1 s)\nper node and tick: 1 cpu_samples + {} RAPL zones + {} gpu_samples rows; every {} s {} "
+             "process_samples + {} process_gpu_samples; {} cpu_core_samples {}: {:.1f} rows/s per node on average\n",
+             o.nodes, o.gpus, url.text(), o.zones, o.gpus, o.process_every, o.top, o.gpus, o.cpus,
+             every == 1 ? "every tick"
+             : every    ? fmt::format("every {} s (the process-scan period)", every)
+                        : "never",
+             rows_per_tick_avg);
 
   Latencies lat;
+  if (o.plain_tables) exec_all(url, mysql_schema_sql(/*compress=*/false));
   const auto size0 = table_bytes(url);
+
+  // 0. Before issue 33: per-core rows every tick into plain tables, in a database of its own (DB_before, which
+  // fleet.sh creates) so that neither window's growth counts the other's. Only the growth per node-day is taken.
+  double baseline_gb_per_node_day = NAN;
+  std::string baseline_per_table;
+  if (o.baseline_nodes > 0) {
+    MysqlUrl before = url;
+    before.database += "_before";
+    exec_all(before, mysql_schema_sql(/*compress=*/false));
+    std::vector<std::unique_ptr<Node>> old;
+    for (int i = 0; i < o.baseline_nodes; ++i)
+      old.push_back(std::make_unique<Node>(20000 + i, o, before, lat, 1));
+    drive(old, 1, 3, o.server_pid);
+    settle(old);
+    const auto b1 = table_bytes(before);
+    const Window bw = drive(old, 1, o.baseline_seconds, o.server_pid);
+    settle(old);
+    const auto b2 = table_bytes(before);
+    const double node_days = bw.seconds * o.baseline_nodes / 86400;
+    double grown = 0;
+    for (const auto& [t, b] : b2) {
+      const double d = b - (b1.count(t) ? b1.at(t) : 0);
+      grown += d;
+      if (d > 0) baseline_per_table += fmt::format(" {} {:.1f} MB;", t, d / 1e6 / node_days);
+    }
+    baseline_gb_per_node_day = grown / 1e9 / node_days;
+    fmt::print(
+        "\n== before issue 33 (per-core rows every tick, plain tables): {} nodes for {:.0f} s: {} of {} rows stored; "
+        "database growth {:.2f} GB per node-day\n  per table and node-day:{}\n",
+        o.baseline_nodes, bw.seconds, bw.rows_stored, bw.rows_made, baseline_gb_per_node_day, baseline_per_table);
+    for (auto& n : old)
+      n->finish(SteadyClock::now() + std::chrono::seconds(60));
+    lat.take();
+    std::fflush(stdout);
+  }
 
   // 1. One node alone.
   std::vector<std::unique_ptr<Node>> one;
-  one.push_back(std::make_unique<Node>(9999, o, url, lat));
+  one.push_back(std::make_unique<Node>(9999, o, url, lat, every));
   drive(one, 1, 10, o.server_pid);
   one[0]->finish(SteadyClock::now() + std::chrono::seconds(30));
   const auto lat_one = lat.take();
@@ -414,19 +499,27 @@ int main(int argc, char** argv) try {
   // 2. The fleet at 1 s.
   std::vector<std::unique_ptr<Node>> nodes;
   for (int i = 0; i < o.nodes; ++i)
-    nodes.push_back(std::make_unique<Node>(i, o, url, lat));
+    nodes.push_back(std::make_unique<Node>(i, o, url, lat, every));
   drive(nodes, 1, 3, o.server_pid); // warm-up: first commits, gpu_devices and processes rows
   settle(nodes);                    // its backlog stored before the window opens
   lat.take();
   const auto size1 = table_bytes(url);
   const Window w = drive(nodes, 1, o.seconds, o.server_pid);
   const auto lat_fleet = lat.take();
+  settle(nodes); // every row of the window stored before its size is taken (the baseline's was too)
+  int64_t all_made = 0, all_stored = 0; // since each node began, warm-up included
+  for (auto& n : nodes) {
+    all_made += n->rows_made();
+    all_stored += n->rows_written();
+  }
   const auto size2 = table_bytes(url);
   const double offered = static_cast<double>(w.rows_made) / w.seconds;
   const double stored = static_cast<double>(w.rows_stored) / w.seconds;
   fmt::print("\n== {} nodes at 1 s for {:.0f} s\n", o.nodes, w.seconds);
-  fmt::print("rows/s offered {:.0f}, stored {:.0f}: {:.3f}x of what the fleet produces\n", offered, stored,
-             stored / offered);
+  fmt::print("rows/s offered {:.0f}, stored {:.0f}: {:.3f}x of what the fleet produces; {} rows made in the window, "
+             "every row stored {}\n",
+             offered, stored, stored / offered, w.rows_made,
+             all_stored == all_made ? "(checked once the writers settled)" : "NOT: rows missing");
   fmt::print("commit latency (one transaction of a node's batch): p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms over {} "
              "commits; one node alone: p50 {:.1f} ms, p99 {:.1f} ms: p50 {:.2f}x, p99 {:.2f}x\n",
              percentile(lat_fleet, 50), percentile(lat_fleet, 99), percentile(lat_fleet, 100), lat_fleet.size(),
@@ -446,8 +539,14 @@ int main(int argc, char** argv) try {
   const double node_days = w.seconds * o.nodes / 86400;
   fmt::print("database growth: {:.1f} MB in this window ({:.0f} bytes per row stored, indexes included): {:.2f} GB "
              "per node-day, {:.0f} GB a day for the fleet\n  per table and node-day:{}\n",
-             grown / 1e6, grown / static_cast<double>(w.rows_stored), grown / 1e9 / node_days,
+             grown / 1e6, grown / static_cast<double>(w.rows_made), grown / 1e9 / node_days,
              grown / 1e9 / node_days * o.nodes, per_table);
+  if (o.baseline_nodes > 0)
+    fmt::print("bytes per node-day, same run: before issue 33 (per-core every tick) {:.3f} GB, now ({}) {:.3f} GB: "
+               "{:.3f}x ({})\n",
+               baseline_gb_per_node_day, o.per_core, grown / 1e9 / node_days,
+               grown / 1e9 / node_days / baseline_gb_per_node_day,
+               grown / 1e9 / node_days <= baseline_gb_per_node_day / 3 ? "at most a third" : "MORE than a third");
   (void)size0;
 
   std::fflush(stdout);

@@ -56,6 +56,7 @@ H100_COSTS = {
     "nvmlDeviceGetTotalEnergyConsumption": {"cpu": 2800},
     "nvmlDeviceGetMemoryInfo_v2": 5,
     "nvmlDeviceGetCurrPcieLinkWidth": 25,
+    "nvmlDeviceGetFanSpeed": 136,  # issue 33: measured on the same H100 (docs/nvidia.md)
     "nvmlDeviceGetComputeRunningProcesses_v3": 8,
     "nvmlDeviceGetGraphicsRunningProcesses_v3": 8,
     # The process scan's utilisation samples: 2.7 ms of CPU with no process on the GPU, 1.5 ms with one (measured
@@ -128,6 +129,8 @@ def main():
     ap.add_argument("--intervals", default="1000,100,10", help="milliseconds, comma-separated")
     ap.add_argument("--real", action="store_true", help="the machine's NVML and GPUs, not the fake")
     ap.add_argument("--python", default="/usr/bin/python3", help="interpreter for bench/pymon.py (needs psutil)")
+    ap.add_argument("--programs", default="wattscope,ws-devices,floor,python",
+                    help="which to run, comma-separated (the floor always runs: the ratios are against it)")
     args = ap.parse_args()
     wanted = {int(x) for x in args.intervals.split(",")}
     tmp = tempfile.mkdtemp(prefix="wattscope-overhead-")
@@ -152,6 +155,8 @@ def main():
         "python": lambda ms, s, tag: [args.python, os.path.join(ROOT, "bench", "pymon.py"), str(ms), str(s),
                                       os.path.join(tmp, f"{tag}.csv")],
     }
+    keep = set(args.programs.split(",")) | {"floor"}
+    programs = {name: argv for name, argv in programs.items() if name in keep}
     gpus = "the machine's own GPUs through its NVML" if args.real else \
         f"{args.gpus} simulated GPUs{' with driver-like call costs' if args.driver_like else ''}"
     print(f"{gpus}; "

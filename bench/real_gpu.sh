@@ -77,6 +77,6 @@ curl -fsS http://127.0.0.1:9477/api/v1/current > "$out/current.json"
 kill -TERM $srv; wait $srv
 
 step "overhead: record against the floor and a Python monitor on the real NVML"
-"$py" bench/overhead.py --real --build "$bin" --python "$py" --intervals "${OVERHEAD_INTERVALS:-1000,100,10}" \
+[ "${OVERHEAD_INTERVALS:-}" = none ] || "$py" bench/overhead.py --real --build "$bin" --python "$py" --intervals "${OVERHEAD_INTERVALS:-1000,100,10}" \
   --scale "${OVERHEAD_SCALE:-0.5}" --rounds "${OVERHEAD_ROUNDS:-2}" | tee "$out/overhead.txt"
 step "done"

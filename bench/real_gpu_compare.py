@@ -4,8 +4,9 @@
 
     real_gpu_compare.py RUN.db REF.csv [SMI.csv]
 
-Prints, per phase and for the whole run: wattscope's energy (the counter difference between the ticks that bracket
-the phase) against the reference counter's rise over the same two instants (interpolated between its readings), and
+Prints, for the whole run (between its first and last stored ticks) and per phase (between the phase's own start and
+end, the marker times: issue 29), wattscope's energy against the reference counter's rise over the same two instants
+(interpolated between its readings, every 100 ms), and
 the mean power of both; then, sample by sample, the difference between wattscope's power, utilisation, memory,
 temperature and SM clock and the reference reading nearest in time; then the energy attributed to processes.
 """
@@ -68,15 +69,16 @@ def main():
         print(f"\ngpu{g}: energy, wattscope against the reference counter over the same instants")
         print(f"{'phase':>10} {'seconds':>8} {'wattscope J':>12} {'reference J':>12} {'diff':>7} "
               f"{'mean W':>8} {'ref W':>8}")
-        spans = [("run", samples[0]["tick"], samples[-1]["tick"], samples[-1]["energy_j"] - samples[0]["energy_j"])]
+        spans = [("run", tick_ts[samples[0]["tick"]], tick_ts[samples[-1]["tick"]],
+                  samples[-1]["energy_j"] - samples[0]["energy_j"])]
         for p in db.execute("SELECT * FROM phases WHERE run_id=? ORDER BY phase_id", (run_id,)):
             dev_e = json.loads(p["device_energy_j"] or "{}").get(f"gpu{g}")
-            spans.append((p["name"], p["start_tick"], p["end_tick"], dev_e))
-        for name, t0, t1, ws_j in spans:
-            if t0 not in tick_ts or t1 not in tick_ts or ws_j is None:
-                print(f"{name:>10}  (ticks {t0}..{t1} not both stored)")
+            end = p["end_ms"] / 1000 if p["end_ms"] is not None else None
+            spans.append((p["name"], p["start_ms"] / 1000, end, dev_e))
+        for name, a, b, ws_j in spans:
+            if b is None or ws_j is None:
+                print(f"{name:>10}  (not closed, or no energy for this GPU)")
                 continue
-            a, b = tick_ts[t0], tick_ts[t1]
             r0, r1 = interp_energy_j(rrows, a), interp_energy_j(rrows, b)
             if r0 is None or r1 is None:
                 print(f"{name:>10}  (outside the reference's readings)")

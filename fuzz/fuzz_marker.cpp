@@ -31,6 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(m.unit.size() <= kMaxWorkUnitBytes && printable(m.unit));
   if (m.kind == Marker::Kind::Begin || m.kind == Marker::Kind::Point) FUZZ_CHECK(!m.name.empty());
   if (m.kind == Marker::Kind::Work) FUZZ_CHECK(std::isfinite(m.amount) && m.amount >= 0 && !m.unit.empty());
+  if (m.total) FUZZ_CHECK(m.kind == Marker::Kind::Work && std::isfinite(*m.total) && *m.total >= 0);
   if (m.index) FUZZ_CHECK(*m.index >= 0);
   if (m.parameters) FUZZ_CHECK(*m.parameters >= 0);
   if (m.flops) FUZZ_CHECK(std::isfinite(*m.flops) && *m.flops >= 0);
@@ -40,5 +41,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Marker back = parse_marker(std::string_view(again).substr(0, again.size() - 1));
   FUZZ_CHECK(back.kind == m.kind && back.name == m.name && back.index == m.index && back.unit == m.unit);
   FUZZ_CHECK(back.amount == m.amount && back.parameters == m.parameters && back.flops == m.flops);
+  FUZZ_CHECK(back.total == m.total);
   return 0;
 }

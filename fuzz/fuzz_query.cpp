@@ -36,6 +36,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     FUZZ_CHECK(std::get<query::Error>(h).message.size() <= 512);
     FUZZ_CHECK(no_controls(std::get<query::Error>(h).message));
   }
+  // issue 35: /api/v1/runs's filters. Whatever the bytes: bounded counts and sizes, keys that cannot leave a JSON
+  // path, a range that is not empty.
+  const auto runs = query::parse_runs_list(raw);
+  if (const auto* q = std::get_if<query::RunsListQuery>(&runs)) {
+    FUZZ_CHECK(q->limit >= 1 && q->limit <= query::kMaxRunsLimit);
+    FUZZ_CHECK(q->filter.tags.size() <= query::kMaxRunTags);
+    for (const auto& [k, v] : q->filter.tags) {
+      FUZZ_CHECK(valid_tag_key(k));
+      FUZZ_CHECK(v.size() <= query::kMaxRunsValue);
+    }
+    FUZZ_CHECK(q->filter.task.size() <= query::kMaxRunsValue && q->filter.q.size() <= query::kMaxRunsValue);
+    if (q->filter.from_ms && q->filter.to_ms) FUZZ_CHECK(*q->filter.from_ms < *q->filter.to_ms);
+  } else {
+    FUZZ_CHECK(std::get<query::Error>(runs).message.size() <= 512);
+    FUZZ_CHECK(no_controls(std::get<query::Error>(runs).message));
+  }
+  query::parse_time_ms(raw);
   const std::string shown = query::printable(raw);
   for (char c : shown)
     FUZZ_CHECK(c >= 0x20 && c < 0x7f);

@@ -373,3 +373,47 @@ def test_describe_model_and_count_with_a_real_torch_module(listener):
     sizes = [len(x) for x, _ in wattscope.count(loader)]
     assert sizes == [16, 16, 16, 2] and wattscope.flush()
     assert work_total(listener.drain()) == 50
+
+
+# ---- issue 36: a declared total of work (the time and energy to finish are forecast from it)
+@pytest.fixture
+def no_totals():
+    with wattscope._lock:
+        wattscope._totals.clear()
+    yield
+    with wattscope._lock:
+        wattscope._totals.clear()
+
+
+def test_a_declared_total_goes_once_with_the_units_next_line(listener, no_totals):
+    assert wattscope.work(64, total=60000) is True
+    assert wattscope.work(64) is True
+    assert wattscope.work(10, unit="tokens") is True
+    assert wattscope.flush() is True
+    assert listener.read(1) == [
+        {"kind": "work", "amount": 128, "unit": "samples", "total": 60000},
+        {"kind": "work", "amount": 10, "unit": "tokens"},
+    ]
+    # Declared once: later lines carry no total; a new declaration replaces it (the latest wins).
+    wattscope.work(1)
+    wattscope.work(1, total=50000)
+    wattscope.work(1, total=70000)
+    assert wattscope.flush() is True
+    assert listener.read(1) == [{"kind": "work", "amount": 3, "unit": "samples", "total": 70000}]
+
+
+def test_a_total_alone_is_sent_and_survives_a_full_queue(listener, no_totals):
+    listener.fill()
+    assert wattscope.work(0, unit="images", total=1000) is True
+    assert wattscope.flush() is False  # the queue is full: kept for the next send
+    listener.drain()
+    assert wattscope.flush() is True
+    assert listener.read(1) == [{"kind": "work", "amount": 0, "unit": "images", "total": 1000}]
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), 1e19, "60000", True])
+def test_a_bad_total_is_refused_before_sending(listener, no_totals, bad):
+    with pytest.raises(ValueError):
+        wattscope.work(1, total=bad)
+    assert not listener.pending()
+    assert wattscope._totals == {}

@@ -68,6 +68,8 @@ _BOUNDARY_RETRY_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.02)
 # Work is summed here per unit and sent at most every _INTERVAL_S (and before every begin, end, mark and model, and
 # at exit), so a loop that calls work() 100 000 times a second sends ten datagrams a second and loses nothing.
 _pending = {}
+# unit -> the total declared for it (work(..., total=N), issue 36), sent with that unit's next work line.
+_totals = {}
 _last_flush = 0.0
 _wake = threading.Event()
 _flusher = None
@@ -93,8 +95,9 @@ def _socket():
 
 def _after_fork_in_child():
     # The parent's pending work is the parent's to send: a child that sent it too would count it twice.
-    global _lock, _pending, _last_flush, _wake, _flusher, _sock, _sock_pid, _undelivered
+    global _lock, _pending, _totals, _last_flush, _wake, _flusher, _sock, _sock_pid, _undelivered
     _lock = threading.RLock()
+    _totals = {}
     _pending, _last_flush, _wake, _flusher, _sock, _sock_pid, _undelivered = {}, 0.0, threading.Event(), None, None, None, 0
 
 
@@ -133,20 +136,27 @@ def _flush_locked(path, tail=None):
     and the marker after it travel in one datagram, so both arrive or neither does, in that order. Work that could
     not be handed over goes back to pending (sent with the next flush); returns True when everything was delivered.
     Called with _lock held: a flush from the background thread cannot overtake a phase boundary."""
-    global _pending, _last_flush, _undelivered
+    global _pending, _totals, _last_flush, _undelivered
     taken, _pending = _pending, {}
+    totals, _totals = _totals, {}
     _last_flush = time.monotonic()
-    lines = []  # (bytes, unit, amount) for work; (bytes, None, None) for the tail
+    lines = []  # (bytes, unit, amount, total) for work; (bytes, None, None, None) for the tail
     for unit, amount in taken.items():
-        while amount > 0:
+        total = totals.get(unit)
+        # A declared total goes once, on the unit's first line, even with no work beside it.
+        while amount > 0 or total is not None:
             part = amount if amount <= _MAX_AMOUNT else _MAX_AMOUNT
+            message = {"kind": "work", "amount": part, "unit": unit}
+            if total is not None:
+                message["total"] = total
             try:
-                lines.append((_line({"kind": "work", "amount": part, "unit": unit}), unit, part))
+                lines.append((_line(message), unit, part, total))
             except (ValueError, TypeError):  # cannot happen for what work() accepts; never lose the rest over it
                 break
             amount -= part
+            total = None
     if tail is not None:
-        lines.append((tail, None, None))
+        lines.append((tail, None, None, None))
     ok = True
     i = 0
     while i < len(lines):
@@ -163,9 +173,11 @@ def _flush_locked(path, tail=None):
                     break
         if err is not None:
             ok = False
-            for _, unit, amount in lines[i:j]:
+            for _, unit, amount, total in lines[i:j]:
                 if unit is not None:
                     _pending[unit] = _pending.get(unit, 0) + amount
+                    if total is not None:
+                        _totals.setdefault(unit, total)  # unless a newer declaration came meanwhile
                 else:
                     _undelivered += 1
         i = j
@@ -264,9 +276,11 @@ def phase(name, index=None):
     return Phase(name, index)
 
 
-def work(amount, unit="samples"):
+def work(amount, unit="samples", total=None):
     """Work done since the last call, e.g. `wattscope.work(batch_size)` or `wattscope.work(n_tokens, unit="tokens")`.
     wattscope sums it per phase and per run and reports energy per unit (J/sample) and throughput.
+    `total` declares how much of this unit the whole run will do (e.g. `total=epochs * len(dataset)`): wattscope then
+    forecasts the time and energy to finish. Declaring it once is enough; a later declaration replaces it.
 
     Calls are summed here per unit and sent at most every 100 ms (WATTSCOPE_MARKER_INTERVAL_MS), and always before
     a phase begins or ends, a mark, and at exit (or `wattscope.flush()`): a loop may call it per sample without
@@ -276,11 +290,20 @@ def work(amount, unit="samples"):
         raise ValueError("work amount must be a finite number >= 0")
     if not isinstance(unit, str) or not unit:
         raise ValueError("work unit must be a non-empty string such as 'samples' or 'tokens'")
+    if total is not None and (
+        isinstance(total, bool)
+        or not isinstance(total, (int, float))
+        or not math.isfinite(total)
+        or not 0 <= total <= _MAX_AMOUNT
+    ):
+        raise ValueError("work total must be a finite number from 0 to 1e18")
     path = os.environ.get(_ENV)
     if not path:
         return False
     with _lock:
         _pending[unit] = _pending.get(unit, 0) + amount
+        if total is not None:
+            _totals[unit] = total
         if time.monotonic() - _last_flush >= _INTERVAL_S:
             _flush_locked(path)
             if not _pending:

@@ -29,7 +29,7 @@ import urllib.parse
 
 # The store schema this reader knows (src/core/schema.hpp, kSchemaVersion). A store with a newer one is refused, as
 # the binary refuses it: its columns may mean something this reader does not know.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5  # 5: work.total (issue 36), a number: nothing for this reader to change
 
 # Columns that hold text in every store (src/core/schema.cpp, ColType Text); CSV cells of any other column are
 # numbers. tests check this list against schema.cpp, so the two cannot drift apart.

@@ -1,5 +1,6 @@
 #include "accounting/accounting.hpp"
 #include "core/json_opt.hpp"
+#include "core/metrics.hpp"
 
 #include <algorithm>
 
@@ -82,6 +83,15 @@ Accounting::Accounting(std::vector<GpuDevice> devices) {
   }
 }
 
+void Accounting::add_devices(std::vector<GpuDevice> devices) {
+  std::lock_guard lock(mu_);
+  for (auto& d : devices) {
+    GpuSummary g;
+    g.device = std::move(d);
+    summary_.gpus.push_back(std::move(g));
+  }
+}
+
 void Accounting::set_sampling(const SamplingSummary& configured) {
   std::lock_guard lock(mu_);
   auto& s = summary_.sampling;
@@ -104,6 +114,18 @@ void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
     if (st.counter) st.base_uj = st.last_uj = *s.energy_counter_uj;
   }
   if (st.counter) {
+    // issue 33: the instant power's integral since the previous tick (trapezoid), for the ticks between anchors
+    double step_j = -1;
+    if (s.power_w && s.power_instant && st.last_power_w) {
+      const double dt = std::chrono::duration<double>(f.mono - st.last_mono).count();
+      if (dt > 0) step_j = 0.5 * (*s.power_w + *st.last_power_w) * dt;
+    }
+    if (s.power_w && s.power_instant) {
+      st.last_power_w = s.power_w;
+      st.last_mono = f.mono;
+    } else {
+      st.last_power_w.reset(); // a tick without it: no shape across the gap
+    }
     if (s.energy_counter_uj) {
       const int64_t c = *s.energy_counter_uj;
       if (c < st.last_uj) { // driver reload or counter reset: keep what was counted, restart from here
@@ -111,8 +133,38 @@ void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
         st.base_uj = c;
       }
       st.last_uj = c;
+      const double e = static_cast<double>(st.carried_uj + st.last_uj - st.base_uj) / 1e6;
+      // How the counter rose against the power's integral over every anchored stretch so far: the next stretch's
+      // estimate is scaled by it (the two differ by the sensor's calibration). Over the whole run, not the last
+      // stretch: one stretch's ratio mostly measures how a step fell between two ticks, which says nothing of the next.
+      if (step_j >= 0) st.since_anchor_j += step_j;
+      if (st.since_anchor_j > 0 && st.anchor_mono != SteadyClock::time_point{}) {
+        st.integral_j += st.since_anchor_j;
+        const double r = e / st.integral_j; // e: the counter's rise since the run's first reading
+        if (r > 0.5 && r < 2) st.scale = r;
+      }
+      st.anchor_j = e;
+      st.anchor_mono = f.mono;
+      st.since_anchor_j = 0;
+      // The counter itself at every reading; a stretch's estimate that ran ahead of it is held, not taken back (a
+      // stored total never goes down), except on the run's last tick, which is the counter's exactly.
+      s.energy_j = f.last ? e : std::max(e, st.emitted_j);
+      st.emitted_j = *s.energy_j;
+      return;
     }
-    s.energy_j = static_cast<double>(st.carried_uj + st.last_uj - st.base_uj) / 1e6;
+    if (step_j >= 0 && st.anchor_mono != SteadyClock::time_point{}) {
+      st.since_anchor_j += step_j;
+      s.energy_j = std::max(st.emitted_j, st.anchor_j + st.scale * st.since_anchor_j);
+    } else {
+      // No instant power to shape it: the last reading, as old as the anchor (issue 33: its age)
+      s.energy_j = std::max(st.emitted_j, st.anchor_j);
+      if (st.anchor_mono != SteadyClock::time_point{})
+        s.age_ms.emplace_back(
+            static_cast<uint16_t>(GpuMetric::energy_j),
+            static_cast<int32_t>(
+                std::chrono::duration_cast<std::chrono::milliseconds>(f.mono - st.anchor_mono).count()));
+    }
+    st.emitted_j = *s.energy_j;
     return;
   }
   // Trapezoid rule between consecutive answered ticks, on the monotonic clock.
@@ -213,6 +265,16 @@ void Accounting::process(Frame& f) {
       if (g.device.energy_method != "simulated")
         g.device.energy_method = it != energy_.end() && it->second.counter ? "counter" : "integrated";
       f.device_rows.push_back(g.device);
+      g.device_row_sent = true;
+    }
+  } else {
+    for (auto& g : summary_.gpus) {
+      if (g.device_row_sent || g.samples == 0) continue;
+      auto it = energy_.find(g.device.gpu_index);
+      if (g.device.energy_method != "simulated")
+        g.device.energy_method = it != energy_.end() && it->second.counter ? "counter" : "integrated";
+      f.device_rows.push_back(g.device);
+      g.device_row_sent = true;
     }
   }
 }

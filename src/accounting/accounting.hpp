@@ -38,6 +38,7 @@ struct GpuSummary {
   // Integrated devices: the longest step between two power readings the integral spans (adaptive sampling's idle
   // stretches, a stall); 0 for counters.
   double max_integration_step_s = 0;
+  bool device_row_sent = false; // issue 31: its gpu_devices row went out (tick 0, or its first sample if added late)
 };
 
 // Adaptive sampling (issue 18): how the run was sampled when it went idle. Absent from the summary when it was off.
@@ -87,6 +88,9 @@ public:
   // Adaptive sampling is on (issue 18): the summary says how idle stretches were sampled (the configuration part of
   // `sampling`; the counts are accounting's).
   void set_sampling(const SamplingSummary& configured);
+  // Issue 31: GPUs of a source that opened after the run began (a vendor library's init ran beside the command).
+  // Thread-safe; their gpu_devices rows go out with their first sample.
+  void add_devices(std::vector<GpuDevice> devices);
   // Called on the sampler thread for every frame, before the bus.
   void process(Frame& frame);
   // Thread-safe: queue an event for the next frame (start-up notices, sink outages).
@@ -110,6 +114,16 @@ private:
     SteadyClock::time_point last_mono{};
     double integral_j = 0;
     double max_step_s = 0;
+    // ---- issue 33: a counter read on a schedule. At each reading (an anchor) the energy is the counter's; between
+    // two, the anchor plus the instant power's integral since it, scaled by how the counter rose against that
+    // integral over the run so far (integral_j: the power's integral over every anchored stretch), never below what
+    // was already stored.
+    double anchor_j = 0;
+    SteadyClock::time_point anchor_mono{};
+    double since_anchor_j = 0; // power's integral since the anchor
+    double scale = 1;
+    double emitted_j = 0; // the last energy_j given out
+    // ---- end issue 33
   };
   void energy(GpuSample& s, const Frame& f, EnergyState& st);
   void settle_events_locked(Frame& f);

@@ -236,10 +236,7 @@ std::string duration_words(double s) {
 // The straggler item's reasons also name the SW power cap: a sibling capped lower than the others holds them back
 // as surely as one that overheats.
 std::string straggler_reasons(int64_t bits) {
-  std::string out = bits & kSwPowerCapBit ? "SW power cap" : "";
-  const std::string rest = reason_names(bits);
-  if (!rest.empty()) out += (out.empty() ? "" : ", ") + rest;
-  return out;
+  return forecast::straggler_reason_names(bits);
 }
 
 // One GPU found running behind its siblings.
@@ -311,19 +308,11 @@ std::vector<Straggler> find_stragglers(const std::vector<std::vector<Interval>>&
         if (best->power_w) p.push_back(*best->power_w);
       }
       Mark& m = marks[k];
-      m.sib_clock = med_of(c), m.sib_util = med_of(u), m.sib_power = med_of(p);
-      // Only while the siblings worked: between steps and phases clocks and power fall anyhow.
-      if (m.sib_util && *m.sib_util < kLowUtilPct) continue;
-      const bool working = !v.util_pct || *v.util_pct > kIdleUtilPct;
-      const bool faster = v.clock_sm_mhz && m.sib_clock &&
-                          static_cast<double>(*v.clock_sm_mhz) >= (1 + kStragglerClockGapPct / 100) * *m.sib_clock;
-      if (faster) continue; // a GPU faster than its siblings that reads less busy is waiting for them
-      m.clock = working && v.clock_sm_mhz && m.sib_clock &&
-                static_cast<double>(*v.clock_sm_mhz) <= (1 - kStragglerClockGapPct / 100) * *m.sib_clock;
-      // A GPU that does nothing is the idle_gpu item's case (a stage of its own, a worker done), not a straggler's.
-      m.util = working && v.util_pct && m.sib_util && *v.util_pct <= *m.sib_util - kStragglerUtilGapPts;
-      m.power = v.util_pct && m.sib_util && working && !m.util && v.power_w && m.sib_power &&
-                *v.power_w <= (1 - kStragglerPowerGapPct / 100) * *m.sib_power;
+      const forecast::StragglerTick mine{v.clock_sm_mhz ? OptF(static_cast<double>(*v.clock_sm_mhz)) : std::nullopt,
+                                         v.util_pct, v.power_w};
+      const auto t = forecast::straggler_mark(mine, med_of(c), med_of(u), med_of(p));
+      m.sib_clock = t.sib_clock, m.sib_util = t.sib_util, m.sib_power = t.sib_power;
+      m.clock = t.clock, m.util = t.util, m.power = t.power;
     }
     Straggler s;
     s.gi = gi;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/frame.hpp"
+#include "forecast/anomaly.hpp"
 
 namespace wattscope::advice {
 
@@ -73,21 +74,16 @@ inline constexpr double kMediumSavingPct = 3;
 inline constexpr double kMaxGapIntervals = 5;
 
 // Stragglers (issue 36): a GPU of a multi-GPU run that ran slower than its siblings. Each sample is compared with the
-// median of its siblings' at the same tick (the median, so that one odd sibling among several moves nothing).
-// SM clock: identical GPUs under the same load boost within a few % of each other (15 MHz bins, silicon and cooling
-// spread); 10 % below the siblings' median (~200 MHz on an H100) is a throttle or a power cap, not that spread.
-inline constexpr double kStragglerClockGapPct = 10;
-// Utilisation, in points below the siblings' median (when that median is at least kLowUtilPct, i.e. they were
-// working): a fed GPU's NVML utilisation wanders by 2-5 points; 20 points is a GPU idle a fifth of the time its
-// siblings computed. In a job that synchronises its GPUs (NCCL), the ones waiting for a straggler read busy (NCCL's
-// kernel spins), so the one with less utilisation is the one that held them back, not one that waited.
-inline constexpr double kStragglerUtilGapPts = 20;
-// Power, below the siblings' median while working as much: identical GPUs at the same work draw within ~10 % of each
-// other; 20 % less at no less utilisation is a GPU held down (a power cap or a brake).
-inline constexpr double kStragglerPowerGapPct = 20;
-// A stretch counts from this many consecutive samples apart (one or two are a blip: a late sample, a boost step), and
-// a GPU is a straggler when its stretches cover kMinShare of its sampled time.
-inline constexpr int kStragglerMinSamples = 3;
+// median of its siblings' at the same tick (the median, so that one odd sibling among several moves nothing), by the
+// test the live `straggler` event runs too (forecast/anomaly.hpp, where the gaps are explained).
+inline constexpr double kStragglerClockGapPct = forecast::kStragglerClockGapPct;
+inline constexpr double kStragglerUtilGapPts = forecast::kStragglerUtilGapPts;
+inline constexpr double kStragglerPowerGapPct = forecast::kStragglerPowerGapPct;
+// A GPU is a straggler when its stretches of kStragglerMinSamples consecutive samples apart cover kMinShare of its
+// sampled time.
+inline constexpr int kStragglerMinSamples = forecast::kStragglerMinSamples;
+static_assert(kIdleUtilPct == forecast::kStragglerIdleUtilPct && kLowUtilPct == forecast::kStragglerBusyUtilPct,
+              "the straggler test's idle and busy levels are the advice items'");
 
 // Out-of-memory forecast (issue 36): a GPU whose memory use grows steadily, extrapolated to its memory's size. The
 // line is fitted over the last half of the GPU's sampled time (after the warm-up's allocations: recent behaviour) by

@@ -200,9 +200,9 @@ void AlertEngine::handle(const Frame& f) {
   for (const auto& t : scratch_) {
     const AlertRule& r = eval_.rules()[t.rule];
     const std::string message = eval_.message(t);
-    const std::string unit = r.kind == AlertKind::DeviceLost ? std::string()
-                             : r.relative_to.empty()         ? std::string(alert_metric_unit(r.scope, r.metric_index))
-                                                             : std::string("%");
+    const std::string unit = r.kind != AlertKind::Threshold ? std::string() // issue 36: an anomaly rule's is 1 or 0
+                             : r.relative_to.empty()        ? std::string(alert_metric_unit(r.scope, r.metric_index))
+                                                            : std::string("%");
     nlohmann::json detail = {{"rule", r.name},        {"state", to_string(t.change)}, {"severity", r.severity},
                              {"value", opt(t.value)}, {"threshold", t.threshold},     {"unit", unit},
                              {"message", message}};

@@ -76,6 +76,35 @@ std::string format_value(const AlertRule& r, std::optional<double> v) {
 
 } // namespace
 
+// ---- issue 36: the value `forecast` ahead along the robust trend of the recent readings. For > and >= the larger of
+// it and the value now (a rule that forecasts is never later than one that does not), for < and <= the smaller; the
+// value itself while the history is too short for a trend (kForecastMinPoints over kForecastMinSpanMs, and a third
+// of the horizon).
+std::optional<double> AlertEvaluator::projected(const AlertRule& r, Slot& s, double value, int64_t now_ms) {
+  auto& h = s.trend;
+  // kForecastPoints readings span the window: one every window / kForecastPoints (at least a second), the last
+  // always the latest.
+  const int64_t window = std::clamp<int64_t>(2 * r.forecast.count(), 60'000, 1'800'000);
+  const int64_t spacing = std::max<int64_t>(1000, window / static_cast<int64_t>(kForecastPoints));
+  if (h.size() >= 2 && now_ms - h[h.size() - 2].ts_ms < spacing)
+    h.back() = {now_ms, value};
+  else
+    h.push_back({now_ms, value});
+  while (h.size() > kForecastPoints || (!h.empty() && now_ms - h.front().ts_ms > window))
+    h.pop_front();
+  // A trend is projected at most 3 times as far ahead as the history it rests on: further, noise becomes a trend.
+  const int64_t min_span = std::max<int64_t>(kForecastMinSpanMs, r.forecast.count() / 3);
+  if (h.size() < kForecastMinPoints || h.back().ts_ms - h.front().ts_ms < min_span) return value;
+  const auto rs = robust_slope(h);
+  if (!rs) return value;
+  // The slow end of the trend's interval (its 10th percentile slope rising, its 90th falling): a rule fires only when
+  // most of the readings' pairwise slopes agree that the threshold comes within the horizon.
+  const bool upward = r.op == AlertOp::Gt || r.op == AlertOp::Ge;
+  const double slope = upward ? rs->low : rs->high;
+  const double ahead = rs->level + slope * static_cast<double>(r.forecast.count()) / 1000.0;
+  return upward ? std::max(value, ahead) : std::min(value, ahead);
+}
+
 void AlertEvaluator::step(size_t ri, Slot& s, std::optional<double> raw, std::optional<double> ref,
                           const std::string& scope, const Frame& f, int64_t now_ms, std::vector<AlertTransition>& out) {
   const AlertRule& r = rules_[ri];
@@ -88,6 +117,7 @@ void AlertEvaluator::step(size_t ri, Slot& s, std::optional<double> raw, std::op
     if (!s.ref) return; // a percentage of nothing known yet
     value = *raw / *s.ref * 100.0;
   }
+  if (r.forecast.count() > 0) value = projected(r, s, *value, now_ms); // issue 36
   s.last_value = value;
   s.last_threshold = thr;
   auto emit = [&](AlertChange c, bool notify) {
@@ -202,8 +232,13 @@ void AlertEvaluator::evaluate(const Frame& f, std::vector<AlertTransition>& out)
         }
         std::optional<double> ref;
         if (!r.relative_to.empty()) ref = kGpuMetrics[r.relative_index].get(g);
-        step(ri, gpu_slot(ri, g.gpu_index), m.get(g), ref, gpu_names_[static_cast<size_t>(g.gpu_index)], f, now_ms,
-             out);
+        std::optional<double> raw = m.get(g);
+        if (r.kind == AlertKind::Anomaly && raw) // issue 36: flagged on this frame by the anomaly monitor
+          raw = std::find(f.anomalies.begin(), f.anomalies.end(), std::pair{g.gpu_index, std::string_view(r.metric)}) !=
+                        f.anomalies.end()
+                    ? 1.0
+                    : 0.0;
+        step(ri, gpu_slot(ri, g.gpu_index), raw, ref, gpu_names_[static_cast<size_t>(g.gpu_index)], f, now_ms, out);
       }
       break;
     }
@@ -240,10 +275,13 @@ void AlertEvaluator::evaluate(const Frame& f, std::vector<AlertTransition>& out)
 std::string AlertEvaluator::message(const AlertTransition& t) const {
   const AlertRule& r = rules_[t.rule];
   if (t.change == AlertChange::Resolved) return resolved_message(r, t);
-  std::string tmpl = r.message.empty() ? std::string("{rule} on {scope}: {value} {op} {threshold}") : r.message;
-  const std::string unit = r.kind == AlertKind::DeviceLost ? std::string()
-                           : r.relative_to.empty()         ? std::string(alert_metric_unit(r.scope, r.metric_index))
-                                                           : std::string("%");
+  std::string tmpl = !r.message.empty()             ? r.message
+                     : r.kind == AlertKind::Anomaly ? std::string("{rule} on {scope}: {metric} is anomalous (the "
+                                                                  "`anomaly` event says how)")
+                                                    : std::string("{rule} on {scope}: {value} {op} {threshold}");
+  const std::string unit = r.kind != AlertKind::Threshold ? std::string()
+                           : r.relative_to.empty()        ? std::string(alert_metric_unit(r.scope, r.metric_index))
+                                                          : std::string("%");
   std::string out;
   out.reserve(tmpl.size() + 32);
   for (size_t i = 0; i < tmpl.size();) {
@@ -286,6 +324,7 @@ std::string AlertEvaluator::resolved_message(const AlertRule& r, const AlertTran
   const std::string head = fmt::format("{} on {} resolved", r.name, t.scope);
   if (r.kind == AlertKind::DeviceLost) return head;
   if (!t.raw) return head + ": the GPU is no longer allocated"; // taken off by allocated_only, not by its value
+  if (r.kind == AlertKind::Anomaly) return fmt::format("{}: {} is no longer anomalous", head, r.metric); // issue 36
   if (r.op == AlertOp::Bits)
     return fmt::format("{}: {} has none of the bits {}", head, format_value(r, t.value), format_value(r, t.threshold));
   const bool upward = r.op == AlertOp::Gt || r.op == AlertOp::Ge;

@@ -1,11 +1,13 @@
 // The alert state machines (issue 14): one per rule and scope (a GPU, the CPU, a RAPL zone, a unit), stepped by each
 // frame. Inactive → pending (the condition holds) → firing (it held for `for`) → resolved (the value went back past
-// the clear level). The cost of a frame is a few comparisons per rule and scope: no history is kept or read.
+// the clear level). The cost of a frame is a few comparisons per rule and scope: no history is kept or read, except
+// by a `forecast` rule (issue 36), which keeps at most kForecastPoints readings per scope for its trend.
 //
 // Single-threaded: the alert engine (alerts/engine.hpp) calls it from its own thread, never the sampler's.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -13,6 +15,7 @@
 
 #include "alerts/rules.hpp"
 #include "core/frame.hpp"
+#include "core/trend.hpp"
 
 namespace wattscope {
 
@@ -68,7 +71,14 @@ private:
     std::optional<double> ref; // the latest value of relative_to (a limit that is not read every tick)
     std::optional<double> last_value;
     double last_threshold = 0;
+    std::deque<TrendPoint> trend; // issue 36: a forecast rule's recent values (monotonic ms), thinned
   };
+  // issue 36: a forecast rule's trend rests on this many readings at most, at least kForecastMinPoints of them over
+  // kForecastMinSpanMs; with fewer, the rule compares the value itself.
+  static constexpr size_t kForecastPoints = 128;
+  static constexpr size_t kForecastMinPoints = 8;
+  static constexpr int64_t kForecastMinSpanMs = 30'000;
+  static std::optional<double> projected(const AlertRule& r, Slot& s, double value, int64_t now_ms);
   void step(size_t ri, Slot& s, std::optional<double> raw, std::optional<double> ref, const std::string& scope,
             const Frame& f, int64_t now_ms, std::vector<AlertTransition>& out);
   Slot& gpu_slot(size_t rule, int gpu_index);

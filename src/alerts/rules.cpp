@@ -377,12 +377,14 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
   }
 
   static constexpr std::string_view kRuleKeys[] = {
-      "name", "metric",       "scope",    "op",      "threshold", "relative_to",    "clear_below", "clear_above",
-      "for",  "repeat_every", "severity", "message", "enabled",   "allocated_only", "zone",        "kind"};
+      "name",        "metric",         "scope", "op",           "threshold", "relative_to",
+      "clear_below", "clear_above",    "for",   "repeat_every", "severity",  "message",
+      "enabled",     "allocated_only", "zone",  "kind",         "forecast" /* issue 36 */};
   std::vector<std::string> file_rules;
   for (const toml::table* t : tables("rule")) {
     for (auto&& [k, v] : *t)
-      if (std::find(std::begin(kRuleKeys), std::end(kRuleKeys), k.str()) == std::end(kRuleKeys)) {
+      if (k.str() != "anomaly" &&
+          std::find(std::begin(kRuleKeys), std::end(kRuleKeys), k.str()) == std::end(kRuleKeys)) {
         std::vector<std::string_view> keys(std::begin(kRuleKeys), std::end(kRuleKeys));
         throw fail(v, fmt::format("unknown rule key '{}'{}", k.str(), did_you_mean(k.str(), keys)));
       }
@@ -440,6 +442,30 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
       r.allocated_only = n->as_boolean()->get();
       if (r.allocated_only && r.scope != AlertScope::Gpu) throw fail(*n, "'allocated_only' is for scope = \"gpu\"");
     }
+    if (const toml::node* an = t->get("anomaly")) { // issue 36
+      if (!an->is_boolean()) throw fail(*an, "'anomaly' must be true or false");
+      if (an->as_boolean()->get()) {
+        if (r.kind != AlertKind::Threshold) throw fail(*an, "'anomaly = true' takes no kind");
+        if (r.scope != AlertScope::Gpu) throw fail(*an, "'anomaly = true' is for scope = \"gpu\"");
+        for (const char* key : {"op", "threshold", "relative_to", "clear_below", "clear_above"})
+          if (const toml::node* n = t->get(key))
+            throw fail(*n, fmt::format("'anomaly = true' fires when the anomaly detector flags the metric: it takes no "
+                                       "'{}' (docs/anomalies.md)",
+                                       key));
+        get_string(*t, "metric", r.metric);
+        const auto names = alert_metric_names(r.scope);
+        if (r.metric.empty())
+          throw fail(*t, fmt::format("rule '{}' needs a metric to watch for anomalies: {}", r.name, joined(names)));
+        const auto idx = alert_metric_index(r.scope, r.metric);
+        if (!idx)
+          throw fail(*t->get("metric"), fmt::format("unknown gpu metric '{}'{} (the gpu metrics: {})", r.metric,
+                                                    did_you_mean(r.metric, names), joined(names)));
+        r.kind = AlertKind::Anomaly;
+        r.metric_index = *idx;
+        r.op = AlertOp::Gt;
+        r.threshold = 0.5;
+      }
+    }
     if (r.kind == AlertKind::Threshold) {
       get_string(*t, "metric", r.metric);
       const auto names = alert_metric_names(r.scope);
@@ -482,6 +508,19 @@ AlertConfig parse_alert_config(std::string_view text, const std::string& file) {
         if (r.op == AlertOp::Bits) throw fail(*t->get("relative_to"), "op = \"bits\" takes no relative_to");
         r.relative_index = *ri;
       }
+      // ---- issue 36: forecast = "15m"
+      if (const toml::node* n = t->get("forecast")) {
+        get_duration(*t, "forecast", false, r.forecast);
+        if (r.scope != AlertScope::Gpu || std::find(std::begin(kForecastAlertMetrics), std::end(kForecastAlertMetrics),
+                                                    r.metric) == std::end(kForecastAlertMetrics)) {
+          std::vector<std::string_view> fm(std::begin(kForecastAlertMetrics), std::end(kForecastAlertMetrics));
+          throw fail(*n, fmt::format("'forecast' is for the GPU metrics wattscope forecasts: {}", joined(fm)));
+        }
+        if (r.op == AlertOp::Bits) throw fail(*n, "op = \"bits\" takes no forecast");
+        if (r.forecast < kMinForecastHorizon || r.forecast > kMaxForecastHorizon)
+          throw fail(*n, "'forecast' must be from \"1s\" to \"24h\"");
+      }
+      // ---- end issue 36
       const auto below = get_number(*t, "clear_below");
       const auto above = get_number(*t, "clear_above");
       for (const char* key : {"clear_below", "clear_above"})
@@ -621,6 +660,8 @@ std::string describe_rule(const AlertRule& r) {
   std::string what;
   if (r.kind == AlertKind::DeviceLost) {
     what = "each GPU: device lost";
+  } else if (r.kind == AlertKind::Anomaly) { // issue 36
+    what = fmt::format("each GPU{}: {} anomalous (anomaly detector)", r.allocated_only ? " (allocated)" : "", r.metric);
   } else {
     const std::string unit(alert_metric_unit(r.scope, r.metric_index));
     std::string scope = r.scope == AlertScope::Gpu    ? "each GPU"
@@ -635,6 +676,7 @@ std::string describe_rule(const AlertRule& r) {
       return fmt::format("{:g}{}{}", v, unit.empty() ? "" : " ", unit);
     };
     what = fmt::format("{}: {} {} {}", scope, r.metric, to_string(r.op), level(r.threshold));
+    if (r.forecast.count()) what += fmt::format(" within {} (forecast)", format_duration(r.forecast)); // issue 36
     if (r.clear)
       what += fmt::format(", clears {} {}", r.op == AlertOp::Lt || r.op == AlertOp::Le ? "above" : "below",
                           level(*r.clear));

@@ -21,7 +21,9 @@ enum class AlertScope { Gpu, Cpu, Zone, Unit };
 enum class AlertOp { Gt, Ge, Lt, Le, Bits };
 // Threshold: a metric against a threshold. DeviceLost: a GPU's device-lost event (fires at once, never resolves:
 // NVML does not give a lost GPU back within a run).
-enum class AlertKind { Threshold, DeviceLost };
+// Anomaly (issue 36, `anomaly = true`): the GPU's metric is anomalous against its own recent behaviour
+// (pipeline/anomaly_monitor.hpp marks it on the frame); compared as 1 (flagged) > 0.5, so `for` and repeats hold.
+enum class AlertKind { Threshold, DeviceLost, Anomaly };
 
 struct AlertRule {
   std::string name; // letters, digits, '_', '-', '.'; the Prometheus `rule` label and Alertmanager's alertname
@@ -38,7 +40,11 @@ struct AlertRule {
   // Hysteresis: a firing (or pending) alert resolves only once the value is back past this level (below it for > and
   // >=, above it for < and <=). Missing: the threshold itself.
   std::optional<double> clear;
-  std::chrono::milliseconds for_ms{0};               // how long the condition must hold before it fires
+  std::chrono::milliseconds for_ms{0}; // how long the condition must hold before it fires
+  // issue 36: `forecast = "15m"`: the rule compares the metric's value projected this far ahead along its robust
+  // trend (core/trend.hpp), so it fires when the forecast crosses the threshold within the horizon; 0: the value.
+  // Only for the metrics wattscope forecasts (kForecastAlertMetrics).
+  std::chrono::milliseconds forecast{0};
   std::chrono::milliseconds repeat_every{3'600'000}; // at most one firing notification per scope in this time
   std::string severity = "warning";                  // info | warning | critical
   std::string message;                               // template: {rule} {scope} {value} {threshold} {unit}
@@ -94,6 +100,13 @@ inline constexpr size_t kMaxAlertRules = 256;
 inline constexpr size_t kMaxNotifiers = 16;
 // op = "bits": a mask of at most 53 bits, the most a threshold (a double) holds exactly.
 inline constexpr int64_t kMaxAlertBitMask = (int64_t{1} << 53) - 1;
+
+// issue 36: the GPU metrics a `forecast` rule may watch (memory runs out, temperature reaches the throttle point,
+// utilisation), and the horizon's bounds.
+inline constexpr std::string_view kForecastAlertMetrics[] = {"mem_used_bytes", "temp_gpu_c", "temp_mem_c",
+                                                             "util_gpu_pct"};
+inline constexpr std::chrono::milliseconds kMinForecastHorizon{1000};
+inline constexpr std::chrono::milliseconds kMaxForecastHorizon{24 * 3600 * 1000};
 
 // The built-in rules (issue 14): GPU utilisation > 90 %, memory > 80 %, temperature > 85 °C, power > 95 % of the
 // limit, thermal and power throttling, a GPU lost, a GPU allocated but idle for 10 minutes.

@@ -41,7 +41,26 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
       ->capture_default_str();
   add_alerts_option(sub, f);    // alerts (issue 14)
   add_adaptive_options(sub, f); // issue 18
+  add_per_core_options(sub, f); // issue 33
+  add_read_cost_option(sub, f); // issue 33
 }
+
+// issue 33: run, record and serve
+void add_read_cost_option(CLI::App& sub, RecordFlags& f) {
+  sub.add_option("--max-read-cost", f.max_read_cost,
+                 "A GPU read costing more CPU than this (timed on its first reads) is read at most once a second, or "
+                 "as often as its value changes; the ticks between carry its last value with its age (default 50us; "
+                 "0 reads everything every tick)");
+}
+
+// ---- issue 33: per-core rows ----
+void add_per_core_options(CLI::App& sub, RecordFlags& f) {
+  sub.add_flag("--per-core-every-tick", f.per_core_every_tick,
+               "Store each logical CPU's utilisation (cpu_core_samples) every tick; by default it is stored once per "
+               "--process-interval, as the mean over that period (docs/storage.md)");
+  sub.add_flag("--no-per-core", f.no_per_core, "Store no per-core utilisation (cpu_core_samples stays empty)");
+}
+// ---- end issue 33
 
 // ---- adaptive sampling (issue 18) ----
 void add_adaptive_options(CLI::App& sub, RecordFlags& f) {
@@ -167,8 +186,24 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
     if (!f.interval_given) o.interval = std::chrono::milliseconds(250);
   }
   // ---- end simulate
+  // issue 33: per-core rows are most of what a many-core node stores; by default one set per process scan.
+  if (f.per_core_every_tick && f.no_per_core)
+    throw UsageError("--per-core-every-tick and --no-per-core contradict each other: give one of them");
+  o.per_core.mode = f.no_per_core           ? PerCoreStorage::Mode::Off
+                    : f.per_core_every_tick ? PerCoreStorage::Mode::EveryTick
+                                            : PerCoreStorage::Mode::Period;
   o.alerts = alerts_flag(f.alerts);           // alerts (issue 14)
   o.adaptive = adaptive_flags(f, o.interval); // issue 18 (after --simulate, which may set the interval)
+  if (!f.max_read_cost.empty()) {             // issue 33
+    if (f.max_read_cost == "0")
+      o.max_read_cost = std::chrono::nanoseconds{0};
+    else
+      o.max_read_cost = flag_value("--max-read-cost", [&] { return parse_duration(f.max_read_cost); });
+    if (*o.max_read_cost > std::chrono::seconds(1))
+      throw UsageError(fmt::format("--max-read-cost {}: at most 1s (a read's CPU cost, e.g. 50us; 0 reads everything "
+                                   "every tick)",
+                                   excerpt(f.max_read_cost)));
+  }
   return o;
 }
 

@@ -37,10 +37,21 @@ struct RecordFlags {
   std::string idle_interval; // --idle-interval: "" off
   std::string idle_after;    // --idle-after: "" the default (1m)
   // ---- end adaptive sampling
+  // ---- issue 33: per-core rows at the process-scan period unless one of these says otherwise
+  bool per_core_every_tick = false; // --per-core-every-tick
+  bool no_per_core = false;         // --no-per-core
+  // ---- end issue 33
+  std::string max_read_cost; // issue 33: --max-read-cost ("" the default, 50us)
 };
+
+// ---- issue 33: --per-core-every-tick and --no-per-core (run, record, serve; docs/storage.md)
+void add_per_core_options(CLI::App& sub, RecordFlags& f);
+// ---- end issue 33
 
 // ---- adaptive sampling (issue 18): --idle-interval and --idle-after (run, record, serve; docs/sampling.md)
 void add_adaptive_options(CLI::App& sub, RecordFlags& f);
+// issue 33: --max-read-cost (run, record, serve)
+void add_read_cost_option(CLI::App& sub, RecordFlags& f);
 // Checked against the sampling interval: throws UsageError naming the flag and what is expected.
 AdaptiveOptions adaptive_flags(const RecordFlags& f, std::chrono::nanoseconds interval);
 // ---- end adaptive sampling

@@ -31,6 +31,11 @@ struct PowerZoneSample {
 struct CpuSample {
   OptF util_pct;
   std::vector<OptF> core_util_pct; // one per logical CPU, in /proc/stat order
+  // issue 33: whether this tick stores cpu_core_samples rows. Per-core rows are most of what a many-core node writes,
+  // so by default they are stored once per process-scan period, and on such a tick core_util_pct is each core's mean
+  // over the whole period since the last stored one (from /proc/stat's jiffies); on the ticks between, it is the last
+  // tick's and is not stored. A frame made by hand stores its cores.
+  bool core_rows = true;
   OptI mem_used_bytes;
   OptI mem_total_bytes;
   // Host CPU power, summed over sockets: measured (RAPL) or estimated (--cpu-tdp), as power_method says.
@@ -90,6 +95,12 @@ struct GpuSample {
   OptF throttle_thermal_s;          //
   // ---- end issue 17
   const char* power_source = nullptr; // static string naming where power_w came from
+  // issue 33: power_w is the driver's instantaneous reading (NVML_FI_DEV_POWER_INSTANT), fit to shape the energy
+  // between two reads of a counter read on a schedule; an averaged reading is not.
+  bool power_instant = false;
+  // issue 33: members carried from an earlier read (a costly call read on a schedule), each with that read's age in
+  // ms: {index in the GPU metric registry (core/metrics.hpp), age}. Empty when every value is this tick's.
+  std::vector<std::pair<uint16_t, int32_t>> age_ms;
 };
 
 // ---- issue 17: one MIG compute instance of a GPU (NVML), as last read (once a second, on the source's slow thread).
@@ -155,6 +166,7 @@ struct WorkRecord {
   double amount = 0;
   std::string unit; // samples, tokens, images, steps, ...
   OptI phase_id;    // innermost phase open when it arrived
+  OptF total;       // issue 36: the run's declared total of this unit, as the marker gave it (latest wins)
 };
 // --- end phases and work
 
@@ -184,6 +196,9 @@ struct Frame {
   std::vector<WorkRecord> work;
   // A frame that carries only phase/work rows (the run's end closing open phases): no sample rows.
   bool markers_only = false;
+  // issue 36: (gpu_index, registry column) of each series the anomaly detector holds anomalous at this tick, for the
+  // alert rules with `anomaly = true` (pipeline/anomaly_monitor.hpp).
+  std::vector<std::pair<int, std::string_view>> anomalies;
 };
 
 } // namespace wattscope

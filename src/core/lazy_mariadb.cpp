@@ -39,6 +39,8 @@ WS_FORWARD(void, mysql_free_result, void(), (MYSQL_RES * r), (r))
 WS_FORWARD(unsigned int, mysql_num_fields, 0u, (MYSQL_RES * r), (r))
 WS_FORWARD(MYSQL_FIELD*, mysql_fetch_fields, nullptr, (MYSQL_RES * r), (r))
 WS_FORWARD(MYSQL_ROW, mysql_fetch_row, nullptr, (MYSQL_RES * r), (r))
+WS_FORWARD(unsigned long, mysql_real_escape_string, static_cast<unsigned long>(-1),
+           (MYSQL * m, char* to, const char* from, unsigned long n), (m, to, from, n)) // issue 33
 WS_FORWARD(MYSQL_STMT*, mysql_stmt_init, nullptr, (MYSQL * m), (m))
 WS_FORWARD(int, mysql_stmt_prepare, 1, (MYSQL_STMT * s, const char* q, unsigned long n), (s, q, n))
 WS_FORWARD(int, mysql_stmt_execute, 1, (MYSQL_STMT * s), (s))

@@ -111,7 +111,9 @@ constexpr C kPhaseCols[] = {{"run_id", T},
                             {"attributed_energy_j", R},
                             {"closed_by_run_end", I}};
 constexpr std::string_view kPhaseKey[] = {"run_id", "phase_id"};
-constexpr C kWorkCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"amount", R}, {"unit", T}, {"phase_id", I}};
+// issue 36: total, the run's declared total of the unit (`work(n, unit, total=N)`); NULL when none was declared.
+constexpr C kWorkCols[] = {{"run_id", T}, {"seq", I},      {"ts_ms", I}, {"amount", R},
+                           {"unit", T},   {"phase_id", I}, {"total", R}};
 constexpr std::string_view kWorkKey[] = {"run_id", "seq"};
 // --- end issue 15
 
@@ -339,6 +341,7 @@ static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch
     w.emplace_back(wr.amount);
     w.emplace_back(wr.unit);
     w.push_back(to_value(wr.phase_id));
+    w.push_back(to_value(wr.total));
   }
 }
 // --- end issue 15
@@ -388,7 +391,7 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
   }
   {
     auto& c = out.tables[static_cast<size_t>(TableId::CpuCoreSamples)].cells;
-    for (size_t core = 0; core < f.cpu.core_util_pct.size(); ++core) {
+    for (size_t core = 0; f.cpu.core_rows && core < f.cpu.core_util_pct.size(); ++core) {
       c.push_back(rid);
       c.emplace_back(f.tick);
       c.emplace_back(f.ts_ms);

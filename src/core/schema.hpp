@@ -20,7 +20,8 @@ namespace wattscope {
 // Older stores are migrated forward (a column this version has and the store lacks is added); a store written by a
 // newer version is refused.
 // 4: processes, process_samples, process_gpu_samples (issue 13: attribution); phases, work (issue 15: markers).
-inline constexpr int kSchemaVersion = 4;
+// 5: work.total (issue 36: a declared total of work, for the time and energy to finish).
+inline constexpr int kSchemaVersion = 5;
 
 struct Column {
   std::string_view name;

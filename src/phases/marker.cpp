@@ -107,6 +107,8 @@ Marker parse_marker(std::string_view line) {
     if (it == j.end()) throw std::invalid_argument("'amount' is missing");
     m.amount = nonnegative(*it, "amount");
     m.unit = text_field(j, "unit", kMaxWorkUnitBytes, true);
+    // Optional (issue 36): older senders leave it out, and older listeners ignore it as an unknown field.
+    if (auto t = j.find("total"); t != j.end() && !t->is_null()) m.total = nonnegative(*t, "total");
   } else if (kind == "model") {
     m.kind = Marker::Kind::Model;
     m.name = text_field(j, "name", kMaxPhaseNameBytes, false);
@@ -130,6 +132,7 @@ std::string encode_marker(const Marker& m) {
   if (m.kind == Marker::Kind::Work) {
     j["amount"] = m.amount;
     j["unit"] = m.unit;
+    if (m.total) j["total"] = *m.total;
   }
   if (m.parameters) j["parameters"] = *m.parameters;
   if (m.flops) j["flops"] = *m.flops;

@@ -22,6 +22,7 @@ struct Marker {
   std::optional<int64_t> index;      // begin: e.g. the epoch number
   double amount = 0;                 // work
   std::string unit;                  // work: samples, tokens, images, steps, ...
+  std::optional<double> total;       // work: the run's declared total of this unit (issue 36), for time to finish
   std::optional<int64_t> parameters; // model
   std::optional<double> flops;       // model: per forward pass / sample, as the caller counts them
 };

@@ -114,6 +114,7 @@ void PhaseTracker::process(Frame& f) {
 
 void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
   const Marker& m = p.m;
+  if (m.kind == Marker::Kind::Begin || m.kind == Marker::Kind::End) ++boundaries_; // issue 36
   switch (m.kind) {
   case Marker::Kind::Begin: {
     if (open_.size() >= kMaxOpenPhases) {
@@ -179,6 +180,7 @@ void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
     w.ts_ms = p.ts_ms;
     w.amount = m.amount;
     w.unit = m.unit;
+    w.total = m.total;
     if (!open_.empty()) w.phase_id = open_.back().rec.phase_id;
     out.work.push_back(std::move(w));
     return;
@@ -233,6 +235,12 @@ Frame PhaseTracker::finish(int64_t end_ms) {
     open_.pop_back();
   }
   return out;
+}
+
+std::optional<PhaseTracker::IndexedPhase> PhaseTracker::open_indexed_phase() const {
+  for (auto it = open_.rbegin(); it != open_.rend(); ++it)
+    if (it->rec.index) return IndexedPhase{it->rec.name, *it->rec.index, it->rec.start_ms};
+  return std::nullopt;
 }
 
 } // namespace wattscope

@@ -68,6 +68,15 @@ public:
   // Thread-safe: markers wait for a tick (adaptive sampling takes the next tick in full for them, issue 18).
   bool has_pending() const;
   int64_t unmatched_ends() const { return unmatched_ends_; }
+  // Sampler thread: begins and ends settled so far (issue 36: the anomaly detector's phase boundaries).
+  int64_t boundaries() const { return boundaries_; }
+  // Sampler thread (issue 36): the innermost open phase that has an index (an epoch), as (name, index, start_ms).
+  struct IndexedPhase {
+    std::string name;
+    int64_t index = 0;
+    int64_t start_ms = 0;
+  };
+  std::optional<IndexedPhase> open_indexed_phase() const;
 
 private:
   using Energies = std::map<std::string, double>; // device -> energy_j since run start
@@ -103,6 +112,7 @@ private:
   int64_t next_phase_id_ = 0;
   int64_t next_work_seq_ = 0;
   int64_t unmatched_ends_ = 0;
+  int64_t boundaries_ = 0; // issue 36
   std::optional<int64_t> last_tick_;
   SteadyClock::time_point last_mono_{};
   Energies last_energy_;                             // at last_tick_

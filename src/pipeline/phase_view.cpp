@@ -51,6 +51,13 @@ std::map<std::string, double> PhaseData::work_totals() const {
   return out;
 }
 
+std::map<std::string, double> PhaseData::work_declared_totals() const {
+  std::map<std::string, double> out;
+  for (const auto& w : work) // arrival order, so a revised total replaces the earlier one
+    if (w.total) out[w.unit] = *w.total;
+  return out;
+}
+
 std::map<std::string, double> PhaseData::phase_work(int64_t phase_id) const {
   // The phase and every phase nested in it, through the parent links.
   std::set<int64_t> inside{phase_id};
@@ -188,6 +195,7 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
     w.amount = value_real(row[wc("amount")]).value_or(0);
     w.unit = value_text(row[wc("unit")]);
     w.phase_id = value_int(row[wc("phase_id")]);
+    w.total = value_real(row[wc("total")]);
     d.work.push_back(std::move(w));
   });
   const auto ec = [](std::string_view n) { return column_index(TableId::Events, n); };
@@ -255,6 +263,10 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
         {"phases", u.phase_ids},      {"energy_j", opt(u.energy_j)},
         {"duration_s", u.duration_s}, {"energy_method", u.energy_method.empty() ? json() : json(u.energy_method)}};
   }
+  // issue 36: the declared total per unit (the latest one declared); a unit with none is absent, not 0.
+  work["total"] = json::object();
+  for (const auto& [unit, total] : d.work_declared_totals())
+    work["total"][unit] = total;
   work["records"] = d.work.size();
   work["incomplete"] = dropped > 0;
   if (dropped > 0) work["markers_dropped"] = dropped;

@@ -21,6 +21,8 @@ struct PhaseData {
   std::vector<Event> marks;        // point markers (events of kind "mark")
   nlohmann::json model;            // the latest "model" marker: {name, parameters, flops}; null when none
   std::map<std::string, double> work_totals() const; // unit -> amount over the run
+  // unit -> the total the workload declared for it (`work(n, unit, total=N)`, issue 36), the latest declaration.
+  std::map<std::string, double> work_declared_totals() const;
   // unit -> amount reported while the phase (or a phase inside it) was the innermost open one.
   std::map<std::string, double> phase_work(int64_t phase_id) const;
 };

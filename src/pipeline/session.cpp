@@ -18,11 +18,126 @@
 
 namespace wattscope {
 
+// ---- issue 31: a vendor library's init (nvmlInit: Source::opens_aside) runs on a thread of its own, so the command
+// starts on time whatever it does. open() waits kOpenGrace for them (a healthy init is done well within it, and the
+// run then looks exactly as if they had opened in line); one still initialising is taken into the run when it is
+// ready, its GPUs recorded from then on, or said to be still hung when the run ends. Not a deadline that drops it:
+// without persistence mode a healthy nvmlInit takes seconds.
+namespace {
+constexpr std::chrono::milliseconds kOpenGrace{250};
+}
+
+struct Session::Opened {
+  std::shared_ptr<Source> source;
+  bool async = false;
+  bool done = false; // open() returned (under Opening::mu)
+  bool opened = false;
+  bool taken = false; // adopted into the run, or reported
+  SteadyClock::time_point done_at{};
+};
+
+struct Session::Opening {
+  std::mutex mu;
+  std::condition_variable cv;
+  Session* session = nullptr; // null once the session finished or is gone: what opens later is dropped
+  bool started = false;       // the session samples: late sources are joined at once
+  SteadyClock::time_point t0{};
+  std::vector<std::shared_ptr<Opened>> pending; // async, not yet taken at open()'s end
+};
+
 Session::Session(SessionOptions opts) : opts_(std::move(opts)) {}
 
 Session::~Session() {
+  if (opening_) {
+    std::lock_guard lock(opening_->mu);
+    opening_->session = nullptr;
+  }
   if (!finished_ && sampler_) finish(std::nullopt);
 }
+
+std::vector<GpuDevice> Session::devices() const {
+  std::vector<GpuDevice> out = devices_ ? *devices_ : std::vector<GpuDevice>{};
+  if (opening_) {
+    std::lock_guard lock(opening_->mu);
+    out.insert(out.end(), late_devices_.begin(), late_devices_.end());
+  }
+  return out;
+}
+
+std::optional<std::vector<GpuDevice>> Session::adopt_source(const std::shared_ptr<Source>& s, bool opened,
+                                                            std::vector<Event>& notices, bool late) {
+  const SourceStatus st = s->status();
+  if (!opened) {
+    // Said once, in words a user can act on. No AMD/Intel GPU (no hwmon card, no ROCm SMI) is the normal case and
+    // only shown with -v.
+    // The event says the state in words first ("no permission: ...", "missing: ..."), as doctor does.
+    const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
+    // No AMD/Intel card, no ROCm SMI or Level Zero library or GPU: the normal state of most machines. Issue 30: one
+    // rule for every backend: an error, or a library the user named that cannot be loaded, is always said.
+    const bool quiet = quiet_when_missing(s->name()) && st.state == SourceStatus::State::Missing && !st.said;
+    if (st.state == SourceStatus::State::NoPermission || st.state == SourceStatus::State::Error)
+      spdlog::warn("{}", said);
+    else if (quiet)
+      spdlog::debug("{}", said);
+    else
+      spdlog::info("{}", st.line());
+    if (!quiet) notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
+    return std::nullopt;
+  }
+  if (const size_t n = s->release_claimed(claimed_)) {
+    spdlog::debug("{}: {} GPU(s) left to the backend that already records them", s->name(), n);
+    if (s->devices().empty()) return std::nullopt; // every device it found is recorded by a richer backend
+  }
+  spdlog::debug("{}: {}", s->name(), st.line());
+  std::vector<GpuDevice> known = *devices_;
+  known.insert(known.end(), late_devices_.begin(), late_devices_.end());
+  int next_index = 0;
+  for (const auto& d : known)
+    next_index = std::max(next_index, d.gpu_index + 1);
+  s->set_first_index(next_index);
+  std::vector<GpuDevice> added = s->devices();
+  if (late) {
+    // NVML keeps its own indices: where a backend that opened first took them, the later one cannot be recorded.
+    for (const auto& d : added)
+      for (const auto& k : known)
+        if (d.gpu_index == k.gpu_index) {
+          const std::string said = fmt::format("{} became ready after GPU index {} was given to another backend's "
+                                               "device; its GPUs are not recorded in this run",
+                                               s->name(), d.gpu_index);
+          spdlog::warn("{}", said);
+          notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
+          return std::nullopt;
+        }
+  } else {
+    s->describe(run_);
+  }
+  for (const auto& d : added)
+    if (!d.pci_bus_id.empty()) claimed_.push_back(normalize_pci_bus_id(d.pci_bus_id));
+  return added;
+}
+
+void Session::join_late(Opened& e) {
+  e.taken = true;
+  std::vector<Event> notices;
+  auto added = adopt_source(e.source, e.opened, notices, /*late=*/true).value_or(std::vector<GpuDevice>{});
+  const double after_s = std::chrono::duration<double>(e.done_at - opening_->t0).count();
+  if (e.opened && !added.empty()) {
+    const std::string said = fmt::format("{} ready after {:.1f} s: {} GPU(s) recorded from the next sample on, not "
+                                         "before",
+                                         e.source->name(), after_s, added.size());
+    spdlog::info("{}", said);
+    notices.push_back({0, 0, "source-ready", std::string(e.source->name()), said});
+    late_devices_.insert(late_devices_.end(), added.begin(), added.end());
+    acc_->add_devices(std::move(added));
+    if (tracker_ && e.source->lists_gpu_processes()) tracker_->add_gpu_source(e.source);
+    sampler_->adopt(e.source);
+  } else if (e.opened) {
+    spdlog::debug("{} ready after {:.1f} s with no GPU to record", e.source->name(), after_s);
+  }
+  for (auto& n : notices)
+    acc_->add_event(std::move(n));
+}
+// ---- end issue 31
 
 void Session::open() {
   run_.start_ms = wall_now_ms();
@@ -46,42 +161,55 @@ void Session::open() {
 
   devices_ = std::make_shared<std::vector<GpuDevice>>();
   std::vector<Event> notices;
-  std::vector<std::string> claimed; // PCI bus ids of the GPUs a source already records
-  for (auto& s : make_sources(opts_)) {
-    const bool opened = s->open();
-    const SourceStatus st = s->status();
-    if (!opened) {
-      // Said once, in words a user can act on. No AMD/Intel GPU (no hwmon card, no ROCm SMI) is the normal case and
-      // only shown with -v.
-      // The event says the state in words first ("no permission: ...", "missing: ..."), as doctor does.
-      const std::string said = fmt::format("{}: {}", st.state_name(), st.line());
-      // No AMD/Intel card, no ROCm SMI or Level Zero library or GPU: the normal state of most machines. Issue 30: one
-      // rule for every backend: an error, or a library the user named that cannot be loaded, is always said.
-      const bool quiet = quiet_when_missing(s->name()) && st.state == SourceStatus::State::Missing && !st.said;
-      if (st.state == SourceStatus::State::NoPermission || st.state == SourceStatus::State::Error)
-        spdlog::warn("{}", said);
-      else if (quiet)
-        spdlog::debug("{}", said);
-      else
-        spdlog::info("{}", st.line());
-      if (!quiet) notices.push_back({0, 0, "source-missing", std::string(s->name()), said});
-      continue;
+  // Issue 31: vendor libraries start initialising first, each on a thread of its own; the sources that read files
+  // open meanwhile; then every source is taken in registry order (so claims go as before) if it is ready.
+  opening_ = std::make_shared<Opening>();
+  opening_->session = this;
+  opening_->t0 = SteadyClock::now();
+  std::vector<std::shared_ptr<Opened>> order;
+  for (auto& made : make_sources(opts_)) {
+    auto e = std::make_shared<Opened>();
+    e->source = std::move(made);
+    // --simulate's library is our own code, loaded from memory: nothing to wait for.
+    e->async = e->source->opens_aside() && !opts_.simulate;
+    if (e->async)
+      std::thread([op = opening_, e] {
+        name_this_thread("ws-open-" + std::string(e->source->name()));
+        const bool ok = e->source->open();
+        std::lock_guard lock(op->mu);
+        e->opened = ok;
+        e->done = true;
+        e->done_at = SteadyClock::now();
+        op->cv.notify_all();
+        if (op->session && op->started && !e->taken) op->session->join_late(*e);
+      }).detach(); // it may stay inside a hung init for ever; it holds what it uses
+    order.push_back(std::move(e));
+  }
+  for (auto& e : order)
+    if (!e->async) {
+      e->opened = e->source->open();
+      e->done = true;
     }
-    if (const size_t n = s->release_claimed(claimed)) {
-      spdlog::debug("{}: {} GPU(s) left to the backend that already records them", s->name(), n);
-      if (s->devices().empty()) continue; // every device it found is recorded by a richer backend
+  {
+    std::unique_lock lock(opening_->mu);
+    opening_->cv.wait_until(lock, opening_->t0 + kOpenGrace, [&] {
+      return std::all_of(order.begin(), order.end(), [](const auto& e) { return e->done; });
+    });
+    for (auto& e : order) {
+      if (!e->done) {
+        spdlog::info("{}: still initialising after {} ms; the run starts without its GPUs, which are recorded from "
+                     "when it is ready",
+                     e->source->name(), kOpenGrace.count());
+        opening_->pending.push_back(e);
+        continue;
+      }
+      e->taken = true;
+      auto added = adopt_source(e->source, e->opened, notices, /*late=*/false);
+      if (!added) continue;
+      for (auto& d : *added)
+        devices_->push_back(std::move(d));
+      sources_.push_back(std::move(e->source));
     }
-    spdlog::debug("{}: {}", s->name(), st.line());
-    s->describe(run_);
-    int next_index = 0;
-    for (const auto& d : *devices_)
-      next_index = std::max(next_index, d.gpu_index + 1);
-    s->set_first_index(next_index);
-    for (auto& d : s->devices()) {
-      if (!d.pci_bus_id.empty()) claimed.push_back(normalize_pci_bus_id(d.pci_bus_id));
-      devices_->push_back(std::move(d));
-    }
-    sources_.push_back(std::move(s));
   }
   sim_t0_ = SteadyClock::now(); // issue 19: the simulated library's clock started at its nvmlInit, just above
   if (opts_.simulate)
@@ -122,6 +250,18 @@ void Session::open() {
                                             AlertContext{run_.host, run_.run_id, run_.task, !opts_.command.empty()},
                                             [acc = acc_.get()](Event ev) { acc->add_event(std::move(ev)); });
   // ---- end alerts
+  // issue 36: anomalies and stragglers live, on every GPU the session records; metrics named by `anomaly = true`
+  // rules are watched too.
+  if (devices_ && !devices_->empty()) {
+    AnomalyMonitorOptions ao;
+    if (opts_.alerts)
+      for (const auto& r : opts_.alerts->rules)
+        if (r.kind == AlertKind::Anomaly &&
+            std::find(ao.metrics.begin(), ao.metrics.end(), r.metric) == ao.metrics.end())
+          ao.metrics.push_back(r.metric);
+    anomalies_ = std::make_unique<AnomalyMonitor>(std::move(ao),
+                                                  [acc = acc_.get()](Event ev) { acc->add_event(std::move(ev)); });
+  }
 
   // --- issue 15: markers. Begin/end/work settle on the sampler thread (PhaseTracker); points and model
   // descriptions are events.
@@ -173,6 +313,18 @@ void Session::open() {
 }
 
 void Session::start() {
+  { // issue 36: history thinned to a point a tick (at most a second apart), and at least 30 ticks of it (at most
+    // 30 s) before a forecast, so a fine interval forecasts sooner; the label the finish forecast's energy carries.
+    forecast::LiveForecaster::Options fo;
+    const auto tick_ms = static_cast<int64_t>(std::max(1.0, run_.interval_ms));
+    fo.min_spacing_ms = std::min<int64_t>(tick_ms, 1000);
+    fo.min_span_ms = std::clamp<int64_t>(30 * tick_ms, 1500, 30000);
+    forecaster_ = std::make_unique<forecast::LiveForecaster>(fo);
+    std::string method;
+    for (const auto& d : *devices_)
+      method = method.empty() || method == d.energy_method ? d.energy_method : "mixed";
+    forecaster_->set_energy_method(method);
+  }
   for (auto& w : writers_)
     w->start();
   if (alerts_) alerts_->start(); // alerts (issue 14)
@@ -189,6 +341,9 @@ void Session::start() {
         acc_->process(f);
         phases_->process(f);
         if (sim_phases_) hold_simulated(f); // issue 29
+        // issue 36: a phase begun or ended in either tracker is a boundary
+        if (anomalies_) anomalies_->process(f, phases_->boundaries() + (sim_phases_ ? sim_phases_->boundaries() : 0));
+        feed_forecast(f);                   // issue 36
         auto shared = std::make_shared<const Frame>(std::move(f));
         for (auto& w : writers_)
           w->push(shared);
@@ -201,6 +356,13 @@ void Session::start() {
   // issue 33: `run` is idle when its command is, whatever other users run on the machine.
   if (opts_.adaptive.enabled() && tracker_ && !opts_.command.empty())
     sampler_->set_cpu_scope([this] { return run_busy_cores_; });
+  {
+    // Issue 31: a vendor library ready since open() joins at the first tick; later ones as they become ready.
+    std::lock_guard lock(opening_->mu);
+    opening_->started = true;
+    for (auto& e : opening_->pending)
+      if (e->done && !e->taken) join_late(*e);
+  }
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
   if (markers_) markers_->start();
@@ -209,6 +371,27 @@ void Session::start() {
       name_this_thread("ws-simulate");
       simulate_loop();
     });
+}
+
+// ---- forecasts (issue 36): fed every frame (work, the epoch in progress, the samples); the forecast itself is made
+// at most once a second (its cost is a few thousand slopes per device), and a forecast that first comes within the
+// warning horizon is an event of kind `forecast`, settled with the next frame.
+void Session::feed_forecast(const Frame& f) {
+  if (f.markers_only || !forecaster_) return;
+  for (const auto& w : f.work)
+    forecaster_->observe_work(w);
+  if (auto e = phases_->open_indexed_phase()) {
+    const std::pair<int64_t, int64_t> key{e->index, e->start_ms};
+    if (forecast_epoch_ != key) forecaster_->observe_phase_begin(e->name, e->index, e->start_ms);
+    forecast_epoch_ = key;
+  }
+  forecaster_->observe(f);
+  if (f.ts_ms - forecast_last_ms_ < 1000) return;
+  forecast_last_ms_ = f.ts_ms;
+  const forecast::Snapshot snap = forecaster_->forecast(f.ts_ms);
+  for (auto& ev : forecaster_->crossings(snap))
+    acc_->add_event(std::move(ev));
+  forecast_board_.publish(snap);
 }
 
 // ---- simulate (issue 19): the scenario's markers, each at its time on the timeline, through the same handler as
@@ -301,6 +484,18 @@ void Session::follow(pid_t child, const RunCgroup& cgroup) {
 RunInfo Session::finish(std::optional<int64_t> exit_status) {
   if (finished_) return run_;
   finished_ = true;
+  if (opening_) { // issue 31: what is still initialising is not waited for, and said
+    std::lock_guard lock(opening_->mu);
+    opening_->session = nullptr;
+    const double waited_s = std::chrono::duration<double>(SteadyClock::now() - opening_->t0).count();
+    for (auto& e : opening_->pending)
+      if (!e->done && acc_) {
+        const std::string said =
+            fmt::format("{} init still hung after {:.1f} s: its GPUs were not recorded", e->source->name(), waited_s);
+        spdlog::warn("{}", said);
+        acc_->add_event({0, 0, "source-missing", std::string(e->source->name()), said});
+      }
+  }
   if (tracker_) tracker_->stop(); // its last scan goes out with the sampler's last tick
   // issue 18: the Slurm steps seen (e.g. "0,1,batch") and the array ids the prolog could not know
   if (tracker_ && tracker_->options().filtered()) {

@@ -17,14 +17,17 @@
 #include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/duration.hpp"
 #include "core/schema.hpp"
+#include "forecast/live_forecast.hpp" // issue 36
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
+#include "pipeline/anomaly_monitor.hpp" // issue 36
 #include "pipeline/simulate.hpp"
 #include "processes/cgroup.hpp"
 #include "processes/tracker.hpp"
 #include "sampler/sampler.hpp"
 #include "sinks/sink_writer.hpp"
 #include "sinks/store.hpp"
+#include "sources/procfs/cpu_source.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -33,6 +36,9 @@ struct SessionOptions {
   std::string task;
   std::vector<std::string> command; // empty for `record`
   std::chrono::nanoseconds interval = std::chrono::seconds(1);
+  // --max-read-cost (issue 33): a GPU read costing more than this is read at most once a second (or at its own
+  // period); 0 reads everything every tick. Unset: the source's default (50 us).
+  std::optional<std::chrono::nanoseconds> max_read_cost;
   AdaptiveOptions adaptive; // --idle-interval, --idle-after (issue 18, sampler/adaptive.hpp); off by default
   std::vector<StoreSpec> stores;
   CommitPolicy commit;
@@ -51,6 +57,9 @@ struct SessionOptions {
   // --process-interval: how often processes are scanned, never below 1 s nor the sampling interval (issue 12).
   std::chrono::nanoseconds process_interval = std::chrono::seconds(1);
   // ---- end attribution ----
+  // issue 33: per-core rows once per process scan (the period filled in from process_interval and interval when the
+  // sources are made), every tick, or none.
+  PerCoreStorage per_core{PerCoreStorage::Mode::Period};
   // record --only-unit / --only-env (issue 18): the run's processes are those of these units or with these
   // environment entries (TrackerOptions); the Slurm steps they ran in become the tag slurm_steps.
   std::vector<std::string> only_units;
@@ -84,7 +93,8 @@ public:
   std::vector<std::string> store_names() const;
   bool all_stored() const { return all_stored_; }
   RunSummary summary() const { return acc_->summary(); }
-  std::vector<GpuDevice> devices() const { return devices_ ? *devices_ : std::vector<GpuDevice>{}; }
+  // The run's GPUs: those opened before it began, then those of a vendor library that became ready later (issue 31).
+  std::vector<GpuDevice> devices() const;
   // ---- attribution (issue 13) ----
   // `run`: the run's own cgroup, made before the child starts (its cgroup.procs fd goes to spawn_child), then the
   // child's tree followed from its pid. Without a cgroup, says once that daemonised descendants may be missed.
@@ -95,8 +105,25 @@ public:
   std::string marker_socket() const { return markers_ ? markers_->path() : std::string(); }
   // ---- alerts (issue 14) ----: the engine (firing alerts, /api/v1/alerts), null without rules.
   const AlertEngine* alerts() const { return alerts_.get(); }
+  // issue 36: anomalies and stragglers live (null when the session records no GPU).
+  const AnomalyMonitor* anomalies() const { return anomalies_.get(); }
+  // ---- forecasts (issue 36) ----: the latest OOM, throttle, finish and utilisation forecasts (/api/v1/forecast,
+  // top, the run summary); published from the sampler thread at most once a second.
+  const forecast::ForecastBoard& forecasts() const { return forecast_board_; }
 
 private:
+  // ---- issue 31: vendor libraries open beside the command (threads of their own), never before it
+  struct Opening;
+  struct Opened;
+  std::shared_ptr<Opening> opening_;
+  std::vector<std::string> claimed_; // PCI bus ids of the GPUs a source already records; under opening_->mu once late
+  std::vector<GpuDevice> late_devices_; // under opening_->mu
+  // Takes an opened (or failed) source into the run; notices: where a failure is said. Returns the devices it adds,
+  // or nothing when the source is not sampled.
+  std::optional<std::vector<GpuDevice>> adopt_source(const std::shared_ptr<Source>& s, bool opened,
+                                                     std::vector<Event>& notices, bool late);
+  void join_late(Opened& e); // opener thread, under opening_->mu, once the session has started
+  // ---- end issue 31
   SessionOptions opts_;
   RunInfo run_;
   std::vector<std::shared_ptr<Source>> sources_; // shared with the sampler: a worker stuck in a driver may outlive it
@@ -108,6 +135,15 @@ private:
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15
   std::unique_ptr<AlertEngine> alerts_;     // issue 14
+  // issue 36
+  std::unique_ptr<AnomalyMonitor> anomalies_;
+  // ---- forecasts (issue 36), sampler thread
+  std::unique_ptr<forecast::LiveForecaster> forecaster_;
+  forecast::ForecastBoard forecast_board_;
+  std::optional<std::pair<int64_t, int64_t>> forecast_epoch_; // (index, start_ms) of the epoch the forecaster saw
+  int64_t forecast_last_ms_ = 0;
+  void feed_forecast(const Frame& f);
+  // ---- end forecasts
   bool all_stored_ = true;
   bool finished_ = false;
   OptF run_busy_cores_; // issue 33, sampler thread: the command's processes' busy cores in the latest process scan

@@ -23,7 +23,11 @@ namespace {
 constexpr SourceEntry kSources[] = {
     {"procfs",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
-       return std::make_unique<ProcfsCpuSource>(o.procfs_root);
+       // issue 33: the scan period as the process tracker has it (never under 1 s nor the interval).
+       PerCoreStorage per_core = o.per_core;
+       per_core.period = std::max({o.interval, o.process_interval, std::chrono::nanoseconds(std::chrono::seconds(1))});
+       per_core.interval = o.interval;
+       return std::make_unique<ProcfsCpuSource>(o.procfs_root, per_core);
      }},
     {"rapl",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
@@ -55,6 +59,7 @@ constexpr SourceEntry kSources[] = {
        // PCIe throughput is read once a second, or once an interval where ticks are further apart: a reading nobody
        // takes is a wake-up without work (issue 12).
        opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
+       if (o.max_read_cost) opts.max_read_cost = *o.max_read_cost; // issue 33
        return std::make_unique<NvmlSource>(std::move(opts));
      }},
 #endif

@@ -45,6 +45,11 @@ const char* pid_path(char (&buf)[64], pid_t pid, const char* name) {
 }
 } // namespace
 
+void ProcessTracker::add_gpu_source(std::shared_ptr<Source> source) {
+  std::lock_guard lock(gpu_sources_mu_);
+  gpu_sources_.push_back(std::move(source));
+}
+
 ProcessTracker::ProcessTracker(TrackerOptions opts, std::vector<std::shared_ptr<Source>> gpu_sources)
     : opts_(std::move(opts)), gpu_sources_(std::move(gpu_sources)) {
   if (opts_.period < std::chrono::seconds(1)) opts_.period = std::chrono::seconds(1);
@@ -496,7 +501,12 @@ std::shared_ptr<ProcessSnapshot> ProcessTracker::scan() {
   // GPU use per process, from every source that lists it (milliseconds per call on a real driver).
   const double cpu_gpu0 = thread_cpu_s();
   std::vector<GpuProcessSample> gpu;
-  for (const auto& src : gpu_sources_)
+  std::vector<std::shared_ptr<Source>> gpu_sources;
+  {
+    std::lock_guard lock(gpu_sources_mu_);
+    gpu_sources = gpu_sources_;
+  }
+  for (const auto& src : gpu_sources)
     src->gpu_processes(gpu, snap->gpus_listed);
   const double cpu_gpu = thread_cpu_s() - cpu_gpu0;
   std::map<ProcessId, double> gpu_score;

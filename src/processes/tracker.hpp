@@ -46,6 +46,8 @@ class ProcessTracker {
 public:
   // gpu_sources: the sources whose lists_gpu_processes() is true; shared, as the sampler shares them.
   ProcessTracker(TrackerOptions opts, std::vector<std::shared_ptr<Source>> gpu_sources);
+  // Issue 31: a GPU source that opened after the run began (its library's init ran beside the command). Thread-safe.
+  void add_gpu_source(std::shared_ptr<Source> source);
   ~ProcessTracker();
   ProcessTracker(const ProcessTracker&) = delete;
   ProcessTracker& operator=(const ProcessTracker&) = delete;
@@ -103,7 +105,8 @@ private:
   bool admits(pid_t pid, const std::string& cgroup_text);
 
   TrackerOptions opts_;
-  std::vector<std::shared_ptr<Source>> gpu_sources_;
+  std::vector<std::shared_ptr<Source>> gpu_sources_; // under gpu_sources_mu_ (issue 31: one may join late)
+  std::mutex gpu_sources_mu_;
   bool run_mode_ = false;
   pid_t root_ = 0;
   std::string cgroup_dir_;

@@ -11,11 +11,13 @@
 #include "core/metrics.hpp"
 #include "core/output_file.hpp"
 #include "core/time_util.hpp"
+#include "pipeline/comparison.hpp"
 #include "pipeline/phase_view.hpp"
 #include "pipeline/run_view.hpp"
 #include "report/downsample.hpp"
 #include "wattscope/version.hpp"
 #include "web/assets.hpp"
+#include "web/report_page.hpp"
 
 namespace wattscope {
 
@@ -397,56 +399,23 @@ nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>&
   nlohmann::json rs = nlohmann::json::array();
   for (const auto& r : runs)
     rs.push_back(run_data(store, r, opts));
-  return {{"generated", iso_utc_ms(wall_now_ms())},
-          {"wattscope_version", kVersion},
-          {"metrics", {{"gpu", series_meta(kGpuMetrics)}, {"cpu", series_meta(kCpuMetrics)}}},
-          {"source", store.describe()},
-          {"assumptions",
-           {{"co2_g_per_kwh", opts.co2_g_per_kwh},
-            {"price_per_kwh", opts.price_per_kwh},
-            {"currency", opts.currency},
-            {"pue", opts.pue}}},
-          {"runs", rs}};
-}
-
-std::string script_safe_json(const nlohmann::json& data) {
-  const std::string json = data.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  // The JSON sits inside <script>: "</script" would end the element and "<!--" (with a "<script" after it) would
-  // make the parser run past the real end tag, so no "<" may appear at all; ">" and "&" go too (HTML-safe JSON, as
-  // Go's html/template writes it). U+2028/2029 are line ends to older JavaScript parsers. These bytes only occur
-  // inside JSON strings, where the \u escape is the same string.
-  std::string safe;
-  safe.reserve(json.size() + json.size() / 64);
-  for (size_t i = 0; i < json.size(); ++i) {
-    const char c = json[i];
-    if (c == '<') {
-      safe += "\\u003c";
-    } else if (c == '>') {
-      safe += "\\u003e";
-    } else if (c == '&') {
-      safe += "\\u0026";
-    } else if (c == '\xe2' && i + 2 < json.size() && json[i + 1] == '\x80' &&
-               (json[i + 2] == '\xa8' || json[i + 2] == '\xa9')) {
-      safe += json[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
-      i += 2;
-    } else {
-      safe.push_back(c);
-    }
-  }
-  return safe;
+  nlohmann::json out = {{"generated", iso_utc_ms(wall_now_ms())},
+                        {"wattscope_version", kVersion},
+                        {"metrics", {{"gpu", series_meta(kGpuMetrics)}, {"cpu", series_meta(kCpuMetrics)}}},
+                        {"source", store.describe()},
+                        {"assumptions",
+                         {{"co2_g_per_kwh", opts.co2_g_per_kwh},
+                          {"price_per_kwh", opts.price_per_kwh},
+                          {"currency", opts.currency},
+                          {"pue", opts.pue}}},
+                        {"runs", rs}};
+  // issue 35: several runs are compared by task, with the figures `wattscope compare` tests
+  if (runs.size() > 1) out["comparison"] = comparison_json(store, runs);
+  return out;
 }
 
 std::string render_report(const nlohmann::json& data) {
-  const std::string safe = script_safe_json(data);
-  std::string html(assets::report_template());
-  const std::string plotly_mark = "/*__WATTSCOPE_PLOTLY__*/", data_mark = "/*__WATTSCOPE_DATA__*/";
-  const auto p = html.find(plotly_mark);
-  if (p == std::string::npos) throw std::logic_error("report template lacks the plotly placeholder");
-  html.replace(p, plotly_mark.size(), assets::plotly_js());
-  const auto d = html.find(data_mark);
-  if (d == std::string::npos) throw std::logic_error("report template lacks the data placeholder");
-  html.replace(d, data_mark.size(), safe);
-  return html;
+  return fill_report_template(data, true);
 }
 
 void write_report(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts,
@@ -457,6 +426,18 @@ void write_report(StoreReader& store, const std::vector<RunInfo>& runs, const Re
   OutputFile out(path, out_opts);
   out.write(render_report(build_report_data(store, runs, opts)));
   out.commit();
+}
+
+std::string render_report_linked(const nlohmann::json& data, std::string_view plotly_url) {
+  std::string html(assets::report_template());
+  const std::string plotly_script = "<script>/*__WATTSCOPE_PLOTLY__*/</script>", data_mark = "/*__WATTSCOPE_DATA__*/";
+  const auto p = html.find(plotly_script);
+  if (p == std::string::npos) throw std::logic_error("report template lacks the plotly placeholder");
+  html.replace(p, plotly_script.size(), fmt::format("<script src=\"{}\"></script>", plotly_url));
+  const auto d = html.find(data_mark);
+  if (d == std::string::npos) throw std::logic_error("report template lacks the data placeholder");
+  html.replace(d, data_mark.size(), script_safe_json(data));
+  return html;
 }
 
 } // namespace wattscope

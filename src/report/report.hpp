@@ -9,6 +9,7 @@
 
 #include "core/schema.hpp"
 #include "sinks/sink.hpp"
+#include "web/report_page.hpp" // script_safe_json
 
 namespace wattscope {
 
@@ -23,11 +24,11 @@ struct ReportOptions {
 
 // Reads the runs' samples and builds the report's data (summaries, downsampled series, events).
 nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts);
-// The data as JSON that is safe inside <script>: no "<", ">" or "&" (written \u003c, \u003e, \u0026), nor
-// U+2028/2029, so no string in it (a task name, a tag, a command) can end the element or hide the page after it.
-std::string script_safe_json(const nlohmann::json& data);
 // The HTML page with plotly.js and the data embedded.
 std::string render_report(const nlohmann::json& data);
+// issue 35: the same page for `serve`, with plotly.js linked from `plotly_url` (cached by the browser) instead of
+// embedded.
+std::string render_report_linked(const nlohmann::json& data, std::string_view plotly_url);
 // Both, written to `path` by the output policy (core/output_file.hpp): a regular file atomically (a temporary
 // renamed over it), "-" to standard output, a character device or FIFO in place; a symbolic link is refused unless
 // opts.follow_symlinks. Throws std::runtime_error with the reason.

@@ -61,35 +61,63 @@ Sampler::~Sampler() {
   stop();
 }
 
-void Sampler::start() {
-  for (auto& w : workers_) {
-    // The thread holds the worker (and through it the source): a detached thread never outlives what it uses.
-    w->thread = std::thread([w] {
-      name_this_thread("ws-" + std::string(w->source->name()));
-      std::unique_lock lock(w->mu);
-      w->ready = true;
+void Sampler::start_worker(const std::shared_ptr<Worker>& w) {
+  // The thread holds the worker (and through it the source): a detached thread never outlives what it uses.
+  w->thread = std::thread([w] {
+    name_this_thread("ws-" + std::string(w->source->name()));
+    std::unique_lock lock(w->mu);
+    w->ready = true;
+    w->done.notify_all();
+    for (;;) {
+      w->wake.wait(lock, [&] { return w->requested || w->quit; });
+      if (w->quit) return;
+      w->requested = false;
+      w->busy = true;
+      const bool probe = w->probe;
+      lock.unlock();
+      if (probe)
+        w->source->probe(w->scratch);
+      else
+        w->source->sample(w->scratch);
+      lock.lock();
+      w->busy = false;
+      // Told after the lock is let go: the sampler, woken while it is held, would block on it at once, a second
+      // wake-up and two more futex calls every tick (issue 12). The thread holds `w`, so it outlives the notify.
+      lock.unlock();
       w->done.notify_all();
-      for (;;) {
-        w->wake.wait(lock, [&] { return w->requested || w->quit; });
-        if (w->quit) return;
-        w->requested = false;
-        w->busy = true;
-        const bool probe = w->probe;
-        lock.unlock();
-        if (probe)
-          w->source->probe(w->scratch);
-        else
-          w->source->sample(w->scratch);
-        lock.lock();
-        w->busy = false;
-        // Told after the lock is let go: the sampler, woken while it is held, would block on it at once, a second
-        // wake-up and two more futex calls every tick (issue 12). The thread holds `w`, so it outlives the notify.
-        lock.unlock();
-        w->done.notify_all();
-        lock.lock();
-      }
-    });
+      lock.lock();
+    }
+  });
+}
+
+void Sampler::adopt(std::shared_ptr<Source> source) {
+  std::lock_guard lock(mu_);
+  if (!stop_) adopted_.push_back(std::move(source));
+}
+
+// Sampler thread, before a tick: the workers list is the sampler thread's own once it runs.
+void Sampler::take_adopted() {
+  std::vector<std::shared_ptr<Source>> taken;
+  {
+    std::lock_guard lock(mu_);
+    if (adopted_.empty()) return;
+    taken.swap(adopted_);
   }
+  for (auto& s : taken) {
+    if (!s->may_block()) {
+      inline_.push_back(std::move(s));
+      continue;
+    }
+    auto w = std::make_shared<Worker>();
+    w->source = std::move(s);
+    start_worker(w);
+    workers_.push_back(std::move(w));
+  }
+}
+
+void Sampler::start() {
+  for (auto& w : workers_)
+    start_worker(w);
   // Tick 0 waits until every worker runs: a thread still being created on a loaded machine reads its device late,
   // and the energy counter's first reading with it (in one loaded run the counter and the power integral parted by
   // 1 % over 2 s at 300 W, as if the first reading came ~27 ms after the tick's time).
@@ -142,8 +170,9 @@ void Sampler::ask(Worker& w, Frame& frame, bool probe) {
   w.scratch.tick = frame.tick;
   w.scratch.ts_ms = frame.ts_ms;
   w.scratch.mono = frame.mono;
-  w.scratch.gpus.clear(); // keeps its capacity: a tick on time allocates nothing here
-  w.scratch.migs.clear(); // issue 17: MIG instances (NVML), merged like the GPUs
+  w.scratch.last = frame.last; // issue 33: a source on a worker reads its scheduled values on the run's last sample
+  w.scratch.gpus.clear();      // keeps its capacity: a tick on time allocates nothing here
+  w.scratch.migs.clear();      // issue 17: MIG instances (NVML), merged like the GPUs
   w.scratch.events.clear();
   w.requested = true;
   w.probe = probe;
@@ -217,6 +246,14 @@ std::string seconds_text(std::chrono::nanoseconds d) {
 }
 } // namespace
 
+bool Sampler::final_read_wanted() const { // issue 33
+  for (const auto& s : inline_)
+    if (s->wants_final_read()) return true;
+  for (const auto& w : workers_)
+    if (w->source->wants_final_read()) return true;
+  return false;
+}
+
 void Sampler::loop() {
   const GridSchedule grid(SteadyClock::now(), interval_);
   const auto wait_for_sources = source_deadline(interval_);
@@ -239,8 +276,11 @@ void Sampler::loop() {
       // run, not up to an interval (or an idle interval) before it. Without it, a 7 s run at --interval 5s stored
       // 5 s of energy, and a phase after the last tick got none (issue 29: phases must add up to the run). Skipped
       // only when the last full sample ended so recently that it already is the end.
-      if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter) break;
+      if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter &&
+          !final_read_wanted())
+        break;
     }
+    take_adopted();
     const auto started = SteadyClock::now();
     Frame frame;
     frame.tick = slot;

@@ -82,6 +82,9 @@ public:
   // instead of the machine's (`run`: the command's processes). Called on the sampling thread.
   void set_cpu_scope(ActivityRule::ScopeCores scope) { cpu_scope_ = std::move(scope); }
   void start(); // first tick at once
+  // Issue 31: a source opened after start() (a vendor library whose init ran beside the command). Thread-safe; it is
+  // sampled from the next tick on, on a worker of its own if it may block.
+  void adopt(std::shared_ptr<Source> source);
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
   // waited for: it is detached and ends when the call returns.
   void stop();
@@ -91,10 +94,13 @@ public:
 private:
   struct Worker;
   void loop();
+  void start_worker(const std::shared_ptr<Worker>& w);
+  void take_adopted();
   void ask(Worker& w, Frame& frame, bool probe);
   void collect(Worker& w, Frame& frame, SteadyClock::time_point deadline);
   // One round over every source: a full sample, or the probe (adaptive sampling).
   void gather(Frame& frame, bool probe, SteadyClock::time_point deadline);
+  bool final_read_wanted() const; // issue 33: a source reads something on a schedule that the run must end on
 
   std::vector<std::shared_ptr<Source>> inline_;
   std::vector<std::shared_ptr<Worker>> workers_;
@@ -108,6 +114,7 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  std::vector<std::shared_ptr<Source>> adopted_; // guarded by mu_: sources to join at the next tick
   SamplerStats stats_;
 };
 

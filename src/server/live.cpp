@@ -84,6 +84,11 @@ nlohmann::json gpu_json(const GpuSample& s, const GpuDevice* d) {
                       {"energy_method", d ? d->energy_method : ""}};
   for (const auto& m : kGpuMetrics)
     j[std::string(m.info.column)] = metric_json(m, s);
+  // issue 33: the values carried from an earlier read (a costly call read on a schedule), each with its age in ms
+  nlohmann::json age = nlohmann::json::object();
+  for (const auto& [i, ms] : s.age_ms)
+    if (i < kGpuMetrics.size()) age[std::string(kGpuMetrics[i].info.column)] = ms;
+  j["age_ms"] = std::move(age);
   return j;
 }
 
@@ -303,9 +308,15 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
     std::lock_guard lock(mu_);
     if (board) board_ = std::move(board);
     // Device facts settled on the first tick (energy method, power source) replace the enumerated ones.
-    for (const auto& d : f->device_rows)
-      for (auto& mine : devices_)
-        if (mine.gpu_index == d.gpu_index) mine = d;
+    // Issue 31: a device not yet known is a GPU whose library became ready after the run began.
+    for (const auto& d : f->device_rows) {
+      auto mine = std::find_if(devices_.begin(), devices_.end(),
+                               [&](const GpuDevice& known) { return known.gpu_index == d.gpu_index; });
+      if (mine != devices_.end())
+        *mine = d;
+      else
+        devices_.push_back(d);
+    }
     latest_ = f;
     ++seq_;
     for (const auto& e : f->events) {
@@ -441,6 +452,7 @@ nlohmann::json LiveState::current_json() const {
           {"cpu", cpu},
           {"energy_j", any_energy ? nlohmann::json(total) : nlohmann::json()},
           {"events", events},
+          {"anomalies", anomalies_ ? anomalies_->json()["anomalies"] : nlohmann::json::array()}, // issue 36
           {"processes", board_ ? board_->processes : nlohmann::json::array()},
           {"processes_other", board_ ? board_->processes_other : nlohmann::json()},
           {"units", board_ ? board_->units : nlohmann::json::array()},
@@ -870,6 +882,13 @@ nlohmann::json LiveState::alerts_json() const {
             {"notifiers", nlohmann::json::array()},
             {"frames_dropped", 0}};
   return alerts_->json();
+}
+
+nlohmann::json LiveState::forecast_json() const {
+  if (!forecasts_)
+    return {
+        {"ts_ms", nullptr}, {"devices", nlohmann::json::array()}, {"finish", nlohmann::json::array()}, {"line", ""}};
+  return forecasts_->as_json();
 }
 
 } // namespace wattscope

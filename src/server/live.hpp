@@ -19,6 +19,8 @@
 #include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/frame.hpp"
 #include "core/schema.hpp"
+#include "pipeline/anomaly_monitor.hpp" // issue 36
+#include "forecast/live_forecast.hpp"
 #include "sampler/sampler.hpp"
 #include "server/process_board.hpp"
 
@@ -35,8 +37,13 @@ public:
   void set_sampler(const SamplerStats* stats) { sampler_ = stats; }
   // ---- alerts (issue 14) ----: the session's alert engine (null: no rules); before the server starts.
   void set_alerts(const AlertEngine* engine) { alerts_ = engine; }
+  // issue 36: anomalies and stragglers holding now, in /api/v1/current's "anomalies"; before the server starts.
+  void set_anomalies(const AnomalyMonitor* m) { anomalies_ = m; }
   // /api/v1/alerts: firing and recent alerts (AlertEngine::json); {"rules": 0, ...} without rules.
   nlohmann::json alerts_json() const;
+  // ---- forecasts (issue 36) ----: the session's forecast board; before the server starts. /api/v1/forecast.
+  void set_forecasts(const forecast::ForecastBoard* board) { forecasts_ = board; }
+  nlohmann::json forecast_json() const;
   // Processes and units exported one by one (the rest summed as `other`); before set_run.
   void set_process_cap(size_t n) { process_cap_ = n; }
   // issue 32 (serve --process-metrics): per-process series in /metrics; off by default (a series per process start).
@@ -104,6 +111,7 @@ private:
   // /metrics, /api/v1/current and the event streams read, briefly); ring_mu_ guards the history ring, which
   // /api/v1/history aggregates for milliseconds. A history request therefore never holds up a scrape. push() takes
   // them one after the other, never both at once.
+  const forecast::ForecastBoard* forecasts_ = nullptr; // issue 36
   mutable std::mutex mu_;
   std::condition_variable cv_;
   mutable std::mutex ring_mu_;
@@ -116,6 +124,8 @@ private:
   std::vector<GpuDevice> devices_;
   const SamplerStats* sampler_ = nullptr;
   const AlertEngine* alerts_ = nullptr; // issue 14
+  // issue 36
+  const AnomalyMonitor* anomalies_ = nullptr;
   std::shared_ptr<const Frame> latest_;
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;

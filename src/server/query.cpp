@@ -1,5 +1,6 @@
 #include "server/query.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -163,6 +164,159 @@ std::variant<RunsPageQuery, Error> parse_runs_page(std::string_view raw) {
     }
   }
   return q;
+}
+
+} // namespace wattscope::query
+
+namespace wattscope::query {
+
+namespace {
+
+// Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (H. Hinnant's days_from_civil).
+int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const auto yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
+// `n` digits at text[pos] as a number, or -1.
+int digits(std::string_view text, size_t pos, size_t n) {
+  if (pos + n > text.size()) return -1;
+  int v = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const char c = text[pos + i];
+    if (c < '0' || c > '9') return -1;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+} // namespace
+
+std::optional<int64_t> parse_time_ms(std::string_view t, bool end_of_day) {
+  if (t.empty() || t.size() > 32) return std::nullopt;
+  if (t.find_first_not_of("0123456789") == std::string_view::npos) {
+    if (t.size() > 15) return std::nullopt; // past the year 30000 in ms
+    return static_cast<int64_t>(std::stoll(std::string(t)));
+  }
+  const int y = digits(t, 0, 4), mo = digits(t, 5, 2), d = digits(t, 8, 2);
+  if (y < 1970 || t.size() < 10 || t[4] != '-' || t[7] != '-' || mo < 1 || mo > 12 || d < 1) return std::nullopt;
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (d > kDays[mo - 1] + (mo == 2 && leap ? 1 : 0)) return std::nullopt;
+  int64_t ms = days_from_civil(y, static_cast<unsigned>(mo), static_cast<unsigned>(d)) * 86'400'000;
+  if (t.size() == 10) return end_of_day ? ms + 86'400'000 : ms;
+  std::string_view rest = t.substr(10);
+  if (rest.back() == 'Z') rest.remove_suffix(1);
+  const int h = digits(rest, 1, 2), mi = digits(rest, 4, 2);
+  if ((rest[0] != 'T' && rest[0] != ' ') || rest.size() < 6 || rest[3] != ':' || h < 0 || h > 23 || mi < 0 || mi > 59)
+    return std::nullopt;
+  ms += (h * 60LL + mi) * 60'000;
+  rest = rest.substr(6);
+  if (rest.empty()) return ms;
+  const int s = digits(rest, 1, 2);
+  if (rest[0] != ':' || s < 0 || s > 59) return std::nullopt;
+  ms += s * 1000LL;
+  rest = rest.substr(3);
+  if (rest.empty()) return ms;
+  const int frac = digits(rest, 1, 3);
+  if (rest.size() != 4 || rest[0] != '.' || frac < 0) return std::nullopt;
+  return ms + frac;
+}
+
+std::variant<RunsListQuery, Error> parse_runs_list(std::string_view raw) {
+  auto parsed = parse(raw);
+  if (auto* e = std::get_if<Error>(&parsed)) return *e;
+  std::vector<Param> params = std::move(std::get<std::vector<Param>>(parsed));
+  RunsListQuery out;
+  // limit and offset keep their rules and messages: they go to parse_runs_page as a query of their own.
+  std::string page_query;
+  std::vector<std::string> seen;
+  for (const Param& p : params) {
+    if (p.name == "limit" || p.name == "offset") {
+      if (p.value.find_first_not_of("0123456789") != std::string::npos) // '&' or '=' must not reach the re-parse
+        return Error{
+            p.name == "limit"
+                ? fmt::format("query parameter 'limit': '{}' is not a number of runs from 1 to {}", printable(p.value),
+                              kMaxRunsLimit)
+                : fmt::format("query parameter 'offset': '{}' is not a count of runs (0 or more)", printable(p.value))};
+      page_query += fmt::format("{}{}={}", page_query.empty() ? "" : "&", p.name, p.value);
+      continue;
+    }
+    if (p.value.size() > kMaxRunsValue)
+      return Error{
+          fmt::format("query parameter '{}': the value is longer than {} bytes", printable(p.name), kMaxRunsValue)};
+    if (p.name != "tag") {
+      if (std::find(seen.begin(), seen.end(), p.name) != seen.end())
+        return Error{fmt::format("query parameter '{}' is given twice", printable(p.name))};
+      seen.push_back(p.name);
+    }
+    RunsFilter& f = out.filter;
+    if (p.name == "task") {
+      f.task = p.value;
+    } else if (p.name == "host") {
+      f.host = p.value;
+    } else if (p.name == "user") {
+      f.user = p.value;
+    } else if (p.name == "q") {
+      f.q = p.value;
+    } else if (p.name == "tag") {
+      if (f.tags.size() == kMaxRunTags)
+        return Error{fmt::format("query parameter 'tag': at most {} tags are accepted", kMaxRunTags)};
+      const size_t eq = p.value.find('=');
+      const std::string key = p.value.substr(0, eq);
+      if (eq == std::string::npos || !valid_tag_key(key))
+        return Error{fmt::format("query parameter 'tag': '{}' is not KEY=VALUE with a key of letters, digits, '_', "
+                                 "'-', '.' or ':' (e.g. tag=slurm_job_id=123)",
+                                 printable(p.value))};
+      f.tags.emplace_back(key, p.value.substr(eq + 1));
+    } else if (p.name == "from" || p.name == "to") {
+      const auto ms = parse_time_ms(p.value, p.name == "to");
+      if (!ms)
+        return Error{fmt::format("query parameter '{}': '{}' is not a date (2026-11-20), a UTC time "
+                                 "(2026-11-20T08:00:00Z) or epoch milliseconds",
+                                 p.name, printable(p.value))};
+      (p.name == "from" ? f.from_ms : f.to_ms) = *ms;
+    } else if (p.name == "method") {
+      if (std::find(std::begin(kRunMethods), std::end(kRunMethods), p.value) == std::end(kRunMethods))
+        return Error{fmt::format("query parameter 'method': '{}' is not one of counter, integrated, estimated, "
+                                 "simulated, mixed, unknown, none",
+                                 printable(p.value))};
+      f.method = p.value;
+    } else if (p.name == "sort") {
+      std::string_view key = p.value;
+      f.descending = key.starts_with('-');
+      if (f.descending) key.remove_prefix(1);
+      if (key == "start")
+        f.sort = RunsSortKey::Start;
+      else if (key == "duration")
+        f.sort = RunsSortKey::Duration;
+      else if (key == "energy")
+        f.sort = RunsSortKey::Energy;
+      else if (key == "j_per_unit")
+        f.sort = RunsSortKey::JPerUnit;
+      else if (key == "exit_status")
+        f.sort = RunsSortKey::ExitStatus;
+      else
+        return Error{fmt::format("query parameter 'sort': '{}' is not one of start, duration, energy, j_per_unit, "
+                                 "exit_status (a '-' before it sorts descending)",
+                                 printable(p.value))};
+    } else {
+      return Error{fmt::format("unknown query parameter '{}' (runs takes limit, offset, task, host, user, tag, from, "
+                               "to, method, q and sort)",
+                               printable(p.name))};
+    }
+  }
+  auto page = parse_runs_page(page_query);
+  if (auto* e = std::get_if<Error>(&page)) return *e;
+  out.limit = std::get<RunsPageQuery>(page).limit;
+  out.offset = std::get<RunsPageQuery>(page).offset;
+  if (out.filter.from_ms && out.filter.to_ms && *out.filter.from_ms >= *out.filter.to_ms)
+    return Error{"query parameters 'from' and 'to': from must be before to"};
+  return out;
 }
 
 } // namespace wattscope::query

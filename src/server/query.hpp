@@ -3,10 +3,13 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
+
+#include "sinks/runs_query.hpp"
 
 namespace wattscope::query {
 
@@ -43,6 +46,22 @@ struct RunsPageQuery {
   size_t offset = 0;
 };
 std::variant<RunsPageQuery, Error> parse_runs_page(std::string_view raw);
+
+// issue 35: /api/v1/runs's filters and order beside limit and offset. task, host, user, method and q at most once
+// each; tag=KEY=VALUE up to kMaxRunTags times (all must match); from and to a date (2026-11-20), a UTC time
+// (2026-11-20T08:00, :SS, .mmm and a final Z allowed) or epoch milliseconds (from inclusive, to exclusive; a date
+// alone as `to` takes in that whole day); sort one of start, duration, energy, j_per_unit, exit_status with '-' for
+// descending (default start, oldest first, as the pages always were). Values are at most kMaxRunsValue bytes.
+constexpr size_t kMaxRunTags = 8;
+constexpr size_t kMaxRunsValue = 256;
+struct RunsListQuery {
+  size_t limit = kDefaultRunsLimit;
+  size_t offset = 0;
+  RunsFilter filter;
+};
+std::variant<RunsListQuery, Error> parse_runs_list(std::string_view raw);
+// A time as `from`/`to` take it; `end_of_day`: a date alone means the end of that day. nullopt when malformed.
+std::optional<int64_t> parse_time_ms(std::string_view text, bool end_of_day = false);
 
 // `text` for an error message: printable ASCII kept, quotes and backslashes escaped, every other byte as \xHH,
 // cut at `max_chars` with "..." so a long value cannot make a long answer.

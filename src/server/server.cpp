@@ -32,7 +32,9 @@
 #include "core/thread_name.hpp"
 #include "pipeline/run_view.hpp"
 #include "server/auth.hpp"
+#include "server/compare_page.hpp"
 #include "server/query.hpp"
+#include "server/runs_pages.hpp"
 #include "server/static_files.hpp"
 
 namespace wattscope {
@@ -127,6 +129,15 @@ std::string_view reason(int status) {
   }
 }
 
+Response page_response(PageReply p) { // issue 35
+  Response r;
+  r.status = p.status;
+  r.content_type = std::move(p.content_type);
+  r.headers = std::move(p.headers);
+  r.body = std::move(p.body);
+  return r;
+}
+
 Response json_error(int status, const std::string& msg) {
   Response r;
   r.status = status;
@@ -150,15 +161,6 @@ std::string http_date(std::time_t t) {
   gmtime_r(&t, &tm);
   return fmt::format("{}, {:02} {} {} {:02}:{:02}:{:02} GMT", days[tm.tm_wday], tm.tm_mday, months[tm.tm_mon],
                      tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
-}
-
-bool valid_run_id(std::string_view id) {
-  if (id.empty() || id.size() > 64) return false;
-  for (char c : id)
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-          c == '.'))
-      return false;
-  return true;
 }
 
 // Sent to a connection refused at accept, before any of its bytes are read.
@@ -185,6 +187,7 @@ struct HttpServer::Impl {
   LiveState& live;
   ServerOptions opts;
   StaticFiles files;
+  RunsPages runs_pages{opts.store, files.plotly_url()}; // issue 35
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
   asio::steady_timer sweep_timer{io};
@@ -200,7 +203,8 @@ struct HttpServer::Impl {
   std::unordered_map<Conn*, std::shared_ptr<Conn>> conns;
   std::unordered_map<std::string, int> per_address;
   int heavy_in_flight = 0;
-  std::atomic<int> streams{0}; // read by the watcher: no subscriber, no JSON made
+  std::unique_ptr<CompareView> compare_view; // issue 35: made on the first compare request
+  std::atomic<int> streams{0};               // read by the watcher: no subscriber, no JSON made
 
   static constexpr int kMaxHeavyInFlight = 32;
   static constexpr auto kSweepEvery = std::chrono::milliseconds(250);
@@ -584,11 +588,23 @@ struct HttpServer::Impl {
     }
     if (path == "/api/v1/current") return send(content(live.current_json().dump(), "application/json"));
     if (path == "/api/v1/alerts") return send(content(live.alerts_json().dump(), "application/json")); // issue 14
+    // issue 36: the live forecasts (docs/forecasts.md)
+    if (path == "/api/v1/forecast") return send(content(live.forecast_json().dump(), "application/json"));
     if (path == "/healthz") return send(content("ok\n", "text/plain"));
     if (path == "/favicon.ico") {
       Response r;
       r.status = 204;
       return send(std::move(r));
+    }
+    if (path == "/runs/compare" || path == "/api/v1/compare") { // issue 35: docs/compare.md
+      if (!opts.store) return send(json_error(404, "serve was started without --db: no runs are stored"));
+      if (!compare_view) compare_view = std::make_unique<CompareView>(*opts.store);
+      return heavy(c, head, keep, [view = compare_view.get(), html = path == "/runs/compare", q = std::string(query)] {
+        CompareAnswer a = view->answer(html, q);
+        Response r = content(std::move(a.body), std::move(a.content_type));
+        r.status = a.status;
+        return r;
+      });
     }
     if (path == "/api/v1/events") {
       if (head) return send(content("", "text/event-stream"));
@@ -608,47 +624,11 @@ struct HttpServer::Impl {
       return heavy(c, head, keep, [this] { return content(opts.advice->json().dump(), "application/json"); });
     }
     // ---- end advice ----
-    constexpr std::string_view runs_prefix = "/api/v1/runs";
-    if (path == runs_prefix || path.starts_with("/api/v1/runs/")) {
-      if (!opts.store) return send(json_error(404, "serve was started without --db: no runs are stored"));
-      if (path == runs_prefix) {
-        // One page per request (issue 31: a whole store of 20,003 runs was 48 MB a request, and serve kept the
-        // memory). The body stays the array it always was; the total and the next page are in the headers, as
-        // GitHub's API gives them.
-        auto page = query::parse_runs_page(query);
-        if (auto* e = std::get_if<query::Error>(&page)) return send(json_error(400, e->message));
-        const auto pq = std::get<query::RunsPageQuery>(page);
-        return heavy(c, head, keep, [this, pq] {
-          try {
-            auto reader = open_reader(*opts.store);
-            const StoreReader::RunsPage runs = reader->runs_page(pq.offset, pq.limit);
-            std::string body = "[";
-            for (size_t i = 0; i < runs.runs.size(); ++i) {
-              if (i) body += ',';
-              body += run_json(runs.runs[i]).dump();
-            }
-            body += ']';
-            Response r = content(std::move(body), "application/json");
-            r.headers.emplace_back("X-Total-Count", std::to_string(runs.total));
-            if (pq.offset + runs.runs.size() < runs.total)
-              r.headers.emplace_back("Link", fmt::format("</api/v1/runs?limit={}&offset={}>; rel=\"next\"", pq.limit,
-                                                         pq.offset + runs.runs.size()));
-            return r;
-          } catch (const std::exception& e) {
-            return json_error(503, e.what());
-          }
-        });
-      }
-      const std::string id(path.substr(runs_prefix.size() + 1));
-      if (!valid_run_id(id))
-        return send(json_error(400, "a run id is letters, digits, '-', '_' and '.', at most 64 characters"));
-      return heavy(c, head, keep, [this, id] {
-        try {
-          auto reader = open_reader(*opts.store);
-          return content(run_json(resolve_run(*reader, id)).dump(), "application/json");
-        } catch (const std::exception& e) {
-          return json_error(404, e.what());
-        }
+    // issue 35: the stored runs (/api/v1/runs, /api/v1/runs/ID, /api/v1/jobs/ID, /runs, /runs/ID, /jobs/ID)
+    if (RunsPages::handles(path)) {
+      if (auto bad = runs_pages.check(path, query)) return send(page_response(std::move(*bad)));
+      return heavy(c, head, keep, [this, p = std::string(path), q = std::string(query)] {
+        return page_response(runs_pages.answer(p, q));
       });
     }
     send(json_error(404, fmt::format("no such path: {} (see / for the dashboard, /metrics, /api/v1/...)",

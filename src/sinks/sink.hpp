@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/schema.hpp"
+#include "sinks/runs_query.hpp"
 
 namespace wattscope {
 
@@ -43,6 +44,7 @@ public:
   struct RunsPage {
     std::vector<RunInfo> runs;
     size_t total = 0;
+    std::vector<std::vector<RunWork>> work; // per run of `runs`, its work per unit (runs_query only)
   };
   virtual RunsPage runs_page(size_t offset, size_t limit) {
     std::vector<RunInfo> all = runs();
@@ -52,6 +54,9 @@ public:
       page.runs.push_back(std::move(all[i]));
     return page;
   }
+  // issue 35: the page of the runs that pass `filter`, in its order, each with its work; total counts every run that
+  // passes. SQLite and MySQL ask the database (runs_sql); this default scans runs() and each run's work table.
+  virtual RunsPage runs_query(const RunsFilter& filter, size_t offset, size_t limit);
   // Every row of `table` for the run, in key order (time order for samples).
   virtual void scan(TableId table, const RunInfo& run, const RowFn& fn) = 0;
 };

@@ -61,6 +61,13 @@ public:
   // true for a vendor library that can block inside the driver: sampled on its own thread against a deadline, and then
   // it writes only frame.gpus and frame.events.
   virtual bool may_block() const { return false; }
+  // Issue 31: open() may run on a thread of its own, beside the command, and finish late (a vendor library whose init
+  // can hang for seconds). Not for a library whose open() redirects the process's stderr (ROCm SMI, Level Zero): a
+  // hang there would swallow wattscope's own messages for as long as it lasts.
+  virtual bool opens_aside() const { return false; }
+  // issue 33: a value read on a schedule (a costly energy counter, read once a second) waits for the run's last
+  // sample to be read again, so the run ends on a reading: the sampler then takes that sample even right after a tick.
+  virtual bool wants_final_read() const { return false; }
   // Adaptive sampling (issue 18, sampler/adaptive.hpp): the cheap reading taken on the ticks between full samples
   // while the machine is idle, enough to see activity: GPU utilisation only (one GpuSample per device with
   // util_gpu_pct), or the CPU's utilisation. Most sources have nothing to say about activity and do nothing. A

@@ -109,9 +109,15 @@ void apply_frame(HostView& h, const Frame& f, const std::vector<GpuDevice>& devi
     TopGpu* slot = gpu_slot(h, d.gpu_index);
     if (!slot) continue;
     slot->name = d.name;
-    slot->energy_method = d.energy_method; // issue 29
+    // issue 29: the sources' list knows only "simulated"; accounting settles counter/integrated on the first tick and
+    // sends it in device_rows (below), which later frames' empty method must not undo (a real H100 showed
+    // "[unknown]").
+    if (!d.energy_method.empty()) slot->energy_method = d.energy_method;
     slot->answered = false;
   }
+  for (const auto& d : f.device_rows)
+    if (TopGpu* slot = gpu_slot(h, d.gpu_index); slot && !d.energy_method.empty())
+      slot->energy_method = d.energy_method;
   for (const auto& s : f.gpus) {
     TopGpu* slot = gpu_slot(h, s.gpu_index);
     if (!slot) continue;
@@ -243,6 +249,11 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     h.cpu.power_method = pm == "estimated" ? "estimated" : pm == "counter" ? "counter" : nullptr;
     h.cpu_energy_j = since_base(h, -1, add_opt(h.cpu.package_energy_j, h.cpu.dram_energy_j));
   }
+  h.anomalies.clear(); // issue 36: what holds now, in words; a serve without the key has none to say
+  if (const auto an = j.find("anomalies"); an != j.end() && an->is_array())
+    for (const auto& a : *an)
+      if (a.is_object() && h.anomalies.size() < kMaxHostAnomalies)
+        h.anomalies.push_back(str(a, "message").substr(0, 300));
   if (const auto ps = j.find("processes"); ps != j.end() && ps->is_array()) {
     h.procs.clear();
     for (const auto& p : *ps) {

@@ -62,6 +62,7 @@ inline constexpr size_t kMaxHostGpus = 256;
 inline constexpr size_t kMaxHostProcesses = 1000;
 inline constexpr size_t kMaxProcessGpus = 64; // per process: the GPUs it uses
 inline constexpr int64_t kMaxGpuIndex = 65535;
+inline constexpr size_t kMaxHostAnomalies = 64; // issue 36
 
 struct HostView {
   std::string name; // the host's name (run.host), or the URL until the first answer
@@ -80,6 +81,9 @@ struct HostView {
   bool alerts_supported = false; // remote: /api/v1/alerts answered (a 404 means no alerts support)
   bool alerts_asked = false;     // remote: /api/v1/alerts was asked at least once (--once waits for it)
   std::vector<FiringAlert> alerts;
+  // issue 36: anomalies and stragglers holding now, in words (at most kMaxHostAnomalies, each cut to 300 bytes).
+  std::vector<std::string> anomalies;
+  std::string forecast; // issue 36: the forecasts in one line (OOM, throttling, finish); "" when there is none
   // Energy counters at the first frame seen (remote: serve's run started before top did), per GPU index; -1 the CPU.
   std::string run_id;
   std::vector<std::pair<int, double>> energy_base_j;

@@ -194,6 +194,7 @@ void RemoteHost::publish() {
   next.alerts = std::move(view_.alerts);
   next.alerts_supported = view_.alerts_supported;
   next.alerts_asked = view_.alerts_asked;
+  next.forecast = std::move(view_.forecast); // issue 36: the alerts thread's too
   view_ = std::move(next);
 }
 
@@ -238,6 +239,30 @@ void RemoteHost::stream_loop() {
   }
 }
 
+// issue 36: /api/v1/forecast's one-line summary; an older serve (404) or a bad answer shows none.
+void RemoteHost::fetch_forecast() {
+  CurlHandle c;
+  std::string body;
+  if (!c.h) return;
+  common_setup(c, opts_.url + "/api/v1/forecast", opts_);
+  curl_easy_setopt(c.h, CURLOPT_HTTPHEADER, c.headers);
+  curl_easy_setopt(c.h, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(c.h, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(c.h, CURLOPT_TIMEOUT_MS, 5000L);
+  curl_easy_setopt(c.h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(c.h, CURLOPT_XFERINFOFUNCTION, on_progress);
+  curl_easy_setopt(c.h, CURLOPT_XFERINFODATA, &stop_);
+  const CURLcode rc = curl_easy_perform(c.h);
+  long code = 0;
+  curl_easy_getinfo(c.h, CURLINFO_RESPONSE_CODE, &code);
+  const auto j = nlohmann::json::parse(body, nullptr, false);
+  std::string line;
+  if (rc == CURLE_OK && code == 200 && j.is_object() && j.contains("line") && j["line"].is_string())
+    line = j["line"].get<std::string>().substr(0, 400);
+  std::lock_guard lock(mu_);
+  view_.forecast = std::move(line);
+}
+
 void RemoteHost::alerts_loop() {
   const std::string url = opts_.url + "/api/v1/alerts";
   while (!stop_) {
@@ -273,6 +298,7 @@ void RemoteHost::alerts_loop() {
         view_.alerts.clear();
       }
     }
+    fetch_forecast(); // issue 36: as often as the alerts
     std::unique_lock lock(wait_mu_);
     wait_cv_.wait_for(lock, opts_.alerts_every, [this] { return stop_.load(); });
   }

@@ -41,6 +41,7 @@ public:
 private:
   void stream_loop();
   void alerts_loop();
+  void fetch_forecast();                  // issue 36
   void mark_down(const std::string& why); // the stream thread alone
   void publish();                         // stream_view_ -> view_
 

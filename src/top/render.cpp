@@ -460,6 +460,16 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
     body.push_back(b.take(W));
   }
 
+  // issue 36: the forecasts, one line per host that has any
+  for (const auto& h : hosts) {
+    if (h.forecast.empty()) continue;
+    LineBuilder b;
+    b.add("FORECAST", Tone::Title);
+    if (o.fleet) b.add(" " + printable(h.name), Tone::Dim);
+    b.add(" " + printable(h.forecast));
+    body.push_back(b.take(W));
+  }
+
   // The status lines at the bottom: firing alerts, then keys.
   std::vector<FiringAlert> firing;
   bool alerts_known = false;
@@ -482,6 +492,21 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
     }
     alert_line = b.take(W);
   }
+  // issue 36: anomalies and stragglers holding now, one line above the alerts, only while there are some.
+  std::optional<Line> anomaly_line;
+  {
+    LineBuilder b;
+    size_t n = 0;
+    for (const auto& h : hosts)
+      n += h.anomalies.size();
+    if (n > 0) {
+      b.add(fmt::format("ANOMALIES {}:", n), Tone::Warn);
+      for (const auto& h : hosts)
+        for (const auto& a : h.anomalies)
+          b.add(" " + printable(a) + ";", Tone::Warn);
+      anomaly_line = b.take(W);
+    }
+  }
   Line keys;
   {
     LineBuilder b;
@@ -492,7 +517,7 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
   }
 
   // Processes (or the help) fill what is left.
-  const size_t reserved = 2;
+  const size_t reserved = anomaly_line ? 3 : 2;
   size_t left_rows = H > body.size() + reserved ? H - body.size() - reserved : 0;
   if (view.help) {
     for (const char* l : kHelp) {
@@ -523,6 +548,7 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
   if (body.size() > H - reserved) body.resize(H - reserved); // too small a terminal: the bottom lines stay
   while (body.size() < H - reserved)
     body.push_back({});
+  if (anomaly_line) body.push_back(std::move(*anomaly_line));
   body.push_back(std::move(alert_line));
   body.push_back(std::move(keys));
   return body;

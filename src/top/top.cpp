@@ -79,6 +79,10 @@ public:
       for (const auto& a : engine->firing())
         out.front().alerts.push_back({a.rule, a.severity, a.scope, a.message});
     }
+    if (const AnomalyMonitor* m = session_->anomalies()) // issue 36
+      for (const auto& a : m->active())
+        if (out.front().anomalies.size() < kMaxHostAnomalies) out.front().anomalies.push_back(a.message);
+    out.front().forecast = session_->forecasts().line(); // issue 36
     return out;
   }
   bool settled(Clock::time_point) override {

@@ -11,6 +11,10 @@ extern const char wattscope_asset_report_begin[];
 extern const char wattscope_asset_report_end[];
 extern const char wattscope_asset_dashboard_begin[];
 extern const char wattscope_asset_dashboard_end[];
+extern const char wattscope_asset_runs_begin[]; // issue 35
+extern const char wattscope_asset_runs_end[];
+extern const char wattscope_asset_job_begin[];
+extern const char wattscope_asset_job_end[];
 }
 
 namespace wattscope::assets {
@@ -33,5 +37,11 @@ std::string_view report_template() {
 }
 std::string_view dashboard_html() {
   return span(wattscope_asset_dashboard_begin, wattscope_asset_dashboard_end);
+}
+std::string_view runs_html() {
+  return span(wattscope_asset_runs_begin, wattscope_asset_runs_end);
+}
+std::string_view job_html() {
+  return span(wattscope_asset_job_begin, wattscope_asset_job_end);
 }
 } // namespace wattscope::assets

@@ -11,4 +11,6 @@ std::string_view plotly_js_gzip();  // the same, `gzip -9n` at build time
 std::string_view plotly_js_hash();  // 16 hex digits of its SHA-256, taken at build time
 std::string_view report_template(); // web/report.html
 std::string_view dashboard_html();  // web/dashboard.html
+std::string_view runs_html();       // web/runs.html (issue 35)
+std::string_view job_html();        // web/runs_job.html (issue 35)
 } // namespace wattscope::assets

@@ -8,11 +8,14 @@
 //
 // A metric's value is chosen by how many times that metric was asked for on that device (k, from 0) or by the
 // seconds since nvmlInit (t):  number (constant) | [list] (k-th, last repeats) | {"linear": [a, b]} (a + b*k) |
-// {"sine": {"base", "amp", "period_s"}} (of t) | {"sine_integral": {...}} (the exact integral of that sine over
-// [0, t], for an energy counter in mJ that matches a power trace in mW). A metric that is absent or listed in
-// "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k = lost_at_tick on, every per-tick call on that device
-// answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count of every entry point is written as JSON to
-// WATTSCOPE_FAKE_NVML_CALLS, if set.
+// {"piecewise": [[k, v], ...]} (straight between the points, issue 36) | {"sine": {"base", "amp", "period_s"}} (of t) |
+// {"sine_integral": {...}} (the exact integral of that sine over [0, t], for an energy counter in mJ that matches a
+// power trace in mW). A metric that is absent or listed in "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k
+// = lost_at_tick on, every per-tick call on that device answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count
+// of every entry point is written as JSON to WATTSCOPE_FAKE_NVML_CALLS, if set; issue 33: the first and last energy
+// counter readings answered per device (mJ) to WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the
+// wall clock, "0": {"first_mj": …, "last_mj": …}}, the exact truth for a run's energy (and, with t0_wall_ms, for a
+// phase's).
 //
 // A driver that hangs (a GPU falling off the bus): "hang": {"at_tick": 10, "ms": 3000}, or a list of them. On a
 // device, the first per-tick call with k = at_tick on that device blocks for `ms` before it answers; at the top level,
@@ -35,6 +38,8 @@
 // Issue 30: "process_info_v3_bytes": 32 at the top level makes the _v3 running-process calls write 32-byte entries, as
 // drivers 535.43.02-535.98 do (with "driver_version": "535.54.03" and the variant nvidia-ml-fake-r535, which lacks
 // nvmlDeviceGetRunningProcessDetailList as those drivers do, the fake is such a driver); _v2 and v1 keep 24 and 16.
+//
+// Issue 31: "init_sleep_ms": 10000 makes nvmlInit take that long; "init_crash": true makes it die of SIGSEGV.
 //
 // Errors (issue 17): "errors": {"util_gpu": {"code": 999, "ticks": [3, 4]}} on a device makes that metric's calls
 // with k in "ticks" (or k >= "from_tick") answer `code`; in "field_values", a metric read through
@@ -81,6 +86,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +94,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -110,6 +117,9 @@ struct FakeDevice {
   std::map<std::string, long long, std::less<>> calls; // per metric
   std::vector<bool> hung;                              // per entry of its "hang"
   size_t xid_delivered = 0;                            // issue 17: entries of its "xid" already delivered
+  // issue 33: the first and last energy counter readings answered (mJ), written at nvmlShutdown to
+  // WATTSCOPE_FAKE_NVML_ENERGY, so a test can check a run's energy against the counter's exact rise
+  std::optional<unsigned long long> energy_first_mj, energy_last_mj;
 };
 struct FakeEventSet { // issue 17
   std::vector<FakeDevice*> devices;
@@ -130,6 +140,7 @@ struct State {
   std::map<std::string, long long, std::less<>> symbol_calls;
   std::vector<bool> hung; // per entry of the scenario's top-level "hang"
   double t0 = 0;
+  double t0_wall_ms = 0; // issue 33: nvmlInit on the wall clock, so a phase's stored times map onto the scenario's
   Cost default_cost;
   std::map<std::string, Cost, std::less<>> cost_us;      // per symbol
   std::vector<std::unique_ptr<FakeEventSet>> event_sets; // issue 17
@@ -282,6 +293,25 @@ double eval(const json& v, long long k, double t) {
   }
   if (v.contains("timeline_integral")) return timeline_at(v["timeline_integral"], t, true);
   // ---- end simulate
+  // issue 36: injected faults at known calls: {"piecewise": [[k0, v0], [k1, v1], ...]} is straight between the points
+  // (a step: two points one call apart), constant before the first and after the last; "noise" as for a timeline.
+  if (const auto pw = v.find("piecewise"); pw != v.end() && pw->is_array() && !pw->empty()) {
+    const auto kd = static_cast<double>(k);
+    double r = (*pw)[0][1].get<double>();
+    for (size_t i = 0; i < pw->size(); ++i) {
+      const double k1 = (*pw)[i][0].get<double>(), v1 = (*pw)[i][1].get<double>();
+      if (kd >= k1) {
+        r = v1;
+        continue;
+      }
+      if (i > 0) {
+        const double k0 = (*pw)[i - 1][0].get<double>(), v0 = (*pw)[i - 1][1].get<double>();
+        r = v0 + (v1 - v0) * (kd - k0) / (k1 - k0);
+      }
+      break;
+    }
+    return std::max(0.0, r + wiggle(v.value("noise", json(0)), t));
+  }
   if (v.contains("linear")) return v["linear"][0].get<double>() + v["linear"][1].get<double>() * static_cast<double>(k);
   const double two_pi = 2 * M_PI;
   if (v.contains("sine")) {
@@ -356,7 +386,7 @@ Return static_string(Device d, const char* key, char* buf, unsigned int len) {
 // ---- implementations, one per entry-point member ----
 namespace impl {
 Return init() {
-  std::lock_guard lock(g.mu);
+  std::unique_lock lock(g.mu);
   if (!g.scenario_text.empty()) { // ---- simulate (issue 19): handed over in memory
     g.scenario = json::parse(g.scenario_text, nullptr, false);
   } else {
@@ -385,19 +415,26 @@ Return init() {
   }
   // ---- end simulate
   if (int e = g.scenario.value("init_error", 0)) return e;
+  // issue 31: a driver whose nvmlInit hangs (no persistence mode, a wedged GPU) or crashes inside the library.
+  if (const int ms = g.scenario.value("init_sleep_ms", 0); ms > 0) {
+    lock.unlock(); // as the real library: other threads may call in meanwhile and get UNINITIALIZED
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    lock.lock();
+  }
+  if (g.scenario.value("init_crash", false)) std::raise(SIGSEGV);
   g.devices.clear();
   g.hung.clear();
   g.migs.clear();
   g.event_sets.clear(); // issue 17: they point at the devices
   for (const auto& d : g.scenario.value("devices", json::array())) {
-    g.devices.push_back({d, {}, {}, {}, 0});
+    g.devices.push_back({d, {}, {}, {}, 0, {}, {}});
     g.migs.emplace_back();
     for (const auto& m : d.value("mig", json::array())) {
       json spec = m.is_string() ? json{{"uuid", m}} : m; // issue 17: an instance may be an object
       if (!spec.is_object()) continue;
       if (!spec.contains("gpu_instance")) spec["gpu_instance"] = g.migs.back().size() + 1;
       if (!spec.contains("compute_instance")) spec["compute_instance"] = 0;
-      g.migs.back().push_back({spec, {}, {}, {}, 0});
+      g.migs.back().push_back({spec, {}, {}, {}, 0, {}, {}});
     }
   }
   g.default_cost = {};
@@ -414,12 +451,24 @@ Return init() {
   }
   g.initialised = true;
   g.t0 = now_s();
+  {
+    timespec wall{};
+    clock_gettime(CLOCK_REALTIME, &wall);
+    g.t0_wall_ms = static_cast<double>(wall.tv_sec) * 1e3 + static_cast<double>(wall.tv_nsec) * 1e-6;
+  }
   return kSuccess;
 }
 Return shutdown() {
   std::lock_guard lock(g.mu);
   if (const char* out = std::getenv("WATTSCOPE_FAKE_NVML_CALLS")) {
     json j = g.symbol_calls;
+    std::ofstream(out) << j.dump(2);
+  }
+  if (const char* out = std::getenv("WATTSCOPE_FAKE_NVML_ENERGY")) { // issue 33: {"0": {"first_mj", "last_mj"}}
+    json j = {{"t0_wall_ms", g.t0_wall_ms}};
+    for (size_t i = 0; i < g.devices.size(); ++i)
+      if (g.devices[i].energy_first_mj)
+        j[std::to_string(i)] = {{"first_mj", *g.devices[i].energy_first_mj}, {"last_mj", *g.devices[i].energy_last_mj}};
     std::ofstream(out) << j.dump(2);
   }
   g.initialised = false;
@@ -526,7 +575,15 @@ Return device_power_usage(Device d, unsigned int* mw) {
   return metric_to(d, "power_mw", mw);
 }
 Return device_total_energy(Device d, unsigned long long* mj) {
-  return metric_to(d, "energy_mj", mj);
+  const Return rc = metric_to(d, "energy_mj", mj);
+  if (rc == kSuccess) { // issue 33
+    std::lock_guard lock(g.mu);
+    if (FakeDevice* fd = dev(d)) {
+      if (!fd->energy_first_mj) fd->energy_first_mj = *mj;
+      fd->energy_last_mj = *mj;
+    }
+  }
+  return rc;
 }
 Return device_utilization(Device d, Utilization* u) {
   if (!u) return kErrorInvalidArgument;

@@ -177,7 +177,9 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
       // attribution (issue 13): identities and names
       "pid", "start_time", "ppid", "comm", "cmdline", "uid", "unit", "unit_kind", "first_tick", "last_tick",
       // issue 15: phases and work
-      "phase_id", "index", "parent", "start_tick", "end_tick", "closed_by_run_end", "amount"};
+      "phase_id", "index", "parent", "start_tick", "end_tick", "closed_by_run_end", "amount",
+      // issue 36: a declared total of work, in the row's `unit` as `amount` is
+      "total"};
   auto check = [&](std::string_view column, std::string_view unit) {
     if (std::find(unitless.begin(), unitless.end(), column) != unitless.end()) {
       EXPECT_TRUE(unit.empty() || unit == "lanes" || unit == "rows") << column;

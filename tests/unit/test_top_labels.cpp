@@ -54,4 +54,32 @@ TEST(TopLabels, EveryEnergyFigureCarriesItsMethod) {
   EXPECT_NE(s.find("[mixed (simulated: gpu0; counter: cpu_package)]"), std::string::npos) << s;
 }
 
+// The local view (top without --connect) learns a GPU's method from accounting's device rows on the first tick, and
+// keeps it on the ticks after, whose device list (the sources') has none: a real H100 showed "[unknown]".
+TEST(TopLabels, LocalFramesKeepTheMethodAccountingSettled) {
+  HostView h;
+  GpuDevice src;
+  src.gpu_index = 0;
+  src.name = "NVIDIA H100";
+  const std::vector<GpuDevice> sources{src};
+  for (int tick = 0; tick < 3; ++tick) {
+    Frame f;
+    f.tick = tick;
+    GpuSample g;
+    g.gpu_index = 0;
+    g.power_w = 300.0;
+    g.energy_j = 300.0 * tick;
+    f.gpus.push_back(g);
+    if (tick == 0) {
+      GpuDevice settled = src;
+      settled.energy_method = "counter";
+      f.device_rows.push_back(settled);
+    }
+    apply_frame(h, f, sources);
+  }
+  const std::string s = screen_of(h, false);
+  EXPECT_EQ(s.find("unknown"), std::string::npos) << s;
+  EXPECT_NE(s.find("J [counter]"), std::string::npos) << s;
+}
+
 } // namespace unit_top_labels

@@ -93,6 +93,7 @@ private:
     }
     if (m.kind == Marker::Kind::Work) {
       pending_[m.unit] += m.amount;
+      if (m.total) totals_[m.unit] = *m.total; // issue 36: the latest declared total goes with the next send
       return;
     }
     flush(encode_marker(m));
@@ -156,9 +157,12 @@ private:
   void flush(const std::string& tail) {
     last_ = Clock::now();
     std::vector<std::pair<std::string, double>> taken(pending_.begin(), pending_.end());
+    std::map<std::string, double> totals;
     pending_.clear();
+    totals.swap(totals_);
     std::string data;
     std::vector<std::pair<std::string, double>> in_data;
+    std::vector<std::pair<std::string, double>> totals_in_data;
     auto send = [&](bool boundary) {
       if (data.empty()) return;
       bool ok = send_marker(path_, data);
@@ -166,23 +170,33 @@ private:
         std::this_thread::sleep_for(std::chrono::milliseconds(1 << i));
         ok = send_marker(path_, data);
       }
-      if (!ok)
+      if (!ok) {
         for (const auto& [unit, amount] : in_data)
           pending_[unit] += amount; // never lost: goes out with the next send
+        for (const auto& [unit, total] : totals_in_data)
+          totals_.try_emplace(unit, total); // unless a newer declaration came meanwhile
+      }
       data.clear();
       in_data.clear();
+      totals_in_data.clear();
     };
     for (auto& [unit, amount] : taken) {
-      while (amount > 0) { // the protocol's largest amount is 1e18: a larger sum goes in several lines
+      auto total = totals.find(unit);
+      // The protocol's largest amount is 1e18: a larger sum goes in several lines. A declared total goes once, even
+      // with no work beside it.
+      while (amount > 0 || total != totals.end()) {
         Marker w;
         w.kind = Marker::Kind::Work;
         w.unit = unit;
         w.amount = std::min(amount, 1e18);
         amount -= w.amount;
+        if (total != totals.end()) w.total = total->second;
         const std::string line = encode_marker(w);
         if (data.size() + line.size() > kMaxMarkerDatagramBytes / 2) send(false);
         data += line;
         in_data.emplace_back(unit, w.amount);
+        if (total != totals.end()) totals_in_data.emplace_back(unit, total->second);
+        total = totals.end();
       }
     }
     data += tail;
@@ -192,6 +206,7 @@ private:
   std::string path_;
   std::string unit_;
   std::map<std::string, double> pending_;
+  std::map<std::string, double> totals_; // unit -> declared total not yet sent
   Clock::time_point last_ = Clock::now() - kInterval;
 };
 // ---- end issue 29.5
@@ -203,6 +218,9 @@ public:
     sub.add_option("args", args_, "begin NAME · end [NAME] · point NAME · work AMOUNT [UNIT] · model [NAME]");
     sub.add_option("--index", index_, "begin: the phase's index (e.g. the epoch number)");
     sub.add_option("--unit", unit_, "work: what AMOUNT counts (samples, tokens, images, steps)");
+    sub.add_option("--total", total_,
+                   "work: the run's total of this unit (e.g. 60000 samples): wattscope forecasts the time and energy "
+                   "to finish");
     sub.add_option("--parameters", parameters_, "model: parameter count");
     sub.add_option("--flops", flops_, "model: FLOPs (per forward pass, as you count them)");
     sub.add_option("--socket", socket_, "The socket to send to (default: $WATTSCOPE_SOCKET, set by wattscope run)");
@@ -213,7 +231,7 @@ public:
         "[UNIT], or JSON), summing work and sending it at most every 100 ms: for a shell loop's work per item");
     sub.footer("Examples (inside `wattscope run -- ./train.sh`):\n"
                "  wattscope mark begin epoch --index 3\n"
-               "  wattscope mark work 512 samples\n"
+               "  wattscope mark work 512 samples --total 60000\n"
                "  wattscope mark point checkpoint\n"
                "  wattscope mark end epoch\n"
                "  wattscope mark model resnet50 --parameters 25557032 --flops 4.1e9\n"
@@ -279,10 +297,11 @@ private:
       m.kind = Marker::Kind::Point;
       m.name = args_[0];
     } else if (action_ == "work") {
-      want(1, 2, "work AMOUNT [UNIT]  (or --unit UNIT)");
+      want(1, 2, "work AMOUNT [UNIT]  (or --unit UNIT) [--total N]");
       m.kind = Marker::Kind::Work;
       m.amount = flag_value("work AMOUNT", [&] { return parse_amount(args_[0]); });
       m.unit = args_.size() > 1 ? args_[1] : unit_;
+      if (sub.count("--total")) m.total = total_; // parse_marker's rules then refuse a negative or unbounded one
     } else if (action_ == "model") {
       want(0, 1, "model [NAME] --parameters N [--flops F]");
       m.kind = Marker::Kind::Model;
@@ -313,6 +332,7 @@ private:
   std::string unit_ = "samples";
   int64_t parameters_ = 0;
   double flops_ = 0;
+  double total_ = 0;
   std::string socket_;
   bool strict_ = false;
   bool stdin_ = false;

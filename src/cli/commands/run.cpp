@@ -158,6 +158,8 @@ public:
       } catch (const std::exception& e) {
         spdlog::debug("phases not shown: {}", e.what());
       }
+      // issue 36: the last forecasts made before the run ended (what would have come next at that rate)
+      if (const std::string f = session.forecasts().line(); !f.empty()) text += "  forecast  " + f + "\n";
       std::fputs(text.c_str(), stderr);
     }
     if (!session.all_stored()) spdlog::error("some samples could not be stored; see the errors above");

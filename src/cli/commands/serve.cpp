@@ -60,6 +60,8 @@ public:
                    "WATTSCOPE_SOCKET=PATH in the workloads that send them");
     add_alerts_option(sub, rec_);    // alerts (issue 14)
     add_adaptive_options(sub, rec_); // issue 18
+    add_per_core_options(sub, rec_); // issue 33
+    add_read_cost_option(sub, rec_); // issue 33
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
                "  wattscope serve --simulate                        # simulated GPUs: see every view without one\n"
                "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
@@ -104,6 +106,10 @@ public:
     session.start();
     live.set_sampler(session.sampler_stats());
     live.set_alerts(session.alerts()); // alerts (issue 14)
+    // issue 36
+    live.set_anomalies(session.anomalies());
+    // issue 36: /api/v1/forecast
+    live.set_forecasts(&session.forecasts());
     std::thread server([&http] {
       name_this_thread("ws-http");
       http.run();

@@ -11,8 +11,10 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -56,6 +58,9 @@ std::string fix_for(unsigned int err, const MysqlUrl& url) {
   }
 }
 
+// issue 33: the longest INSERT built in memory, whatever max_allowed_packet a server allows (up to 1 GiB).
+constexpr size_t kMaxStatementBytes = size_t{64} << 20;
+
 struct MysqlError : std::runtime_error {
   MysqlError(unsigned int e, const std::string& msg) : std::runtime_error(msg), err(e) {}
   unsigned int err;
@@ -78,7 +83,16 @@ std::string column_list(const Table& t) {
   return cols;
 }
 
-std::string create_table_sql(const Table& t) {
+// issue 33: the two tables that hold most of a fleet's rows (per-core and GPU samples) are created compressed: their
+// rows repeat the run id, tick and time (and the GPU's uuid, name, vendor) from row to row, which InnoDB's page
+// compression halves, for a little of the server's CPU on a page's write. Existing tables are left as they are
+// (docs/storage.md gives the ALTER TABLE); a server that refuses compressed tables gets plain ones.
+bool compressed(const Table& t) {
+  return t.name == "cpu_core_samples" || t.name == "gpu_samples";
+}
+constexpr std::string_view kCompressed = " ROW_FORMAT=COMPRESSED KEY_BLOCK_SIZE=8";
+
+std::string create_table_sql(const Table& t, bool compress = true) {
   std::string sql = fmt::format("CREATE TABLE IF NOT EXISTS `{}` (\n", t.name);
   for (const auto& c : t.columns) {
     std::string type = c.type == ColType::Int    ? "BIGINT"
@@ -99,7 +113,9 @@ std::string create_table_sql(const Table& t) {
     sql += fmt::format("{}`{}`", i ? ", " : "", key[i]);
   sql += ")";
   if (t.name == "runs") sql += ",\n  KEY `runs_by_host_time` (`host`, `start_ms`)";
-  sql += "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;\n";
+  sql += "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+  if (compress && compressed(t)) sql += kCompressed;
+  sql += ";\n";
   return sql;
 }
 
@@ -117,6 +133,9 @@ public:
     if (!db_)
       throw MysqlError(0, lazy::mariadb().available() ? "out of memory" : "MySQL store: " + lazy::mariadb().error());
     unsigned int connect_timeout = 3, io_timeout = 15;
+    // The client's own packet limit (libmariadb's default is below some servers'): the server's is what counts.
+    unsigned long client_max = kMaxStatementBytes + 4096;
+    mysql_options(db_, MYSQL_OPT_MAX_ALLOWED_PACKET, &client_max);
     mysql_options(db_, MYSQL_OPT_CONNECT_TIMEOUT, &connect_timeout);
     mysql_options(db_, MYSQL_OPT_READ_TIMEOUT, &io_timeout);
     mysql_options(db_, MYSQL_OPT_WRITE_TIMEOUT, &io_timeout);
@@ -141,9 +160,19 @@ public:
       throw MysqlError(err, msg);
     }
     mysql_autocommit(db_, 0);
-    std::lock_guard lock(fd_mu_);
-    fd_ = mysql_get_socket(db_);
+    {
+      std::lock_guard lock(fd_mu_);
+      fd_ = mysql_get_socket(db_);
+    }
+    // issue 33: a statement may be as long as the server takes in one packet (less the command byte and a margin);
+    // never more than kMaxStatementBytes, which bounds what one statement holds in this process's memory.
+    unsigned long long server_max = 0;
+    if (const auto v = value("SELECT @@max_allowed_packet"))
+      std::from_chars(v->data(), v->data() + v->size(), server_max);
+    max_statement_bytes_ = static_cast<size_t>(
+        std::clamp<unsigned long long>(server_max > 64 ? server_max - 64 : 0, 1024, kMaxStatementBytes));
   }
+  size_t max_statement_bytes() const { return max_statement_bytes_; }
   void close() {
     {
       std::lock_guard lock(fd_mu_);
@@ -221,6 +250,7 @@ private:
   std::mutex fd_mu_; // guards fd_: the socket stays open (mysql_close has not run) while fd_ holds it
   int fd_ = -1;
   std::map<std::string, MYSQL_STMT*> stmts_;
+  size_t max_statement_bytes_ = 1024;
 };
 
 void ensure_schema(Conn& c) {
@@ -236,7 +266,15 @@ void ensure_schema(Conn& c) {
       throw MysqlError(0, e.what()); // a configuration error: not an outage to spill through
     }
     for (const auto& t : all_tables()) {
-      c.exec(create_table_sql(t));
+      try {
+        c.exec(create_table_sql(t));
+      } catch (const MysqlError& e) {
+        // ER_ILLEGAL_HA_CREATE_OPTION / ER_CANT_CREATE_TABLE: compression off on this server (innodb_file_per_table=0,
+        // innodb_read_only_compressed=ON); anything else is a real error, and the plain statement says it again.
+        if (!compressed(t) || is_outage(e.err)) throw;
+        spdlog::info("MySQL {}: table {} created without compression ({})", c.url().text(), t.name, e.what());
+        c.exec(create_table_sql(t, false));
+      }
       // Forward migration: add the columns this version has and the stored table lacks. The stored columns come
       // from an empty result's metadata: no information_schema query (and no server-side temporary table).
       const std::vector<std::string> have = c.columns(std::string(t.name));
@@ -249,6 +287,9 @@ void ensure_schema(Conn& c) {
         }
       }
     }
+    // issue 35: serve's runs table filters by task and orders by start (host has runs_by_host_time). The task is
+    // MEDIUMTEXT: its first 191 characters are indexed. Added to older stores by the next writer.
+    c.exec("CREATE INDEX IF NOT EXISTS `runs_by_task_start` ON `runs` (`task`(191), `start_ms`)");
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
                        kSchemaVersion));
@@ -260,61 +301,75 @@ void ensure_schema(Conn& c) {
   c.value("SELECT RELEASE_LOCK('wattscope_schema')");
 }
 
-// Rows per statement: one multi-row INSERT of up to 256 rows, then smaller ones for the remainder.
-constexpr size_t kChunks[] = {256, 32, 4, 1};
+// issue 33: rows go as multi-row INSERTs in the text protocol, as many rows in one statement as the server's
+// max_allowed_packet takes: one statement per table and batch for a node's tick (224 per-core rows were 7 statements
+// of prepared chunks of 256/32/4/1 rows before). Text, not prepared: a prepared statement as wide as a large batch
+// holds one server-side parameter object per value for the connection's life (hundreds of connections of a fleet);
+// a text statement holds nothing after it ran. Every string is escaped by the client library for the connection's
+// character set and SQL mode (mysql_real_escape_string), and numbers are written by the code, never taken from text.
+void append_literal(Conn& c, std::string& sql, const Value& v, std::string& scratch) {
+  if (const auto* iv = std::get_if<int64_t>(&v)) {
+    fmt::format_to(std::back_inserter(sql), "{}", *iv);
+  } else if (const auto* dv = std::get_if<double>(&v)) {
+    if (!std::isfinite(*dv)) { // no DOUBLE holds them: missing, as SQL knows it
+      sql += "NULL";
+      return;
+    }
+    // The shortest text that reads back as the same double, with an exponent so that the server parses it as an
+    // approximate (DOUBLE) literal, not an exact DECIMAL one converted afterwards.
+    const size_t at = sql.size();
+    fmt::format_to(std::back_inserter(sql), "{}", *dv);
+    if (sql.find_first_of("eE", at) == std::string::npos) sql += "e0";
+  } else if (is_null(v)) {
+    sql += "NULL";
+  } else {
+    const std::string_view s = value_text(v);
+    scratch.resize(2 * s.size() + 1);
+    const unsigned long n = mysql_real_escape_string(c.get(), scratch.data(), s.data(), s.size());
+    if (n == static_cast<unsigned long>(-1)) throw MysqlError(0, "MySQL: a text value could not be escaped");
+    sql += '\'';
+    sql.append(scratch.data(), n);
+    sql += '\'';
+  }
+}
 
 void insert_rows(Conn& c, const TableRows& rows) {
   if (rows.cells.empty()) return;
   const Table& t = table(rows.table);
   const size_t ncol = t.columns.size();
-  std::string one = "(";
+  const std::string head = fmt::format("INSERT INTO `{}` ({}) VALUES ", t.name, column_list(t));
+  // Idempotent: a batch replayed after an ambiguous failure rewrites the same rows instead of duplicating them.
+  std::string tail = " ON DUPLICATE KEY UPDATE ";
   for (size_t i = 0; i < ncol; ++i)
-    one += i ? ",?" : "?";
-  one += ")";
-  std::string update;
-  for (size_t i = 0; i < ncol; ++i)
-    update += fmt::format("{}`{}` = VALUES(`{}`)", i ? ", " : "", t.columns[i].name, t.columns[i].name);
-  std::vector<MYSQL_BIND> binds;
-  std::vector<unsigned long> lengths;
-  size_t r = 0;
+    tail += fmt::format("{}`{}` = VALUES(`{}`)", i ? ", " : "", t.columns[i].name, t.columns[i].name);
+  const size_t limit = c.max_statement_bytes();
+  std::string sql = head, row, scratch;
+  size_t in_statement = 0;
   const size_t total = rows.rows();
-  for (size_t chunk : kChunks) {
-    if (total - r < chunk) continue;
-    std::string values = one;
-    for (size_t k = 1; k < chunk; ++k)
-      values += "," + one;
-    // Idempotent: a batch replayed after an ambiguous failure rewrites the same rows instead of duplicating them.
-    MYSQL_STMT* st = c.stmt(fmt::format("{}:{}", t.name, chunk),
-                            fmt::format("INSERT INTO `{}` ({}) VALUES {} ON DUPLICATE KEY UPDATE {}", t.name,
-                                        column_list(t), values, update));
-    binds.assign(chunk * ncol, MYSQL_BIND{});
-    lengths.assign(chunk * ncol, 0);
-    for (; total - r >= chunk; r += chunk) {
-      for (size_t i = 0; i < chunk * ncol; ++i) {
-        const Value& v = rows.cells[r * ncol + i];
-        MYSQL_BIND& b = binds[i];
-        b = MYSQL_BIND{};
-        if (auto* iv = std::get_if<int64_t>(&v)) {
-          b.buffer_type = MYSQL_TYPE_LONGLONG;
-          b.buffer = const_cast<int64_t*>(iv); // input buffers are only read
-        } else if (auto* dv = std::get_if<double>(&v)) {
-          b.buffer_type = MYSQL_TYPE_DOUBLE;
-          b.buffer = const_cast<double*>(dv);
-        } else if (!is_null(v)) {
-          std::string_view s = value_text(v);
-          lengths[i] = s.size();
-          b.buffer_type = MYSQL_TYPE_STRING;
-          b.buffer = const_cast<char*>(s.data());
-          b.buffer_length = s.size();
-          b.length = &lengths[i];
-        } else {
-          b.buffer_type = MYSQL_TYPE_NULL;
-        }
-      }
-      if (mysql_stmt_bind_param(st, binds.data()) != 0) c.fail_stmt(st, "bind");
-      if (mysql_stmt_execute(st) != 0) c.fail_stmt(st, "insert");
+  for (size_t r = 0; r < total; ++r) {
+    row.assign(1, '(');
+    for (size_t i = 0; i < ncol; ++i) {
+      if (i) row += ',';
+      append_literal(c, row, rows.cells[r * ncol + i], scratch);
     }
+    row += ')';
+    if (head.size() + row.size() + tail.size() > limit)
+      throw MysqlError(1153 /* ER_NET_PACKET_TOO_LARGE */,
+                       fmt::format("MySQL {}: a row of {} takes {} bytes, more than the server's max_allowed_packet "
+                                   "({} bytes) allows in one statement; raise max_allowed_packet on the server",
+                                   c.url().text(), t.name, head.size() + row.size() + tail.size(), limit));
+    if (in_statement && sql.size() + 1 + row.size() + tail.size() > limit) {
+      sql += tail;
+      c.exec(sql);
+      sql.resize(head.size());
+      in_statement = 0;
+    }
+    if (in_statement) sql += ',';
+    sql += row;
+    ++in_statement;
   }
+  sql += tail;
+  c.exec(sql);
 }
 
 void write_batch(Conn& c, const RowBatch& batch) {
@@ -510,6 +565,46 @@ public:
     return page;
   }
 
+  // issue 35: filters, order and page in one statement each for the count, the page and the page's work.
+  RunsPage runs_query(const RunsFilter& filter, size_t offset, size_t limit) override {
+    select_list(TableId::Work);
+    const bool no_work = columns_[static_cast<size_t>(TableId::Work)]->empty() && table_may_be_absent(TableId::Work);
+    RunsFilter f = filter;
+    if (no_work && f.sort == RunsSortKey::JPerUnit) f.sort = RunsSortKey::Start; // an older store: no run has it
+    const RunsSql sql = runs_sql(f, SqlDialect::Mysql);
+    RunsPage page;
+    query_typed({ColType::Int}, "SELECT COUNT(*) FROM runs" + sql.where, sql.params, [&](std::span<const Value> row) {
+      if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
+    });
+    const Table& t = table(TableId::Runs);
+    std::vector<ColType> types;
+    for (const auto& c : t.columns)
+      types.push_back(c.type);
+    query_typed(types,
+                fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), sql.where,
+                            sql.order_by, limit, offset),
+                sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+    page.work.resize(page.runs.size());
+    if (page.runs.empty() || no_work) return page;
+    std::vector<SqlParam> ids;
+    std::string marks;
+    for (const auto& r : page.runs) {
+      marks += marks.empty() ? "?" : ", ?";
+      ids.emplace_back(r.run_id);
+    }
+    query_typed({ColType::Text, ColType::Text, ColType::Real},
+                fmt::format("SELECT run_id, unit, SUM(amount) FROM work WHERE run_id IN ({}) AND amount IS NOT NULL "
+                            "GROUP BY run_id, unit ORDER BY run_id, unit",
+                            marks),
+                ids, [&](std::span<const Value> row) {
+                  const std::string_view id = value_text(row[0]);
+                  for (size_t i = 0; i < page.runs.size(); ++i)
+                    if (page.runs[i].run_id == id)
+                      page.work[i].push_back({std::string(value_text(row[1])), value_real(row[2]).value_or(0)});
+                });
+    return page;
+  }
+
   void scan(TableId id, const RunInfo& run, const RowFn& fn) override {
     const Table& t = table(id);
     std::string order;
@@ -543,19 +638,37 @@ private:
   std::array<std::optional<std::vector<std::string>>, kTableCount> columns_;
   // A prepared SELECT of a table's columns; the run id is a bound parameter, never spliced into SQL.
   void query(const Table& t, const std::string& sql, const std::string* run_id, const RowFn& fn) {
+    std::vector<ColType> types;
+    for (const auto& c : t.columns)
+      types.push_back(c.type);
+    std::vector<SqlParam> params;
+    if (run_id) params.emplace_back(*run_id);
+    query_typed(types, sql, params, fn);
+  }
+  // A prepared SELECT whose result columns have `types`; every value from outside is a bound parameter.
+  void query_typed(const std::vector<ColType>& types, const std::string& sql, const std::vector<SqlParam>& params,
+                   const RowFn& fn) {
     try {
       MYSQL_STMT* st = conn_.stmt(sql, sql);
-      MYSQL_BIND param{};
-      unsigned long param_len = run_id ? run_id->size() : 0;
-      if (run_id) {
-        param.buffer_type = MYSQL_TYPE_STRING;
-        param.buffer = const_cast<char*>(run_id->data());
-        param.buffer_length = run_id->size();
-        param.length = &param_len;
-        if (mysql_stmt_bind_param(st, &param) != 0) conn_.fail_stmt(st, "bind");
+      std::vector<MYSQL_BIND> binds(params.size());
+      std::vector<unsigned long> param_lens(params.size());
+      for (size_t i = 0; i < params.size(); ++i) {
+        binds[i] = MYSQL_BIND{};
+        if (const auto* n = std::get_if<int64_t>(&params[i])) {
+          binds[i].buffer_type = MYSQL_TYPE_LONGLONG;
+          binds[i].buffer = const_cast<int64_t*>(n);
+        } else {
+          const auto& text = std::get<std::string>(params[i]);
+          param_lens[i] = text.size();
+          binds[i].buffer_type = MYSQL_TYPE_STRING;
+          binds[i].buffer = const_cast<char*>(text.data());
+          binds[i].buffer_length = text.size();
+          binds[i].length = &param_lens[i];
+        }
       }
+      if (!params.empty() && mysql_stmt_bind_param(st, binds.data()) != 0) conn_.fail_stmt(st, "bind");
       if (mysql_stmt_execute(st) != 0) conn_.fail_stmt(st, "select");
-      const size_t n = t.columns.size();
+      const size_t n = types.size();
       std::vector<MYSQL_BIND> res(n);
       std::vector<int64_t> ints(n);
       std::vector<double> reals(n);
@@ -565,10 +678,10 @@ private:
         res[i] = MYSQL_BIND{};
         res[i].is_null = &nulls[i];
         res[i].length = &lens[i];
-        if (t.columns[i].type == ColType::Int) {
+        if (types[i] == ColType::Int) {
           res[i].buffer_type = MYSQL_TYPE_LONGLONG;
           res[i].buffer = &ints[i];
-        } else if (t.columns[i].type == ColType::Real) {
+        } else if (types[i] == ColType::Real) {
           res[i].buffer_type = MYSQL_TYPE_DOUBLE;
           res[i].buffer = &reals[i];
         } else {
@@ -585,9 +698,9 @@ private:
         for (size_t i = 0; i < n; ++i) {
           if (nulls[i]) {
             row[i] = Value();
-          } else if (t.columns[i].type == ColType::Int) {
+          } else if (types[i] == ColType::Int) {
             row[i] = Value(ints[i]);
-          } else if (t.columns[i].type == ColType::Real) {
+          } else if (types[i] == ColType::Real) {
             row[i] = Value(reals[i]);
           } else {
             text.assign(lens[i], '\0');
@@ -628,10 +741,10 @@ std::string spill_dir() {
   return "/tmp/wattscope-spill";
 }
 
-std::string mysql_schema_sql() {
+std::string mysql_schema_sql(bool compress) {
   std::string sql;
   for (const auto& t : all_tables())
-    sql += create_table_sql(t);
+    sql += create_table_sql(t, compress);
   return sql;
 }
 

@@ -1,6 +1,7 @@
-// MySQL / MariaDB through MariaDB Connector/C: one set of tables shared by every host and run, multi-row prepared
-// inserts in one transaction per batch, and no sample lost when the server goes away: batches go to a local spill
-// file (a SQLite store with the same schema) and are replayed, in order and without duplicates, when it is back.
+// MySQL / MariaDB through MariaDB Connector/C: one set of tables shared by every host and run, multi-row inserts
+// (as many rows a statement as the server's max_allowed_packet takes) in one transaction per batch, and no sample lost
+// when the server goes away: batches go to a local spill file (a SQLite store with the same schema) and are replayed,
+// in order and without duplicates, when it is back.
 #pragma once
 
 #include <memory>
@@ -29,6 +30,7 @@ std::unique_ptr<StoreReader> make_mysql_reader(const MysqlUrl& url);
 // Where spill files go: $WATTSCOPE_SPILL_DIR, else $XDG_STATE_HOME/wattscope/spill, else
 // ~/.local/state/wattscope/spill.
 std::string spill_dir();
-std::string mysql_schema_sql();
+// compress=false: every table plain, as before issue 33 (the fleet bench's baseline).
+std::string mysql_schema_sql(bool compress = true);
 
 } // namespace wattscope

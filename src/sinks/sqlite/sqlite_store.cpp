@@ -185,6 +185,10 @@ void ensure_schema(Db& db) {
         if (std::find(have.begin(), have.end(), c.name) == have.end())
           db.exec(fmt::format("ALTER TABLE {} ADD COLUMN \"{}\" {};", t.name, c.name, sql_type(c.type)));
     }
+    // issue 35: serve's runs table filters by task or host and orders by start; at 100,000 runs a scan of the runs
+    // (their summaries inline) is most of an answer. Older stores get them the next time a run is recorded.
+    db.exec("CREATE INDEX IF NOT EXISTS runs_by_task_start ON runs (task, start_ms);\n"
+            "CREATE INDEX IF NOT EXISTS runs_by_host_start ON runs (host, start_ms);");
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
   } catch (...) {
@@ -348,6 +352,40 @@ public:
     return page;
   }
 
+  // issue 35: filters, order and page in one statement each for the count, the page and the page's work.
+  RunsPage runs_query(const RunsFilter& filter, size_t offset, size_t limit) override {
+    select_list(TableId::Work);
+    const bool no_work = columns_[static_cast<size_t>(TableId::Work)]->empty() && table_may_be_absent(TableId::Work);
+    RunsFilter f = filter;
+    if (no_work && f.sort == RunsSortKey::JPerUnit) f.sort = RunsSortKey::Start; // an older store: no run has it
+    const RunsSql sql = runs_sql(f, SqlDialect::Sqlite);
+    RunsPage page;
+    query_params("SELECT COUNT(*) FROM runs" + sql.where, sql.params, [&](std::span<const Value> row) {
+      if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
+    });
+    query_params(fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), sql.where,
+                             sql.order_by, limit, offset),
+                 sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+    page.work.resize(page.runs.size());
+    if (page.runs.empty() || no_work) return page;
+    std::vector<SqlParam> ids;
+    std::string marks;
+    for (const auto& r : page.runs) {
+      marks += marks.empty() ? "?" : ", ?";
+      ids.emplace_back(r.run_id);
+    }
+    query_params(fmt::format("SELECT run_id, unit, SUM(amount) FROM work WHERE run_id IN ({}) AND amount IS NOT NULL "
+                             "GROUP BY run_id, unit ORDER BY run_id, unit",
+                             marks),
+                 ids, [&](std::span<const Value> row) {
+                   const std::string_view id = value_text(row[0]);
+                   for (size_t i = 0; i < page.runs.size(); ++i)
+                     if (page.runs[i].run_id == id)
+                       page.work[i].push_back({std::string(value_text(row[1])), value_real(row[2]).value_or(0)});
+                 });
+    return page;
+  }
+
   void scan(TableId id, const RunInfo& run, const RowFn& fn) override {
     const Table& t = table(id);
     std::string order;
@@ -380,6 +418,31 @@ private:
       throw std::runtime_error(fmt::format("'{}' is not a wattscope database or is damaged ({})", db_->path(), msg));
     }
     if (!run_id.empty()) sqlite3_bind_text(st, 1, run_id.c_str(), static_cast<int>(run_id.size()), SQLITE_TRANSIENT);
+    std::vector<Value> row(static_cast<size_t>(sqlite3_column_count(st)));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+      for (size_t i = 0; i < row.size(); ++i)
+        row[i] = column_value(st, static_cast<int>(i));
+      fn(row);
+    }
+    sqlite3_finalize(st);
+    db_->check(rc, "reading");
+  }
+  void query_params(const std::string& sql, const std::vector<SqlParam>& params, const RowFn& fn) {
+    sqlite3_stmt* st = nullptr;
+    if (sqlite3_prepare_v2(db_->get(), sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
+      std::string msg = sqlite3_errmsg(db_->get());
+      throw std::runtime_error(fmt::format("'{}' is not a wattscope database or is damaged ({})", db_->path(), msg));
+    }
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int at = static_cast<int>(i + 1);
+      if (const auto* n = std::get_if<int64_t>(&params[i]))
+        sqlite3_bind_int64(st, at, *n);
+      else {
+        const auto& text = std::get<std::string>(params[i]);
+        sqlite3_bind_text(st, at, text.c_str(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
+      }
+    }
     std::vector<Value> row(static_cast<size_t>(sqlite3_column_count(st)));
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {

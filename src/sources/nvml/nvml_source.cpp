@@ -17,6 +17,7 @@
 
 #include "core/schema.hpp"
 #include "core/thread_name.hpp"
+#include "sources/init_probe.hpp"
 
 namespace wattscope {
 
@@ -142,6 +143,7 @@ Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
     if (f.fieldId == kFieldPowerInstant) {
       s.power_w = v * kMilli;
       s.power_source = "nvml field POWER_INSTANT";
+      s.power_instant = true;
     } else if (f.fieldId == kFieldPowerAverage) {
       s.power_avg_w = v * kMilli;
     } else if (f.fieldId == kFieldMemoryTemp) {
@@ -286,27 +288,12 @@ constexpr CallSpec kCalls[] = {
        }
        return rc;
      }},
-    // The counter feeds accounting, which derives energy_j from it.
+    // The counter feeds accounting, which derives energy_j from it (issue 33: anchored on it, shaped by the instant
+    // power field between its reads where it is read on a schedule).
     {NvmlSource::cEnergy, "total_energy", 0, has<&Library::device_total_energy>,
      [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
-       // A costly counter at most once an energy_period, less a tenth for jitter (ticks a period apart each read
-       // it); accounting carries the last reading over the ticks between.
-       if (d.energy_costly && c.mono < d.energy_next && !c.last) return kNoCall;
        unsigned long long mj = 0;
-       const bool timing = d.energy_timed < NvmlSource::kEnergyTimedReads;
-       const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
        const Return rc = c.lib.device_total_energy(d.handle, &mj);
-       if (timing && rc == kSuccess) {
-         d.energy_least_cost = std::min(d.energy_least_cost, SteadyClock::now() - t0);
-         if (++d.energy_timed == NvmlSource::kEnergyTimedReads && d.energy_least_cost > c.opts.energy_costly) {
-           d.energy_costly = true;
-           spdlog::info("GPU {}: its energy counter costs {:.2f} ms a read; read at most every {} ms (the ticks "
-                        "between carry the last reading)",
-                        d.info.gpu_index, std::chrono::duration<double, std::milli>(d.energy_least_cost).count(),
-                        std::chrono::duration_cast<std::chrono::milliseconds>(c.opts.energy_period).count());
-         }
-       }
-       d.energy_next = c.mono + c.opts.energy_period * 9 / 10;
        if (rc == kSuccess) s.energy_counter_uj = static_cast<int64_t>(mj) * 1000; // NVML counts mJ
        return rc;
      }},
@@ -575,6 +562,50 @@ NvmlSource::~NvmlSource() {
 
 bool NvmlSource::open() {
   std::string why;
+  // Issue 31: nvmlInit tried first in a child process, so that a library that crashes in it turns this backend off
+  // instead of killing wattscope (and the command it runs). The simulated library is our own code: not probed.
+  if (!opts_.simulated()) {
+    const auto bound = probe_timeout_from_env("WATTSCOPE_NVML_PROBE", kInitProbeTimeout);
+    if (bound.count() > 0) {
+      const InitProbe probe = probe_in_child(
+          [path = opts_.library_path] {
+            std::string ignored;
+            auto lib = Library::load(path, ignored);
+            if (!lib) return 0; // not loadable: said below, by the same load in this process
+            const Return rc = lib->init();
+            if (rc == kSuccess) lib->shutdown();
+            return static_cast<int>(rc);
+          },
+          bound);
+      const std::string lib_name = opts_.library_path.empty() ? "libnvidia-ml.so.1" : opts_.library_path;
+      if (probe.outcome == InitProbe::Outcome::Crashed) {
+        status_ = SourceStatus{
+            SourceStatus::State::Error,
+            fmt::format("no NVIDIA GPU recorded: {} crashed in nvmlInit in a probe process ({}); it is not loaded "
+                        "into wattscope",
+                        lib_name, probe.detail),
+            "check the driver installation ('nvidia-smi' should list the GPUs); after a driver upgrade, reboot", false,
+            true};
+        return false;
+      }
+      if (probe.outcome == InitProbe::Outcome::Hung) {
+        status_ = SourceStatus{
+            SourceStatus::State::Error,
+            fmt::format("no NVIDIA GPU recorded: nvmlInit of {} did not return in a probe process ({}); it is not "
+                        "loaded into wattscope",
+                        lib_name, probe.detail),
+            "check that 'nvidia-smi' answers; enable persistence mode ('nvidia-smi -pm 1'), or set "
+            "WATTSCOPE_NVML_PROBE to more seconds (off skips the probe)",
+            false, true};
+        return false;
+      }
+      if (probe.outcome == InitProbe::Outcome::NotRun)
+        spdlog::debug("nvml: {}; loading {} without a probe", probe.detail, lib_name);
+      else
+        spdlog::debug("nvml: nvmlInit of {} probed in a child process: {} in {:.3f} s", lib_name,
+                      error_name(probe.code), probe.seconds);
+    }
+  }
   lib_ = Library::load(opts_.library_path, why);
   if (!lib_) {
     const bool unusable = why.find("lacks required") != std::string::npos;
@@ -754,6 +785,19 @@ std::vector<std::string> NvmlSource::doctor_lines() const {
       if (!d.on[c.call]) off += (off.empty() ? "" : ", ") + std::string(c.name);
     out.push_back(fmt::format("GPU {} {} {} · not supported: {}", d.info.gpu_index, d.info.name, d.info.uuid,
                               off.empty() ? "none" : off));
+    // issue 33 (doctor -v): what each call costs on this machine and how often it is read
+    if (spdlog::should_log(spdlog::level::debug))
+      for (const auto& c : kCalls) {
+        const ReadCost& r = d.cost[c.call];
+        if (!scheduled(c.call) || !d.on[c.call] || r.measured.count() < 0) continue;
+        out.push_back(fmt::format(
+            "  {:<22} {:>9.1f} us a read · {}", c.name, std::chrono::duration<double, std::micro>(r.measured).count(),
+            r.period.count() > 0
+                ? fmt::format("read every {} ms (over the {} us budget)",
+                              std::chrono::duration_cast<std::chrono::milliseconds>(r.period).count(),
+                              std::chrono::duration_cast<std::chrono::microseconds>(opts_.max_read_cost).count())
+                : std::string("read every tick")));
+      }
   }
   return out;
 }
@@ -816,6 +860,93 @@ bool NvmlSource::ok(Dev& d, Call c, Return rc, Frame& frame) {
   return false;
 }
 
+bool NvmlSource::scheduled(Call c) {
+  switch (c) {
+  case cPowerUsage: // read only where the instant field is not: then it is what power is, like any other read
+  case cEnergy:
+  case cUtil:
+  case cMemory:
+  case cTempGpu:
+  case cClockSm:
+  case cClockGfx:
+  case cClockMem:
+  case cPcieWidth:
+  case cFan:
+  case cPstate:
+  case cPowerLimit:
+  case cClockEvents:
+  case cEncoder:
+  case cDecoder:
+  case cClockVideo:
+    return true;
+  default: // the field values shape the energy every tick; the others are read once or on their own period
+    return false;
+  }
+}
+
+std::chrono::nanoseconds NvmlSource::natural_period(const Dev& d, Call c) const {
+  if (c != cEnergy) return opts_.costly_period;
+  // The counter anchors the energy; between its reads the instant power field shapes it (accounting). Without that
+  // field the ticks between carry the last reading, so it is read as often as it moves.
+  const bool instant =
+      d.on[cFieldValues] && std::find(d.fields.begin(), d.fields.end(), kFieldPowerInstant) != d.fields.end();
+  return instant ? opts_.costly_period : opts_.energy_period;
+}
+
+void NvmlSource::time_read(Dev& d, Call c, std::chrono::nanoseconds took, SteadyClock::time_point now) {
+  ReadCost& r = d.cost[c];
+  r.least = std::min(r.least, took);
+  if (++r.timed < kTimedReads) return;
+  r.measured = r.least;
+  r.recheck = now + opts_.recheck_period;
+  const bool costly = opts_.max_read_cost.count() > 0 && r.measured > opts_.max_read_cost;
+  const auto period = costly ? natural_period(d, c) : std::chrono::nanoseconds{0};
+  if (period == r.period) return;
+  r.period = period;
+  if (c == cEnergy && period.count() > 0) energy_scheduled_.store(true, std::memory_order_relaxed);
+  const double us = std::chrono::duration<double, std::micro>(r.measured).count();
+  if (costly)
+    spdlog::info("GPU {}: {} costs {:.0f} us a read (budget {} us); read at most every {} ms, the ticks between "
+                 "carry the last reading with its age",
+                 d.info.gpu_index, c == cEnergy ? "its energy counter" : call_name(c), us,
+                 std::chrono::duration_cast<std::chrono::microseconds>(opts_.max_read_cost).count(),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(period).count());
+  else
+    spdlog::info("GPU {}: {} now costs {:.0f} us a read; read every tick again", d.info.gpu_index, call_name(c), us);
+}
+
+void NvmlSource::hold(Dev& d, GpuMetricSet fills, const GpuSample& s) {
+  if (!fills) return;
+  for (size_t i = 0; i < kGpuMetrics.size(); ++i) {
+    if (!(fills & (GpuMetricSet{1} << i))) continue;
+    const auto& m = kGpuMetrics[i];
+    if (m.real)
+      d.held.*m.real = s.*m.real;
+    else
+      d.held.*m.integer = s.*m.integer;
+  }
+  if (fills & metric_bit(GpuMetric::power_w)) d.held.power_source = s.power_source;
+}
+
+void NvmlSource::carry(const Dev& d, GpuMetricSet fills, SteadyClock::time_point read_at, SteadyClock::time_point now,
+                       GpuSample& s) {
+  if (!fills) return;
+  const auto age = static_cast<int32_t>(std::chrono::duration_cast<std::chrono::milliseconds>(now - read_at).count());
+  for (size_t i = 0; i < kGpuMetrics.size(); ++i) {
+    if (!(fills & (GpuMetricSet{1} << i))) continue;
+    const auto& m = kGpuMetrics[i];
+    if (m.real) {
+      if (s.*m.real || !(d.held.*m.real)) continue; // another call filled it this tick (power: the instant field)
+      s.*m.real = d.held.*m.real;
+    } else {
+      if (s.*m.integer || !(d.held.*m.integer)) continue;
+      s.*m.integer = d.held.*m.integer;
+    }
+    if (i == static_cast<size_t>(GpuMetric::power_w)) s.power_source = d.held.power_source;
+    s.age_ms.emplace_back(static_cast<uint16_t>(i), age);
+  }
+}
+
 void NvmlSource::sample_device(Dev& d, Frame& frame) {
   GpuSample s;
   s.gpu_index = d.info.gpu_index;
@@ -825,7 +956,28 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
   const TickCtx ctx{*lib_, frame.mono, health, opts_, frame.last};
   for (const auto& c : kCalls) {
     if (!d.on[c.call]) continue;
+    const bool sched = scheduled(c.call);
+    ReadCost& rc_cost = d.cost[c.call];
+    // Not due: the last value, with its age. The run's last tick reads the energy counter whether due or not, so the
+    // run ends on a counter reading.
+    if (sched && rc_cost.period.count() > 0 && frame.mono < rc_cost.next && !(c.call == cEnergy && frame.last)) {
+      carry(d, c.fills, rc_cost.last, frame.mono, s);
+      continue;
+    }
+    const bool timing = sched && rc_cost.timed < kTimedReads;
+    const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
     const Return rc = c.read(ctx, d, s);
+    if (sched && rc == kSuccess) {
+      if (timing) time_read(d, c.call, SteadyClock::now() - t0, frame.mono);
+      if (frame.mono >= rc_cost.recheck && rc_cost.timed >= kTimedReads) { // a new round: the driver may have changed
+        rc_cost.timed = 0;
+        rc_cost.least = std::chrono::nanoseconds::max();
+      }
+      rc_cost.last = frame.mono;
+      // Less a tenth for jitter: ticks a period apart read it every time.
+      rc_cost.next = frame.mono + rc_cost.period * 9 / 10;
+      hold(d, c.fills, s);
+    }
     if (rc == kSuccess || rc == kNoCall) continue;
     ok(d, c.call, rc, frame);
     if (d.lost) return; // no row for a lost GPU on the tick it was lost
@@ -975,8 +1127,14 @@ nlohmann::json NvmlSource::report() const {
   nlohmann::json devs = nlohmann::json::array();
   for (const auto& d : devs_) {
     nlohmann::json supported = nlohmann::json::object();
-    for (const auto& c : kCalls)
+    nlohmann::json reads = nlohmann::json::object(); // issue 33: each timed call's cost and period
+    for (const auto& c : kCalls) {
       supported[c.name] = d.on[c.call];
+      const ReadCost& r = d.cost[c.call];
+      if (scheduled(c.call) && d.on[c.call] && r.measured.count() >= 0)
+        reads[c.name] = {{"cost_us", std::chrono::duration<double, std::micro>(r.measured).count()},
+                         {"period_ms", std::chrono::duration<double, std::milli>(r.period).count()}};
+    }
     devs.push_back({{"index", d.info.gpu_index},
                     {"name", d.info.name},
                     {"uuid", d.info.uuid},
@@ -984,7 +1142,8 @@ nlohmann::json NvmlSource::report() const {
                     {"lost", d.lost},
                     {"mig_mode", d.mig_mode ? nlohmann::json(*d.mig_mode) : nlohmann::json()}, // issue 17
                     {"mig_instances", d.migs.size()},
-                    {"metrics", supported}});
+                    {"metrics", supported},
+                    {"reads", reads}});
   }
   return {{"library", lib_ ? lib_->path() : ""},
           {"driver_version", driver_version_},

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/metrics.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 #include "sources/nvml/nvml_loader.hpp"
 #include "sources/source.hpp"
@@ -24,6 +25,10 @@ namespace wattscope {
 
 class NvmlSource final : public Source {
 public:
+  // Issue 31: how long nvmlInit may take in the probe child before NVML is judged hung and left off
+  // (WATTSCOPE_NVML_PROBE overrides). Generous: without persistence mode a healthy nvmlInit takes seconds, and the
+  // probe runs beside the command (pipeline/session.cpp), never before it.
+  static constexpr std::chrono::milliseconds kInitProbeTimeout{60'000};
   struct Options {
     std::string library_path; // WATTSCOPE_NVML_LIBRARY, or empty for the system library
     GpuSelection selection;
@@ -31,14 +36,16 @@ public:
     // issue 17: how often the health counters (ECC, remapped rows, PCIe replays, violation time) are read; rows in
     // between carry the latest reading. Where ticks are further apart, every tick reads them.
     std::chrono::nanoseconds health_period = std::chrono::seconds(1);
-    // The energy counter (nvmlDeviceGetTotalEnergyConsumption) is read every tick, unless its reads cost more than
-    // energy_costly (the least of a device's first kEnergyTimedReads): then at most once an energy_period, the ticks
-    // in between carrying the last reading (as accounting does for a tick without one). Measured on an H100 (driver
-    // 580, docs/nvidia.md): the call costs 2.8 ms of CPU where every other read costs 1-25 us, and the counter
-    // moves only every 100 ms, so reading it at 10 ms returned the same value nine times in ten for 29 % of a core
-    // per GPU, and 8 GPUs could not keep a 10 ms grid at all. Ticks at least a period apart read it every time.
+    // issue 33: cost-aware reads. Each per-tick call's cost is the quickest of kTimedReads timed reads (again every
+    // recheck_period); one costing more than max_read_cost is read at most once a costly_period (the energy counter:
+    // once an energy_period where no instant power field shapes the energy between its reads), the ticks in between
+    // carrying its last value with its age. Zero reads everything every tick. Measured on an H100 (driver 580,
+    // docs/nvidia.md): the energy counter costs 2.8 ms of CPU and moves every 100 ms, the fan 136 us, everything else
+    // 1-25 us; reading all of it every tick spent nearly all of a monitor's CPU in two calls.
+    std::chrono::nanoseconds max_read_cost = std::chrono::microseconds(50);
+    std::chrono::nanoseconds costly_period = std::chrono::seconds(1);
     std::chrono::nanoseconds energy_period = std::chrono::milliseconds(100);
-    std::chrono::nanoseconds energy_costly = std::chrono::microseconds(250);
+    std::chrono::nanoseconds recheck_period = std::chrono::seconds(30);
     // issue 17: how often the Xid event set is polled (nvmlEventSetWait with no wait, on a tick's own thread)
     std::chrono::milliseconds event_poll = std::chrono::milliseconds(250);
     // ---- simulate (issue 19): the simulated library (library_path) and its scenario, handed over in memory.
@@ -84,6 +91,8 @@ public:
     kCallCount
   };
   static const char* call_name(Call c);
+  // issue 33: the calls read on a schedule by their cost (the others are every tick, once, or on their own period).
+  static bool scheduled(Call c);
 
   struct Slow { // written by the slow thread, read by the tick
     std::mutex mu;
@@ -103,6 +112,14 @@ public:
     std::array<bool, 2> violation_field{true, true};
     std::array<nvml::Return, 2> field_rc{-2, -2};
     std::array<unsigned long long, 2> field_ns{};
+  };
+  // issue 33: one call's measured cost and its schedule on one device.
+  struct ReadCost {
+    int timed = 0; // reads timed in the current round (kTimedReads make one)
+    std::chrono::nanoseconds least = std::chrono::nanoseconds::max(); // the quickest of the round
+    std::chrono::nanoseconds measured{-1};                            // the last round's; -1 before the first
+    std::chrono::nanoseconds period{0};                               // 0: every tick; else at most once this often
+    SteadyClock::time_point next{}, last{}, recheck{};
   };
   struct NvlinkCounter { // previous reading of a cumulative KiB counter
     std::optional<unsigned long long> kib;
@@ -131,12 +148,10 @@ public:
     // ---- issue 17
     Health health;
     SteadyClock::time_point health_next{}; // when the health counters are read next
-    // The energy counter's cost (Options::energy_costly): timed on the first kEnergyTimedReads reads.
-    int energy_timed = 0;
-    std::chrono::nanoseconds energy_least_cost = std::chrono::nanoseconds::max();
-    bool energy_costly = false;
-    SteadyClock::time_point energy_next{}; // when a costly counter is read next (Options::energy_period)
-    std::array<NvlinkCounter, 2> nvlink;   // TX, RX
+    // issue 33: what each call costs and when it is read next (Options::max_read_cost)
+    std::array<ReadCost, kCallCount> cost{};
+    GpuSample held; // the last value every scheduled call read, carried over the ticks it is not read
+    std::array<NvlinkCounter, 2> nvlink; // TX, RX
     nvml::Return mig_mode_rc = nvml::kErrorNotSupported;
     OptI mig_mode;
     std::vector<MigInstance> migs; // where MIG is on
@@ -144,7 +159,7 @@ public:
     // ---- end issue 17
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
-  static constexpr int kEnergyTimedReads = 5;  // reads of the energy counter timed to tell whether it is costly
+  static constexpr int kTimedReads = 5;        // reads of a call timed to tell whether it is costly (issue 33)
   static constexpr int kUnknownLimit = 5;      // failures in a row (back-offs of 1, 2, 4, 8 s between them)
   static constexpr int kFieldFailureLimit = 3; // a field failing this many ticks in a row is not asked for again
 
@@ -155,7 +170,9 @@ public:
   void sample(Frame& frame) noexcept override;
   // Adaptive sampling (issue 18): one nvmlDeviceGetUtilizationRates per device instead of every per-tick call.
   void probe(Frame& frame) noexcept override;
-  bool may_block() const override { return true; } // a GPU falling off the bus can hang NVML for seconds
+  bool may_block() const override { return true; }   // a GPU falling off the bus can hang NVML for seconds
+  bool opens_aside() const override { return true; } // issue 31: nvmlInit can take seconds, or hang
+  bool wants_final_read() const override { return energy_scheduled_.load(std::memory_order_relaxed); } // issue 33
   SourceStatus status() const override;
   std::vector<std::string> doctor_lines() const override;
   std::vector<GpuDevice> devices() const override;
@@ -177,6 +194,13 @@ private:
   // friends, marks the device lost on GPU_IS_LOST / RESET_REQUIRED, backs off on UNKNOWN.
   bool ok(Dev& d, Call c, nvml::Return rc, Frame& frame);
   void sample_device(Dev& d, Frame& frame);
+  // ---- issue 33: cost-aware reads
+  std::chrono::nanoseconds natural_period(const Dev& d, Call c) const; // how often a costly call is read
+  void time_read(Dev& d, Call c, std::chrono::nanoseconds took, SteadyClock::time_point now);
+  static void hold(Dev& d, GpuMetricSet fills, const GpuSample& s);
+  static void carry(const Dev& d, GpuMetricSet fills, SteadyClock::time_point read_at, SteadyClock::time_point now,
+                    GpuSample& s);
+  // ---- end issue 33
   // The slow thread. may_hand_over: where its first pass is quick it hands the reads to the ticks and returns.
   void slow_loop(bool may_hand_over);
   // One pass of the slow reads (PCIe throughput, MIG instances) over every device; the wall time it took.
@@ -218,6 +242,7 @@ private:
   SteadyClock::time_point events_next_{}; // when the set is polled next (Options::event_poll)
   int event_errors_ = 0;                  // poll errors in a row (other than NVML_ERROR_TIMEOUT)
   std::atomic<int64_t> xid_seen_{0};
+  std::atomic<bool> energy_scheduled_{false}; // issue 33: some device's energy counter is read on a schedule
   // ---- end issue 17
 
   // Process calls (nvml_processes.cpp), made by the process tracker's thread only.

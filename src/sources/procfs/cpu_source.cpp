@@ -157,7 +157,8 @@ OptF util_between(const CpuTimes& a, const CpuTimes& b) {
   return pct > 100.0 ? 100.0 : pct;
 }
 
-ProcfsCpuSource::ProcfsCpuSource(std::string procfs_root) : root_(std::move(procfs_root)) {}
+ProcfsCpuSource::ProcfsCpuSource(std::string procfs_root, PerCoreStorage per_core)
+    : root_(std::move(procfs_root)), per_core_(per_core) {}
 
 ProcfsCpuSource::~ProcfsCpuSource() = default; // the UniqueFds close the files
 
@@ -201,7 +202,7 @@ bool ProcfsCpuSource::open() {
   return stat_fd_.valid() || meminfo_fd_.valid();
 }
 
-void ProcfsCpuSource::read_stat(Frame& frame) {
+bool ProcfsCpuSource::read_stat(Frame& frame) {
   if (stat_fd_ && read_fd(stat_fd_.get(), buf_) && parse_proc_stat(buf_, cur_)) {
     // issue 32: /proc/stat counts in USER_HZ (sysconf's clock ticks); the counter is exported as it stands.
     static const long hz = ::sysconf(_SC_CLK_TCK);
@@ -214,12 +215,37 @@ void ProcfsCpuSource::read_stat(Frame& frame) {
     }
     std::swap(prev_, cur_);
     have_prev_ = true;
+    return true;
   }
+  return false;
+}
+
+void ProcfsCpuSource::per_core_rows(Frame& frame, bool fresh) {
+  using Mode = PerCoreStorage::Mode;
+  if (per_core_.mode == Mode::Off || !fresh) {
+    frame.cpu.core_rows = false;
+    return;
+  }
+  if (per_core_.mode == Mode::EveryTick) return;
+  // Due once the period has passed since the last stored rows: the first full sample is (its rows cover the time
+  // since the source opened, as every tick's would).
+  const bool due = !stored_at_ || frame.mono - *stored_at_ + per_core_.interval / 2 >= per_core_.period;
+  frame.cpu.core_rows = due;
+  if (!due) return;
+  // The mean over the period is the busy jiffies across it over all its jiffies: the ratio of the sums, not the mean of
+  // each tick's ratio (a tick's share weighs by its length), and no tick between is needed. prev_ holds this tick's.
+  if (stored_at_) {
+    frame.cpu.core_util_pct.assign(prev_.cores.size(), OptF{});
+    for (size_t i = 0; i < prev_.cores.size() && i < stored_cores_.size(); ++i)
+      frame.cpu.core_util_pct[i] = util_between(stored_cores_[i], prev_.cores[i]);
+  }
+  stored_cores_ = prev_.cores;
+  stored_at_ = frame.mono;
 }
 
 void ProcfsCpuSource::probe(Frame& frame) noexcept {
   try {
-    read_stat(frame);
+    probed_ok_ = read_stat(frame);
     probed_tick_ = frame.tick;
   } catch (...) {
     // allocation failure: the probe sees no CPU reading, which keeps the full rate
@@ -229,7 +255,8 @@ void ProcfsCpuSource::probe(Frame& frame) noexcept {
 void ProcfsCpuSource::sample(Frame& frame) noexcept {
   try {
     // Read again microseconds after the probe, /proc/stat would give the utilisation of no time at all.
-    if (frame.tick != probed_tick_) read_stat(frame);
+    const bool fresh = frame.tick != probed_tick_ ? read_stat(frame) : probed_ok_;
+    per_core_rows(frame, fresh && !frame.cpu.core_util_pct.empty());
     int64_t total = 0, avail = 0;
     if (meminfo_fd_ && read_fd(meminfo_fd_.get(), buf_) && parse_meminfo(buf_, total, avail)) {
       frame.cpu.mem_total_bytes = total;

@@ -1,7 +1,9 @@
 // CPU utilisation (total and per core) from /proc/stat deltas and memory from /proc/meminfo, under a configurable root.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,9 +30,19 @@ std::string parse_cpu_model(std::string_view cpuinfo);
 // busy share of the interval in percent; missing when no time passed.
 OptF util_between(const CpuTimes& before, const CpuTimes& after);
 
+// Which ticks store per-core rows (issue 33; Frame's CpuSample::core_rows).
+struct PerCoreStorage {
+  enum class Mode { Period, EveryTick, Off };
+  Mode mode = Mode::EveryTick;
+  // Mode::Period: the period (the process-scan period), and the sampling interval: a tick within half an interval of
+  // the period's end is due, so that jitter of a few milliseconds never pushes a row to the next tick.
+  std::chrono::nanoseconds period{0};
+  std::chrono::nanoseconds interval{0};
+};
+
 class ProcfsCpuSource final : public Source {
 public:
-  explicit ProcfsCpuSource(std::string procfs_root);
+  explicit ProcfsCpuSource(std::string procfs_root, PerCoreStorage per_core = {});
   ~ProcfsCpuSource() override;
   std::string_view name() const override { return "procfs"; }
   bool open() override;
@@ -51,7 +63,14 @@ private:
   ProcStat cur_;
   bool have_prev_ = false;
   int64_t probed_tick_ = -1; // the tick whose /proc/stat the probe already read
-  void read_stat(Frame& frame);
+  bool probed_ok_ = false;   // and whether that read gave a reading
+  bool read_stat(Frame& frame);
+  void per_core_rows(Frame& frame, bool fresh);
+  PerCoreStorage per_core_;
+  // Mode::Period: the per-core counters when per-core rows were last stored, and when; the next rows are the means
+  // between them and the tick they are stored on.
+  std::vector<CpuTimes> stored_cores_;
+  std::optional<SteadyClock::time_point> stored_at_;
 };
 
 } // namespace wattscope

@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""Issue 33: how true the energy is when a costly counter is read once a second and the instant power field shapes
+the energy between its reads, against reading the counter every tick (--max-read-cost 0).
+
+One fake H100 (H100 call costs, bench/overhead.py) whose power follows known steps and ramps, and whose energy
+counter is that curve's exact integral. `wattscope run` records it while its child marks six phases of 1.1-2.5 s;
+the fake writes its first and last counter readings and its start on the wall clock (WATTSCOPE_FAKE_NVML_ENERGY),
+so the run's energy and every phase's are checked against the exact integral over their own times.
+
+    bench/anchored_accuracy.py [--build DIR] [--intervals 10,100,1000]
+"""
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from overhead import H100_COSTS  # noqa: E402
+
+# The power curve (W): (label, seconds, from, to); a ramp where from != to. No noise: the truth is exact.
+SEGMENTS = [("idle", 2.0, 100, 100), ("rise", 3.0, 100, 600), ("spike", 0.4, 700, 700), ("hold", 2.6, 250, 250),
+            ("fall", 4.0, 600, 150), ("tail", 3.0, 120, 120)]
+# The child's phases: (name, seconds), after a 0.5 s start
+PHASES = [("p1", 1.2), ("p2", 2.5), ("p3", 1.1), ("p4", 1.7), ("p5", 2.5), ("p6", 1.3)]
+
+
+def energy_at(t):
+    """J over [0, t] of the curve: exact, the pieces are straight."""
+    e, start = 0.0, 0.0
+    for _, secs, a, b in SEGMENTS:
+        into = min(max(t - start, 0.0), secs)
+        e += 0.5 * (a + (a + (b - a) * into / secs)) * into
+        start += secs
+    return e
+
+
+def scenario():
+    timeline = {"loop": False, "segments": [{"label": l, "s": s} for l, s, _, _ in SEGMENTS]}
+    curve = {l: ([a * 1000, b * 1000] if a != b else a * 1000) for l, _, a, b in SEGMENTS}
+    m = {"power_instant_mw": {"timeline": curve}, "energy_mj": {"timeline_integral": curve}, "util_gpu": 90,
+         "util_mem": 40, "mem_used_bytes": 1 << 30, "mem_total_bytes": 85899345920, "temp_gpu": 50,
+         "clock_sm": 1980, "pcie_width": 16, "fan_pct": 30}
+    return {"driver_version": "580.65.06", "timeline": timeline, "call_cost_us": H100_COSTS,
+            "devices": [{"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-acc", "metrics": m}]}
+
+
+def one(build, tmp, ms, every_tick):
+    tag = f"{ms}-{'tick' if every_tick else 'anchored'}"
+    db, energy = os.path.join(tmp, tag + ".db"), os.path.join(tmp, tag + ".json")
+    w = os.path.join(build, "wattscope")
+    script = "sleep 0.5"
+    for name, secs in PHASES:
+        script += f" && {w} mark begin {name} && sleep {secs} && {w} mark end {name}"
+    env = dict(os.environ, WATTSCOPE_NVML_LIBRARY=os.path.join(build, "fakes", "libnvidia-ml-fake.so"),
+               WATTSCOPE_FAKE_NVML_SCENARIO=os.path.join(tmp, "scenario.json"), WATTSCOPE_FAKE_NVML_ENERGY=energy)
+    argv = [w, "-q", "run", "--interval", f"{ms}ms", "--db", db, "--top-processes", "0"]
+    if every_tick:
+        argv += ["--max-read-cost", "0"]
+    subprocess.run(argv + ["--", "sh", "-c", script], env=env, check=True)
+    truth = json.load(open(energy))
+    con = sqlite3.connect(db)
+    run_j = con.execute("SELECT energy_j FROM gpu_samples ORDER BY tick DESC LIMIT 1").fetchone()[0]
+    run_truth = (truth["0"]["last_mj"] - truth["0"]["first_mj"]) / 1000
+    t0 = truth["t0_wall_ms"]
+    worst = 0.0
+    for name, start_ms, end_ms, e in con.execute("SELECT name, start_ms, end_ms, energy_j FROM phases"):
+        exact = energy_at((end_ms - t0) / 1000) - energy_at((start_ms - t0) / 1000)
+        worst = max(worst, abs(e - exact) / exact)
+    return abs(run_j - run_truth) / run_truth, worst
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--intervals", default="10,100,1000")
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="wattscope-accuracy-")
+    try:
+        json.dump(scenario(), open(os.path.join(tmp, "scenario.json"), "w"))
+        print("interval | counter read            | run energy vs counter | worst phase (>= 1.1 s) vs exact")
+        for ms in (int(x) for x in args.intervals.split(",")):
+            for every_tick in (False, True):
+                run_err, phase_err = one(args.build, tmp, ms, every_tick)
+                how = "every tick" if every_tick else "once a second, shaped"
+                print(f"{ms:>5} ms | {how:<23} | {100 * run_err:>20.4f} % | {100 * phase_err:>10.3f} %", flush=True)
+    finally:
+        shutil.rmtree(tmp, True)
+
+
+if __name__ == "__main__":
+    main()

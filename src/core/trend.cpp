@@ -1,0 +1,49 @@
+#include "core/trend.hpp"
+
+#include <algorithm>
+#include <vector>
+
+namespace wattscope {
+
+namespace {
+constexpr size_t kMaxSlopePoints = 64;
+
+double quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const auto i = static_cast<size_t>(pos);
+  if (i + 1 >= sorted.size()) return sorted.back();
+  return sorted[i] + (sorted[i + 1] - sorted[i]) * (pos - static_cast<double>(i));
+}
+} // namespace
+
+std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& all) {
+  if (all.size() < 2) return std::nullopt;
+  // Evenly thinned to kMaxSlopePoints, the last point always kept: the fit's level is taken there.
+  std::vector<TrendPoint> pts;
+  const size_t n = std::min(all.size(), kMaxSlopePoints);
+  for (size_t k = 0; k < n; ++k)
+    pts.push_back(all[(all.size() - 1) - (k * (all.size() - 1)) / std::max<size_t>(n - 1, 1)]);
+  std::reverse(pts.begin(), pts.end());
+  const double t_last = static_cast<double>(pts.back().ts_ms) / 1000.0;
+  std::vector<double> slopes;
+  slopes.reserve(n * (n - 1) / 2);
+  for (size_t i = 0; i < pts.size(); ++i)
+    for (size_t j = i + 1; j < pts.size(); ++j) {
+      const double dt = static_cast<double>(pts[j].ts_ms - pts[i].ts_ms) / 1000.0;
+      if (dt > 0) slopes.push_back((pts[j].y - pts[i].y) / dt);
+    }
+  if (slopes.empty()) return std::nullopt;
+  std::sort(slopes.begin(), slopes.end());
+  RobustSlope r;
+  r.slope = quantile(slopes, 0.5);
+  r.low = quantile(slopes, 0.1);
+  r.high = quantile(slopes, 0.9);
+  std::vector<double> levels;
+  for (const auto& p : pts)
+    levels.push_back(p.y + r.slope * (t_last - static_cast<double>(p.ts_ms) / 1000.0));
+  std::sort(levels.begin(), levels.end());
+  r.level = quantile(levels, 0.5);
+  return r;
+}
+
+} // namespace wattscope

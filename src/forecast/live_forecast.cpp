@@ -1,0 +1,437 @@
+#include "forecast/live_forecast.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/json_opt.hpp"
+
+namespace wattscope::forecast {
+
+namespace {
+using json = nlohmann::json;
+
+// Below these a series is flat for our purpose: a byte a second fills 80 GB in 2.5 years; 0.03 °C a minute
+// reaches a throttle point 30 °C away in 16 hours.
+constexpr double kMinMemGrowthBytesPerS = 1.0;
+constexpr double kMinTempRiseCPerS = 0.0005;
+constexpr size_t kMaxEpochs = 64;
+constexpr size_t kMinEpochs = 3;
+constexpr size_t kMaxUtilSteps = 600;
+
+double quantile(const std::vector<double>& sorted, double q) {
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t i = static_cast<size_t>(pos);
+  if (i + 1 >= sorted.size()) return sorted.back();
+  return sorted[i] + (sorted[i + 1] - sorted[i]) * (pos - static_cast<double>(i));
+}
+
+std::optional<std::string> short_history(const std::deque<LiveForecaster::Point>& pts, size_t min_points,
+                                         int64_t min_span_ms) {
+  const int64_t span = pts.empty() ? 0 : pts.back().ts_ms - pts.front().ts_ms;
+  if (pts.size() >= min_points && span >= min_span_ms) return std::nullopt;
+  return fmt::format("not enough history ({} readings over {:.0f} s; needs {} over {:.0f} s)", pts.size(),
+                     static_cast<double>(span) / 1000.0, min_points, static_cast<double>(min_span_ms) / 1000.0);
+}
+
+// Seconds until a level rising at `slope` (with its interval) reaches `limit`, counted from the fit's last point
+// and then from `now`. The slower end is missing when the interval's slow slope does not rise at all.
+Estimate time_to(double limit, const RobustSlope& rs, double since_last_s) {
+  Estimate e;
+  const double gap = limit - rs.level;
+  auto at = [&](double slope) { return std::max(0.0, gap / slope - since_last_s); };
+  if (gap <= 0) {
+    e.value = e.low = e.high = 0.0;
+    return e;
+  }
+  e.value = at(rs.slope);
+  e.low = at(std::max(rs.high, rs.slope));
+  if (rs.low > 0) e.high = at(std::min(rs.low, rs.slope));
+  return e;
+}
+
+json estimate_json(const Estimate& e, const char* unit) {
+  return {{fmt::format("in_{}", unit), opt(e.value)},
+          {fmt::format("low_{}", unit), opt(e.low)},
+          {fmt::format("high_{}", unit), opt(e.high)}};
+}
+
+std::string human_bytes(double b) {
+  if (std::fabs(b) >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (std::fabs(b) >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  return fmt::format("{:.0f} B", b);
+}
+
+std::string human_energy(double j) {
+  if (j >= 1e9) return fmt::format("{:.2f} GJ", j / 1e9);
+  if (j >= 1e6) return fmt::format("{:.2f} MJ", j / 1e6);
+  if (j >= 1e3) return fmt::format("{:.1f} kJ", j / 1e3);
+  return fmt::format("{:.0f} J", j);
+}
+} // namespace
+
+std::string human_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  if (s < 90) return fmt::format("{:.0f} s", s);
+  const auto min = static_cast<int64_t>(std::llround(s / 60.0));
+  if (min < 60) return fmt::format("{} min", min);
+  return fmt::format("{} h {:02d} min", min / 60, static_cast<int>(min % 60));
+}
+
+void LiveForecaster::Series::add(int64_t ts_ms, double y, const Options& o) {
+  if (!std::isfinite(y)) return;
+  if (!pts.empty() && ts_ms < pts.back().ts_ms) pts.clear(); // time went back (a new run's clock): start over
+  // Points stay min_spacing_ms apart, except the last, which is always the latest reading.
+  if (pts.size() >= 2 && ts_ms - pts[pts.size() - 2].ts_ms < o.min_spacing_ms)
+    pts.back() = {ts_ms, y};
+  else
+    pts.push_back({ts_ms, y});
+  while (!pts.empty() && (pts.size() > kMaxPoints || ts_ms - pts.front().ts_ms > o.window_ms))
+    pts.pop_front();
+}
+
+LiveForecaster::LiveForecaster(Options o) : o_(std::move(o)) {
+  if (!make_series_model(o_.model)) o_.model = "last";
+}
+
+LiveForecaster::Device& LiveForecaster::device(int gpu_index) {
+  auto it = devices_.find(gpu_index);
+  if (it != devices_.end()) return it->second;
+  Device& d = devices_[gpu_index];
+  d.util = make_series_model(o_.model);
+  return d;
+}
+
+void LiveForecaster::set_throttle_temp(int gpu_index, double celsius) {
+  if (!std::isfinite(celsius) || celsius <= 0 || celsius > 200) return;
+  if (devices_.size() >= kMaxDevices && !devices_.count(gpu_index)) return;
+  device(gpu_index).throttle_c = celsius;
+}
+
+void LiveForecaster::set_energy_method(std::string method) {
+  energy_method_ = std::move(method);
+}
+
+void LiveForecaster::observe(const Frame& f) {
+  double energy = 0;
+  bool any_energy = false;
+  for (const auto& g : f.gpus) {
+    if (devices_.size() >= kMaxDevices && !devices_.count(g.gpu_index)) continue;
+    Device& d = device(g.gpu_index);
+    if (g.mem_used_bytes) {
+      d.mem.add(f.ts_ms, static_cast<double>(*g.mem_used_bytes), o_);
+      d.last_mem = g.mem_used_bytes;
+      if (epoch_) d.epoch_peak = std::max(d.epoch_peak.value_or(0.0), static_cast<double>(*g.mem_used_bytes));
+    }
+    if (g.mem_total_bytes && *g.mem_total_bytes > 0) d.mem_total = g.mem_total_bytes;
+    if (g.temp_gpu_c) d.temp.add(f.ts_ms, *g.temp_gpu_c, o_);
+    if (d.last_util_ms > 0 && f.ts_ms > d.last_util_ms) d.tick_ms = static_cast<double>(f.ts_ms - d.last_util_ms);
+    d.last_util_ms = f.ts_ms;
+    d.util->observe(g.util_gpu_pct ? *g.util_gpu_pct : std::numeric_limits<double>::quiet_NaN());
+    if (g.energy_j) {
+      energy += *g.energy_j;
+      any_energy = true;
+    }
+  }
+  for (const OptF& e : {f.cpu.package_energy_j, f.cpu.dram_energy_j})
+    if (e) {
+      energy += *e;
+      any_energy = true;
+    }
+  if (any_energy) energy_.add(f.ts_ms, energy, o_);
+}
+
+void LiveForecaster::observe_work(const WorkRecord& w) {
+  if (!work_.count(w.unit) && work_.size() >= kMaxUnits) return;
+  Work& k = work_[w.unit];
+  k.done += w.amount;
+  if (w.total) k.total = w.total;
+  k.cumulative.add(w.ts_ms, k.done, o_);
+}
+
+void LiveForecaster::observe_phase_begin(const std::string&, OptI index, int64_t ts_ms) {
+  // An indexed phase is an epoch (or a step of some numbered loop): memory at its start is one point of the
+  // per-epoch growth. A repeated index (a nested phase with its own numbering) is not a new epoch.
+  if (!index || (epoch_ && *index <= *epoch_)) return;
+  for (auto& [gpu, d] : devices_) {
+    if (epoch_ && d.epoch_peak) d.epochs.push_back({*epoch_, epoch_start_ms_, *d.epoch_peak});
+    d.epoch_peak.reset();
+    while (d.epochs.size() > kMaxEpochs)
+      d.epochs.pop_front();
+  }
+  epoch_ = index;
+  epoch_start_ms_ = ts_ms;
+}
+
+Snapshot LiveForecaster::forecast(int64_t now_ms) const {
+  Snapshot s;
+  s.ts_ms = now_ms;
+  for (const auto& [gpu, d] : devices_) {
+    DeviceForecast df;
+    df.gpu_index = gpu;
+    // ---- out of memory
+    if (!d.mem_total) {
+      df.oom_basis = "the device's memory size is unknown";
+    } else if (auto why = short_history(d.mem.pts, o_.min_points, o_.min_span_ms)) {
+      df.oom_basis = *why;
+    } else if (auto rs = robust_slope(d.mem.pts)) {
+      const double total = static_cast<double>(*d.mem_total);
+      df.mem_growth_bytes_per_s = rs->slope;
+      const double since_last = static_cast<double>(now_ms - d.mem.pts.back().ts_ms) / 1000.0;
+      // Per epoch where at least kMinEpochs epochs were marked: a leak that grows at each epoch's start is a step,
+      // which a per-epoch fit gets exactly, with the epoch it happens in.
+      std::optional<RobustSlope> per_epoch;
+      double epoch_s = 0;
+      if (d.epochs.size() >= kMinEpochs) {
+        std::deque<Point> by_index;
+        std::vector<double> durations;
+        for (size_t i = 0; i < d.epochs.size(); ++i) {
+          // The fit runs on epoch index as "time" (1000 ms per epoch, so slopes come out per epoch).
+          by_index.push_back({d.epochs[i].index * 1000, d.epochs[i].bytes});
+          if (i > 0)
+            durations.push_back(static_cast<double>(d.epochs[i].start_ms - d.epochs[i - 1].start_ms) / 1000.0 /
+                                static_cast<double>(d.epochs[i].index - d.epochs[i - 1].index));
+        }
+        std::sort(durations.begin(), durations.end());
+        epoch_s = quantile(durations, 0.5);
+        per_epoch = robust_slope(by_index);
+      }
+      if (per_epoch && epoch_s > 0) {
+        df.mem_growth_bytes_per_epoch = per_epoch->slope;
+        const auto& last = d.epochs.back();
+        if (per_epoch->slope < kMinMemGrowthBytesPerS * epoch_s) {
+          df.oom_basis = fmt::format("memory is not growing from epoch to epoch (over {} epochs)", d.epochs.size());
+        } else {
+          // Epoch e's peak: level + g (e - last). The first epoch whose peak reaches the device's memory is where it
+          // runs out, at the latest; its start (epoch_s per epoch after the last complete one's) is the time given,
+          // the earliest it can happen, so the warning is never late.
+          auto epochs_to = [&](double g) { return std::max(0.0, std::ceil((total - per_epoch->level) / g)); };
+          auto at = [&](double g) {
+            return std::max(0.0, static_cast<double>(last.start_ms - now_ms) / 1000.0 + epochs_to(g) * epoch_s);
+          };
+          df.oom_epoch = last.index + static_cast<int64_t>(epochs_to(per_epoch->slope));
+          df.oom_in_s.value = at(per_epoch->slope);
+          df.oom_in_s.low = at(std::max(per_epoch->high, per_epoch->slope));
+          if (per_epoch->low > 0) df.oom_in_s.high = at(std::min(per_epoch->low, per_epoch->slope));
+          df.oom_basis =
+              fmt::format("the peak memory of the last {} epochs grows {} an epoch (median; epochs "
+                          "take {}); the device has {}",
+                          d.epochs.size(), human_bytes(per_epoch->slope), human_duration(epoch_s), human_bytes(total));
+        }
+      } else if (rs->slope < kMinMemGrowthBytesPerS) {
+        df.oom_basis = "memory is not growing";
+      } else {
+        df.oom_in_s = time_to(total, *rs, since_last);
+        if (epoch_ && epoch_s > 0 && df.oom_in_s.value)
+          df.oom_epoch = *epoch_ + static_cast<int64_t>(*df.oom_in_s.value / epoch_s);
+        df.oom_basis = fmt::format(
+            "memory grows {}/min (robust slope over the last {:.0f} s); the device has {}", human_bytes(rs->slope * 60),
+            static_cast<double>(d.mem.pts.back().ts_ms - d.mem.pts.front().ts_ms) / 1000.0, human_bytes(total));
+      }
+    }
+    // ---- throttling
+    df.throttle_temp_c = d.throttle_c.value_or(o_.default_throttle_c);
+    df.throttle_temp_default = !d.throttle_c;
+    if (auto why = short_history(d.temp.pts, o_.min_points, o_.min_span_ms)) {
+      df.throttle_basis = *why;
+    } else if (auto rs = robust_slope(d.temp.pts)) {
+      df.temp_rise_c_per_s = rs->slope;
+      if (rs->slope < kMinTempRiseCPerS && rs->level < df.throttle_temp_c) {
+        df.throttle_basis = "the temperature is not rising";
+      } else {
+        df.throttle_in_s =
+            time_to(df.throttle_temp_c, *rs, static_cast<double>(now_ms - d.temp.pts.back().ts_ms) / 1000.0);
+        df.throttle_basis =
+            fmt::format("temperature rises {:.2f} °C/min (robust slope); throttle point {:.0f} °C ({})", rs->slope * 60,
+                        df.throttle_temp_c, d.throttle_c ? "the device's slowdown temperature" : "default");
+      }
+    }
+    // ---- utilisation over the next minute
+    df.util_model = std::string(d.util->name());
+    const size_t steps =
+        d.tick_ms > 0
+            ? std::clamp<size_t>(static_cast<size_t>(static_cast<double>(o_.horizon_ms) / d.tick_ms), 1, kMaxUtilSteps)
+            : 0;
+    const std::vector<double> f = steps ? d.util->forecast(steps) : std::vector<double>{};
+    if (f.empty()) {
+      df.util_basis = "not enough history";
+    } else {
+      double sum = 0, peak = -1;
+      size_t peak_at = 0;
+      for (size_t k = 0; k < f.size(); ++k) {
+        const double v = std::clamp(f[k], 0.0, 100.0);
+        sum += v;
+        if (v > peak) peak = v, peak_at = k + 1;
+      }
+      df.util_next_mean_pct = sum / static_cast<double>(f.size());
+      df.util_next_peak_pct = peak;
+      df.util_next_peak_in_s = static_cast<double>(peak_at) * d.tick_ms / 1000.0;
+      df.util_basis = fmt::format("{} steps of {:.0f} ms ahead, model '{}'", f.size(), d.tick_ms, df.util_model);
+    }
+    s.devices.push_back(std::move(df));
+  }
+  // ---- finish
+  for (const auto& [unit, w] : work_) {
+    if (!w.total) continue;
+    FinishForecast ff;
+    ff.unit = unit;
+    ff.done = w.done;
+    ff.total = *w.total;
+    ff.energy_method = (energy_method_.empty() ? std::string("measured") : energy_method_) + ", extrapolated";
+    if (w.done >= *w.total) {
+      ff.finish_in_s.value = ff.finish_in_s.low = ff.finish_in_s.high = 0.0;
+      ff.energy_to_finish_j.value = ff.energy_to_finish_j.low = ff.energy_to_finish_j.high = 0.0;
+      ff.basis = "the declared total is done";
+      s.finish.push_back(std::move(ff));
+      continue;
+    }
+    if (auto why = short_history(w.cumulative.pts, o_.min_points, o_.min_span_ms)) {
+      ff.basis = *why;
+    } else if (auto rs = robust_slope(w.cumulative.pts); !rs || rs->slope <= 0) {
+      ff.basis = "no work is being done";
+    } else {
+      ff.rate_per_s = rs->slope;
+      const double since_last = static_cast<double>(now_ms - w.cumulative.pts.back().ts_ms) / 1000.0;
+      ff.finish_in_s = time_to(*w.total, *rs, since_last);
+      ff.basis =
+          fmt::format("{:.4g} {}/s (robust slope over the last {:.0f} s); {:.6g} of {:.6g} done", rs->slope, unit,
+                      static_cast<double>(w.cumulative.pts.back().ts_ms - w.cumulative.pts.front().ts_ms) / 1000.0,
+                      w.done, *w.total);
+      if (auto why_e = short_history(energy_.pts, o_.min_points, o_.min_span_ms)) {
+        ff.basis += "; energy: " + *why_e;
+      } else if (auto pe = robust_slope(energy_.pts); pe && pe->slope >= 0) {
+        // Power over the window times the time left, each at its interval's ends.
+        ff.power_w = pe->slope;
+        ff.energy_to_finish_j.value = pe->slope * *ff.finish_in_s.value;
+        ff.energy_to_finish_j.low = std::max(0.0, std::min(pe->low, pe->slope)) * *ff.finish_in_s.low;
+        if (ff.finish_in_s.high) ff.energy_to_finish_j.high = std::max(pe->high, pe->slope) * *ff.finish_in_s.high;
+        ff.basis += fmt::format("; energy: {:.0f} W (slope of the run's cumulative energy) × the time left", pe->slope);
+      }
+    }
+    s.finish.push_back(std::move(ff));
+  }
+  return s;
+}
+
+std::vector<Event> LiveForecaster::crossings(const Snapshot& s) {
+  std::vector<Event> out;
+  const double warn_s = static_cast<double>(o_.warn_within_ms) / 1000.0;
+  for (const auto& df : s.devices) {
+    auto it = devices_.find(df.gpu_index);
+    if (it == devices_.end()) continue;
+    Device& d = it->second;
+    auto check = [&](const Estimate& e, bool& warned, const std::string& what, const std::string& basis) {
+      if (!e.value || *e.value > 2 * warn_s) warned = false; // gone, or well away: a later approach warns again
+      if (!e.value || *e.value > warn_s || warned) return;
+      warned = true;
+      Event ev;
+      ev.ts_ms = s.ts_ms;
+      ev.kind = "forecast";
+      ev.source = fmt::format("gpu{}", df.gpu_index);
+      ev.detail = fmt::format("GPU {} {} in ~{}", df.gpu_index, what, human_duration(*e.value));
+      if (e.low && e.high && human_duration(*e.high) != human_duration(*e.low))
+        ev.detail += fmt::format(" ({}–{})", human_duration(*e.low), human_duration(*e.high));
+      ev.detail += ": " + basis;
+      out.push_back(std::move(ev));
+    };
+    check(df.oom_in_s, d.oom_warned,
+          df.oom_epoch ? fmt::format("out of memory (epoch {})", *df.oom_epoch) : std::string("out of memory"),
+          df.oom_basis);
+    check(df.throttle_in_s, d.throttle_warned, fmt::format("reaches {:.0f} °C and throttles", df.throttle_temp_c),
+          df.throttle_basis);
+  }
+  return out;
+}
+
+json Snapshot::to_json() const {
+  json devs = json::array();
+  for (const auto& d : devices) {
+    json oom = estimate_json(d.oom_in_s, "s");
+    oom["epoch"] = opt(d.oom_epoch);
+    oom["growth_bytes_per_s"] = opt(d.mem_growth_bytes_per_s);
+    oom["growth_bytes_per_epoch"] = opt(d.mem_growth_bytes_per_epoch);
+    oom["basis"] = d.oom_basis;
+    json thr = estimate_json(d.throttle_in_s, "s");
+    thr["throttle_temp_c"] = d.throttle_temp_c;
+    thr["throttle_temp_source"] = d.throttle_temp_default ? "default" : "device";
+    thr["rise_c_per_s"] = opt(d.temp_rise_c_per_s);
+    thr["basis"] = d.throttle_basis;
+    devs.push_back({{"gpu_index", d.gpu_index},
+                    {"oom", oom},
+                    {"throttle", thr},
+                    {"util_next_minute",
+                     {{"mean_pct", opt(d.util_next_mean_pct)},
+                      {"peak_pct", opt(d.util_next_peak_pct)},
+                      {"peak_in_s", opt(d.util_next_peak_in_s)},
+                      {"model", d.util_model},
+                      {"basis", d.util_basis}}}});
+  }
+  json fin = json::array();
+  for (const auto& f : finish) {
+    json j = estimate_json(f.finish_in_s, "s");
+    j["unit"] = f.unit;
+    j["done"] = f.done;
+    j["total"] = f.total;
+    j["rate_per_s"] = opt(f.rate_per_s);
+    j["energy_j"] = opt(f.energy_to_finish_j.value);
+    j["energy_low_j"] = opt(f.energy_to_finish_j.low);
+    j["energy_high_j"] = opt(f.energy_to_finish_j.high);
+    j["power_w"] = opt(f.power_w);
+    j["energy_method"] = f.energy_method;
+    j["basis"] = f.basis;
+    fin.push_back(std::move(j));
+  }
+  return {{"ts_ms", ts_ms}, {"devices", devs}, {"finish", fin}};
+}
+
+void ForecastBoard::publish(const Snapshot& s) {
+  nlohmann::json j = s.to_json();
+  std::string l = s.line();
+  j["line"] = l;
+  std::lock_guard lk(mu_);
+  json_ = std::move(j);
+  line_ = std::move(l);
+}
+
+json ForecastBoard::as_json() const {
+  std::lock_guard lk(mu_);
+  return json_;
+}
+
+std::string ForecastBoard::line() const {
+  std::lock_guard lk(mu_);
+  return line_;
+}
+
+std::string Snapshot::line() const {
+  std::vector<std::string> parts;
+  const DeviceForecast* oom = nullptr;
+  const DeviceForecast* thr = nullptr;
+  for (const auto& d : devices) {
+    if (d.oom_in_s.value && (!oom || *d.oom_in_s.value < *oom->oom_in_s.value)) oom = &d;
+    if (d.throttle_in_s.value && (!thr || *d.throttle_in_s.value < *thr->throttle_in_s.value)) thr = &d;
+  }
+  if (oom)
+    parts.push_back(fmt::format("GPU {} out of memory in ~{}{}", oom->gpu_index, human_duration(*oom->oom_in_s.value),
+                                oom->oom_epoch ? fmt::format(" (epoch {})", *oom->oom_epoch) : ""));
+  if (thr)
+    parts.push_back(fmt::format("GPU {} throttles in ~{}", thr->gpu_index, human_duration(*thr->throttle_in_s.value)));
+  for (const auto& f : finish) {
+    if (!f.finish_in_s.value) continue;
+    std::string p = fmt::format("{} done in ~{}", f.unit, human_duration(*f.finish_in_s.value));
+    if (f.finish_in_s.low && f.finish_in_s.high &&
+        human_duration(*f.finish_in_s.high) != human_duration(*f.finish_in_s.low))
+      p += fmt::format(" ({}–{})", human_duration(*f.finish_in_s.low), human_duration(*f.finish_in_s.high));
+    if (f.energy_to_finish_j.value)
+      p += fmt::format(", ~{} more ({})", human_energy(*f.energy_to_finish_j.value), f.energy_method);
+    parts.push_back(std::move(p));
+  }
+  std::string out;
+  for (const auto& p : parts)
+    out += (out.empty() ? "" : " · ") + p;
+  return out;
+}
+
+} // namespace wattscope::forecast

@@ -1,0 +1,76 @@
+// The runs table of `serve` (issue 35): which runs, in which order, one page at a time. SQLite and MySQL answer it in
+// SQL built here from fixed text and bound parameters only (no user string is ever part of the SQL); the CSV store,
+// which has no index to ask, scans its runs with the same rules in C++ (run_passes), so every store gives one answer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/schema.hpp"
+
+namespace wattscope {
+
+enum class RunsSortKey { Start, Duration, Energy, JPerUnit, ExitStatus };
+
+struct RunsFilter {
+  std::string task;                                      // exact; "" any
+  std::string host;                                      // exact; "" any
+  std::string user;                                      // the tag user, else slurm_user, exactly; "" any
+  std::vector<std::pair<std::string, std::string>> tags; // KEY=VALUE each, as `list --tag` matches them
+  std::optional<int64_t> from_ms;                        // start_ms >= from_ms
+  std::optional<int64_t> to_ms;                          // start_ms < to_ms
+  // The methods the run's summary records for its energy: counter, integrated, estimated or simulated (that one
+  // alone), mixed (two or more), unknown (energy but no method recorded: an old run), none (no energy). "" any.
+  std::string method;
+  std::string q; // a substring of run id, task, host, command or tags, ASCII case-insensitive; "" any
+  RunsSortKey sort = RunsSortKey::Start;
+  bool descending = false;
+};
+
+// The method words `method` takes, for messages and the parser.
+inline constexpr std::string_view kRunMethods[] = {"counter", "integrated", "estimated", "simulated",
+                                                   "mixed",   "unknown",    "none"};
+// A tag key the filters accept: 1 to 64 of letters, digits, '_', '-', '.' and ':' (it becomes a JSON path, bound
+// as a parameter, so it must not hold quotes).
+// Inline: the query parser (and its fuzz target) needs no more than this header.
+inline bool valid_tag_key(std::string_view key) {
+  if (key.empty() || key.size() > 64) return false;
+  for (char c : key)
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+          c == '.' || c == ':'))
+      return false;
+  return true;
+}
+
+// The run's method word as `method` filters it (the summary's text, as the SQL reads it).
+std::string run_method_word(const RunInfo& run);
+// Whether the run passes every filter (the C++ statement of what the SQL asks).
+bool run_passes(const RunInfo& run, const RunsFilter& filter);
+
+// A run's work from the work table: per unit, the amount done. J per unit exists when there is exactly one unit
+// with an amount above 0, and energy.
+struct RunWork {
+  std::string unit;
+  double amount = 0;
+};
+std::optional<double> j_per_unit(const RunInfo& run, const std::vector<RunWork>& work);
+
+class StoreReader;
+// The run's rows of the work table summed per unit, units in name order.
+std::vector<RunWork> read_run_work(StoreReader& store, const RunInfo& run);
+
+using SqlParam = std::variant<int64_t, std::string>;
+enum class SqlDialect { Sqlite, Mysql };
+struct RunsSql {
+  std::string where;            // " WHERE ..." or ""
+  std::string order_by;         // " ORDER BY ..."
+  std::vector<SqlParam> params; // for the '?' of `where`, in order
+};
+RunsSql runs_sql(const RunsFilter& filter, SqlDialect dialect);
+
+} // namespace wattscope
