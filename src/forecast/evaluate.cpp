@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -136,86 +137,97 @@ bool is_training_trace(std::string_view file_name) {
 
 std::vector<ModelScore> evaluate(std::span<const TraceSeries> series, std::string_view metric,
                                  std::span<const std::string> models, std::span<const std::size_t> horizons) {
-  const std::size_t max_h = horizons.empty() ? 0 : *std::max_element(horizons.begin(), horizons.end());
   std::vector<ModelScore> out;
   for (const auto& model_name : models) {
-    ModelScore score{model_name, {}, 0};
-    // Per horizon: each series' mean error, then their mean.
-    std::vector<std::vector<double>> mae_per_series(horizons.size()), peak_per_series(horizons.size());
-    for (const auto& s : series) {
-      if (s.metric != metric) continue;
-      const auto& y = s.values;
-      double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-      for (double v : y)
-        if (!std::isnan(v)) lo = std::min(lo, v), hi = std::max(hi, v);
-      if (!(hi >= lo)) continue; // nothing but missing
-      auto model = make_series_model(model_name);
-      if (!model) throw std::runtime_error(fmt::format("no series model named '{}'", model_name));
-      std::vector<double> err_sum(horizons.size(), 0), peak_sum(horizons.size(), 0);
-      std::vector<std::size_t> err_n(horizons.size(), 0), peak_n(horizons.size(), 0);
-      for (std::size_t t = 0; t + 1 < y.size(); ++t) {
-        model->observe(y[t]);
-        const auto f = model->forecast(max_h);
-        if (f.size() < max_h) continue; // nothing to say yet: not scored, for any model
-        for (std::size_t k = 0; k < horizons.size(); ++k) {
-          const std::size_t h = horizons[k];
-          if (t + h >= y.size()) continue;
-          if (!std::isnan(y[t + h])) {
-            err_sum[k] += std::abs(f[h - 1] - y[t + h]);
-            ++err_n[k];
-          }
-          if (h < 2) continue;
-          std::size_t ai = 0, fi = 0;
-          double amax = -std::numeric_limits<double>::infinity(), amin = -amax, fmax = amax;
-          for (std::size_t j = 0; j < h; ++j) {
-            const double a = y[t + 1 + j];
-            if (!std::isnan(a) && a > amax) amax = a, ai = j;
-            if (!std::isnan(a)) amin = std::min(amin, a);
-            if (f[j] > fmax) fmax = f[j], fi = j;
-          }
-          if (amax - amin < 0.1 * (hi - lo) || !(hi > lo)) continue;
-          peak_sum[k] += std::abs(static_cast<double>(ai) - static_cast<double>(fi));
-          ++peak_n[k];
-        }
-      }
-      for (std::size_t k = 0; k < horizons.size(); ++k) {
-        if (err_n[k]) mae_per_series[k].push_back(err_sum[k] / static_cast<double>(err_n[k]));
-        if (peak_n[k]) peak_per_series[k].push_back(peak_sum[k] / static_cast<double>(peak_n[k]));
-      }
-    }
-    for (std::size_t k = 0; k < horizons.size(); ++k) {
-      HorizonScore hs;
-      hs.horizon = horizons[k];
-      hs.mae = mean_of(mae_per_series[k]);
-      hs.n = mae_per_series[k].size();
-      hs.peak_n = peak_per_series[k].size();
-      hs.peak_error = hs.peak_n ? mean_of(peak_per_series[k]) : -1;
-      score.mean_mae += hs.mae / static_cast<double>(horizons.size());
-      score.by_horizon.push_back(hs);
-    }
-    out.push_back(std::move(score));
+    if (!make_series_model(model_name)) throw std::runtime_error(fmt::format("no series model named '{}'", model_name));
+    out.push_back(evaluate_model(
+        series, metric, model_name, [&] { return make_series_model(model_name); }, horizons));
   }
   return out;
 }
 
-Evaluation evaluate_held_out(const std::string& dir) {
-  Evaluation ev;
+ModelScore evaluate_model(std::span<const TraceSeries> series, std::string_view metric, std::string_view label,
+                          const std::function<std::unique_ptr<SeriesModel>()>& make,
+                          std::span<const std::size_t> horizons) {
+  const std::size_t max_h = horizons.empty() ? 0 : *std::max_element(horizons.begin(), horizons.end());
+  ModelScore score{std::string(label), {}, 0};
+  // Per horizon: each series' mean error, then their mean.
+  std::vector<std::vector<double>> mae_per_series(horizons.size()), peak_per_series(horizons.size());
+  for (const auto& s : series) {
+    if (s.metric != metric) continue;
+    const auto& y = s.values;
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (double v : y)
+      if (!std::isnan(v)) lo = std::min(lo, v), hi = std::max(hi, v);
+    if (!(hi >= lo)) continue; // nothing but missing
+    auto model = make();
+    std::vector<double> err_sum(horizons.size(), 0), peak_sum(horizons.size(), 0);
+    std::vector<std::size_t> err_n(horizons.size(), 0), peak_n(horizons.size(), 0);
+    for (std::size_t t = 0; t + 1 < y.size(); ++t) {
+      model->observe(y[t]);
+      const auto f = model->forecast(max_h);
+      if (f.size() < max_h) continue; // nothing to say yet: not scored, for any model
+      for (std::size_t k = 0; k < horizons.size(); ++k) {
+        const std::size_t h = horizons[k];
+        if (t + h >= y.size()) continue;
+        if (!std::isnan(y[t + h])) {
+          err_sum[k] += std::abs(f[h - 1] - y[t + h]);
+          ++err_n[k];
+        }
+        if (h < 2) continue;
+        std::size_t ai = 0, fi = 0;
+        double amax = -std::numeric_limits<double>::infinity(), amin = -amax, fmax = amax;
+        for (std::size_t j = 0; j < h; ++j) {
+          const double a = y[t + 1 + j];
+          if (!std::isnan(a) && a > amax) amax = a, ai = j;
+          if (!std::isnan(a)) amin = std::min(amin, a);
+          if (f[j] > fmax) fmax = f[j], fi = j;
+        }
+        if (amax - amin < 0.1 * (hi - lo) || !(hi > lo)) continue;
+        peak_sum[k] += std::abs(static_cast<double>(ai) - static_cast<double>(fi));
+        ++peak_n[k];
+      }
+    }
+    for (std::size_t k = 0; k < horizons.size(); ++k) {
+      if (err_n[k]) mae_per_series[k].push_back(err_sum[k] / static_cast<double>(err_n[k]));
+      if (peak_n[k]) peak_per_series[k].push_back(peak_sum[k] / static_cast<double>(peak_n[k]));
+    }
+  }
+  for (std::size_t k = 0; k < horizons.size(); ++k) {
+    HorizonScore hs;
+    hs.horizon = horizons[k];
+    hs.mae = mean_of(mae_per_series[k]);
+    hs.n = mae_per_series[k].size();
+    hs.peak_n = peak_per_series[k].size();
+    hs.peak_error = hs.peak_n ? mean_of(peak_per_series[k]) : -1;
+    score.mean_mae += hs.mae / static_cast<double>(horizons.size());
+    score.by_horizon.push_back(hs);
+  }
+  return score;
+}
+
+std::vector<TraceSeries> load_traces(const std::string& dir, bool training, std::vector<std::string>* held_out,
+                                     std::vector<std::string>* trained) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec))
     if (e.is_regular_file() && e.path().extension() == ".csv") files.push_back(e.path().filename().string());
   if (ec) throw std::runtime_error(fmt::format("traces '{}': cannot list it ({})", dir, ec.message()));
   std::sort(files.begin(), files.end());
-  std::vector<TraceSeries> held;
+  std::vector<TraceSeries> out;
   for (const auto& f : files) {
-    if (is_training_trace(f)) {
-      ev.training.push_back(f);
-      continue;
-    }
-    ev.held_out.push_back(f);
+    const bool is_training = is_training_trace(f);
+    if (auto* names = is_training ? trained : held_out) names->push_back(f);
+    if (is_training != training) continue;
     for (auto& s : load_trace_csv((std::filesystem::path(dir) / f).string()))
-      held.push_back(std::move(s));
+      out.push_back(std::move(s));
   }
+  return out;
+}
+
+Evaluation evaluate_held_out(const std::string& dir) {
+  Evaluation ev;
+  const auto held = load_traces(dir, false, &ev.held_out, &ev.training);
   if (ev.held_out.empty()) throw std::runtime_error(fmt::format("traces '{}': no held-out *.csv trace in it", dir));
   const auto names = series_model_names();
   ev.util = evaluate(held, "util", names, kEvalHorizons);

@@ -2,7 +2,11 @@
 // Held-out evaluation of the series models (issue 36): bench/forecast_eval prints it, and a unit test checks that
 // default_series_model() is still its winner on the committed traces (tests/fixtures/traces/), so the README's claim
 // cannot go stale.
+#include "forecast/series_model.hpp"
+
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -46,6 +50,18 @@ struct ModelScore {
 // range at least 10 % of the whole series' range.
 std::vector<ModelScore> evaluate(std::span<const TraceSeries> series, std::string_view metric,
                                  std::span<const std::string> models, std::span<const std::size_t> horizons);
+
+// One model (made afresh per series by `make`) scored as evaluate() scores each: what tuning a model's parameters
+// on the training traces needs (bench/forecast_eval --tune-hw).
+ModelScore evaluate_model(std::span<const TraceSeries> series, std::string_view metric, std::string_view label,
+                          const std::function<std::unique_ptr<SeriesModel>()>& make,
+                          std::span<const std::size_t> horizons);
+
+// Every series of the training (`training` true) or held-out *.csv traces of `dir`; the file names of each kind are
+// appended to `held_out` and `trained` where given.
+std::vector<TraceSeries> load_traces(const std::string& dir, bool training,
+                                     std::vector<std::string>* held_out = nullptr,
+                                     std::vector<std::string>* trained = nullptr);
 
 struct Evaluation {
   std::vector<std::string> held_out, training; // file names
