@@ -7,6 +7,7 @@
 // --record: runs `wattscope record --simulate` (4 simulated GPUs, no store) for N seconds (default 20) at 1 s and at
 // 100 ms and reads its CPU time (user + system, from wait4) to get record's CPU per tick.
 #include "forecast/evaluate.hpp"
+#include "forecast/models.hpp"
 #include "forecast/series_model.hpp"
 
 #include <sys/resource.h>
@@ -80,24 +81,48 @@ double record_ns_per_tick(const std::string& bin, const std::string& interval, d
   return cpu_s * 1e9 / (seconds / interval_s);
 }
 
+// Holt-Winters' parameters by grid search on the TRAINING traces' utilisation (mean MAE over the horizons): what
+// models.hpp's HoltWintersParams defaults are set from (docs/forecasting.md). The trend weight stays above 0: at 0 it
+// is Holt-Winters without a trend, which cannot follow a leak's growth, the shape the out-of-memory forecast is for.
+int tune_hw(const std::string& traces) {
+  const auto train = load_traces(traces, true);
+  double best = 1e300;
+  HoltWintersParams best_p;
+  for (double a : {0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9})
+    for (double b : {0.005, 0.01, 0.02, 0.05, 0.1})
+      for (double g : {0.05, 0.1, 0.2, 0.3, 0.5, 0.8}) {
+        const HoltWintersParams p{a, b, g};
+        const auto sc = evaluate_model(
+            train, "util", "holt_winters", [&] { return make_holt_winters(p); }, kEvalHorizons);
+        if (sc.mean_mae < best) best = sc.mean_mae, best_p = p;
+      }
+  fmt::print("holt_winters on the training traces: best alpha {} beta {} gamma {} (mean util MAE {:.3f})\n",
+             best_p.alpha, best_p.beta, best_p.gamma, best);
+  return 0;
+}
 } // namespace
 
 int main(int argc, char** argv) {
   std::string traces = WATTSCOPE_TRACES_DIR, record_bin;
   int seconds = 20;
+  bool tune = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--traces" && i + 1 < argc)
       traces = argv[++i];
     else if (a == "--record" && i + 1 < argc)
       record_bin = argv[++i];
+    else if (a == "--tune-hw")
+      tune = true;
     else if (a == "--seconds" && i + 1 < argc)
       seconds = std::max(2, std::atoi(argv[++i]));
     else {
-      fmt::print(stderr, "usage: forecast_eval [--traces DIR] [--record PATH/TO/wattscope] [--seconds N]\n");
+      fmt::print(stderr,
+                 "usage: forecast_eval [--traces DIR] [--tune-hw] [--record PATH/TO/wattscope] [--seconds N]\n");
       return 2;
     }
   }
+  if (tune) return tune_hw(traces);
   Evaluation ev;
   try {
     ev = evaluate_held_out(traces);
