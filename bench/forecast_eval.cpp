@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -66,17 +67,24 @@ double cost_ns(const std::string& model_name) {
 
 // record's CPU (user + system) per tick: -1 when it could not be run.
 double record_ns_per_tick(const std::string& bin, const std::string& interval, double interval_s, int seconds) {
+  // --no-db needs somewhere to write: CSV files in a directory of our own, removed afterwards.
+  char tmpl[] = "/tmp/forecast_eval_XXXXXX";
+  if (!mkdtemp(tmpl)) return -1;
+  const std::string csv_dir = tmpl;
   const pid_t pid = fork();
   if (pid < 0) return -1;
   if (pid == 0) {
     const std::string dur = fmt::format("{}s", seconds);
     execl(bin.c_str(), bin.c_str(), "-q", "record", "--simulate", "--no-db", "--interval", interval.c_str(),
-          "--duration", dur.c_str(), static_cast<char*>(nullptr));
+          "--duration", dur.c_str(), "--csv", csv_dir.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   int status = 0;
   rusage ru{};
-  if (wait4(pid, &status, 0, &ru) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return -1;
+  const bool ok = wait4(pid, &status, 0, &ru) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  std::error_code ec;
+  std::filesystem::remove_all(csv_dir, ec);
+  if (!ok) return -1;
   const double cpu_s = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
   return cpu_s * 1e9 / (seconds / interval_s);
 }
