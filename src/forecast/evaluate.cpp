@@ -20,6 +20,8 @@ namespace {
 constexpr std::uintmax_t kMaxTraceBytes = 64u << 20;
 constexpr std::size_t kMaxTraceRows = 1'000'000;
 constexpr std::size_t kMaxTraceDevices = 256;
+constexpr std::size_t kMaxTraceColumns = 64;
+constexpr std::size_t kMaxTraceLineBytes = 64 << 10;
 // Keep in step with bench/train_lstm.py's TRAIN.
 constexpr std::string_view kTrainingTraces[] = {"h100_lm.csv", "cpu_mlp.csv"};
 
@@ -68,12 +70,40 @@ std::vector<TraceSeries> load_trace_csv(const std::string& path) {
   if (bytes > kMaxTraceBytes)
     throw std::runtime_error(
         fmt::format("trace '{}': {} bytes, over the {} MiB a trace may have", path, bytes, kMaxTraceBytes >> 20));
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(fmt::format("trace '{}': cannot open it", path));
+  return parse_trace_csv(in, path);
+}
+
+std::vector<TraceSeries> parse_trace_csv(std::istream& in, const std::string& path) {
   const std::string name = std::filesystem::path(path).filename().string();
   std::string line;
-  if (!std::getline(in, line)) throw std::runtime_error(fmt::format("trace '{}': empty, no header", path));
+  std::uintmax_t total = 0;
+  std::size_t lineno = 0;
+  // One line, at most kMaxTraceLineBytes of it: a file without newlines must not become one huge string.
+  auto next_line = [&]() -> bool {
+    line.clear();
+    int c = 0;
+    bool any = false;
+    while ((c = in.get()) != std::char_traits<char>::eof()) {
+      any = true;
+      if (++total > kMaxTraceBytes)
+        throw std::runtime_error(
+            fmt::format("trace '{}': over the {} MiB a trace may have", path, kMaxTraceBytes >> 20));
+      if (c == '\n') break;
+      if (line.size() >= kMaxTraceLineBytes)
+        throw std::runtime_error(
+            fmt::format("trace '{}' line {}: over {} bytes in one line", path, lineno + 1, kMaxTraceLineBytes));
+      line.push_back(static_cast<char>(c));
+    }
+    if (any) ++lineno;
+    return any;
+  };
+  if (!next_line()) throw std::runtime_error(fmt::format("trace '{}': empty, no header", path));
   const auto header = split_csv(line);
+  if (header.size() > kMaxTraceColumns)
+    throw std::runtime_error(fmt::format("trace '{}': {} columns in the header, over the {} a trace may have", path,
+                                         header.size(), kMaxTraceColumns));
   auto find = [&](std::initializer_list<std::string_view> names) -> int {
     for (auto n : names)
       for (std::size_t i = 0; i < header.size(); ++i)
@@ -90,9 +120,7 @@ std::vector<TraceSeries> load_trace_csv(const std::string& path) {
         fmt::format("trace '{}': no metric column (util_gpu_pct, util_pct or power_w) in the header", path));
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> by_device; // util, power
   std::vector<std::string> order;
-  std::size_t lineno = 1;
-  while (std::getline(in, line)) {
-    ++lineno;
+  while (next_line()) {
     if (line.empty() || line == "\r") continue;
     if (lineno > kMaxTraceRows + 1)
       throw std::runtime_error(fmt::format("trace '{}': over {} rows", path, kMaxTraceRows));

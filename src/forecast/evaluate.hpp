@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <istream>
 #include <memory>
 #include <span>
 #include <string>
@@ -26,6 +27,8 @@ struct TraceSeries {
 // or util_pct (-> "util"), power_w (-> "power"). Bad input (no such file, a missing column, a cell that is not a
 // number, over 64 MiB, 1,000,000 rows or 256 devices) throws std::runtime_error naming the file and line.
 std::vector<TraceSeries> load_trace_csv(const std::string& path);
+// The same from a stream (`path` names it in errors); also caps a line at 64 KiB and the header at 64 columns.
+std::vector<TraceSeries> parse_trace_csv(std::istream& in, const std::string& path);
 
 // The traces the LSTM was trained on and Holt-Winters was tuned on (bench/train_lstm.py's TRAIN); every other
 // *.csv in the directory is held out. New files (h100_*.csv from a later GPU session) are held out by default.

@@ -216,6 +216,13 @@ TEST(ForecastTraces, BadInputIsAClearError) {
   EXPECT_NE(message("t_ms,gpu,temp_c\n0,0,1\n").find("no metric column"), std::string::npos);
   EXPECT_NE(message("").find("empty"), std::string::npos);
   EXPECT_NE(message("t_ms,gpu,power_w\n0,0,inf\n").find("not a number"), std::string::npos);
+  // Caps: a line without end, a header of too many columns.
+  EXPECT_NE(message("t_ms,gpu,power_w\n0,0," + std::string(70000, '1') + "\n").find("line 2: over 65536 bytes"),
+            std::string::npos);
+  std::string wide = "t_ms,gpu,power_w";
+  for (int i = 0; i < 70; ++i)
+    wide += ",c" + std::to_string(i);
+  EXPECT_NE(message(wide + "\n").find("73 columns in the header, over the 64"), std::string::npos);
   EXPECT_THROW(load_trace_csv((d.path / "absent.csv").string()), std::runtime_error);
 }
 
