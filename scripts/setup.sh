@@ -24,6 +24,7 @@ packages=(
   # issue 34: the Python reader's DataFrames, its MySQL path, a real PyTorch run, the plot in docs/python.md, the .deb
   python3-pandas python3-pymysql python3-torch python3-matplotlib lintian
   prometheus-pushgateway # issue 32: /metrics pushed to a real Pushgateway, which parses bodies strictly
+  libeigen3-dev # issue 36: the LSTM forecaster's matrix arithmetic (header-only)
 )
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then

@@ -1,5 +1,7 @@
 #include "forecast/series_model.hpp"
 
+#include "forecast/models.hpp"
+
 #include <cmath>
 
 namespace wattscope::forecast {
@@ -28,15 +30,18 @@ private:
 
 std::unique_ptr<SeriesModel> make_series_model(std::string_view name) {
   if (name == "last") return std::make_unique<LastValue>();
+  if (name == "seasonal_naive") return make_seasonal_naive();
+  if (name == "holt_winters") return make_holt_winters();
+  if (name == "lstm") return make_lstm();
   return nullptr;
 }
 
 std::vector<std::string> series_model_names() {
-  return {"last"};
+  return {"last", "seasonal_naive", "holt_winters", "lstm"};
 }
 
 std::string_view default_series_model() {
-  return "last";
-}
+  return "seasonal_naive";
+} // bench/forecast_eval's held-out winner
 
 } // namespace wattscope::forecast

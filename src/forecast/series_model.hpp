@@ -4,6 +4,7 @@
 // choice made from held-out figures (README's forecasting table), not from code paths.
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,5 +27,12 @@ std::unique_ptr<SeriesModel> make_series_model(std::string_view name);
 std::vector<std::string> series_model_names();
 // The model that won on held-out traces (README, "Forecasting"): what every live forecast uses unless told otherwise.
 std::string_view default_series_model();
+
+// The period, in steps, of the strongest repetition in `ys` (NaN = missing, left out of the sums): the smallest lag
+// in [min_period, max_period] at a local maximum of the autocorrelation within 10 % of the highest such maximum, and
+// at least `min_acf`; 0 when none (no repetition, too few values: a lag needs two whole periods in `ys`). Cost
+// O(size * max_period); callers bound both.
+std::size_t detect_period(std::span<const double> ys, std::size_t min_period, std::size_t max_period,
+                          double min_acf = 0.5);
 
 } // namespace wattscope::forecast
