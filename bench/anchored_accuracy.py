@@ -8,7 +8,15 @@ the fake writes its first and last counter readings and its start on the wall cl
 so the run's energy and every phase's are checked against the exact integral over their own times.
 
     bench/anchored_accuracy.py [--build DIR] [--intervals 10,100,1000]
+    bench/anchored_accuracy.py --bound [--intervals 10,100,1000]
+
+--bound runs nothing: it computes, from the curve alone, the worst phase error any monitor can have when it knows
+the exact energy at ticks `interval` apart and interpolates a phase's edges between them (every edge placement
+tried), and the same with the counter exact only once a second and the trapezoid of the instant power between. A
+measured figure below the first row's is luck of where the edges fell; above it, timing skew (reads late on a
+loaded machine).
 """
+import math
 import argparse
 import json
 import os
@@ -37,6 +45,49 @@ def energy_at(t):
         e += 0.5 * (a + (a + (b - a) * into / secs)) * into
         start += secs
     return e
+
+
+def power_at(t):
+    start = 0.0
+    for _, secs, a, b in SEGMENTS:
+        if t < start + secs:
+            return a + (b - a) * (t - start) / secs
+        start += secs
+    return SEGMENTS[-1][3]
+
+
+def _tick_energy(t, dt, off, shaped):
+    """Energy a monitor knows at the tick at or before t: exact, or (shaped) exact at whole seconds from off and the
+    instant power's trapezoid since."""
+    tk = off + math.floor((t - off) / dt + 1e-9) * dt
+    if not shaped:
+        return tk, energy_at(tk)
+    anchor = off + math.floor((tk - off) + 1e-9)
+    e, x = energy_at(anchor), anchor
+    while x + dt <= tk + 1e-9:
+        e += 0.5 * (power_at(x) + power_at(x + dt)) * dt
+        x += dt
+    return tk, e
+
+
+def energy_seen(t, dt, off, shaped):
+    """A phase edge's energy: interpolated between the ticks either side of it (DESIGN's "Energy between ticks")."""
+    t0, e0 = _tick_energy(t, dt, off, shaped)
+    t1, e1 = _tick_energy(t0 + dt + 1e-9, dt, off, shaped)
+    return e0 + (e1 - e0) * (t - t0) / dt
+
+
+def bound(ms, shaped):
+    dt, worst = ms / 1000, 0.0
+    for slip in range(40):  # the phases start 0.5-0.9 s in, 10 ms apart
+        for j in range(10):  # the ticks' offset within an interval
+            t = 0.5 + slip / 100
+            for _, secs in PHASES:
+                exact = energy_at(t + secs) - energy_at(t)
+                seen = energy_seen(t + secs, dt, j * dt / 10, shaped) - energy_seen(t, dt, j * dt / 10, shaped)
+                worst = max(worst, abs(seen - exact) / exact)
+                t += secs + 0.02
+    return worst
 
 
 def scenario():
@@ -78,7 +129,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--intervals", default="10,100,1000")
+    ap.add_argument("--bound", action="store_true", help="the curve's own bound on a phase's error; runs nothing")
     args = ap.parse_args()
+    if args.bound:
+        print("interval | worst phase, exact energy every tick | worst phase, counter once a second + trapezoid")
+        for ms in (int(x) for x in args.intervals.split(",")):
+            print(f"{ms:>5} ms | {100 * bound(ms, False):>34.2f} % | {100 * bound(ms, True):>44.2f} %", flush=True)
+        return
     tmp = tempfile.mkdtemp(prefix="wattscope-accuracy-")
     try:
         json.dump(scenario(), open(os.path.join(tmp, "scenario.json"), "w"))
