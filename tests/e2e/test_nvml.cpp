@@ -242,8 +242,9 @@ TEST(Nvml, SlowCallsAreNotMadeEveryTick) {
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
   const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"));
   EXPECT_GE(ticks, 15);
-  // PCIe throughput (blocks ~20 ms on real drivers) runs on its own 1 s cadence: TX and RX, once or twice here.
-  EXPECT_LE(fr->calls["nvmlDeviceGetPcieThroughput"].get<int>(), 4);
+  // PCIe throughput (blocks ~20 ms on real drivers) runs on its own 1 s cadence: TX and RX, once or twice here, or
+  // not at all when the run's 0.5 s ended before its thread's first read (a loaded machine).
+  EXPECT_LE(fr->calls.value("nvmlDeviceGetPcieThroughput", 0), 4);
   EXPECT_EQ(fr->calls["nvmlDeviceGetUtilizationRates"].get<int>(), ticks);
 }
 
