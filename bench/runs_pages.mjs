@@ -46,7 +46,6 @@ const queries = {
   search: '/api/v1/runs?q=seed%203&limit=50',
   sort_duration: '/api/v1/runs?sort=-duration&limit=50',
   sort_j_per_unit: '/api/v1/runs?sort=j_per_unit&limit=50',
-  sort_j_per_unit_desc: '/api/v1/runs?sort=-j_per_unit&limit=50',
   job_page_json: '/api/v1/jobs/5010',
 };
 // One client alone, then CLIENTS at once (each asking 10 times in a row).

@@ -103,7 +103,7 @@ std::optional<double> j_per_unit(const RunInfo& run, const std::vector<RunWork>&
   return *run.total_energy_j / work[0].amount;
 }
 
-RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start, bool j_per_unit_column) {
+RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start) {
   RunsSql out;
   std::vector<std::string> terms;
   auto& params = out.params;
@@ -234,12 +234,6 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_
   }
   // Runs without the figure come last in either direction; ties go by start, then id.
   out.order_by = " ORDER BY ";
-  if (f.sort == RunsSortKey::JPerUnit && j_per_unit_column && d == SqlDialect::Sqlite) {
-    // The terms of runs_by_j_per_unit (ascending) or runs_by_j_per_unit_desc walked backwards, exactly as indexed.
-    out.order_by += f.descending ? "(j_per_unit IS NOT NULL) DESC, j_per_unit DESC, start_ms DESC, run_id DESC"
-                                 : "(j_per_unit IS NULL), j_per_unit, start_ms, run_id";
-    return out;
-  }
   // SQLite says NULLS LAST and evaluates the key once (J per unit's subquery is most of that sort's cost); MariaDB has
   // no NULLS LAST.
   if (!key.empty())

@@ -76,10 +76,7 @@ struct RunsSql {
 // `scan_by_start` (SQLite, with run_tags): the run_tags terms are tests of each run met in start order instead of
 // the runs to fetch: for a page in start order when many runs pass (the first page is found after a few hundred
 // runs, where fetching every run that passes and sorting them costs as many lookups as runs pass).
-// `j_per_unit_column` (SQLite): runs.j_per_unit holds each run's J per unit, indexed for both directions, so that
-// sort walks an index instead of summing every run's work.
-RunsSql runs_sql(const RunsFilter& filter, SqlDialect dialect, bool run_tags = false, bool scan_by_start = false,
-                 bool j_per_unit_column = false);
+RunsSql runs_sql(const RunsFilter& filter, SqlDialect dialect, bool run_tags = false, bool scan_by_start = false);
 // Whether the filter has one that run_tags answers (so a store need not be asked whether it can).
 inline bool reads_tags(const RunsFilter& f) {
   return !f.user.empty() || !f.tags.empty() || !f.method.empty() || !f.q.empty();

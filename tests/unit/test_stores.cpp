@@ -277,12 +277,9 @@ TEST(Stores, CsvColumnsMatchTheSqlTables) {
     sqlite3_stmt* st = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db, fmt::format("PRAGMA table_info({})", t.name).c_str(), -1, &st, nullptr),
               SQLITE_OK);
-    while (sqlite3_step(st) == SQLITE_ROW) {
-      const std::string name = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
-      // issue 35: runs.j_per_unit is the runs table's sort key, derived by triggers, not a recorded column.
-      if (t.name == std::string_view("runs") && name == "j_per_unit") continue;
-      sql_columns += (sql_columns.empty() ? "" : ",") + name;
-    }
+    while (sqlite3_step(st) == SQLITE_ROW)
+      sql_columns +=
+          (sql_columns.empty() ? "" : ",") + std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
     sqlite3_finalize(st);
     EXPECT_FALSE(sql_columns.empty()) << t.name;
     EXPECT_EQ(header, sql_columns) << file;

@@ -193,28 +193,6 @@ constexpr size_t kScanByStartFrom = 1000;
 constexpr std::string_view kRunTagsComplete =
     "SELECT (SELECT COUNT(*) FROM runs) = (SELECT COUNT(*) FROM run_tags WHERE tag_key = '@method')";
 
-// issue 35: the runs table sorted by J per unit is one walk of an index when each run carries its figure. Triggers
-// keep it, whichever wattscope writes the run or its work, in whatever order: a work row added or removed, or the
-// run's energy written. The rule is j_per_unit's (runs_query.hpp): energy over the amount of the one unit of work
-// with an amount above 0; otherwise NULL. The two indexes put the runs without it last in either direction.
-constexpr std::string_view kJPerUnitExpr =
-    "runs.total_energy_j / (SELECT CASE WHEN COUNT(DISTINCT w.unit) = 1 AND SUM(w.amount) > 0 THEN SUM(w.amount) "
-    "END FROM work w WHERE w.run_id = runs.run_id AND w.amount IS NOT NULL)";
-std::string j_per_unit_schema() {
-  const std::string set = fmt::format("UPDATE runs SET j_per_unit = {} WHERE run_id = ", kJPerUnitExpr);
-  return fmt::format(
-      "CREATE INDEX IF NOT EXISTS runs_by_j_per_unit ON runs ((j_per_unit IS NULL), j_per_unit, start_ms, run_id);\n"
-      "CREATE INDEX IF NOT EXISTS runs_by_j_per_unit_desc ON runs ((j_per_unit IS NOT NULL), j_per_unit, start_ms, "
-      "run_id);\n"
-      "CREATE TRIGGER IF NOT EXISTS runs_j_per_unit_insert AFTER INSERT ON runs BEGIN {0}NEW.run_id; END;\n"
-      "CREATE TRIGGER IF NOT EXISTS runs_j_per_unit_energy AFTER UPDATE OF total_energy_j ON runs BEGIN "
-      "{0}NEW.run_id; END;\n"
-      "CREATE TRIGGER IF NOT EXISTS work_j_per_unit_insert AFTER INSERT ON work BEGIN {0}NEW.run_id; END;\n"
-      "CREATE TRIGGER IF NOT EXISTS work_j_per_unit_update AFTER UPDATE ON work BEGIN {0}NEW.run_id; END;\n"
-      "CREATE TRIGGER IF NOT EXISTS work_j_per_unit_delete AFTER DELETE ON work BEGIN {0}OLD.run_id; END;",
-      set);
-}
-
 // Rewrites a run's rows of run_tags (with its runs row, in the writer's transaction).
 void write_run_tags(Db& db, const RunInfo& run) {
   sqlite3_stmt* del = db.cached("DELETE FROM run_tags WHERE run_id = ?");
@@ -292,13 +270,6 @@ void ensure_schema(Db& db) {
             "CREATE INDEX IF NOT EXISTS runs_by_host_start ON runs (host, start_ms);");
     db.exec(std::string(kRunTagsSchema));
     backfill_run_tags(db);
-    // A store from before the column: added, and filled for every run it holds (the triggers keep it from now on).
-    const std::vector<std::string> run_cols = stored_columns(db, "runs");
-    if (std::find(run_cols.begin(), run_cols.end(), "j_per_unit") == run_cols.end()) {
-      db.exec("ALTER TABLE runs ADD COLUMN j_per_unit REAL;");
-      db.exec(fmt::format("UPDATE runs SET j_per_unit = {};", kJPerUnitExpr));
-    }
-    db.exec(j_per_unit_schema());
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
   } catch (...) {
@@ -488,11 +459,7 @@ public:
     // run_tags when it answers for every run; else (a store no writer of this version has opened since, or one an
     // older wattscope added runs to) the filters read the runs' own JSON, as they did before it.
     const bool indexed = reads_tags(f) && query_true(*db_, kRunTagsComplete);
-    // A store no writer of this version has opened has no j_per_unit column: its figure is computed per run, as before.
-    select_list(TableId::Runs);
-    const auto& run_cols = *columns_[static_cast<size_t>(TableId::Runs)];
-    const bool jpu = std::find(run_cols.begin(), run_cols.end(), "j_per_unit") != run_cols.end();
-    RunsSql sql = runs_sql(f, SqlDialect::Sqlite, indexed, false, jpu);
+    RunsSql sql = runs_sql(f, SqlDialect::Sqlite, indexed);
     RunsPage page;
     query_params("SELECT COUNT(*) FROM runs" + sql.where, sql.params, [&](std::span<const Value> row) {
       if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
@@ -500,7 +467,7 @@ public:
     // Many runs pass (at 100,000 runs, method=mixed: 24,000): a page in start order is found by walking the start
     // index (6 ms) rather than fetching all that pass and sorting them (29 ms). Few pass (a Slurm job): fetch them.
     if (indexed && f.sort == RunsSortKey::Start && page.total >= kScanByStartFrom)
-      sql = runs_sql(f, SqlDialect::Sqlite, true, true, jpu);
+      sql = runs_sql(f, SqlDialect::Sqlite, true, true);
     query_params(fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), sql.where,
                              sql.order_by, limit, offset),
                  sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
