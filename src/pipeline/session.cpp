@@ -346,7 +346,7 @@ void Session::start() {
         if (sim_phases_) hold_simulated(f); // issue 29
         // issue 36: a phase begun or ended in either tracker is a boundary
         if (anomalies_) anomalies_->process(f, phases_->boundaries() + (sim_phases_ ? sim_phases_->boundaries() : 0));
-        feed_forecast(f);                   // issue 36
+        feed_forecast(f); // issue 36
         auto shared = std::make_shared<const Frame>(std::move(f));
         for (auto& w : writers_)
           w->push(shared);

@@ -314,4 +314,24 @@ StoreReader::RunsPage StoreReader::runs_query(const RunsFilter& filter, size_t o
   return page;
 }
 
+PageWorkSql page_work_sql(const std::vector<RunInfo>& runs) {
+  PageWorkSql w;
+  std::string marks;
+  for (const auto& r : runs) {
+    marks += marks.empty() ? "?" : ", ?";
+    w.params.emplace_back(r.run_id);
+  }
+  w.sql = fmt::format("SELECT run_id, unit, SUM(amount) FROM work WHERE run_id IN ({}) AND amount IS NOT NULL "
+                      "GROUP BY run_id, unit ORDER BY run_id, unit",
+                      marks);
+  return w;
+}
+
+void add_page_work_row(const std::vector<RunInfo>& runs, std::vector<std::vector<RunWork>>& work,
+                       std::span<const Value> row) {
+  const std::string_view id = value_text(row[0]);
+  for (size_t i = 0; i < runs.size(); ++i)
+    if (runs[i].run_id == id) work[i].push_back({std::string(value_text(row[1])), value_real(row[2]).value_or(0)});
+}
+
 } // namespace wattscope

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -94,5 +95,15 @@ struct RunTagRow {
   std::string value;
 };
 std::vector<RunTagRow> run_tag_rows(const RunInfo& run);
+
+// A page of runs' work per unit in one query (every SQL store): one '?' per run. add_page_work_row files a row of its
+// answer (run_id, unit, SUM(amount)) under its run in `work` (parallel to `runs`).
+struct PageWorkSql {
+  std::string sql;
+  std::vector<SqlParam> params;
+};
+PageWorkSql page_work_sql(const std::vector<RunInfo>& runs);
+void add_page_work_row(const std::vector<RunInfo>& runs, std::vector<std::vector<RunWork>>& work,
+                       std::span<const Value> row);
 
 } // namespace wattscope

@@ -691,22 +691,9 @@ public:
                 sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
     page.work.resize(page.runs.size());
     if (page.runs.empty() || no_work) return page;
-    std::vector<SqlParam> ids;
-    std::string marks;
-    for (const auto& r : page.runs) {
-      marks += marks.empty() ? "?" : ", ?";
-      ids.emplace_back(r.run_id);
-    }
-    query_typed({ColType::Text, ColType::Text, ColType::Real},
-                fmt::format("SELECT run_id, unit, SUM(amount) FROM work WHERE run_id IN ({}) AND amount IS NOT NULL "
-                            "GROUP BY run_id, unit ORDER BY run_id, unit",
-                            marks),
-                ids, [&](std::span<const Value> row) {
-                  const std::string_view id = value_text(row[0]);
-                  for (size_t i = 0; i < page.runs.size(); ++i)
-                    if (page.runs[i].run_id == id)
-                      page.work[i].push_back({std::string(value_text(row[1])), value_real(row[2]).value_or(0)});
-                });
+    const PageWorkSql w = page_work_sql(page.runs);
+    query_typed({ColType::Text, ColType::Text, ColType::Real}, w.sql, w.params,
+                [&](std::span<const Value> row) { add_page_work_row(page.runs, page.work, row); });
     return page;
   }
 

@@ -473,21 +473,8 @@ public:
                  sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
     page.work.resize(page.runs.size());
     if (page.runs.empty() || no_work) return page;
-    std::vector<SqlParam> ids;
-    std::string marks;
-    for (const auto& r : page.runs) {
-      marks += marks.empty() ? "?" : ", ?";
-      ids.emplace_back(r.run_id);
-    }
-    query_params(fmt::format("SELECT run_id, unit, SUM(amount) FROM work WHERE run_id IN ({}) AND amount IS NOT NULL "
-                             "GROUP BY run_id, unit ORDER BY run_id, unit",
-                             marks),
-                 ids, [&](std::span<const Value> row) {
-                   const std::string_view id = value_text(row[0]);
-                   for (size_t i = 0; i < page.runs.size(); ++i)
-                     if (page.runs[i].run_id == id)
-                       page.work[i].push_back({std::string(value_text(row[1])), value_real(row[2]).value_or(0)});
-                 });
+    const PageWorkSql w = page_work_sql(page.runs);
+    query_params(w.sql, w.params, [&](std::span<const Value> row) { add_page_work_row(page.runs, page.work, row); });
     return page;
   }
 
@@ -516,22 +503,9 @@ private:
     return cols;
   }
   std::array<std::optional<std::vector<std::string>>, kTableCount> columns_;
+  // A query with at most one parameter, the run's id ("" for none).
   void query(const std::string& sql, const std::string& run_id, const RowFn& fn) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db_->get(), sql.c_str(), -1, &st, nullptr) != SQLITE_OK) {
-      std::string msg = sqlite3_errmsg(db_->get());
-      throw std::runtime_error(fmt::format("'{}' is not a wattscope database or is damaged ({})", db_->path(), msg));
-    }
-    if (!run_id.empty()) sqlite3_bind_text(st, 1, run_id.c_str(), static_cast<int>(run_id.size()), SQLITE_TRANSIENT);
-    std::vector<Value> row(static_cast<size_t>(sqlite3_column_count(st)));
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-      for (size_t i = 0; i < row.size(); ++i)
-        row[i] = column_value(st, static_cast<int>(i));
-      fn(row);
-    }
-    sqlite3_finalize(st);
-    db_->check(rc, "reading");
+    query_params(sql, run_id.empty() ? std::vector<SqlParam>{} : std::vector<SqlParam>{run_id}, fn);
   }
   void query_params(const std::string& sql, const std::vector<SqlParam>& params, const RowFn& fn) {
     sqlite3_stmt* st = nullptr;
