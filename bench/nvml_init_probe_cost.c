@@ -1,7 +1,11 @@
 // Issue 31: what the nvmlInit probe costs on a real driver. Times, N times each: nvmlInit_v2 + nvmlShutdown in this
-// process, the same in a forked child answering through a pipe (what sources/init_probe.cpp does), and a bare fork.
-// Build: cc -O2 -o /tmp/probe_cost bench/nvml_init_probe_cost.c -ldl ; run: /tmp/probe_cost [N]
+// process, the same in a forked child answering through a pipe (the first probe's way), a bare fork, and, given the
+// wattscope binary, wattscope's own probe: a fresh wattscope started with posix_spawn that loads, inits and answers
+// on fd 3 (sources/init_probe.cpp since the fork's hang under ASan).
+// Build: cc -O2 -o /tmp/probe_cost bench/nvml_init_probe_cost.c -ldl
+// Run:   /tmp/probe_cost [N [path/to/wattscope]]   (BENCH_NVML_LIB: the library, default libnvidia-ml.so.1)
 #include <dlfcn.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -16,8 +20,15 @@ static double now_ms(void) {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+extern char** environ;
+
+static const char* lib_path(void) {
+  const char* p = getenv("BENCH_NVML_LIB");
+  return p && *p ? p : "libnvidia-ml.so.1";
+}
+
 static int init_shutdown(void) {
-  void* h = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  void* h = dlopen(lib_path(), RTLD_NOW | RTLD_LOCAL);
   if (!h) return -1;
   fn_t init = (fn_t)dlsym(h, "nvmlInit_v2");
   fn_t shut = (fn_t)dlsym(h, "nvmlShutdown");
@@ -45,9 +56,39 @@ static double probe(int* rc_out) {
   return now_ms() - t0;
 }
 
+// wattscope's probe: the command line sources/init_probe.cpp gives its child, answered on fd 3 as {kind, value}.
+static double spawn_probe(const char* wattscope, int* rc_out) {
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  char ppid[32];
+  snprintf(ppid, sizeof ppid, "%d", (int)getpid());
+  char* argv[] = {"wattscope (vendor init probe)", "--wattscope-init-probe", ppid, "nvmlShutdown", "1", "nvmlInit_v2",
+                  (char*)lib_path(), NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], 3);
+  const double t0 = now_ms();
+  pid_t pid;
+  if (posix_spawn(&pid, wattscope, &fa, NULL, argv, environ) != 0) return -1;
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  int answer[2] = {-1, -3};
+  if (read(fds[0], answer, sizeof answer) != sizeof answer) answer[1] = -4;
+  close(fds[0]);
+  waitpid(pid, NULL, 0);
+  *rc_out = answer[0] == 0 ? answer[1] : -5;
+  return now_ms() - t0;
+}
+
 int main(int argc, char** argv) {
   const int n = argc > 1 ? atoi(argv[1]) : 5;
+  const char* wattscope = argc > 2 ? argv[2] : NULL;
   for (int i = 0; i < n; ++i) {
+    if (wattscope) {
+      int src = 0;
+      const double sp = spawn_probe(wattscope, &src);
+      printf("round %d: wattscope's probe (spawned) %.1f ms (rc %d) | ", i, sp, src);
+    }
     int rc = 0;
     const double p = probe(&rc);
     double t0 = now_ms();

@@ -3,14 +3,22 @@
 // SIGSEGV ("init_crash").
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <spdlog/sinks/null_sink.h>
+#include <spdlog/spdlog.h>
+
 #include "../support/support.hpp"
+#include "sources/init_probe.hpp"
 
 namespace e2e_vendor_init { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 
@@ -170,6 +178,98 @@ TEST(VendorInit, ACrashingNvmlInitTurnsNvmlOffAndTheCommandRuns) {
                          env, r->dir.path());
   EXPECT_EQ(rec.exit_code, 0) << rec.err;
   EXPECT_NE(rec.err.find("crashed in nvmlInit"), std::string::npos) << rec.err;
+}
+
+// ---- the probe itself (sources/init_probe), in this process, against the fake NVML
+
+namespace {
+// The fake's scenario for this process and the probe children it starts (they inherit the environment).
+struct ProbeScenario {
+  TempDir dir;
+  explicit ProbeScenario(const json& scen) {
+    write_file(dir / "scenario.json", scen.dump());
+    ::setenv("WATTSCOPE_FAKE_NVML_SCENARIO", (dir / "scenario.json").c_str(), 1);
+  }
+  ~ProbeScenario() { ::unsetenv("WATTSCOPE_FAKE_NVML_SCENARIO"); }
+};
+
+wattscope::LibraryInit nvml_init(const std::string& library) {
+  return {{library}, {"nvmlInit_v2", "nvmlInit"}, "nvmlShutdown"};
+}
+} // namespace
+
+TEST(InitProbe, AnAnswerComesBackFromAChildProcess) {
+  ProbeScenario scen(scenario());
+  const auto p = wattscope::probe_library_init(nvml_init(fake_nvml()), std::chrono::seconds(30));
+  ASSERT_EQ(p.outcome, wattscope::InitProbe::Outcome::Answered) << p.detail;
+  EXPECT_EQ(p.code, 0) << "NVML_SUCCESS";
+  EXPECT_GT(p.seconds, 0);
+}
+
+TEST(InitProbe, ACrashInTheChildIsNamedAndLeavesUsRunning) {
+  json s = scenario();
+  s["init_crash"] = true;
+  ProbeScenario scen(s);
+  const auto p = wattscope::probe_library_init(nvml_init(fake_nvml()), std::chrono::seconds(30));
+  ASSERT_EQ(p.outcome, wattscope::InitProbe::Outcome::Crashed) << p.detail;
+  EXPECT_NE(p.detail.find("SIGSEGV"), std::string::npos) << p.detail;
+}
+
+TEST(InitProbe, AHangIsBoundedAndTheChildKilled) {
+  json s = scenario();
+  s["init_sleep_ms"] = 30000;
+  ProbeScenario scen(s);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto p = wattscope::probe_library_init(nvml_init(fake_nvml()), std::chrono::milliseconds(300));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(p.outcome, wattscope::InitProbe::Outcome::Hung) << p.detail;
+  EXPECT_GE(took, 0.29);
+  EXPECT_LT(took, 5) << "the child is killed at the bound, not waited for";
+}
+
+TEST(InitProbe, ALibraryThatDoesNotLoadOrHasNoInitIsLeftToTheCaller) {
+  ProbeScenario scen(scenario());
+  TempDir dir;
+  auto p = wattscope::probe_library_init(nvml_init(dir / "libnvidia-ml-nowhere.so"), std::chrono::seconds(30));
+  EXPECT_EQ(p.outcome, wattscope::InitProbe::Outcome::NotRun) << p.detail;
+  EXPECT_NE(p.detail.find("did not load"), std::string::npos) << p.detail;
+  p = wattscope::probe_library_init({{fake_nvml()}, {"nvmlNoSuchInit"}, ""}, std::chrono::seconds(30));
+  EXPECT_EQ(p.outcome, wattscope::InitProbe::Outcome::NotRun) << p.detail;
+  EXPECT_NE(p.detail.find("no init function"), std::string::npos) << p.detail;
+}
+
+// The child is a fresh process, not a fork: a fork taken while another thread holds the allocator's lock (ASan's
+// allocator has no fork handler) or a logger's mutex hangs in the child's first malloc. It did: a Slurm job's
+// recorder probed for its whole 60 s bound under CI's load and recorded the job without its GPU (slurm.jobs). Here
+// two threads allocate and log without pause while the probe runs again and again; every probe must answer.
+TEST(InitProbe, AnswersWhileOtherThreadsAllocateAndLog) {
+  ProbeScenario scen(scenario());
+  auto logger = std::make_shared<spdlog::logger>("probe-noise", std::make_shared<spdlog::sinks::null_sink_mt>());
+  logger->set_level(spdlog::level::trace);
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> noise;
+  for (int t = 0; t < 2; ++t)
+    noise.emplace_back([&] {
+      while (!stop.load()) {
+        std::vector<std::string> v;
+        for (int k = 0; k < 64; ++k)
+          v.emplace_back(static_cast<size_t>(100 + k), 'x');
+        logger->debug("noise {}", v.size());
+      }
+    });
+  int answered = 0;
+  std::string trouble;
+  for (int i = 0; i < 100; ++i) {
+    const auto p = wattscope::probe_library_init(nvml_init(fake_nvml()), std::chrono::seconds(20));
+    if (p.answered())
+      ++answered;
+    else
+      trouble = p.detail;
+  }
+  stop = true;
+  for (auto& t : noise)
+    t.join();
+  EXPECT_EQ(answered, 100) << trouble;
 }
 
 } // namespace e2e_vendor_init

@@ -234,7 +234,7 @@ def test_a_job_is_recorded_with_its_tags_gpus_processes_and_energy(cluster):
     assert run["task"] == f"slurm-job-{job}"
     assert run["finished"] and run["end"], run
     # Only the job's GPU (Slurm gave it GPU 0 of 2), never the other one.
-    assert [g["index"] for g in run["gpus"]] == [0], run["gpus"]
+    assert [g["index"] for g in run["gpus"]] == [0], (run["gpus"], cluster.logs())
     assert run["gpus"][0]["energy_j"] > 0
     assert run["cpu"]["energy_j"] > 0 and run["cpu"]["energy_method"] == "estimated"
     assert run["total_energy_j"] > run["gpus"][0]["energy_j"]

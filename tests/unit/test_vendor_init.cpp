@@ -18,44 +18,7 @@ namespace unit_vendor_init { // this file's own names: the tests are compiled in
 using namespace wattscope;
 using namespace std::chrono_literals;
 
-TEST(InitProbe, AnAnswerComesBackThroughThePipe) {
-  const InitProbe p = probe_in_child([] { return 42; }, 10s);
-  ASSERT_EQ(p.outcome, InitProbe::Outcome::Answered) << p.detail;
-  EXPECT_EQ(p.code, 42);
-  EXPECT_LT(p.seconds, 10);
-}
-
-TEST(InitProbe, ACrashInTheChildIsNamedAndLeavesUsRunning) {
-  const InitProbe p = probe_in_child(
-      [] {
-        std::raise(SIGSEGV);
-        return 0;
-      },
-      10s);
-  ASSERT_EQ(p.outcome, InitProbe::Outcome::Crashed);
-  EXPECT_NE(p.detail.find("SIGSEGV"), std::string::npos) << p.detail;
-}
-
-TEST(InitProbe, AnExitWithoutAnswerIsACrashToo) {
-  const InitProbe p = probe_in_child([]() -> int { ::_exit(3); }, 10s);
-  ASSERT_EQ(p.outcome, InitProbe::Outcome::Crashed);
-  EXPECT_NE(p.detail.find("status 3"), std::string::npos) << p.detail;
-}
-
-TEST(InitProbe, AHangIsBoundedAndTheChildKilled) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const InitProbe p = probe_in_child(
-      [] {
-        std::this_thread::sleep_for(30s);
-        return 0;
-      },
-      300ms);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  ASSERT_EQ(p.outcome, InitProbe::Outcome::Hung);
-  EXPECT_GE(took, 0.29);
-  EXPECT_LT(took, 5) << "the child is killed at the bound, not waited for";
-}
-
+// The probe itself runs a child: tests/e2e/test_vendor_init.cpp, against the fake NVML.
 TEST(InitProbe, TimeoutFromTheEnvironment) {
   ::setenv("WATTSCOPE_TEST_PROBE", "off", 1);
   EXPECT_EQ(probe_timeout_from_env("WATTSCOPE_TEST_PROBE", 60s).count(), 0);

@@ -567,16 +567,12 @@ bool NvmlSource::open() {
   if (!opts_.simulated()) {
     const auto bound = probe_timeout_from_env("WATTSCOPE_NVML_PROBE", kInitProbeTimeout);
     if (bound.count() > 0) {
-      const InitProbe probe = probe_in_child(
-          [path = opts_.library_path] {
-            std::string ignored;
-            auto lib = Library::load(path, ignored);
-            if (!lib) return 0; // not loadable: said below, by the same load in this process
-            const Return rc = lib->init();
-            if (rc == kSuccess) lib->shutdown();
-            return static_cast<int>(rc);
-          },
-          bound);
+      LibraryInit what;
+      what.libraries = opts_.library_path.empty() ? std::vector<std::string>{"libnvidia-ml.so.1", "libnvidia-ml.so"}
+                                                  : std::vector<std::string>{opts_.library_path};
+      what.init_symbols = {"nvmlInit_v2", "nvmlInit"};
+      what.shutdown_symbol = "nvmlShutdown";
+      const InitProbe probe = probe_library_init(what, bound);
       const std::string lib_name = opts_.library_path.empty() ? "libnvidia-ml.so.1" : opts_.library_path;
       if (probe.outcome == InitProbe::Outcome::Crashed) {
         status_ = SourceStatus{
