@@ -103,6 +103,39 @@ std::optional<double> j_per_unit(const RunInfo& run, const std::vector<RunWork>&
   return *run.total_energy_j / work[0].amount;
 }
 
+std::string j_per_unit_sql(std::string_view runs_ref) {
+  // Rows without an amount are no unit's work (read_run_work skips them).
+  return fmt::format("(SELECT {0}.total_energy_j / CASE WHEN COUNT(DISTINCT w.unit) = 1 AND SUM(w.amount) > 0 THEN "
+                     "SUM(w.amount) END FROM work w WHERE w.run_id = {0}.run_id AND w.amount IS NOT NULL)",
+                     runs_ref);
+}
+
+RunsSql with_j_per_unit(const RunsSql& base) {
+  RunsSql out = base;
+  out.where += base.where.empty() ? " WHERE j_per_unit IS NOT NULL" : " AND j_per_unit IS NOT NULL";
+  return out;
+}
+
+std::vector<RunsPagePart> j_per_unit_page(const RunsSql& base, bool descending, size_t with_figure, size_t offset,
+                                          size_t limit) {
+  const char* dir = descending ? " DESC" : "";
+  std::vector<RunsPagePart> parts;
+  if (limit == 0) return parts;
+  if (offset < with_figure) {
+    RunsPagePart p{with_j_per_unit(base), offset, std::min(limit, with_figure - offset)};
+    p.sql.order_by = fmt::format(" ORDER BY j_per_unit{0}, start_ms{0}, run_id{0}", dir);
+    parts.push_back(std::move(p));
+  }
+  const size_t taken = parts.empty() ? 0 : parts.front().limit;
+  if (taken < limit) {
+    RunsPagePart p{base, offset > with_figure ? offset - with_figure : 0, limit - taken};
+    p.sql.where += base.where.empty() ? " WHERE j_per_unit IS NULL" : " AND j_per_unit IS NULL";
+    p.sql.order_by = fmt::format(" ORDER BY start_ms{0}, run_id{0}", dir);
+    parts.push_back(std::move(p));
+  }
+  return parts;
+}
+
 RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start) {
   RunsSql out;
   std::vector<std::string> terms;

@@ -96,6 +96,27 @@ struct RunTagRow {
 };
 std::vector<RunTagRow> run_tag_rows(const RunInfo& run);
 
+// issue 35: J per unit kept beside each runs row by the SQL stores (runs.j_per_unit, not a registry column: the CSV
+// store has none), so that sort=j_per_unit walks an index instead of computing the figure for every run. A writer
+// sets it whenever it writes a runs row (the run's start, its end, an export or a spilled run replayed: after the
+// run's work rows), never per work row: a marker flood costs it nothing. j_per_unit()'s rule: one unit with an
+// amount (above 0), and energy; else NULL. `runs_ref` names the runs table as the statement spells it.
+std::string j_per_unit_sql(std::string_view runs_ref);
+inline constexpr std::string_view kJPerUnitColumn = "j_per_unit";
+
+// A page in J-per-unit order as at most two walks of an index: the runs that have the figure in its order, then those
+// without in start order (NULLS LAST over the whole table would read and sort every run). `base` is runs_sql of the
+// filter in start order; `with_figure` how many runs passing it have the figure.
+struct RunsPagePart {
+  RunsSql sql;
+  size_t offset = 0;
+  size_t limit = 0;
+};
+std::vector<RunsPagePart> j_per_unit_page(const RunsSql& base, bool descending, size_t with_figure, size_t offset,
+                                          size_t limit);
+// `base` restricted to the runs with the figure (for their count).
+RunsSql with_j_per_unit(const RunsSql& base);
+
 // A page of runs' work per unit in one query (every SQL store): one '?' per run. add_page_work_row files a row of its
 // answer (run_id, unit, SUM(amount)) under its run in `work` (parallel to `runs`).
 struct PageWorkSql {

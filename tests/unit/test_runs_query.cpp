@@ -248,6 +248,34 @@ void expect_filters(const wattscope::StoreSpec& spec, int64_t n) {
       }
     }
   }
+  // J per unit over the whole store, both ways, in pages of 7 (pages straddle the runs with the figure and those
+  // without): the order of each run's j_per_unit() sorted here, the missing last, ties by start then id.
+  for (const bool desc : {false, true}) {
+    SCOPED_TRACE(desc ? "sort=-j_per_unit" : "sort=j_per_unit");
+    const auto all = reader->runs_query(parsed("sort=start"), 0, 1000);
+    ASSERT_EQ(all.runs.size(), static_cast<size_t>(n));
+    std::vector<std::pair<std::optional<double>, const wattscope::RunInfo*>> want;
+    for (size_t i = 0; i < all.runs.size(); ++i)
+      want.emplace_back(wattscope::j_per_unit(all.runs[i], all.work[i]), &all.runs[i]);
+    std::stable_sort(want.begin(), want.end(), [&](const auto& a, const auto& b) {
+      if (a.first.has_value() != b.first.has_value()) return a.first.has_value();
+      if (a.first && *a.first != *b.first) return desc ? *a.first > *b.first : *a.first < *b.first;
+      if (a.second->start_ms != b.second->start_ms)
+        return desc ? a.second->start_ms > b.second->start_ms : a.second->start_ms < b.second->start_ms;
+      return desc ? a.second->run_id > b.second->run_id : a.second->run_id < b.second->run_id;
+    });
+    std::vector<std::string> want_ids, got_ids;
+    for (const auto& w : want)
+      want_ids.push_back(w.second->run_id);
+    for (size_t off = 0; off < static_cast<size_t>(n); off += 7) {
+      const auto page = reader->runs_query(parsed(desc ? "sort=-j_per_unit" : "sort=j_per_unit"), off, 7);
+      EXPECT_EQ(page.total, static_cast<size_t>(n));
+      ASSERT_EQ(page.work.size(), page.runs.size());
+      for (const auto& r : page.runs)
+        got_ids.push_back(r.run_id);
+    }
+    EXPECT_EQ(got_ids, want_ids);
+  }
   // Exit status descending: the failed runs (i % 10 == 9, finished) first.
   {
     const auto page = reader->runs_query(parsed("sort=-exit_status"), 0, 1000);

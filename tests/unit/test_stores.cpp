@@ -12,6 +12,7 @@
 #include "sinks/csv/csv_reader.hpp"
 #include "sinks/csv/csv_store.hpp"
 #include "sinks/sqlite/sqlite_store.hpp"
+#include "sinks/runs_query.hpp"
 #include "sinks/store.hpp"
 
 namespace unit_stores { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
@@ -277,9 +278,13 @@ TEST(Stores, CsvColumnsMatchTheSqlTables) {
     sqlite3_stmt* st = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db, fmt::format("PRAGMA table_info({})", t.name).c_str(), -1, &st, nullptr),
               SQLITE_OK);
-    while (sqlite3_step(st) == SQLITE_ROW)
-      sql_columns +=
-          (sql_columns.empty() ? "" : ",") + std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
+    while (sqlite3_step(st) == SQLITE_ROW) {
+      const std::string name(reinterpret_cast<const char*>(sqlite3_column_text(st, 1)));
+      // runs.j_per_unit is the SQL stores' sort key for the runs pages (sinks/runs_query.hpp), not a figure of the run:
+      // a CSV store has no index to keep it for.
+      if (id == TableId::Runs && name == kJPerUnitColumn) continue;
+      sql_columns += (sql_columns.empty() ? "" : ",") + name;
+    }
     sqlite3_finalize(st);
     EXPECT_FALSE(sql_columns.empty()) << t.name;
     EXPECT_EQ(header, sql_columns) << file;

@@ -300,6 +300,14 @@ void write_run_tags(Conn& c, const RunInfo& run) {
              fmt::format("INSERT INTO `run_tags` (`run_id`, `tag_key`, `tag_value`) VALUES {}", values), texts);
 }
 
+// issue 35: runs.j_per_unit of one run, from its work rows as they stand (sinks/runs_query.hpp: when a writer calls
+// it).
+void update_j_per_unit(Conn& c, const std::string& run_id) {
+  static const std::string sql =
+      fmt::format("UPDATE `runs` SET `j_per_unit` = {} WHERE `run_id` = ?", j_per_unit_sql("`runs`"));
+  exec_texts(c, "runs:j_per_unit", sql, {run_id});
+}
+
 // The forward migration: runs recorded before run_tags existed, or by an older wattscope since, get their rows.
 void backfill_run_tags(Conn& c) {
   if (c.value(std::string(kRunTagsComplete)).value_or("0") == "1") return;
@@ -368,6 +376,13 @@ void ensure_schema(Conn& c) {
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_start` ON `runs` (`start_ms`)");
     c.exec(std::string(kRunTagsSchema));
     backfill_run_tags(c);
+    // issue 35: runs.j_per_unit and its index; a store that lacks the column gets it filled for every run once.
+    const std::vector<std::string> run_cols = c.columns("runs");
+    if (std::find(run_cols.begin(), run_cols.end(), kJPerUnitColumn) == run_cols.end()) {
+      c.exec("ALTER TABLE `runs` ADD COLUMN `j_per_unit` DOUBLE");
+      c.exec(fmt::format("UPDATE `runs` SET `j_per_unit` = {}", j_per_unit_sql("`runs`")));
+    }
+    c.exec("CREATE INDEX IF NOT EXISTS `runs_by_j_per_unit` ON `runs` (`j_per_unit`, `start_ms`)");
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
                        kSchemaVersion));
@@ -462,6 +477,11 @@ void write_batch(Conn& c, const RowBatch& batch) {
     }
     for (const auto& rows : batch.tables)
       if (rows.table != TableId::Runs && rows.table != TableId::GpuDevices) insert_rows(c, rows);
+    if (const auto& runs = batch.tables[static_cast<size_t>(TableId::Runs)]; !runs.cells.empty()) {
+      const size_t id_col = column_index(TableId::Runs, "run_id");
+      for (size_t r = 0; r < runs.rows(); ++r) // after the batch's work rows, above
+        update_j_per_unit(c, std::string(value_text(runs.cells[r * runs.columns() + id_col])));
+    }
     if (mysql_commit(c.get()) != 0) c.fail("commit");
   } catch (...) {
     if (c.connected()) mysql_rollback(c.get());
@@ -591,8 +611,12 @@ private:
     if (!spill_) return;
     spill_.reset(); // closes the spill database; everything written to it is committed
     auto reader = make_sqlite_reader(spill_path_);
-    for (const auto& run : reader->runs())
+    for (const auto& run : reader->runs()) {
       copy_run(*reader, run, [this](const RowBatch& b) { write_batch(conn_, b); });
+      // copy_run writes the runs row first, its work rows after: the figure once they are all in.
+      update_j_per_unit(conn_, run.run_id);
+      if (mysql_commit(conn_.get()) != 0) conn_.fail("commit");
+    }
     reader.reset();
     for (const char* suffix : {"", "-wal", "-shm"})
       fs::remove(spill_path_ + suffix);
@@ -678,17 +702,34 @@ public:
     }
     const RunsSql sql = runs_sql(f, SqlDialect::Mysql, indexed);
     RunsPage page;
-    query_typed({ColType::Int}, "SELECT COUNT(*) FROM runs" + sql.where, sql.params, [&](std::span<const Value> row) {
-      if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
-    });
+    auto count = [&](const RunsSql& q) {
+      size_t n = 0;
+      query_typed({ColType::Int}, "SELECT COUNT(*) FROM runs" + q.where, q.params, [&](std::span<const Value> row) {
+        if (const auto v = value_int(row[0])) n = static_cast<size_t>(*v);
+      });
+      return n;
+    };
+    page.total = count(sql);
     const Table& t = table(TableId::Runs);
     std::vector<ColType> types;
     for (const auto& c : t.columns)
       types.push_back(c.type);
-    query_typed(types,
-                fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), sql.where,
-                            sql.order_by, limit, offset),
-                sql.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+    auto fetch = [&](const RunsSql& q, size_t part_offset, size_t part_limit) {
+      query_typed(types,
+                  fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), q.where,
+                              q.order_by, part_limit, part_offset),
+                  q.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+    };
+    if (f.sort == RunsSortKey::JPerUnit && has_run_column(kJPerUnitColumn)) {
+      // issue 35: the kept figure's index, in two walks (runs_query.hpp), not the figure computed for every run.
+      RunsFilter by_start = f;
+      by_start.sort = RunsSortKey::Start;
+      const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed);
+      for (const auto& part : j_per_unit_page(base, f.descending, count(with_j_per_unit(base)), offset, limit))
+        fetch(part.sql, part.offset, part.limit);
+    } else {
+      fetch(sql, offset, limit);
+    }
     page.work.resize(page.runs.size());
     if (page.runs.empty() || no_work) return page;
     const PageWorkSql w = page_work_sql(page.runs);
@@ -708,6 +749,18 @@ public:
   }
 
 private:
+  // Whether the store's runs table has a column outside the registry (runs.j_per_unit: an older store has not).
+  bool has_run_column(std::string_view name) {
+    if (!run_columns_) {
+      try {
+        run_columns_ = conn_.columns("runs");
+      } catch (const MysqlError&) {
+        run_columns_ = std::vector<std::string>{};
+      }
+    }
+    return std::find(run_columns_->begin(), run_columns_->end(), name) != run_columns_->end();
+  }
+  std::optional<std::vector<std::string>> run_columns_;
   // The table's columns by name in this version's order; one an older store lacks reads as NULL. The names come
   // from the schema, never from the user.
   std::string select_list(TableId id) {
