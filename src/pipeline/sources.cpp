@@ -71,6 +71,7 @@ constexpr SourceEntry kSources[] = {
        auto opts = RocmSmiSource::Options::from_env();
        opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
        opts.sysfs_root = o.sysfs_root; // issue 30: loaded only where an AMD GPU is on the PCI bus
+       if (o.max_read_cost) opts.cost.max_read_cost = *o.max_read_cost; // issue 33
        return std::make_unique<RocmSmiSource>(std::move(opts));
      },
      true},

@@ -36,6 +36,12 @@
 // Functions missing from a library are real dlsym failures: tests/fakes/CMakeLists.txt builds variants of this file
 // with symbols hidden. At rsmi_shut_down the call count of every entry point is written as JSON to
 // WATTSCOPE_FAKE_ROCM_SMI_CALLS, if set.
+//
+// issue 33: what calls cost, as fake_nvml's "call_cost_us": a number gives every entry point that cost, or an object
+// per symbol ({"rsmi_dev_energy_count_get": 300, "default": 2}); a value is microseconds (under 1 ms spun on the CPU,
+// else slept) or {"cpu": us, "sleep": us}. No per-call costs measured on an AMD driver are at hand, so there is no
+// built-in "real" profile: a test or benchmark states the costs it assumes.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -45,6 +51,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <time.h>
 #include <vector>
 
 #include <signal.h>
@@ -68,13 +76,46 @@ struct State {
   std::vector<bool> lost;                                           // per device: lost_at_tick reached
   std::map<std::string, long long> proc_calls;                      // per "pid/gpu"
   std::map<std::string, long long, std::less<>> symbol_calls;
+  struct Cost {
+    double cpu_us = 0, sleep_us = 0;
+  } default_cost;
+  std::map<std::string, Cost, std::less<>> cost_us; // per symbol ("call_cost_us")
 } g;
 
+double now_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+State::Cost parse_cost(const json& v) {
+  if (v.is_number()) {
+    const double us = v.get<double>();
+    return us >= 1000 ? State::Cost{0, us} : State::Cost{us, 0};
+  }
+  State::Cost c;
+  if (v.is_object()) {
+    if (auto cpu = v.find("cpu"); cpu != v.end() && cpu->is_number()) c.cpu_us = cpu->get<double>();
+    if (auto sl = v.find("sleep"); sl != v.end() && sl->is_number()) c.sleep_us = sl->get<double>();
+  }
+  return c;
+}
+
 void count_call(std::string_view symbol) {
-  std::lock_guard lock(g.mu);
-  auto it = g.symbol_calls.find(symbol);
-  if (it == g.symbol_calls.end()) it = g.symbol_calls.emplace(std::string(symbol), 0).first;
-  it->second++;
+  State::Cost cost;
+  {
+    std::lock_guard lock(g.mu);
+    auto it = g.symbol_calls.find(symbol);
+    if (it == g.symbol_calls.end()) it = g.symbol_calls.emplace(std::string(symbol), 0).first;
+    it->second++;
+    auto c = g.cost_us.find(symbol);
+    cost = c != g.cost_us.end() ? c->second : g.default_cost;
+  }
+  // Spent outside the lock, like a driver call: the CPU part spinning, then the sleep.
+  if (cost.cpu_us > 0)
+    for (const double until = now_s() + cost.cpu_us * 1e-6; now_s() < until;) {
+    }
+  if (cost.sleep_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long long>(cost.sleep_us)));
 }
 
 // A member of a scenario object, or an empty one: by reference, so a pointer or iterator into it outlives the call
@@ -223,6 +264,14 @@ Status init(uint64_t) {
   g.lost.assign(g.calls.size(), false);
   g.proc_calls.clear(); // a library that is never unloaded (unique symbols) starts each scenario afresh
   g.symbol_calls.clear();
+  g.default_cost = {};
+  g.cost_us.clear();
+  if (auto c = g.scenario.find("call_cost_us"); c != g.scenario.end()) {
+    if (c->is_number()) g.default_cost = parse_cost(*c);
+    if (c->is_object())
+      for (const auto& [symbol, us] : c->items())
+        (symbol == "default" ? g.default_cost : g.cost_us[symbol]) = parse_cost(us);
+  }
   if (!g.scenario.contains("devices")) g.scenario["devices"] = json::array();
   g.initialised = true;
   return kSuccess;

@@ -105,6 +105,48 @@ std::string bdf_text(uint64_t bdfid) {
 
 } // namespace
 
+GpuMetricSet RocmSmiSource::fills(Call c) {
+  using M = GpuMetric;
+  switch (c) {
+  case cSocketPower:
+    return metric_bit(M::power_w);
+  case cPowerAve:
+    return metric_bit(M::power_avg_w) | metric_bit(M::power_w);
+  case cPowerCap:
+    return metric_bit(M::power_limit_w);
+  case cBusy:
+    return metric_bit(M::util_gpu_pct);
+  case cMemBusy:
+    return metric_bit(M::util_mem_pct);
+  case cVramUsed:
+    return metric_bit(M::mem_used_bytes);
+  case cVramTotal:
+    return metric_bit(M::mem_total_bytes);
+  case cTempEdge:
+  case cTempJunction:
+    return metric_bit(M::temp_gpu_c);
+  case cTempMemory:
+    return metric_bit(M::temp_mem_c);
+  case cClockSys:
+    return metric_bit(M::clock_sm_mhz);
+  case cClockMem:
+    return metric_bit(M::clock_mem_mhz);
+  case cFan:
+    return metric_bit(M::fan_pct);
+  case cPcieWidth:
+    return metric_bit(M::pcie_link_width) | metric_bit(M::pcie_link_width_max);
+  default: // the counter feeds accounting (not a registry member); PCIe throughput comes from its thread
+    return 0;
+  }
+}
+
+std::chrono::nanoseconds RocmSmiSource::natural_period(const Dev& d, Call c) const {
+  if (c != cEnergy) return opts_.cost.costly_period;
+  // The counter anchors the energy; between its reads the instant socket power shapes it (accounting). Without it
+  // the ticks between carry the last reading, so it is read as often as NVML's counter moves.
+  return d.on[cSocketPower] ? opts_.cost.costly_period : opts_.energy_period;
+}
+
 const char* RocmSmiSource::call_name(Call c) {
   return kCallNames[c];
 }
@@ -313,6 +355,7 @@ Status RocmSmiSource::read(Call c, Dev& d, GpuSample& s, SteadyClock::time_point
     if (rc == kSuccess) {
       s.power_w = static_cast<double>(u) / 1e6; // µW
       s.power_source = "rsmi_dev_current_socket_power_get";
+      s.power_instant = true; // issue 33: the instantaneous reading (hwmon power1_input), not an average
     }
     return rc;
   case cPowerAve:
@@ -414,11 +457,37 @@ void RocmSmiSource::sample_device(Dev& d, Frame& frame) {
   for (size_t i = 0; i < kCallCount; ++i) {
     const auto c = static_cast<Call>(i);
     if (!d.on[c]) continue;
+    const bool sched = scheduled(c);
+    ReadCost& cost = d.cost[c];
+    // issue 33: not due: the last value, with its age. The run's last tick reads the counter whether due or not, so
+    // the run ends on a counter reading. A carried value is no answer: a GPU gone is lost on the calls it is asked.
+    if (sched && !cost.due(frame.mono) && !(c == cEnergy && frame.last)) {
+      carry_metrics(d.held, fills(c), cost.last, frame.mono, s);
+      continue;
+    }
+    const bool timing = sched && cost.timing();
+    const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
     const Status rc = read(c, d, s, frame.mono);
     if (rc == kNoCall) continue;
     if (rc == kSuccess) {
       ++answered;
       d.answered[c] = true;
+      if (sched) {
+        if (timing && cost.time(SteadyClock::now() - t0, frame.mono, opts_.cost, natural_period(d, c))) {
+          const double us = std::chrono::duration<double, std::micro>(cost.measured).count();
+          if (cost.period.count() > 0)
+            spdlog::info("AMD GPU {}: {} costs {:.0f} us a read (budget {} us); read at most every {} ms, the ticks "
+                         "between carry the last reading with its age",
+                         d.info.gpu_index, call_name(c), us,
+                         std::chrono::duration_cast<std::chrono::microseconds>(opts_.cost.max_read_cost).count(),
+                         std::chrono::duration_cast<std::chrono::milliseconds>(cost.period).count());
+          else
+            spdlog::info("AMD GPU {}: {} now costs {:.0f} us a read; read every tick again", d.info.gpu_index,
+                         call_name(c), us);
+        }
+        cost.read_at(frame.mono);
+        hold_metrics(d.held, fills(c), s);
+      }
       continue;
     }
     if (property_error(rc) || (gone_error(rc) && !d.answered[c])) {
@@ -575,6 +644,20 @@ std::vector<std::string> RocmSmiSource::doctor_lines() const {
       if (!d.on[c]) off += (off.empty() ? "" : ", ") + std::string(kCallNames[c]);
     out.push_back(fmt::format("GPU {} {} {} ({}) · not supported: {}", d.info.gpu_index, d.info.name, d.info.uuid,
                               d.info.pci_bus_id, off.empty() ? "none" : off));
+    // issue 33 (doctor -v): what each call costs on this machine and how often it is read
+    if (spdlog::should_log(spdlog::level::debug))
+      for (size_t i = 0; i < kCallCount; ++i) {
+        const ReadCost& r = d.cost[i];
+        if (!scheduled(static_cast<Call>(i)) || !d.on[i] || r.measured.count() < 0) continue;
+        out.push_back(fmt::format(
+            "  {:<22} {:>9.1f} us a read · {}", kCallNames[i],
+            std::chrono::duration<double, std::micro>(r.measured).count(),
+            r.period.count() > 0
+                ? fmt::format("read every {} ms (over the {} us budget)",
+                              std::chrono::duration_cast<std::chrono::milliseconds>(r.period).count(),
+                              std::chrono::duration_cast<std::chrono::microseconds>(opts_.cost.max_read_cost).count())
+                : std::string("read every tick")));
+      }
   }
   return out;
 }
@@ -583,15 +666,22 @@ nlohmann::json RocmSmiSource::report() const {
   nlohmann::json devs = nlohmann::json::array();
   for (const auto& d : devs_) {
     nlohmann::json supported = nlohmann::json::object();
-    for (size_t c = 0; c < kCallCount; ++c)
+    nlohmann::json reads = nlohmann::json::object(); // issue 33: each timed call's cost and period
+    for (size_t c = 0; c < kCallCount; ++c) {
       supported[kCallNames[c]] = d.on[c];
+      const ReadCost& r = d.cost[c];
+      if (scheduled(static_cast<Call>(c)) && d.on[c] && r.measured.count() >= 0)
+        reads[kCallNames[c]] = {{"cost_us", std::chrono::duration<double, std::micro>(r.measured).count()},
+                                {"period_ms", std::chrono::duration<double, std::milli>(r.period).count()}};
+    }
     devs.push_back({{"index", d.info.gpu_index},
                     {"rsmi_index", d.dv},
                     {"name", d.info.name},
                     {"uuid", d.info.uuid},
                     {"pci_bus_id", d.info.pci_bus_id},
                     {"lost", d.lost},
-                    {"metrics", supported}});
+                    {"metrics", supported},
+                    {"reads", reads}});
   }
   return {{"library", lib_ ? lib_->path() : ""},
           {"rocm_smi_version", lib_version_},

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sources/read_cost.hpp"
 #include "sources/rocm/rocm_smi_loader.hpp"
 #include "sources/source.hpp"
 
@@ -30,6 +31,12 @@ public:
     // Issue 30: the system library is loaded only where <sysfs_root>/bus/pci/devices has an AMD GPU (or cannot be
     // read); a library named by WATTSCOPE_ROCM_SMI_LIBRARY is always loaded (the user asked for it).
     std::string sysfs_root = "/sys";
+    // issue 33: cost-aware reads (sources/read_cost.hpp): a call over cost.max_read_cost is read at most once a
+    // cost.costly_period; the energy counter, where no instant power reading shapes the energy between its reads,
+    // once an energy_period. No per-call costs measured on an AMD driver are at hand: the budget decides on what this
+    // machine's calls cost, timed at run time.
+    ReadCostOptions cost = {};
+    std::chrono::nanoseconds energy_period = std::chrono::milliseconds(100);
     static Options from_env();
   };
 
@@ -77,6 +84,9 @@ public:
     uint64_t total_counts = 0;
     double resolution_uj = 0;
     OptI fan_max;
+    // issue 33: what each call costs and when it is read next; the last value of every call, carried between reads
+    std::array<ReadCost, kCallCount> cost{};
+    GpuSample held;
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
   };
 
@@ -98,10 +108,14 @@ public:
   // Counts the energy counter's step from `last` to `now`: a 32-bit wrap where the old value fit in 32 bits (the
   // firmware accumulator of several boards is that wide), else a restart from 0 (driver reload, GPU reset).
   static uint64_t counter_step(uint64_t last, uint64_t now);
+  // issue 33: the calls read on a schedule by their cost (PCIe throughput has its own thread) and what each fills.
+  static bool scheduled(Call c) { return c != cPcieThroughput; }
+  static GpuMetricSet fills(Call c);
 
 private:
   rocm::Status read(Call c, Dev& d, GpuSample& s, SteadyClock::time_point mono);
   void sample_device(Dev& d, Frame& frame);
+  std::chrono::nanoseconds natural_period(const Dev& d, Call c) const; // issue 33: how often a costly call is read
   void slow_loop();
   bool v6_layout() const { return lib_major_ >= 6; }
 
