@@ -83,6 +83,7 @@ constexpr SourceEntry kSources[] = {
        if (o.simulate) return nullptr; // issue 19: --simulate replaces the machine's GPUs, not adds to them
        auto opts = LevelZeroSource::Options::from_env();
        opts.sysfs_root = o.sysfs_root; // issue 30: loaded only where an Intel GPU is on the PCI bus
+       if (o.max_read_cost) opts.cost.max_read_cost = *o.max_read_cost; // issue 33
        return std::make_unique<LevelZeroSource>(std::move(opts));
      },
      true},

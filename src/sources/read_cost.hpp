@@ -9,12 +9,15 @@
 #include <cstdint>
 
 #include "core/frame.hpp"
+#include "core/instrumented.hpp"
 #include "core/metrics.hpp"
 
 namespace wattscope {
 
 struct ReadCostOptions {
-  std::chrono::nanoseconds max_read_cost = std::chrono::microseconds(50); // 0: every call every tick
+  // 0: every call every tick. An instrumented build's budget is kInstrumentedCostFactor times this, as NVML's
+  // (core/instrumented.hpp): its own calls cost that much more.
+  std::chrono::nanoseconds max_read_cost = std::chrono::microseconds(50 * kInstrumentedCostFactor);
   std::chrono::nanoseconds costly_period = std::chrono::seconds(1);
   std::chrono::nanoseconds recheck_period = std::chrono::seconds(30);
 };

@@ -20,10 +20,14 @@
 // first per-tick read with k = lost_at_tick on, every read of that device answers ZE_RESULT_ERROR_DEVICE_LOST.
 // "errors":
 // {"energy_counter": {"code": N, "ticks": [2]}} on a device makes those reads answer `code`.
+// "call_cost_us": {"energy_counter": 300, ...} (top level) makes each per-tick read of that name spend that long, as a
+// driver call does (issue 33: cost-aware reads): under 1000 us spinning on the CPU, longer asleep. No costs measured
+// on an Intel driver are at hand: tests state the costs they assume.
 //
 // Sysman comes up through zesInit, or (as older loaders do) through zeInit with ZES_ENABLE_SYSMAN=1 in the
 // environment: without it every zes* call after zeInit answers ZE_RESULT_ERROR_UNINITIALIZED, as the real driver does.
 // The builds in tests/fakes/CMakeLists.txt differ only in the symbols they export.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +37,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -115,6 +120,17 @@ bool listed(const json& spec, const char* key, std::string_view name) {
 // unsupported, a scripted error, or success with k, the read's number.
 Result per_tick(FakeDevice& fd, std::map<std::string, long long, std::less<>>& reads, std::string_view name,
                 long long& k) {
+  if (auto costs = g.scenario.find("call_cost_us"); costs != g.scenario.end() && costs->is_object())
+    if (auto c = costs->find(name); c != costs->end() && c->is_number()) {
+      const auto us = std::chrono::duration<double, std::micro>(c->get<double>());
+      if (us.count() >= 1000) {
+        std::this_thread::sleep_for(us);
+      } else {
+        const auto end = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(us);
+        while (std::chrono::steady_clock::now() < end) {
+        }
+      }
+    }
   auto it = reads.find(name);
   if (it == reads.end()) it = reads.emplace(std::string(name), 0).first;
   k = it->second++;

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../support/support.hpp"
+#include "core/instrumented.hpp"
 #include "sources/rocm/rocm_smi_source.hpp"
 
 namespace unit_rocm_cost { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
@@ -34,7 +35,10 @@ json scenario() {
           {"devices", json::array({{{"name", "AMD Instinct MI300X"}, {"unique_id", 7}, {"metrics", m}}})},
           // Assumed, not measured (no AMD figures at hand): the counter and the fan well over the 50 us budget, the
           // rest free.
-          {"call_cost_us", {{"rsmi_dev_energy_count_get", 300}, {"rsmi_dev_fan_speed_get", 200}}}};
+          // An instrumented build's budget is kInstrumentedCostFactor times larger: so are the costs.
+          {"call_cost_us",
+           {{"rsmi_dev_energy_count_get", 300 * kInstrumentedCostFactor},
+            {"rsmi_dev_fan_speed_get", 200 * kInstrumentedCostFactor}}}};
 }
 
 struct CostRun {

@@ -472,136 +472,213 @@ bool LevelZeroSource::ok(Dev& d, Result rc, const char* call, bool& on, Frame& f
   return false; // NOT_AVAILABLE, UNKNOWN, ...: missing this tick, asked again next tick
 }
 
+const char* LevelZeroSource::group_call(Group g) {
+  switch (g) {
+  case gEnergy:
+    return "zesPowerGetEnergyCounter";
+  case gEngine:
+    return "zesEngineGetActivity";
+  case gMemory:
+    return "zesMemoryGetState";
+  case gFrequency:
+    return "zesFrequencyGetState";
+  default:
+    return "zesTemperatureGetState";
+  }
+}
+
+GpuMetricSet LevelZeroSource::fills(Group g) {
+  using M = GpuMetric;
+  switch (g) {
+  case gEnergy: // the counters feed accounting (not a registry member); their differences are the power
+    return metric_bit(M::power_w);
+  case gEngine:
+    return metric_bit(M::util_gpu_pct) | metric_bit(M::util_enc_pct) | metric_bit(M::util_dec_pct);
+  case gMemory:
+    return metric_bit(M::mem_total_bytes) | metric_bit(M::mem_free_bytes) | metric_bit(M::mem_used_bytes);
+  case gFrequency:
+    return metric_bit(M::clock_gfx_mhz) | metric_bit(M::clock_mem_mhz);
+  default:
+    return metric_bit(M::temp_gpu_c) | metric_bit(M::temp_mem_c);
+  }
+}
+
 void LevelZeroSource::sample_device(Dev& d, Frame& frame) {
   GpuSample s;
   s.gpu_index = d.info.gpu_index;
+  // issue 33: a group is read when due (every tick while it costs less than the budget), else carried with its age.
+  // The run's last tick reads the counters whether due or not, so the run ends on a counter reading. Returns false
+  // when the device was lost during the group's calls.
+  auto group = [&](Group g, auto&& read) {
+    ReadCost& cost = d.cost[g];
+    if (!cost.due(frame.mono) && !(g == gEnergy && frame.last)) {
+      carry_metrics(d.held, fills(g), cost.last, frame.mono, s);
+      return true;
+    }
+    const bool timing = cost.timing();
+    const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
+    read();
+    if (d.lost) return false;
+    const auto natural = g == gEnergy ? opts_.energy_period : opts_.cost.costly_period;
+    if (timing && cost.time(SteadyClock::now() - t0, frame.mono, opts_.cost, natural)) {
+      const double us = std::chrono::duration<double, std::micro>(cost.measured).count();
+      if (cost.period.count() > 0)
+        spdlog::info("Intel GPU {}: {} costs {:.0f} us a tick (budget {} us); read at most every {} ms, the ticks "
+                     "between carry the last reading with its age",
+                     d.info.gpu_index, group_call(g), us,
+                     std::chrono::duration_cast<std::chrono::microseconds>(opts_.cost.max_read_cost).count(),
+                     std::chrono::duration_cast<std::chrono::milliseconds>(cost.period).count());
+      else
+        spdlog::info("Intel GPU {}: {} now costs {:.0f} us a tick; read every tick again", d.info.gpu_index,
+                     group_call(g), us);
+    }
+    cost.read_at(frame.mono);
+    hold_metrics(d.held, fills(g), s);
+    return true;
+  };
 
   // Energy: every domain's counter (doctor shows each); the device's from its chosen domains.
-  for (auto& pd : d.domains) {
-    pd.power_w.reset();
-    if (!pd.on || !lib_->power_energy_counter) continue;
-    PowerEnergyCounter e{};
-    const Result rc = lib_->power_energy_counter(pd.h, &e);
-    if (!ok(d, rc, "zesPowerGetEnergyCounter", pd.on, frame)) {
-      if (d.lost) return;
-      continue;
-    }
-    const double elapsed = pd.last_read == SteadyClock::time_point{}
-                               ? 0
-                               : std::chrono::duration<double>(frame.mono - pd.last_read).count();
-    const auto step = pd.counter.add(e.energy, e.timestamp, elapsed);
-    pd.read_uj = e.energy;
-    pd.last_read = frame.mono;
-    pd.power_w = step.power_w;
-    if (step.reset)
-      frame.events.push_back(
-          {0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
-           fmt::format("Intel GPU {}: the {} energy counter went back ({} µJ); counted on from there "
-                       "(a driver reload?)",
-                       d.info.gpu_index, domain_word(pd.kind), e.energy)});
-  }
-  if (!d.energy_domains.empty()) {
-    int64_t total = 0;
-    double power = 0;
-    bool all = true, powered = true;
-    for (size_t i : d.energy_domains) {
-      const auto& pd = d.domains[i];
-      // A domain that did not answer this tick (pd.last_read is this tick's mono when it did) leaves both missing.
-      all = all && pd.on && pd.counter.seen() && pd.last_read == frame.mono;
-      powered = powered && pd.power_w.has_value();
-      total += pd.counter.total_uj();
-      power += pd.power_w.value_or(0);
-    }
-    if (all) s.energy_counter_uj = total;
-    if (all && powered) {
-      s.power_w = power;
-      s.power_source = d.power_source;
-    }
-  }
+  if (!group(gEnergy, [&] {
+        for (auto& pd : d.domains) {
+          pd.power_w.reset();
+          if (!pd.on || !lib_->power_energy_counter) continue;
+          PowerEnergyCounter e{};
+          const Result rc = lib_->power_energy_counter(pd.h, &e);
+          if (!ok(d, rc, "zesPowerGetEnergyCounter", pd.on, frame)) {
+            if (d.lost) return;
+            continue;
+          }
+          const double elapsed = pd.last_read == SteadyClock::time_point{}
+                                     ? 0
+                                     : std::chrono::duration<double>(frame.mono - pd.last_read).count();
+          const auto step = pd.counter.add(e.energy, e.timestamp, elapsed);
+          pd.read_uj = e.energy;
+          pd.last_read = frame.mono;
+          pd.power_w = step.power_w;
+          if (step.reset)
+            frame.events.push_back(
+                {0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
+                 fmt::format("Intel GPU {}: the {} energy counter went back ({} µJ); counted on from there "
+                             "(a driver reload?)",
+                             d.info.gpu_index, domain_word(pd.kind), e.energy)});
+        }
+        if (!d.energy_domains.empty()) {
+          int64_t total = 0;
+          double power = 0;
+          bool all = true, powered = true;
+          for (size_t i : d.energy_domains) {
+            const auto& pd = d.domains[i];
+            // A domain that did not answer this tick (pd.last_read is this tick's mono when it did) leaves both
+            // missing.
+            all = all && pd.on && pd.counter.seen() && pd.last_read == frame.mono;
+            powered = powered && pd.power_w.has_value();
+            total += pd.counter.total_uj();
+            power += pd.power_w.value_or(0);
+          }
+          if (all) s.energy_counter_uj = total;
+          if (all && powered) {
+            s.power_w = power;
+            s.power_source = d.power_source;
+          }
+        }
+      }))
+    return;
 
   // Engine utilisation: busy time over elapsed time between two readings of each group.
-  std::vector<Busy> busy;
-  for (auto& e : d.engines) {
-    if (!e.on) continue;
-    EngineStats st{};
-    const Result rc = lib_->engine_activity(e.h, &st);
-    if (!ok(d, rc, "zesEngineGetActivity", e.on, frame)) {
-      if (d.lost) return;
-      continue;
-    }
-    if (e.seen && st.timestamp > e.last_ts_us && st.activeTime >= e.last_active_us) {
-      const double pct = 100.0 * static_cast<double>(st.activeTime - e.last_active_us) /
-                         static_cast<double>(st.timestamp - e.last_ts_us);
-      busy.push_back({e.type, e.on_subdevice, e.subdevice, std::clamp(pct, 0.0, 100.0)});
-    }
-    e.seen = true;
-    e.last_active_us = st.activeTime;
-    e.last_ts_us = st.timestamp;
-  }
-  s.util_gpu_pct = combine(busy, util_tier(d.engines));
-  s.util_enc_pct = combine(busy, kEncode);
-  s.util_dec_pct = combine(busy, kDecode);
+  if (!group(gEngine, [&] {
+        std::vector<Busy> busy;
+        for (auto& e : d.engines) {
+          if (!e.on) continue;
+          EngineStats st{};
+          const Result rc = lib_->engine_activity(e.h, &st);
+          if (!ok(d, rc, "zesEngineGetActivity", e.on, frame)) {
+            if (d.lost) return;
+            continue;
+          }
+          if (e.seen && st.timestamp > e.last_ts_us && st.activeTime >= e.last_active_us) {
+            const double pct = 100.0 * static_cast<double>(st.activeTime - e.last_active_us) /
+                               static_cast<double>(st.timestamp - e.last_ts_us);
+            busy.push_back({e.type, e.on_subdevice, e.subdevice, std::clamp(pct, 0.0, 100.0)});
+          }
+          e.seen = true;
+          e.last_active_us = st.activeTime;
+          e.last_ts_us = st.timestamp;
+        }
+        s.util_gpu_pct = combine(busy, util_tier(d.engines));
+        s.util_enc_pct = combine(busy, kEncode);
+        s.util_dec_pct = combine(busy, kDecode);
+      }))
+    return;
 
   // Device memory: every device-local module together; missing unless each answered.
-  if (!d.memory.empty()) {
-    int64_t size = 0, free = 0;
-    bool all = true;
-    for (auto& m : d.memory) {
-      if (!m.on) {
-        all = false;
-        continue;
-      }
-      MemState st{};
-      st.stype = kStypeMemState;
-      const Result rc = lib_->memory_state(m.h, &st);
-      if (!ok(d, rc, "zesMemoryGetState", m.on, frame)) {
-        if (d.lost) return;
-        all = false;
-        continue;
-      }
-      size += static_cast<int64_t>(st.size);
-      free += static_cast<int64_t>(st.free);
-    }
-    if (all) {
-      s.mem_total_bytes = size;
-      s.mem_free_bytes = free;
-      s.mem_used_bytes = size - free;
-    }
-  }
+  if (!d.memory.empty() && !group(gMemory, [&] {
+        int64_t size = 0, free = 0;
+        bool all = true;
+        for (auto& m : d.memory) {
+          if (!m.on) {
+            all = false;
+            continue;
+          }
+          MemState st{};
+          st.stype = kStypeMemState;
+          const Result rc = lib_->memory_state(m.h, &st);
+          if (!ok(d, rc, "zesMemoryGetState", m.on, frame)) {
+            if (d.lost) return;
+            all = false;
+            continue;
+          }
+          size += static_cast<int64_t>(st.size);
+          free += static_cast<int64_t>(st.free);
+        }
+        if (all) {
+          s.mem_total_bytes = size;
+          s.mem_free_bytes = free;
+          s.mem_used_bytes = size - free;
+        }
+      }))
+    return;
 
   // Frequencies: the device's own domain where it has one, else the fastest stack.
-  OptF gpu_dev, gpu_stack, mem_dev, mem_stack;
-  for (auto& f : d.frequency) {
-    if (!f.on) continue;
-    FreqState st{};
-    st.stype = kStypeFreqState;
-    const Result rc = lib_->frequency_state(f.h, &st);
-    if (!ok(d, rc, "zesFrequencyGetState", f.on, frame)) {
-      if (d.lost) return;
-      continue;
-    }
-    if (st.actual < 0 || (f.type != kFreqGpu && f.type != kFreqMemory)) continue; // negative: the driver cannot tell
-    OptF& slot = f.type == kFreqGpu ? (f.on_subdevice ? gpu_stack : gpu_dev) : (f.on_subdevice ? mem_stack : mem_dev);
-    slot = std::max(slot.value_or(0.0), st.actual);
-  }
-  if (auto g = gpu_dev ? gpu_dev : gpu_stack) s.clock_gfx_mhz = static_cast<int64_t>(*g + 0.5);
-  if (auto m = mem_dev ? mem_dev : mem_stack) s.clock_mem_mhz = static_cast<int64_t>(*m + 0.5);
+  if (!group(gFrequency, [&] {
+        OptF gpu_dev, gpu_stack, mem_dev, mem_stack;
+        for (auto& f : d.frequency) {
+          if (!f.on) continue;
+          FreqState st{};
+          st.stype = kStypeFreqState;
+          const Result rc = lib_->frequency_state(f.h, &st);
+          if (!ok(d, rc, "zesFrequencyGetState", f.on, frame)) {
+            if (d.lost) return;
+            continue;
+          }
+          if (st.actual < 0 || (f.type != kFreqGpu && f.type != kFreqMemory))
+            continue; // negative: the driver cannot tell
+          OptF& slot =
+              f.type == kFreqGpu ? (f.on_subdevice ? gpu_stack : gpu_dev) : (f.on_subdevice ? mem_stack : mem_dev);
+          slot = std::max(slot.value_or(0.0), st.actual);
+        }
+        if (auto g = gpu_dev ? gpu_dev : gpu_stack) s.clock_gfx_mhz = static_cast<int64_t>(*g + 0.5);
+        if (auto m = mem_dev ? mem_dev : mem_stack) s.clock_mem_mhz = static_cast<int64_t>(*m + 0.5);
+      }))
+    return;
 
   // Temperatures: the hottest GPU sensor (the global one where there is none), the hottest memory sensor.
-  OptF t_gpu, t_global, t_mem;
-  for (auto& t : d.temperature) {
-    if (!t.on || (t.type != kTempGpu && t.type != kTempGlobal && t.type != kTempMemory)) continue;
-    double c = 0;
-    const Result rc = lib_->temperature_state(t.h, &c);
-    if (!ok(d, rc, "zesTemperatureGetState", t.on, frame)) {
-      if (d.lost) return;
-      continue;
-    }
-    OptF& slot = t.type == kTempGpu ? t_gpu : t.type == kTempGlobal ? t_global : t_mem;
-    slot = std::max(slot.value_or(-1e9), c);
-  }
-  s.temp_gpu_c = t_gpu ? t_gpu : t_global;
-  s.temp_mem_c = t_mem;
+  if (!group(gTemperature, [&] {
+        OptF t_gpu, t_global, t_mem;
+        for (auto& t : d.temperature) {
+          if (!t.on || (t.type != kTempGpu && t.type != kTempGlobal && t.type != kTempMemory)) continue;
+          double c = 0;
+          const Result rc = lib_->temperature_state(t.h, &c);
+          if (!ok(d, rc, "zesTemperatureGetState", t.on, frame)) {
+            if (d.lost) return;
+            continue;
+          }
+          OptF& slot = t.type == kTempGpu ? t_gpu : t.type == kTempGlobal ? t_global : t_mem;
+          slot = std::max(slot.value_or(-1e9), c);
+        }
+        s.temp_gpu_c = t_gpu ? t_gpu : t_global;
+        s.temp_mem_c = t_mem;
+      }))
+    return;
   frame.gpus.push_back(std::move(s));
 }
 
@@ -678,7 +755,14 @@ nlohmann::json LevelZeroSource::report() const {
     for (const auto& e : d->engines)
       if (e.on) engines.push_back(engine_word(e.type));
     auto any_on = [](const auto& v) { return std::any_of(v.begin(), v.end(), [](const auto& h) { return h.on; }); };
+    nlohmann::json reads = nlohmann::json::object(); // issue 33: each timed group's cost a tick and period
+    for (size_t g = 0; g < kGroupCount; ++g)
+      if (const ReadCost& r = d->cost[g]; r.measured.count() >= 0)
+        reads[group_call(static_cast<Group>(g))] = {
+            {"cost_us", std::chrono::duration<double, std::micro>(r.measured).count()},
+            {"period_ms", std::chrono::duration<double, std::milli>(r.period).count()}};
     devs.push_back({{"index", d->info.gpu_index},
+                    {"reads", reads},
                     {"name", d->info.name},
                     {"uuid", d->info.uuid},
                     {"pci_bus_id", d->info.pci_bus_id},
@@ -717,6 +801,20 @@ std::vector<std::string> LevelZeroSource::doctor_lines() const {
     out.push_back(fmt::format("GPU {} {} {} · power domains: {} · engines: {}", d->info.gpu_index, d->info.name,
                               d->info.pci_bus_id, domains.empty() ? "none" : domains,
                               engines.empty() ? "none" : engines));
+    // issue 33 (doctor -v): what each group of calls costs a tick on this machine and how often it is read
+    if (spdlog::should_log(spdlog::level::debug))
+      for (size_t g = 0; g < kGroupCount; ++g) {
+        const ReadCost& r = d->cost[g];
+        if (r.measured.count() < 0) continue;
+        out.push_back(fmt::format(
+            "  {:<26} {:>9.1f} us a tick · {}", group_call(static_cast<Group>(g)),
+            std::chrono::duration<double, std::micro>(r.measured).count(),
+            r.period.count() > 0
+                ? fmt::format("read every {} ms (over the {} us budget)",
+                              std::chrono::duration_cast<std::chrono::milliseconds>(r.period).count(),
+                              std::chrono::duration_cast<std::chrono::microseconds>(opts_.cost.max_read_cost).count())
+                : std::string("read every tick")));
+      }
   }
   return out;
 }

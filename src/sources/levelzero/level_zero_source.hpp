@@ -6,7 +6,9 @@
 // machine without an Intel GPU, said at debug level only); a loader that is there but broken is status Error.
 #pragma once
 
+#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sources/levelzero/ze_loader.hpp"
+#include "sources/read_cost.hpp"
 #include "sources/source.hpp"
 
 namespace wattscope {
@@ -54,8 +57,19 @@ public:
     // Issue 30: the system loader is loaded only where <sysfs_root>/bus/pci/devices has an Intel display controller
     // (or cannot be read); a loader named by WATTSCOPE_LEVEL_ZERO_LIBRARY is always loaded (the user asked for it).
     std::string sysfs_root = "/sys";
+    // issue 33: cost-aware reads (sources/read_cost.hpp), per group of calls (every handle's call of one kind): a
+    // group costing more than cost.max_read_cost a tick is read at most once a cost.costly_period, the ticks between
+    // carrying its values with their age. The energy counters, whose differences are the power here (Level Zero has
+    // no instant power reading), at most once an energy_period. No costs measured on an Intel driver are at hand:
+    // the budget decides on what this machine's calls cost, timed at run time.
+    ReadCostOptions cost = {};
+    std::chrono::nanoseconds energy_period = std::chrono::milliseconds(100);
     static Options from_env();
   };
+  // issue 33: the groups of per-tick calls, each timed and scheduled as one
+  enum Group { gEnergy, gEngine, gMemory, gFrequency, gTemperature, kGroupCount };
+  static const char* group_call(Group g);
+  static GpuMetricSet fills(Group g);
 
   explicit LevelZeroSource(Options opts);
   ~LevelZeroSource() override;
@@ -111,6 +125,9 @@ public:
     std::vector<Handle<ze::Temperature>> temperature;
     std::atomic<bool> lost{false};
     bool processes_on = true; // process tracker's thread only
+    // issue 33: what each group costs and when it is read next; the last values of every group, carried between reads
+    std::array<ReadCost, kGroupCount> cost{};
+    GpuSample held;
   };
 
 private:
