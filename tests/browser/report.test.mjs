@@ -188,7 +188,10 @@ test('two runs compared', async () => {
 test('an empty run says so instead of drawing nothing', async () => {
   const show = record('will-be-emptied', 0);
   // A run row with no samples (a run whose samples never reached this store).
-  const sql = `INSERT INTO runs SELECT 'empty-run-0001', task, command, host, cpu_model, start_ms, end_ms, duration_s,
+  // The columns named: a store's runs table may carry more (runs.j_per_unit, the runs pages' sort key).
+  const sql = `INSERT INTO runs (run_id, task, command, host, cpu_model, start_ms, end_ms, duration_s, exit_status,
+    interval_ms, samples, total_energy_j, tags, wattscope_version, summary)
+    SELECT 'empty-run-0001', task, command, host, cpu_model, start_ms, end_ms, duration_s,
     exit_status, interval_ms, 0, NULL, tags, wattscope_version, '{}' FROM runs WHERE run_id = '${show.run_id}';`;
   const r = spawnSync('sqlite3', [join(dir, 'wattscope.db'), sql], { encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);

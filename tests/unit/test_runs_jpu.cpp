@@ -76,6 +76,16 @@ std::string plan(const std::string& db, const std::string& sql) {
   return out;
 }
 
+// A work row (run_id, seq, ts_ms, amount, unit, phase_id, total), its amount NULL where none is given.
+void add_work(wattscope::RowBatch& rows, const std::string& run_id, int64_t seq, std::optional<double> amount,
+              const char* unit) {
+  using wattscope::Value;
+  auto& work = rows.tables[static_cast<size_t>(wattscope::TableId::Work)];
+  for (Value v : {Value(run_id), Value(seq), Value(seq), amount ? Value(*amount) : Value(), Value(std::string(unit)),
+                  Value(), Value()})
+    work.cells.push_back(std::move(v));
+}
+
 } // namespace
 
 TEST(RunsQuery, SqliteJPerUnitIsAColumnSetWithTheRunsRowAndWalkedByItsIndex) {
@@ -157,4 +167,97 @@ TEST(RunsQuery, SqliteJPerUnitIsAColumnSetWithTheRunsRowAndWalkedByItsIndex) {
   EXPECT_EQ(order(spec, "sort=j_per_unit", kRuns + 4).size(), static_cast<size_t>(kRuns + 4));
 }
 
+// The column against j_per_unit() of the stored work, case by case, and for a run still going (from h10, issue 35).
+TEST(RunsQuery, SqliteJPerUnitColumnEqualsJPerUnitOfTheStoredWork) {
+  using namespace wattscope;
+  TempDir dir;
+  const std::string db = dir / "cases.db";
+  const auto spec = parse_store(db);
+  struct Case {
+    const char* id;
+    std::optional<double> energy;
+    std::vector<std::pair<std::optional<double>, const char*>> work;
+    std::optional<double> want;
+  };
+  const std::vector<Case> cases = {
+      {"none", 50.0, {}, std::nullopt},
+      {"one", 50.0, {{10.0, "samples"}}, 5.0},
+      {"one-in-three-rows", 60.0, {{10.0, "samples"}, {0.0, "samples"}, {20.0, "samples"}}, 2.0},
+      {"two-units", 50.0, {{10.0, "samples"}, {20.0, "tokens"}}, std::nullopt},
+      {"amount-zero", 50.0, {{0.0, "samples"}}, std::nullopt},
+      {"zero-and-one", 50.0, {{0.0, "tokens"}, {25.0, "samples"}}, std::nullopt},     // two units, one of them at 0
+      {"null-amount-unit", 50.0, {{std::nullopt, "tokens"}, {25.0, "samples"}}, 2.0}, // a NULL amount is no work
+      {"no-energy", std::nullopt, {{10.0, "samples"}}, std::nullopt},
+  };
+  int64_t start = kGenBaseMs;
+  for (const auto& c : cases) {
+    auto sink = open_sink(spec, false);
+    RunInfo r;
+    r.run_id = c.id;
+    r.task = "t";
+    r.host = "h";
+    r.start_ms = start += 1000;
+    sink->begin_run(r);
+    RowBatch rows;
+    int64_t seq = 0;
+    for (const auto& [amount, unit] : c.work)
+      add_work(rows, c.id, seq++, amount, unit);
+    sink->write(rows);
+    r.end_ms = r.start_ms + 500;
+    r.total_energy_j = c.energy;
+    sink->end_run(r);
+  }
+  auto reader = open_reader(spec);
+  for (const auto& run : reader->runs()) {
+    const auto& c = *std::find_if(cases.begin(), cases.end(), [&](const Case& k) { return run.run_id == k.id; });
+    const auto from_work = j_per_unit(run, read_run_work(*reader, run));
+    EXPECT_EQ(from_work, c.want) << c.id;
+    EXPECT_EQ(stored(db, run.run_id), from_work) << c.id;
+  }
+
+  // A run still going: work without a runs row leaves the column as the last runs row set it; the checkpoint (the
+  // runs row in a batch, with more work) brings it to j_per_unit() of all its work so far.
+  auto sink = open_sink(spec, false);
+  RunInfo r;
+  r.run_id = "going";
+  r.task = "t";
+  r.host = "h";
+  r.start_ms = start += 1000;
+  r.total_energy_j = 30.0;
+  sink->begin_run(r);
+  RowBatch first;
+  add_work(first, "going", 0, 10.0, "samples");
+  sink->write(first);
+  EXPECT_EQ(stored(db, "going"), std::nullopt) << "no runs row written since its work";
+  RowBatch checkpoint;
+  add_work(checkpoint, "going", 1, 5.0, "samples");
+  r.total_energy_j = 45.0;
+  append_run_row(r, checkpoint.tables[static_cast<size_t>(TableId::Runs)]);
+  sink->write(checkpoint);
+  EXPECT_EQ(stored(db, "going"), std::optional<double>(3.0));
+  {
+    auto rd = open_reader(spec);
+    RunInfo going;
+    for (const auto& run : rd->runs())
+      if (run.run_id == "going") going = run;
+    EXPECT_EQ(stored(db, "going"), j_per_unit(going, read_run_work(*rd, going)));
+    // It sorts among the finished runs by its figure: 2.0 (two runs, by start), 3.0, 5.0, then the runs without one.
+    const auto page = rd->runs_query(parsed("sort=j_per_unit"), 0, 50);
+    ASSERT_GE(page.runs.size(), 4u);
+    EXPECT_EQ(page.runs[0].run_id, "one-in-three-rows");
+    EXPECT_EQ(page.runs[1].run_id, "null-amount-unit");
+    EXPECT_EQ(page.runs[2].run_id, "going");
+    EXPECT_EQ(page.runs[3].run_id, "one");
+    const auto down = rd->runs_query(parsed("sort=-j_per_unit"), 0, 50);
+    ASSERT_EQ(down.runs.size(), 9u);
+    EXPECT_EQ(down.runs[0].run_id, "one");
+    EXPECT_EQ(down.runs[1].run_id, "going");
+    EXPECT_FALSE(j_per_unit(down.runs[4], down.work[4])) << "runs without the figure last in either direction";
+    EXPECT_FALSE(j_per_unit(down.runs[8], down.work[8]));
+  }
+  sink->end_run(r);
+  EXPECT_EQ(stored(db, "going"), std::optional<double>(3.0));
+}
+
+// MariaDB: the same column, through its virtual-column indexes, and the same migration.
 } // namespace unit_runs_jpu
