@@ -103,29 +103,6 @@ std::optional<double> j_per_unit(const RunInfo& run, const std::vector<RunWork>&
   return *run.total_energy_j / work[0].amount;
 }
 
-std::optional<RunTagsTermSql> single_run_tags_term(const RunsFilter& f) {
-  if (!f.task.empty() || !f.host.empty() || f.from_ms || f.to_ms) return std::nullopt;
-  const int terms = !f.user.empty() + static_cast<int>(f.tags.size()) + !f.method.empty() + !f.q.empty();
-  if (terms != 1) return std::nullopt;
-  RunTagsTermSql out;
-  if (!f.user.empty()) {
-    out.where = "tag_key IN ('user', 'slurm_user') AND tag_value = ?";
-    out.params = {f.user};
-    out.distinct = true;
-  } else if (!f.tags.empty()) {
-    out.where = "tag_key = ? AND tag_value = ?";
-    out.params = {f.tags[0].first, f.tags[0].second};
-  } else if (!f.method.empty()) {
-    out.where = "tag_key = ? AND tag_value = ?";
-    out.params = {std::string(kRunTagsMethodKey), f.method};
-  } else {
-    if (has_control(f.q)) return std::nullopt; // answered from the runs' own text (runs_sql)
-    out.where = "tag_key = ? AND tag_value LIKE ? ESCAPE '!'";
-    out.params = {std::string(kRunTagsTextKey), like_contains(ascii_lower(f.q))};
-  }
-  return out;
-}
-
 std::string j_per_unit_sql(std::string_view runs_ref) {
   // Rows without an amount are no unit's work (read_run_work skips them).
   return fmt::format("(SELECT {0}.total_energy_j / CASE WHEN COUNT(DISTINCT w.unit) = 1 AND SUM(w.amount) > 0 THEN "

@@ -117,16 +117,6 @@ std::vector<RunsPagePart> j_per_unit_page(const RunsSql& base, bool descending, 
 // `base` restricted to the runs with the figure (for their count).
 RunsSql with_j_per_unit(const RunsSql& base);
 
-// issue 35 (MariaDB): a filter that is a single run_tags term (user, one tag, method or q) and nothing else: that
-// term's condition on run_tags with its parameters, so that a page in start order is one walk of run_tags' start
-// index. nullopt for any other filter. `distinct`: a run may have two rows matching it (user: user and slurm_user).
-struct RunTagsTermSql {
-  std::string where;
-  std::vector<SqlParam> params;
-  bool distinct = false;
-};
-std::optional<RunTagsTermSql> single_run_tags_term(const RunsFilter& f);
-
 // A page of runs' work per unit in one query (every SQL store): one '?' per run. add_page_work_row files a row of its
 // answer (run_id, unit, SUM(amount)) under its run in `work` (parallel to `runs`).
 struct PageWorkSql {

@@ -277,8 +277,8 @@ void expect_filters(const wattscope::StoreSpec& spec, int64_t n) {
     }
     EXPECT_EQ(got_ids, want_ids);
   }
-  // One filter of run_tags that many runs pass, in start order both ways, in pages of 7 (MariaDB walks run_tags'
-  // start index for these): the runs that pass, in start order, without gap or repeat.
+  // One filter of run_tags that many runs pass, in start order both ways, in pages of 7: the runs that pass, in start
+  // order, without gap or repeat.
   for (const char* q : {"user=user3", "method=mixed", "q=task19", "tag=slurm_partition%3Ddebug", "tag=seed%3D3"})
     for (const bool desc : {false, true}) {
       SCOPED_TRACE(std::string(q) + (desc ? " descending" : ""));
@@ -474,23 +474,6 @@ TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = 'slurm_partition' AND tag_value = 'gpu'"),
             "450\n");
-  // A filter many runs pass, in start order, walks run_tags' start: a start changed there alone moves the run. Run 599
-  // is the last of method=none (i % 25 == 24) by its own start.
-  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE start_ms IS NULL"), "0\n");
-  db.sql("UPDATE wattscope.run_tags SET start_ms = 0 WHERE run_id = 'gen-000599'");
-  {
-    const auto page = wattscope::open_reader(spec)->runs_query(parsed("method=none"), 0, 2);
-    ASSERT_EQ(page.runs.size(), 2u);
-    EXPECT_EQ(page.runs[0].run_id, "gen-000599");
-    EXPECT_EQ(page.runs[1].run_id, "gen-000024");
-  }
-  // A store whose run_tags has no start yet: answered as before, until its next writer adds and fills it.
-  db.sql("ALTER TABLE wattscope.run_tags DROP INDEX run_tags_by_value_start, DROP INDEX run_tags_by_key_start, "
-         "DROP COLUMN start_ms");
-  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("method=none"), 0, 1).runs.at(0).run_id, "gen-000024");
-  generate_runs(spec, 1, 600);
-  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE start_ms IS NULL"), "0\n");
-  expect_filters(spec, kRuns + 1);
   if (saved)
     ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
   else

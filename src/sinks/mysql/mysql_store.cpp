@@ -259,23 +259,8 @@ private:
 constexpr std::string_view kRunTagsSchema =
     "CREATE TABLE IF NOT EXISTS `run_tags` (`run_id` VARCHAR(255) NOT NULL, "
     "`tag_key` VARCHAR(64) COLLATE utf8mb4_bin NOT NULL, `tag_value` MEDIUMTEXT COLLATE utf8mb4_bin NOT NULL, "
-    "`start_ms` BIGINT NULL, "
-    "KEY `run_tags_by_value` (`tag_key`, `tag_value`(191), `run_id`), KEY `run_tags_by_run` (`run_id`), "
-    "KEY `run_tags_by_value_start` (`tag_key`, `tag_value`(191), `start_ms`), "
-    "KEY `run_tags_by_key_start` (`tag_key`, `start_ms`)) "
+    "KEY `run_tags_by_value` (`tag_key`, `tag_value`(191), `run_id`), KEY `run_tags_by_run` (`run_id`)) "
     "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
-// issue 35: run_tags.start_ms (the run's), so that a filter many runs pass pages in start order by walking one index
-// range of run_tags instead of every run. A store from before it gets the column, its keys and its values from its
-// next writer, once.
-constexpr std::string_view kRunTagsStartMigration =
-    "ALTER TABLE `run_tags` ADD COLUMN `start_ms` BIGINT NULL, "
-    "ADD KEY `run_tags_by_value_start` (`tag_key`, `tag_value`(191), `start_ms`), "
-    "ADD KEY `run_tags_by_key_start` (`tag_key`, `start_ms`)";
-constexpr std::string_view kRunTagsStartFill =
-    "UPDATE `run_tags` t JOIN `runs` r ON r.`run_id` = t.`run_id` SET t.`start_ms` = r.`start_ms`";
-// Every run's method row carries its start: no run written by a writer from before run_tags.start_ms.
-constexpr std::string_view kRunTagsStartMissing =
-    "SELECT COUNT(*) FROM (SELECT 1 FROM `run_tags` WHERE `tag_key` = '@method' AND `start_ms` IS NULL LIMIT 1) x";
 // A tag or user filter naming fewer runs than this makes the MariaDB reader start from run_tags (runs_query).
 constexpr int64_t kJoinRunTagsBelow = 1000;
 constexpr std::string_view kRunTagsComplete =
@@ -305,17 +290,14 @@ void write_run_tags(Conn& c, const RunInfo& run) {
   exec_texts(c, "run_tags:delete", "DELETE FROM `run_tags` WHERE `run_id` = ?", {run.run_id});
   std::vector<std::string> texts;
   std::string values;
-  const std::string start = std::to_string(run.start_ms); // bound as text, stored as the BIGINT it spells
   for (auto& row : run_tag_rows(run)) {
-    values += values.empty() ? "(?,?,?,?)" : ",(?,?,?,?)";
+    values += values.empty() ? "(?,?,?)" : ",(?,?,?)";
     texts.push_back(run.run_id);
     texts.push_back(std::move(row.key));
     texts.push_back(std::move(row.value));
-    texts.push_back(start);
   }
-  exec_texts(c, fmt::format("run_tags:{}", texts.size() / 4),
-             fmt::format("INSERT INTO `run_tags` (`run_id`, `tag_key`, `tag_value`, `start_ms`) VALUES {}", values),
-             texts);
+  exec_texts(c, fmt::format("run_tags:{}", texts.size() / 3),
+             fmt::format("INSERT INTO `run_tags` (`run_id`, `tag_key`, `tag_value`) VALUES {}", values), texts);
 }
 
 // issue 35: runs.j_per_unit of one run, from its work rows as they stand (sinks/runs_query.hpp: when a writer calls
@@ -329,8 +311,7 @@ void update_j_per_unit(Conn& c, const std::string& run_id) {
 // The forward migration: runs recorded before run_tags existed, or by an older wattscope since, get their rows.
 void backfill_run_tags(Conn& c) {
   if (c.value(std::string(kRunTagsComplete)).value_or("0") == "1") return;
-  const std::string sql = "SELECT `run_id`, `task`, `host`, `command`, `tags`, `summary`, `total_energy_j`, `start_ms` "
-                          "FROM `runs` "
+  const std::string sql = "SELECT `run_id`, `task`, `host`, `command`, `tags`, `summary`, `total_energy_j` FROM `runs` "
                           "WHERE `run_id` NOT IN (SELECT `run_id` FROM `run_tags` WHERE `tag_key` = '@method')";
   if (mysql_real_query(c.get(), sql.data(), sql.size()) != 0) c.fail("query");
   std::vector<RunInfo> missing;
@@ -346,7 +327,6 @@ void backfill_run_tags(Conn& c) {
       run.tags = text(4);
       run.summary = text(5);
       if (row[6]) run.total_energy_j = std::strtod(row[6], nullptr);
-      if (row[7]) run.start_ms = std::strtoll(row[7], nullptr, 10);
       missing.push_back(std::move(run));
     }
     mysql_free_result(r);
@@ -395,11 +375,6 @@ void ensure_schema(Conn& c) {
     // The runs table's default order, newest first, without sorting every run (110 ms at 100,000 runs).
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_start` ON `runs` (`start_ms`)");
     c.exec(std::string(kRunTagsSchema));
-    if (const auto tag_cols = c.columns("run_tags");
-        std::find(tag_cols.begin(), tag_cols.end(), "start_ms") == tag_cols.end()) {
-      c.exec(std::string(kRunTagsStartMigration));
-      c.exec(std::string(kRunTagsStartFill));
-    }
     backfill_run_tags(c);
     // issue 35: runs.j_per_unit and its index; a store that lacks the column gets it filled for every run once.
     const std::vector<std::string> run_cols = c.columns("runs");
@@ -703,11 +678,6 @@ public:
     const bool no_work = columns_[static_cast<size_t>(TableId::Work)]->empty() && table_may_be_absent(TableId::Work);
     RunsFilter f = filter;
     if (no_work && f.sort == RunsSortKey::JPerUnit) f.sort = RunsSortKey::Start; // an older store: no run has it
-    if (f.sort == RunsSortKey::Start)
-      if (auto page = start_order_from_run_tags(f, offset, limit)) {
-        add_page_work(*page, no_work);
-        return std::move(*page);
-      }
     // run_tags only when a tag or user filter names few runs (a Slurm job: 3): MariaDB then starts from run_tags.
     // When many pass, MariaDB 10.11 answers `run_id IN (SELECT run_id FROM run_tags ...)` by scanning runs and
     // probing run_tags for each (FirstMatch), 1.2-1.8 s at 100,000 runs, where the runs' JSON takes 0.15 s a
@@ -760,7 +730,11 @@ public:
     } else {
       fetch(sql, offset, limit);
     }
-    add_page_work(page, no_work);
+    page.work.resize(page.runs.size());
+    if (page.runs.empty() || no_work) return page;
+    const PageWorkSql w = page_work_sql(page.runs);
+    query_typed({ColType::Text, ColType::Text, ColType::Real}, w.sql, w.params,
+                [&](std::span<const Value> row) { add_page_work_row(page.runs, page.work, row); });
     return page;
   }
 
@@ -775,58 +749,6 @@ public:
   }
 
 private:
-  void add_page_work(RunsPage& page, bool no_work) {
-    page.work.resize(page.runs.size());
-    if (page.runs.empty() || no_work) return;
-    const PageWorkSql w = page_work_sql(page.runs);
-    query_typed({ColType::Text, ColType::Text, ColType::Real}, w.sql, w.params,
-                [&](std::span<const Value> row) { add_page_work_row(page.runs, page.work, row); });
-  }
-  // issue 35: a filter that is one run_tags term (a user, a tag, a method, a search), in start order: the count and the
-  // page are each one walk of run_tags' (tag_key, tag_value, start_ms) or (tag_key, start_ms) index, whatever the
-  // number of runs that pass, and only the page's runs are read. nullopt where run_tags cannot answer for every run
-  // (a store no writer of this version has opened, or one an older writer added runs to): the caller answers then.
-  std::optional<RunsPage> start_order_from_run_tags(const RunsFilter& f, size_t offset, size_t limit) {
-    const auto term = single_run_tags_term(f);
-    if (!term) return std::nullopt;
-    try {
-      if (!has_table_column("run_tags", "start_ms")) return std::nullopt;
-      if (conn_.value(std::string(kRunTagsComplete)).value_or("0") != "1") return std::nullopt;
-      if (conn_.value(std::string(kRunTagsStartMissing)).value_or("1") != "0") return std::nullopt;
-    } catch (const MysqlError&) {
-      return std::nullopt; // no run_tags: a store no writer of this version has opened
-    }
-    const char* dir = f.descending ? " DESC" : "";
-    const char* distinct = term->distinct ? "DISTINCT " : "";
-    RunsPage page;
-    query_typed({ColType::Int}, fmt::format("SELECT COUNT({}run_id) FROM run_tags WHERE {}", distinct, term->where),
-                term->params, [&](std::span<const Value> row) {
-                  if (const auto n = value_int(row[0])) page.total = static_cast<size_t>(*n);
-                });
-    const Table& t = table(TableId::Runs);
-    std::vector<ColType> types;
-    std::string cols;
-    select_list(TableId::Runs);
-    const auto& have = *columns_[static_cast<size_t>(TableId::Runs)];
-    for (const auto& c : t.columns) {
-      types.push_back(c.type);
-      const bool stored = have.empty() || std::find(have.begin(), have.end(), c.name) != have.end();
-      cols += fmt::format("{}{}`{}`", cols.empty() ? "" : ", ", stored ? "r." : "NULL AS ", c.name);
-    }
-    query_typed(types,
-                fmt::format("SELECT {0} FROM (SELECT {1}run_id, start_ms FROM run_tags WHERE {2} ORDER BY start_ms{3}, "
-                            "run_id{3} LIMIT {4} OFFSET {5}) p JOIN runs r ON r.run_id = p.run_id ORDER BY "
-                            "p.start_ms{3}, p.run_id{3}",
-                            cols, distinct, term->where, dir, limit, offset),
-                term->params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
-    return page;
-  }
-  bool has_table_column(const std::string& table_name, std::string_view column) {
-    auto& cols = other_columns_[table_name];
-    if (!cols) cols = conn_.columns(table_name);
-    return std::find(cols->begin(), cols->end(), column) != cols->end();
-  }
-  std::map<std::string, std::optional<std::vector<std::string>>> other_columns_;
   // Whether the store's runs table has a column outside the registry (runs.j_per_unit: an older store has not).
   bool has_run_column(std::string_view name) {
     if (!run_columns_) {
