@@ -62,8 +62,14 @@ static double spawn_probe(const char* wattscope, int* rc_out) {
   if (pipe(fds) != 0) return -1;
   char ppid[32];
   snprintf(ppid, sizeof ppid, "%d", (int)getpid());
-  char* argv[] = {"wattscope (vendor init probe)", "--wattscope-init-probe", ppid, "nvmlShutdown", "1", "nvmlInit_v2",
-                  (char*)lib_path(), NULL};
+  char* argv[] = {"wattscope (vendor init probe)",
+                  "--wattscope-init-probe",
+                  ppid,
+                  "nvmlShutdown",
+                  "1",
+                  "nvmlInit_v2",
+                  (char*)lib_path(),
+                  NULL};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, fds[1], 3);

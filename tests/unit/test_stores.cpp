@@ -11,8 +11,8 @@
 #include "core/schema.hpp"
 #include "sinks/csv/csv_reader.hpp"
 #include "sinks/csv/csv_store.hpp"
-#include "sinks/sqlite/sqlite_store.hpp"
 #include "sinks/runs_query.hpp"
+#include "sinks/sqlite/sqlite_store.hpp"
 #include "sinks/store.hpp"
 
 namespace unit_stores { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
