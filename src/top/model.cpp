@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -40,13 +42,29 @@ OptF add_opt(OptF a, const OptF& b) {
   return a.value_or(0) + *b;
 }
 
+// A JSON number as an integer: a float is rounded, and one no int64 holds (1e300, NaN's stand-ins, a huge unsigned)
+// is missing, not undefined behaviour (fuzz_event_stream: 4.7e19 reached a conversion to long).
+OptI json_int(const json& v) {
+  if (v.is_number_integer() && !v.is_number_unsigned()) return v.get<int64_t>();
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    return u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? OptI(static_cast<int64_t>(u))
+                                                                           : std::nullopt;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d >= -9.2e18 && d <= 9.2e18) return static_cast<int64_t>(std::llround(d));
+  }
+  return std::nullopt;
+}
+
 // A JSON number as the member's type; anything else (null, a string) is missing.
 template <class S> void fill_from_json(S& s, std::span<const MetricDef<S>> metrics, const json& j) {
   for (const auto& m : metrics) {
     const auto it = j.find(std::string(m.info.column));
     const bool num = it != j.end() && it->is_number();
     if (m.real) s.*m.real = num ? OptF(it->template get<double>()) : std::nullopt;
-    if (m.integer) s.*m.integer = num ? OptI(it->template get<int64_t>()) : std::nullopt;
+    if (m.integer) s.*m.integer = num ? json_int(*it) : std::nullopt;
   }
 }
 
@@ -56,7 +74,7 @@ OptF num(const json& j, const char* key) {
 }
 OptI inum(const json& j, const char* key) {
   const auto it = j.find(key);
-  return it != j.end() && it->is_number() ? OptI(it->get<int64_t>()) : std::nullopt;
+  return it != j.end() && it->is_number() ? json_int(*it) : std::nullopt;
 }
 std::string str(const json& j, const char* key) {
   const auto it = j.find(key);
