@@ -13,10 +13,14 @@ for kind in release asan; do
   dir=build; [ "$kind" = asan ] && dir=build-asan
   echo "== test ($kind)"
   # halt_on_error: a sanitizer report fails the test that caused it.
+  # intercept_tls_get_addr=0: LeakSanitizer of clang 14 guesses a dynamic TLS block's bounds from a glibc 2.19 header
+  # that glibc 2.36 no longer writes, and now and then scans a bogus range at exit and dies ("Tracer caught signal 11"
+  # in ScanRangeForPointers, google/sanitizers#1322). The fake NVML, dlopen()ed by the wattscope under test, has a
+  # thread_local; CI lost a passing test to it once (a marker flood test, 2026-11-27). Leaks are still checked.
   # The ASan build leaves out the tests labelled release-only (browser pages, deploy files, promtool: see
   # tests/CMakeLists.txt), which sanitizers add nothing to.
   only=(); [ "$kind" = asan ] && only=(-LE release-only)
-  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:intercept_tls_get_addr=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$dir" -j 2 --output-on-failure --timeout 300 "${only[@]}" || status=1
 done
 scripts/fuzz.sh || status=1
