@@ -1,6 +1,7 @@
 #include "phases/phase_tracker.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -13,13 +14,30 @@ std::string gpu_key(int index) {
 } // namespace
 
 PhaseTracker::Energies PhaseTracker::Position::energies() const {
-  if (fraction <= 0 || before == after) return *before;
-  if (fraction >= 1) return *after;
+  if (at <= points.front().at) return *points.front().energies;
+  if (at >= points.back().at) return *points.back().energies;
   Energies out;
-  for (const auto& [device, e1] : *after) {
-    // A device that first answered at the later tick starts there: energy_j counts from its first answer (0).
-    auto it = before->find(device);
-    const double e0 = it == before->end() ? 0.0 : it->second;
+  for (const auto& [device, e_last] : *points.back().energies) {
+    // The nearest known points at or before and at or after `at` that have the device; one that first answered later
+    // counts from 0 at the first point (energy_j counts from its first answer).
+    SteadyClock::time_point t0 = points.front().at, t1 = points.back().at;
+    double e0 = 0, e1 = e_last;
+    bool have_after = false;
+    for (const auto& p : points) {
+      auto it = p.energies->find(device);
+      if (it == p.energies->end()) continue;
+      if (p.at <= at) {
+        t0 = p.at;
+        e0 = it->second;
+      }
+      if (p.at >= at && !have_after) {
+        t1 = p.at;
+        e1 = it->second;
+        have_after = true;
+      }
+    }
+    const double span = std::chrono::duration<double>(t1 - t0).count();
+    const double fraction = span > 0 ? std::clamp(std::chrono::duration<double>(at - t0).count() / span, 0.0, 1.0) : 0;
     out.emplace(device, e0 + (e1 - e0) * fraction);
   }
   return out;
@@ -27,19 +45,43 @@ PhaseTracker::Energies PhaseTracker::Position::energies() const {
 
 void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
   if (m.kind != Marker::Kind::Begin && m.kind != Marker::Kind::End && m.kind != Marker::Kind::Work) return;
-  std::lock_guard lock(mu_);
-  // Begin and end may use the last kReservedForPhases places: a flood of work cannot push a phase's end out.
   const bool phase = m.kind != Marker::Kind::Work;
-  const size_t limit = phase ? kMaxPending : kMaxPending - kReservedForPhases;
-  if (pending_.size() + events_this_tick_ >= limit) {
-    if (dropped_.total() == 0)
-      spdlog::warn("markers arrive faster than wattscope settles them (more than {} for one tick); extra ones are "
-                   "dropped and counted, and the run's work and phases are marked incomplete",
-                   limit);
-    (phase ? dropped_.phase : dropped_.work)++;
-    return;
+  {
+    std::lock_guard lock(mu_);
+    // Begin and end may use the last kReservedForPhases places: a flood of work cannot push a phase's end out.
+    const size_t limit = phase ? kMaxPending : kMaxPending - kReservedForPhases;
+    if (pending_.size() + events_this_tick_ >= limit) {
+      if (dropped_.total() == 0)
+        spdlog::warn("markers arrive faster than wattscope settles them (more than {} for one tick); extra ones are "
+                     "dropped and counted, and the run's work and phases are marked incomplete",
+                     limit);
+      (phase ? dropped_.phase : dropped_.work)++;
+      return;
+    }
+    pending_.push_back({std::move(m), ts_ms, at});
+    if (!phase) return;
+    // issue 33: one reading per edge gap; the phase markers closer than that to the last one are interpolated.
+    if (last_edge_ && at - *last_edge_ < edge_gap_) return;
+    last_edge_ = at;
+    edge_wanted_ = true;
+    ++edge_requests_;
   }
-  pending_.push_back({std::move(m), ts_ms, at});
+  if (edge_hook_) edge_hook_();
+}
+
+bool PhaseTracker::take_edge_request() {
+  std::lock_guard lock(mu_);
+  return std::exchange(edge_wanted_, false);
+}
+
+int64_t PhaseTracker::edge_requests() const {
+  std::lock_guard lock(mu_);
+  return edge_requests_;
+}
+
+void PhaseTracker::add_reading(SteadyClock::time_point at, Energies energies) {
+  if (readings_.size() >= kMaxReadings || energies.empty()) return;
+  readings_.emplace_back(at, std::move(energies));
 }
 
 bool PhaseTracker::admit_event_marker() {
@@ -90,23 +132,24 @@ void PhaseTracker::process(Frame& f) {
   }
   Position pos;
   pos.tick_after = f.tick;
-  pos.after = &now;
   if (!last_tick_) {
     // Nothing before the first tick: a marker before it sits there (energy since run start is 0 there).
     pos.tick_before = f.tick;
-    pos.before = &now;
   } else {
     pos.tick_before = *last_tick_;
-    pos.before = &last_energy_;
+    pos.points.push_back({last_mono_, &last_energy_});
+    // issue 33: the readings taken at phase edges since the last tick, known points between the two ticks
+    std::stable_sort(readings_.begin(), readings_.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (const auto& [at, e] : readings_)
+      if (at > last_mono_ && at < f.mono) pos.points.push_back({at, &e});
   }
-  const double span = std::chrono::duration<double>(f.mono - last_mono_).count();
+  pos.points.push_back({f.mono, &now});
   for (const auto& p : due) {
-    if (last_tick_ && span > 0)
-      pos.fraction = std::clamp(std::chrono::duration<double>(p.at - last_mono_).count() / span, 0.0, 1.0);
-    else
-      pos.fraction = 1;
+    pos.at = p.at;
     settle(p, pos, f);
   }
+  std::erase_if(readings_, [&](const auto& r) { return r.first <= f.mono; });
   last_tick_ = f.tick;
   last_mono_ = f.mono;
   last_energy_ = std::move(now);
@@ -226,9 +269,12 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   // Markers after the last tick have no later tick: they sit at the last one, where the run's own total ends too.
   Position pos;
   pos.tick_before = pos.tick_after = tick;
-  pos.before = pos.after = &last_energy_;
-  for (const auto& p : rest)
+  pos.points.push_back({last_mono_, &last_energy_});
+  readings_.clear(); // past the last tick: the run's total ends there, so its phases do too
+  for (const auto& p : rest) {
+    pos.at = p.at;
     settle(p, pos, out);
+  }
   while (!open_.empty()) {
     open_.back().rec.closed_by_run_end = true;
     close(open_.back(), end_ms, tick, last_energy_, out);

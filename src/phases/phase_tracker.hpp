@@ -17,10 +17,23 @@
 // Bounds (issue 31): at most kMaxPending markers wait for one tick, and work/point markers stop kReservedForPhases
 // short of that, so a flood of work never pushes out a phase's begin or end; at most kMaxOpenPhases phases are open at
 // once. Everything refused is counted (dropped_counts()): the run then says its work and phases are incomplete.
+//
+// Readings at the phase edges (issue 33): between two ticks the power is not known, so a phase's edge interpolated
+// there can be off by up to a quarter of a power step times the interval (2.65 % on a 1.1 s phase at 100 ms,
+// docs/nvidia.md). A begin or end therefore asks for a reading of the devices at once (edge_request(); at most one per
+// edge gap, so a flood of phase markers costs a bounded number of reads and the rest are interpolated as before), and
+// the reading (add_reading(): energy_j per device at the steady time it was read) becomes one more known point of E(t)
+// beside the ticks. A marker's position is then E interpolated between the nearest known points around its own time:
+// the reading follows the marker's arrival by the hand-off and the read itself (microseconds to a few ms), so the
+// marker lies between the point before it and that reading, almost on the reading. Readings are kept for the phase
+// figures only: they are no sample rows, so the grid's samples, interval stats and rates are untouched.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -63,6 +76,24 @@ public:
   // (closed_by_run_end). Returns a markers-only frame (empty phases/work when there is nothing).
   Frame finish(int64_t end_ms);
 
+  // ---- issue 33: readings at the phase edges
+  using Energies = std::map<std::string, double>; // device -> energy_j since run start
+  // Default: phase markers closer than this to the last requested reading are interpolated (the sampler sets a quarter
+  // of its interval when that is longer).
+  static constexpr std::chrono::nanoseconds kMinEdgeGap = std::chrono::milliseconds(5);
+  // Readings kept between two ticks (a bound whatever the gap: the rest wait for the tick).
+  static constexpr size_t kMaxReadings = 256;
+  void set_edge_gap(std::chrono::nanoseconds gap) { edge_gap_ = std::max(gap, kMinEdgeGap); }
+  // Before the run: called (on the marker's thread, outside the tracker's lock) when a begin or end asks for a reading.
+  void set_edge_hook(std::function<void()> hook) { edge_hook_ = std::move(hook); }
+  // Thread-safe: true once after a begin/end asked for a reading (the sampler then reads the devices and
+  // add_reading()s).
+  bool take_edge_request();
+  // Sampler thread, before the next tick's process(): the devices' energy_j read at `at` (a device absent: no reading).
+  void add_reading(SteadyClock::time_point at, Energies energies);
+  int64_t edge_requests() const;
+  // ---- end issue 33
+
   int64_t dropped() const { return dropped_counts().total(); }
   Dropped dropped_counts() const;
   // Thread-safe: markers wait for a tick (adaptive sampling takes the next tick in full for them, issue 18).
@@ -79,7 +110,6 @@ public:
   std::optional<IndexedPhase> open_indexed_phase() const;
 
 private:
-  using Energies = std::map<std::string, double>; // device -> energy_j since run start
   struct Open {
     PhaseRecord rec;
     Energies start_energy;
@@ -89,13 +119,18 @@ private:
     int64_t ts_ms;
     SteadyClock::time_point at;
   };
-  // Where the marker lies: the ticks around it and E interpolated at its time.
+  // A known point of E(t): a tick, or a reading at a phase edge.
+  struct Point {
+    SteadyClock::time_point at;
+    const Energies* energies = nullptr;
+  };
+  // Where the marker lies: the ticks around it and the known points from the tick before it to the tick after it (in
+  // time order); E is interpolated at `at` between the nearest two that have the device.
   struct Position {
     int64_t tick_before = 0;
     int64_t tick_after = 0;
-    const Energies* before = nullptr;
-    const Energies* after = nullptr;
-    double fraction = 0; // of the way from `before` to `after`
+    std::vector<Point> points;
+    SteadyClock::time_point at{};
     Energies energies() const;
   };
   void settle(const Pending& p, const Position& pos, Frame& out);
@@ -117,6 +152,13 @@ private:
   SteadyClock::time_point last_mono_{};
   Energies last_energy_;                             // at last_tick_
   std::map<std::string, std::string> energy_method_; // device -> counter | integrated | estimated
+  // issue 33: readings at phase edges
+  std::chrono::nanoseconds edge_gap_ = kMinEdgeGap;
+  std::function<void()> edge_hook_;
+  bool edge_wanted_ = false;                         // guarded by mu_
+  std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the arrival that last asked for a reading
+  int64_t edge_requests_ = 0;                        // guarded by mu_
+  std::vector<std::pair<SteadyClock::time_point, Energies>> readings_; // sampler thread, since the last tick
 };
 
 } // namespace wattscope

@@ -1,0 +1,237 @@
+// Issue 33 item 3, "each phase of >= 1 s within 1 %": a phase's edge interpolated between two ticks misplaces up to a
+// quarter of the power step there times the interval (2.65 % on a 1.1 s phase at 100 ms, docs/nvidia.md), whoever
+// reads the counter however often. A reading taken at each phase mark puts the edge on a known point. Checked here
+// against the exact integral of a power curve that steps at the phase edges and ramps inside them, and the bound on
+// readings a flood of phase markers may ask for.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "phases/phase_tracker.hpp"
+
+namespace unit_phase_edge_readings {
+
+using namespace wattscope;
+
+namespace {
+
+constexpr int64_t kRunStartMs = 1'700'000'000'000;
+
+SteadyClock::time_point mono_at(int64_t us) {
+  return SteadyClock::time_point(std::chrono::microseconds(us));
+}
+
+// Power, piecewise linear through (seconds, watts) knots; two knots at one time make a step. Its integral is exact:
+// the trapezoid over each linear piece.
+struct Curve {
+  std::vector<std::pair<double, double>> knots;
+  double energy(double t) const { // joules over [0, t]
+    double e = 0;
+    for (size_t i = 0; i + 1 < knots.size(); ++i) {
+      const double a = knots[i].first, b = knots[i + 1].first;
+      if (t <= a) break;
+      if (b <= a) continue;
+      const double end = std::min(t, b);
+      const double p_end = knots[i].second + (knots[i + 1].second - knots[i].second) * (end - a) / (b - a);
+      e += (knots[i].second + p_end) / 2 * (end - a);
+    }
+    if (t > knots.back().first) e += knots.back().second * (t - knots.back().first);
+    return e;
+  }
+};
+
+struct Phase {
+  std::string name;
+  double begin_s, end_s;
+};
+
+Marker marker(Marker::Kind kind, std::string name) {
+  Marker m;
+  m.kind = kind;
+  m.name = std::move(name);
+  return m;
+}
+
+// The run: 6 phases of 1.1-2.5 s, edges off every grid, gaps between them; power steps by 300-450 W at every edge and
+// ramps inside the phases.
+struct Scenario {
+  Curve curve;
+  std::vector<Phase> phases;
+  double run_s = 0;
+};
+
+Scenario scenario() {
+  Scenario s;
+  const double lengths[] = {1.1, 2.5, 1.337, 1.9, 1.2, 2.25};
+  double t = 0.137;
+  s.curve.knots.push_back({0, 120});
+  s.curve.knots.push_back({t, 120});
+  for (int i = 0; i < 6; ++i) {
+    const double b = t, e = t + lengths[i];
+    const double low = 120 + 10 * i, high = 500 + 35 * i;
+    s.curve.knots.push_back({b, high});                     // step up at the begin
+    s.curve.knots.push_back({b + (e - b) / 2, high + 150}); // ramp up
+    s.curve.knots.push_back({e, high - 100});               // ramp down to the end
+    s.curve.knots.push_back({e, low});                      // step down at the end
+    s.phases.push_back({"p" + std::to_string(i), b, e});
+    t = e + 0.263 + 0.041 * i;
+    s.curve.knots.push_back({t, low});
+  }
+  s.run_s = t + 0.5;
+  return s;
+}
+
+struct Result {
+  double worst_pct = 0;
+  size_t phases = 0;
+};
+
+// Drives a tracker as the sampler does at `interval_s`: each marker pushed at its time; with `readings`, the reading
+// it asks for taken `latency_us` after it (the hand-off and the read) and added before the next tick.
+Result run(const Scenario& s, double interval_s, bool readings, int64_t latency_us = 300) {
+  struct Timed {
+    int64_t us;
+    Marker m;
+  };
+  std::vector<Timed> marks;
+  for (const auto& p : s.phases) {
+    marks.push_back({static_cast<int64_t>(std::llround(p.begin_s * 1e6)), marker(Marker::Kind::Begin, p.name)});
+    marks.push_back({static_cast<int64_t>(std::llround(p.end_s * 1e6)), marker(Marker::Kind::End, p.name)});
+  }
+  auto energy_at = [&](int64_t us) { return std::floor(s.curve.energy(static_cast<double>(us) / 1e6) * 1000) / 1000; };
+  PhaseTracker t;
+  std::vector<PhaseRecord> got;
+  size_t next = 0;
+  const auto step = static_cast<int64_t>(std::llround(interval_s * 1e6));
+  const auto until = static_cast<int64_t>(std::llround(s.run_s * 1e6));
+  int64_t tick = 0;
+  for (int64_t us = 0; us <= until; us += step, ++tick) {
+    while (next < marks.size() && marks[next].us <= us) {
+      t.push(marks[next].m, kRunStartMs + marks[next].us / 1000, mono_at(marks[next].us));
+      if (readings && t.take_edge_request()) {
+        const int64_t read_us = marks[next].us + latency_us;
+        t.add_reading(mono_at(read_us), {{"gpu0", energy_at(read_us)}});
+      }
+      ++next;
+    }
+    Frame f;
+    f.tick = tick;
+    f.ts_ms = kRunStartMs + us / 1000;
+    f.mono = mono_at(us);
+    GpuSample g;
+    g.gpu_index = 0;
+    g.energy_j = energy_at(us);
+    f.gpus.push_back(g);
+    t.process(f);
+    for (auto& p : f.phases)
+      got.push_back(std::move(p));
+  }
+  Result r;
+  r.phases = got.size();
+  for (const auto& p : got) {
+    const auto it = std::find_if(s.phases.begin(), s.phases.end(), [&](const Phase& q) { return q.name == p.name; });
+    if (it == s.phases.end() || !p.energy_j) continue;
+    const double truth = s.curve.energy(it->end_s) - s.curve.energy(it->begin_s);
+    r.worst_pct = std::max(r.worst_pct, std::abs(*p.energy_j - truth) / truth * 100);
+  }
+  return r;
+}
+
+} // namespace
+
+TEST(PhaseEdgeReadings, TheCurveIntegratesAsItsTrapezoids) {
+  Curve c{{{0, 100}, {1, 100}, {1, 300}, {3, 500}}};
+  EXPECT_NEAR(c.energy(1), 100, 1e-9);
+  EXPECT_NEAR(c.energy(2), 100 + 350, 1e-9);
+  EXPECT_NEAR(c.energy(4), 100 + 800 + 500, 1e-9);
+}
+
+TEST(PhaseEdgeReadings, EveryPhaseIsWithinOnePercentAt100msWithAReadingAtEachMark) {
+  const Scenario s = scenario();
+  const Result with = run(s, 0.1, true);
+  ASSERT_EQ(with.phases, 6u);
+  EXPECT_LT(with.worst_pct, 1.0);
+  // Without the readings the edges are interpolated between ticks: the step there is misplaced (the case the
+  // readings exist for; this is what the code before them gave).
+  const Result without = run(s, 0.1, false);
+  ASSERT_EQ(without.phases, 6u);
+  EXPECT_GT(without.worst_pct, 1.0);
+}
+
+TEST(PhaseEdgeReadings, AtOneSecondTheReadingsHoldTheEdgesToo) {
+  // The edges rest on the readings whatever the interval: 1 s ticks change only the points in between.
+  const Scenario s = scenario();
+  const Result with = run(s, 1.0, true);
+  ASSERT_EQ(with.phases, 6u);
+  EXPECT_LT(with.worst_pct, 1.0);
+  EXPECT_GT(run(s, 1.0, false).worst_pct, 5.0);
+}
+
+TEST(PhaseEdgeReadings, ALateReadingCostsItsLatencyTimesThePowerStep) {
+  // A reading 20 ms after its marker (a loaded machine) puts up to 20 ms of the stepped power on the wrong side.
+  const Scenario s = scenario();
+  const Result late = run(s, 0.1, true, 20'000);
+  EXPECT_LT(late.worst_pct, 1.0 + 450.0 * 0.02 * 2 / (1.1 * 500) * 100);
+}
+
+TEST(PhaseEdgeReadings, AFloodOfPhaseMarkersAsksForOneReadingPerGap) {
+  PhaseTracker t;
+  int hooks = 0;
+  t.set_edge_hook([&] { ++hooks; });
+  // 5000 begin/end pairs over one second (one every 100 us): at most one reading per 5 ms.
+  for (int i = 0; i < 10000; ++i)
+    t.push(marker(i % 2 ? Marker::Kind::End : Marker::Kind::Begin, "step"), kRunStartMs, mono_at(100 * i));
+  EXPECT_LE(t.edge_requests(), 1'000'000 / 5000 + 1);
+  EXPECT_GE(t.edge_requests(), 1'000'000 / 5000 - 1);
+  EXPECT_EQ(hooks, t.edge_requests());
+  EXPECT_TRUE(t.take_edge_request());
+  EXPECT_FALSE(t.take_edge_request()); // one request taken once
+
+  // A quarter of a 100 ms interval: one per 25 ms. Work markers never ask.
+  PhaseTracker q;
+  q.set_edge_gap(std::chrono::milliseconds(25));
+  for (int i = 0; i < 10000; ++i) {
+    q.push(marker(i % 2 ? Marker::Kind::End : Marker::Kind::Begin, "step"), kRunStartMs, mono_at(100 * i));
+    Marker w = marker(Marker::Kind::Work, "");
+    w.amount = 1;
+    q.push(w, kRunStartMs, mono_at(100 * i + 50));
+  }
+  EXPECT_LE(q.edge_requests(), 1'000'000 / 25'000 + 1);
+}
+
+TEST(PhaseEdgeReadings, ReadingsAreBoundedBetweenTwoTicks) {
+  PhaseTracker t;
+  Frame f0;
+  f0.mono = mono_at(0);
+  GpuSample g;
+  g.gpu_index = 0;
+  g.energy_j = 0.0;
+  f0.gpus.push_back(g);
+  t.process(f0);
+  // E(t) = 10 J per ms from 0 to the tick at 2 ms. Readings fill the cap before the end's reading comes.
+  t.push(marker(Marker::Kind::Begin, "a"), kRunStartMs, mono_at(100));
+  for (size_t i = 0; i < PhaseTracker::kMaxReadings; ++i)
+    t.add_reading(mono_at(100 + static_cast<int64_t>(i)), {{"gpu0", 1.0 + 0.01 * static_cast<double>(i)}});
+  t.push(marker(Marker::Kind::End, "a"), kRunStartMs + 1, mono_at(1'500));
+  t.add_reading(mono_at(1'500), {{"gpu0", 15.0}}); // past the cap: refused
+  Frame f1;
+  f1.tick = 1;
+  f1.mono = mono_at(2000);
+  g.energy_j = 20.0;
+  f1.gpus.push_back(g);
+  t.process(f1);
+  ASSERT_EQ(f1.phases.size(), 1u);
+  ASSERT_TRUE(f1.phases[0].energy_j);
+  // The begin on its reading (100 us: 1 J); the end interpolated between the last kept reading and
+  // the tick (2000 us: 20 J), not on the refused reading.
+  const double last_kept = 1.0 + 0.01 * static_cast<double>(PhaseTracker::kMaxReadings - 1);
+  const double t_last = 100.0 + static_cast<double>(PhaseTracker::kMaxReadings - 1);
+  const double end = last_kept + (20.0 - last_kept) * (1500.0 - t_last) / (2000.0 - t_last);
+  EXPECT_NEAR(*f1.phases[0].energy_j, end - 1.0, 1e-9);
+}
+
+} // namespace unit_phase_edge_readings
