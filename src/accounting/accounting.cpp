@@ -196,6 +196,15 @@ void Accounting::settle_events_locked(Frame& f) {
   summary_.events = next_event_seq_;
 }
 
+std::optional<double> Accounting::counter_energy_j(int gpu_index, int64_t counter_uj) const {
+  std::lock_guard lock(mu_);
+  auto it = energy_.find(gpu_index);
+  if (it == energy_.end() || !it->second.method_known || !it->second.counter) return std::nullopt;
+  const EnergyState& st = it->second;
+  if (counter_uj < st.last_uj) return std::nullopt;
+  return static_cast<double>(st.carried_uj + counter_uj - st.base_uj) / 1e6;
+}
+
 void Accounting::process(Frame& f) {
   std::lock_guard lock(mu_);
   settle_events_locked(f);

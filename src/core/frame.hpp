@@ -170,6 +170,14 @@ struct WorkRecord {
 };
 // --- end phases and work
 
+// issue 33: a GPU's energy counter read off the grid, when a phase began or ended (Sampler::request_counter_reading),
+// so that the phase's edge rests on a reading instead of being interpolated between two ticks.
+struct CounterReading {
+  int gpu_index = 0;
+  int64_t counter_uj = 0;
+  SteadyClock::time_point at{}; // the middle of the call
+};
+
 struct Frame {
   int64_t tick = 0;  // grid slot number since run start; gaps mean the sampler skipped late slots
   int64_t ts_ms = 0; // UTC wall clock, milliseconds since the epoch, taken once per tick
@@ -199,6 +207,8 @@ struct Frame {
   // issue 36: (gpu_index, registry column) of each series the anomaly detector holds anomalous at this tick, for the
   // alert rules with `anomaly = true` (pipeline/anomaly_monitor.hpp).
   std::vector<std::pair<int, std::string_view>> anomalies;
+  // issue 33: energy counters read at phase edges since the previous frame (for the phase tracker only: no rows)
+  std::vector<CounterReading> counter_readings;
 };
 
 } // namespace wattscope

@@ -62,6 +62,15 @@ void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
     if (!phase) return;
     // issue 33: one reading per edge gap; the phase markers closer than that to the last one are interpolated.
     if (last_edge_ && at - *last_edge_ < edge_gap_) return;
+    if (edge_period_.count() > 0) {
+      if (edge_refilled_ && at > *edge_refilled_)
+        edge_tokens_ =
+            std::min<double>(edge_burst_, edge_tokens_ + std::chrono::duration<double>(at - *edge_refilled_) /
+                                                             std::chrono::duration<double>(edge_period_));
+      if (!edge_refilled_ || at > *edge_refilled_) edge_refilled_ = at;
+      if (edge_tokens_ < 1) return;
+      edge_tokens_ -= 1;
+    }
     last_edge_ = at;
     edge_wanted_ = true;
     ++edge_requests_;
@@ -82,6 +91,10 @@ int64_t PhaseTracker::edge_requests() const {
 void PhaseTracker::add_reading(SteadyClock::time_point at, Energies energies) {
   if (readings_.size() >= kMaxReadings || energies.empty()) return;
   readings_.emplace_back(at, std::move(energies));
+}
+
+void PhaseTracker::add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j) {
+  add_reading(at, Energies{{gpu_key(gpu_index), energy_j}});
 }
 
 bool PhaseTracker::admit_event_marker() {

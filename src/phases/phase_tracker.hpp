@@ -20,8 +20,9 @@
 //
 // Readings at the phase edges (issue 33): between two ticks the power is not known, so a phase's edge interpolated
 // there can be off by up to a quarter of a power step times the interval (2.65 % on a 1.1 s phase at 100 ms,
-// docs/nvidia.md). A begin or end therefore asks for a reading of the devices at once (edge_request(); at most one per
-// edge gap, so a flood of phase markers costs a bounded number of reads and the rest are interpolated as before), and
+// docs/nvidia.md). A begin or end therefore asks for a reading of the devices at once (the edge hook: the session's
+// asks the sampler, Sampler::request_counter_reading; at most one per edge gap and within the edge budget, so a flood
+// of phase markers costs a bounded number of reads and the rest are interpolated as before), and
 // the reading (add_reading(): energy_j per device at the steady time it was read) becomes one more known point of E(t)
 // beside the ticks. A marker's position is then E interpolated between the nearest known points around its own time:
 // the reading follows the marker's arrival by the hand-off and the read itself (microseconds to a few ms), so the
@@ -83,7 +84,20 @@ public:
   static constexpr std::chrono::nanoseconds kMinEdgeGap = std::chrono::milliseconds(5);
   // Readings kept between two ticks (a bound whatever the gap: the rest wait for the tick).
   static constexpr size_t kMaxReadings = 256;
-  void set_edge_gap(std::chrono::nanoseconds gap) { edge_gap_ = std::max(gap, kMinEdgeGap); }
+  // Thread-safe.
+  void set_edge_gap(std::chrono::nanoseconds gap) {
+    std::lock_guard lock(mu_);
+    edge_gap_ = std::max(gap, kMinEdgeGap);
+  }
+  // Thread-safe: besides the gap, at most `burst` readings back to back, then one per `period` (a token bucket), so a
+  // phase per training step costs at most one reading per period however fast the steps go. A period of 0: no bound
+  // but the gap.
+  void set_edge_budget(std::chrono::nanoseconds period, int burst) {
+    std::lock_guard lock(mu_);
+    edge_period_ = period;
+    edge_burst_ = std::max(1, burst);
+    edge_tokens_ = edge_burst_;
+  }
   // Before the run: called (on the marker's thread, outside the tracker's lock) when a begin or end asks for a reading.
   void set_edge_hook(std::function<void()> hook) { edge_hook_ = std::move(hook); }
   // Thread-safe: true once after a begin/end asked for a reading (the sampler then reads the devices and
@@ -91,6 +105,8 @@ public:
   bool take_edge_request();
   // Sampler thread, before the next tick's process(): the devices' energy_j read at `at` (a device absent: no reading).
   void add_reading(SteadyClock::time_point at, Energies energies);
+  // The same for one GPU (its energy_j, keyed as the ticks key it).
+  void add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j);
   int64_t edge_requests() const;
   // ---- end issue 33
 
@@ -154,6 +170,10 @@ private:
   std::map<std::string, std::string> energy_method_; // device -> counter | integrated | estimated
   // issue 33: readings at phase edges
   std::chrono::nanoseconds edge_gap_ = kMinEdgeGap;
+  std::chrono::nanoseconds edge_period_{0};              // guarded by mu_: the budget's refill period
+  int edge_burst_ = 1;                                   // guarded by mu_
+  double edge_tokens_ = 1;                               // guarded by mu_
+  std::optional<SteadyClock::time_point> edge_refilled_; // guarded by mu_
   std::function<void()> edge_hook_;
   bool edge_wanted_ = false;                         // guarded by mu_
   std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the arrival that last asked for a reading

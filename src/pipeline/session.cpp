@@ -269,6 +269,11 @@ void Session::open() {
   // --- issue 15: markers. Begin/end/work settle on the sampler thread (PhaseTracker); points and model
   // descriptions are events.
   phases_ = std::make_unique<PhaseTracker>();
+  // issue 33: a phase's begin or end asks the GPUs for their energy counters at once (set on below once the sampler
+  // exists, where the interval is long enough for it to matter)
+  phases_->set_edge_hook([this] {
+    if (Sampler* s = edge_sampler_.load(std::memory_order_acquire)) s->request_counter_reading();
+  });
   on_marker_ = [this](Marker m, int64_t ts_ms) {
     // issue 31: points and model descriptions share the per-tick budget of the markers the tracker queues
     if ((m.kind == Marker::Kind::Point || m.kind == Marker::Kind::Model) && !phases_->admit_event_marker()) return;
@@ -341,6 +346,10 @@ void Session::start() {
             if (p.in_run) busy_s += p.cpu_time_s;
           run_busy_cores_ = busy_s / f.processes->window_s;
         }
+        // issue 33: the counters read at phase edges, as energy_j by the ticks' rule (before this tick moves it on)
+        for (const auto& r : f.counter_readings)
+          if (auto e = acc_->counter_energy_j(r.gpu_index, r.counter_uj))
+            phases_->add_gpu_reading(r.gpu_index, r.at, *e);
         acc_->process(f);
         phases_->process(f);
         if (sim_phases_) hold_simulated(f); // issue 29
@@ -365,6 +374,14 @@ void Session::start() {
     opening_->started = true;
     for (auto& e : opening_->pending)
       if (e->done && !e->taken) join_late(*e);
+  }
+  // issue 33: readings at phase edges where a tick is long enough for an edge between two to cost a phase its truth
+  // (a power step inside the tick misplaces up to a quarter of it times the interval). Markers within 5 ms of a
+  // reading share it, and a budget of 4 back to back then one per interval bounds a phase-per-step loop to the
+  // ticks' own counter reads again (docs/nvidia.md).
+  if (opts_.interval >= kEdgeReadingsFrom) {
+    phases_->set_edge_budget(opts_.interval, kEdgeReadingBurst);
+    edge_sampler_.store(sampler_.get(), std::memory_order_release);
   }
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
@@ -522,6 +539,7 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
     sim_cv_.notify_all();
     sim_thread_.join();
   }
+  edge_sampler_.store(nullptr, std::memory_order_release);
   if (sampler_) sampler_->stop();
   if (tracker_) {
     // The final `processes` rows: every process still known, with the tick it was last seen at; and the rows of a

@@ -131,6 +131,10 @@ private:
   std::unique_ptr<Accounting> acc_;
   std::vector<std::unique_ptr<SinkWriter>> writers_;
   std::unique_ptr<Sampler> sampler_;
+  // issue 33: the sampler that phase edges ask for counter readings (null: none asked); the marker thread reads it
+  std::atomic<Sampler*> edge_sampler_{nullptr};
+  static constexpr std::chrono::nanoseconds kEdgeReadingsFrom = std::chrono::milliseconds(100);
+  static constexpr int kEdgeReadingBurst = 4; // then one reading per interval: at most the ticks' own counter reads
   std::unique_ptr<ProcessTracker> tracker_;
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15

@@ -12,6 +12,10 @@ namespace wattscope {
 
 using namespace std::chrono_literals;
 
+namespace {
+constexpr size_t kMaxHeldReadings = 1024; // issue 33: per worker, between two ticks
+} // namespace
+
 int64_t GridSchedule::next_slot(int64_t done, SteadyClock::time_point now) const {
   if (now < t0_) return done + 1;
   int64_t latest_due = (now - t0_) / interval_;
@@ -34,6 +38,11 @@ struct Sampler::Worker {
   bool busy = false;            // guarded by mu: inside source->sample()
   bool quit = false;            // guarded by mu
   bool ready = false;           // guarded by mu: the thread runs and waits for its first tick
+  // issue 33: an off-grid reading of the energy counters is asked for (reading_wanted), being taken (reading_busy, not
+  // `busy`: a tick asked meanwhile is queued behind it, not treated as late), and taken (readings, for the next tick).
+  bool reading_wanted = false;          // guarded by mu
+  bool reading_busy = false;            // guarded by mu
+  std::vector<CounterReading> readings; // guarded by mu
   Frame scratch;
   // Sampler thread only.
   bool asked = false;    // asked on this tick
@@ -68,9 +77,24 @@ void Sampler::start_worker(const std::shared_ptr<Worker>& w) {
     std::unique_lock lock(w->mu);
     w->ready = true;
     w->done.notify_all();
+    std::vector<CounterReading> got;
     for (;;) {
-      w->wake.wait(lock, [&] { return w->requested || w->quit; });
+      w->wake.wait(lock, [&] { return w->requested || w->quit || w->reading_wanted; });
       if (w->quit) return;
+      if (!w->requested) { // issue 33: a reading at a phase's edge, between ticks
+        w->reading_wanted = false;
+        w->reading_busy = true;
+        lock.unlock();
+        got.clear();
+        w->source->read_energy_counters(got);
+        lock.lock();
+        w->reading_busy = false;
+        // Bounded whatever the asker does: the sampler takes them every tick; past the bound they are dropped (the
+        // phase's edge is then interpolated between ticks, as without readings).
+        if (w->readings.size() + got.size() <= kMaxHeldReadings)
+          w->readings.insert(w->readings.end(), got.begin(), got.end());
+        continue; // nobody waits on it: a tick asked meanwhile is taken next
+      }
       w->requested = false;
       w->busy = true;
       const bool probe = w->probe;
@@ -111,13 +135,39 @@ void Sampler::take_adopted() {
     auto w = std::make_shared<Worker>();
     w->source = std::move(s);
     start_worker(w);
+    if (w->source->reads_energy_counters()) {
+      std::lock_guard lock(mu_);
+      counter_workers_.push_back(w);
+    }
     workers_.push_back(std::move(w));
   }
 }
 
+void Sampler::request_counter_reading() {
+  std::vector<std::shared_ptr<Worker>> asked;
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) return;
+    asked = counter_workers_;
+  }
+  for (auto& w : asked) {
+    {
+      std::lock_guard lock(w->mu);
+      if (w->quit || w->reading_wanted) continue;
+      w->reading_wanted = true;
+    }
+    w->wake.notify_one();
+  }
+}
+
 void Sampler::start() {
-  for (auto& w : workers_)
+  for (auto& w : workers_) {
     start_worker(w);
+    if (w->source->reads_energy_counters()) {
+      std::lock_guard lock(mu_);
+      counter_workers_.push_back(w);
+    }
+  }
   // Tick 0 waits until every worker runs: a thread still being created on a loaded machine reads its device late,
   // and the energy counter's first reading with it (in one loaded run the counter and the power integral parted by
   // 1 % over 2 s at 300 W, as if the first reading came ~27 ms after the tick's time).
@@ -143,7 +193,7 @@ void Sampler::stop() {
     {
       std::lock_guard lock(w->mu);
       w->quit = true;
-      busy = w->busy;
+      busy = w->busy || w->reading_busy;
     }
     w->wake.notify_all();
     if (!w->thread.joinable()) continue;
@@ -202,6 +252,12 @@ void Sampler::collect(Worker& w, Frame& frame, SteadyClock::time_point deadline)
       frame.events.push_back({0, frame.ts_ms, "source-late", std::string(name), std::move(detail)});
     }
     return;
+  }
+  // issue 33: the counters read at phase edges since the last tick (the tick waited for a read in progress)
+  if (!w.readings.empty()) {
+    counter_readings_.fetch_add(static_cast<int64_t>(w.readings.size()), std::memory_order_relaxed);
+    frame.counter_readings.insert(frame.counter_readings.end(), w.readings.begin(), w.readings.end());
+    w.readings.clear();
   }
   lock.unlock(); // the scratch is the sampler's again
   w.unmerged = false;

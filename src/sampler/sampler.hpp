@@ -85,6 +85,12 @@ public:
   // Issue 31: a source opened after start() (a vendor library whose init ran beside the command). Thread-safe; it is
   // sampled from the next tick on, on a worker of its own if it may block.
   void adopt(std::shared_ptr<Source> source);
+  // Issue 33, thread-safe (a phase's begin or end): each source that reads_energy_counters() reads them now, on its
+  // worker, between ticks (a tick asked meanwhile waits for the read: at most one read per GPU, micro- to a few
+  // milliseconds). The readings travel in the next frame (Frame::counter_readings). A worker busy inside a tick reads
+  // after it; one stuck in the driver never does. The caller bounds how often it asks (PhaseTracker's edge gap).
+  void request_counter_reading();
+  int64_t counter_readings() const { return counter_readings_.load(std::memory_order_relaxed); }
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
   // waited for: it is detached and ends when the call returns.
   void stop();
@@ -114,7 +120,9 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::vector<std::shared_ptr<Source>> adopted_; // guarded by mu_: sources to join at the next tick
+  std::vector<std::shared_ptr<Source>> adopted_;         // guarded by mu_: sources to join at the next tick
+  std::vector<std::shared_ptr<Worker>> counter_workers_; // guarded by mu_: workers whose source reads_energy_counters()
+  std::atomic<int64_t> counter_readings_{0};             // issue 33: off-grid readings taken (GPU reads)
   SamplerStats stats_;
 };
 

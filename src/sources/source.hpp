@@ -68,6 +68,10 @@ public:
   // issue 33: a value read on a schedule (a costly energy counter, read once a second) waits for the run's last
   // sample to be read again, so the run ends on a reading: the sampler then takes that sample even right after a tick.
   virtual bool wants_final_read() const { return false; }
+  // issue 33: the source can read its GPUs' energy counters alone, off the tick's grid (a phase's edge). Called on the
+  // thread that samples it, never during sample().
+  virtual bool reads_energy_counters() const { return false; }
+  virtual void read_energy_counters(std::vector<CounterReading>& /*out*/) noexcept {}
   // Adaptive sampling (issue 18, sampler/adaptive.hpp): the cheap reading taken on the ticks between full samples
   // while the machine is idle, enough to see activity: GPU utilisation only (one GpuSample per device with
   // util_gpu_pct), or the CPU's utilisation. Most sources have nothing to say about activity and do nothing. A

@@ -47,6 +47,39 @@ TEST(Accounting, CounterEnergyIsTheExactDeltaAcrossAReset) {
   EXPECT_EQ(s.gpus[0].device.energy_method, "counter");
 }
 
+// issue 33: a counter read off the grid (a phase's edge) stands for the energy the ticks' rule gives that reading:
+// the rise since the first reading plus what was counted before a reset.
+TEST(Accounting, ACounterReadingOffTheGridIsTheEnergyTheTicksWouldGiveIt) {
+  Accounting acc(one_gpu());
+  const auto t0 = SteadyClock::now();
+  EXPECT_FALSE(acc.counter_energy_j(0, 1'000'000)); // nothing read yet
+  const int64_t counter_mj[] = {5'000'000, 5'012'345, 100};
+  for (int64_t k = 0; k < 3; ++k) {
+    Frame f = frame(k, t0, 100ms);
+    GpuSample s;
+    s.energy_counter_uj = counter_mj[k] * 1000;
+    f.gpus.push_back(s);
+    acc.process(f);
+    if (k == 1) {
+      // between tick 1 and tick 2: 5,012,345 mJ -> 12.345 J; 5,020,000 mJ -> 20 J
+      EXPECT_DOUBLE_EQ(*acc.counter_energy_j(0, 5'020'000'000), 20.0);
+      EXPECT_DOUBLE_EQ(*acc.counter_energy_j(0, 5'012'345'000), *f.gpus[0].energy_j);
+      EXPECT_FALSE(acc.counter_energy_j(0, 5'012'000'000)); // below the last reading: a reset, left to the tick
+      EXPECT_FALSE(acc.counter_energy_j(1, 5'020'000'000)); // no such GPU
+    }
+  }
+  // After the reset at tick 2 (counter 100 mJ): 12.345 J carried, plus the rise from 100 mJ
+  EXPECT_DOUBLE_EQ(*acc.counter_energy_j(0, 1'100'000), 12.345 + 1.0);
+  // A GPU integrated from power has no counter to read
+  Accounting power_only(one_gpu());
+  Frame f = frame(0, t0, 100ms);
+  GpuSample s;
+  s.power_w = 300;
+  f.gpus.push_back(s);
+  power_only.process(f);
+  EXPECT_FALSE(power_only.counter_energy_j(0, 1'000'000));
+}
+
 TEST(Accounting, IntegratesPowerWithTheTrapezoidRuleWhenNoCounter) {
   Accounting acc(one_gpu());
   const auto t0 = SteadyClock::now();

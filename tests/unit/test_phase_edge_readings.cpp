@@ -209,6 +209,25 @@ TEST(PhaseEdgeReadings, AFloodOfPhaseMarkersAsksForOneReadingPerGap) {
   EXPECT_LE(q.edge_requests(), 1'000'000 / 25'000 + 1);
 }
 
+// A phase per training step: 10,000 edges in a second, with a budget of 4 back to back and one per 100 ms after.
+TEST(PhaseEdgeReadings, ABudgetBoundsTheReadingsAFastStepLoopAsksFor) {
+  PhaseTracker t;
+  t.set_edge_budget(std::chrono::milliseconds(100), 4);
+  int hooks = 0;
+  t.set_edge_hook([&] { ++hooks; });
+  for (int i = 0; i < 10000; ++i)
+    t.push(marker(i % 2 ? Marker::Kind::End : Marker::Kind::Begin, "step"), kRunStartMs, mono_at(100 * i));
+  EXPECT_GE(t.edge_requests(), 4 + 9);
+  EXPECT_LE(t.edge_requests(), 4 + 10);
+  EXPECT_EQ(hooks, t.edge_requests());
+  // Phases seconds apart are never held back by it: every edge asks
+  PhaseTracker slow;
+  slow.set_edge_budget(std::chrono::milliseconds(1000), 4);
+  for (int i = 0; i < 20; ++i)
+    slow.push(marker(i % 2 ? Marker::Kind::End : Marker::Kind::Begin, "epoch"), kRunStartMs, mono_at(1'100'000LL * i));
+  EXPECT_EQ(slow.edge_requests(), 20);
+}
+
 TEST(PhaseEdgeReadings, ReadingsAreBoundedBetweenTwoTicks) {
   PhaseTracker t;
   Frame f0;

@@ -273,4 +273,128 @@ TEST(Sampler, StopDoesNotWaitForAHungDriverAndKeepsItAlive) {
     std::this_thread::sleep_for(10ms);
   EXPECT_TRUE(destroyed.load());
 }
+
+namespace {
+// issue 33: a vendor library whose energy counter can be read alone (a phase's edge); the counter is the microseconds
+// since `t0`, so a reading says when it was taken. `read_cost` is spent inside each off-grid read.
+class CounterSource final : public Source {
+public:
+  std::string_view name() const override { return "counter"; }
+  bool open() override { return true; }
+  SourceStatus status() const override { return SourceStatus::ok("test source", false); }
+  bool may_block() const override { return true; }
+  bool reads_energy_counters() const override { return true; }
+  void sample(Frame& f) noexcept override {
+    in_sample = true;
+    GpuSample s;
+    s.gpu_index = 0;
+    s.energy_counter_uj = now_us();
+    f.gpus.push_back(s);
+    in_sample = false;
+  }
+  void read_energy_counters(std::vector<CounterReading>& out) noexcept override {
+    if (in_sample) overlapped = true; // never: the worker reads between ticks
+    reads++;
+    const auto at = SteadyClock::now();
+    std::this_thread::sleep_for(read_cost);
+    out.push_back({0, now_us(), at + read_cost / 2});
+  }
+  int64_t now_us() const {
+    return std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - t0).count();
+  }
+  const SteadyClock::time_point t0 = SteadyClock::now();
+  std::chrono::milliseconds read_cost{0};
+  std::atomic<int> reads{0};
+  std::atomic<bool> in_sample{false}, overlapped{false};
+};
+
+struct Taken {
+  int64_t tick;
+  SteadyClock::time_point mono;
+  size_t gpus;
+  std::vector<CounterReading> readings;
+  std::vector<std::string> events;
+};
+} // namespace
+
+// A reading asked between two ticks is taken at once on the source's worker (not at the next tick) and travels in the
+// next frame; asking again while one is wanted asks once.
+TEST(Sampler, ACounterReadingAskedBetweenTicksIsTakenAtOnceAndComesWithTheNextFrame) {
+  auto src = std::make_shared<CounterSource>();
+  std::mutex mu;
+  std::vector<Taken> taken;
+  Sampler s({std::make_shared<SleepySource>(), src}, 200ms, [&](Frame& f) {
+    std::lock_guard lock(mu);
+    std::vector<std::string> ev;
+    for (const auto& e : f.events)
+      ev.push_back(e.kind);
+    taken.push_back({f.tick, f.mono, f.gpus.size(), f.counter_readings, ev});
+  });
+  s.start();
+  std::this_thread::sleep_for(300ms); // between tick 1 (200 ms) and tick 2 (400 ms)
+  const auto asked = SteadyClock::now();
+  s.request_counter_reading();
+  s.request_counter_reading(); // while the first is wanted or being taken: at most one more
+  std::this_thread::sleep_for(350ms);
+  s.stop();
+  std::lock_guard lock(mu);
+  int readings = 0;
+  for (size_t i = 0; i < taken.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(taken[i].gpus, 1u); // no tick lost its GPU to a reading
+    for (const auto& r : taken[i].readings) {
+      ++readings;
+      ASSERT_GT(i, 0u);
+      // Taken after it was asked, before the frame that carries it, after the frame before it
+      EXPECT_GE(r.at, asked);
+      EXPECT_LT(r.at - asked, 50ms);
+      EXPECT_LT(r.at, taken[i].mono);
+      EXPECT_GT(r.at, taken[i - 1].mono);
+      // The counter at the reading's own time (microseconds since t0)
+      EXPECT_NEAR(static_cast<double>(r.counter_uj),
+                  static_cast<double>(std::chrono::duration_cast<std::chrono::microseconds>(r.at - src->t0).count()),
+                  2000);
+    }
+  }
+  EXPECT_GE(readings, 1);
+  EXPECT_LE(readings, 2);
+  EXPECT_EQ(readings, src->reads.load());
+  EXPECT_EQ(s.counter_readings(), readings);
+  EXPECT_FALSE(src->overlapped.load());
+}
+
+// A reading in progress when a tick falls due delays that tick's read of the source by the reading's own cost; the
+// tick is not taken for late and the source is not left out.
+TEST(Sampler, ATickDueDuringAReadingWaitsForItAndIsNotLate) {
+  auto src = std::make_shared<CounterSource>();
+  src->read_cost = 60ms;
+  std::mutex mu;
+  std::vector<Taken> taken;
+  Sampler s({src}, 100ms, [&](Frame& f) {
+    std::lock_guard lock(mu);
+    std::vector<std::string> ev;
+    for (const auto& e : f.events)
+      ev.push_back(e.kind);
+    taken.push_back({f.tick, f.mono, f.gpus.size(), f.counter_readings, ev});
+  });
+  s.start();
+  for (int i = 0; i < 8; ++i) { // readings that straddle the ticks at every phase of the interval
+    std::this_thread::sleep_for(std::chrono::milliseconds(70 + 13 * i));
+    s.request_counter_reading();
+  }
+  std::this_thread::sleep_for(150ms);
+  s.stop();
+  std::lock_guard lock(mu);
+  ASSERT_GE(taken.size(), 8u);
+  int readings = 0;
+  for (const auto& t : taken) {
+    EXPECT_EQ(t.gpus, 1u) << "tick " << t.tick;
+    EXPECT_TRUE(std::find(t.events.begin(), t.events.end(), "source-late") == t.events.end()) << "tick " << t.tick;
+    readings += static_cast<int>(t.readings.size());
+  }
+  EXPECT_EQ(s.stats().late.load(), 0);
+  EXPECT_GE(readings, 6); // each asked between two readings' ends is taken; the last may come after the last frame
+  EXPECT_FALSE(src->overlapped.load());
+}
+
 } // namespace unit_sampler

@@ -1039,6 +1039,23 @@ void NvmlSource::sample(Frame& frame) noexcept {
   }
 }
 
+void NvmlSource::read_energy_counters(std::vector<CounterReading>& out) noexcept {
+  try {
+    for (auto& d : devs_) {
+      // Only what a tick would read now: a lost GPU, one backing off or one whose counter is off is left to the ticks
+      // (which also say why); a failure here is not counted against the GPU.
+      if (d.lost || d.unknown_failures > 0 || !d.on[cEnergy]) continue;
+      unsigned long long mj = 0;
+      const auto t0 = SteadyClock::now();
+      if (lib_->device_total_energy(d.handle, &mj) != kSuccess) continue;
+      const auto t1 = SteadyClock::now();
+      out.push_back({d.info.gpu_index, static_cast<int64_t>(mj) * 1000, t0 + (t1 - t0) / 2}); // NVML counts mJ
+    }
+  } catch (...) {
+    // allocation failure: the readings taken so far stand
+  }
+}
+
 void NvmlSource::probe(Frame& frame) noexcept {
   try {
     frame.gpus.reserve(frame.gpus.size() + devs_.size());

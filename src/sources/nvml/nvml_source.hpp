@@ -175,6 +175,9 @@ public:
   bool may_block() const override { return true; }   // a GPU falling off the bus can hang NVML for seconds
   bool opens_aside() const override { return true; } // issue 31: nvmlInit can take seconds, or hang
   bool wants_final_read() const override { return energy_scheduled_.load(std::memory_order_relaxed); } // issue 33
+  // issue 33: nvmlDeviceGetTotalEnergyConsumption alone, for a phase's edge (worker thread, between ticks)
+  bool reads_energy_counters() const override { return lib_ && lib_->device_total_energy != nullptr; }
+  void read_energy_counters(std::vector<CounterReading>& out) noexcept override;
   SourceStatus status() const override;
   std::vector<std::string> doctor_lines() const override;
   std::vector<GpuDevice> devices() const override;
