@@ -136,6 +136,42 @@ std::vector<RunsPagePart> j_per_unit_page(const RunsSql& base, bool descending, 
   return parts;
 }
 
+std::optional<KeyedRunsSql> keyed_runs_sql(const RunsFilter& f, std::string_view prefix, size_t key_chars,
+                                           std::string_view user_key) {
+  // The search is not among them: a LIKE '%q%' over 100,000 texts of the index took 0.1-0.18 s on MariaDB 10.11, no
+  // faster than over the runs' own columns.
+  if (!f.task.empty() || !f.host.empty() || !f.q.empty()) return std::nullopt;
+  const int terms = static_cast<int>(f.tags.size()) + !f.user.empty() + !f.method.empty();
+  if (terms != 1) return std::nullopt;
+  auto chars = [](std::string_view s) {
+    return static_cast<size_t>(std::count_if(s.begin(), s.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+  };
+  KeyedRunsSql out;
+  std::string key, value;
+  if (!f.tags.empty()) {
+    key = f.tags.front().first;
+    value = f.tags.front().second;
+  } else if (!f.user.empty()) {
+    key = user_key;
+    value = f.user;
+  } else if (!f.method.empty()) {
+    key = kRunTagsMethodKey;
+    value = f.method;
+  }
+  if (chars(value) > key_chars) return std::nullopt;
+  out.where = fmt::format(" WHERE {0}tag_key = ? AND {0}value_key = ?", prefix);
+  out.params = {key, value};
+  if (f.from_ms) {
+    out.where += fmt::format(" AND {}start_ms >= ?", prefix);
+    out.params.emplace_back(*f.from_ms);
+  }
+  if (f.to_ms) {
+    out.where += fmt::format(" AND {}start_ms < ?", prefix);
+    out.params.emplace_back(*f.to_ms);
+  }
+  return out;
+}
+
 RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start) {
   RunsSql out;
   std::vector<std::string> terms;

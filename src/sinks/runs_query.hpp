@@ -96,6 +96,19 @@ struct RunTagRow {
 };
 std::vector<RunTagRow> run_tag_rows(const RunInfo& run);
 
+// issue 35 (MariaDB): a filter of exactly one run_tags term (one tag, user or method) and at most a date range,
+// answered from run_tags alone through its keyed columns (value_key: the value whole where it has at most
+// `key_chars` characters, else NULL; start_ms: the run's) and their index (tag_key, value_key, start_ms, run_id): the
+// count is an index range, the page in start order its first rows. The user's rows are those under `user_key` (each
+// distinct value of the run's user and slurm_user tags once). `where` names run_tags' columns with `prefix` ("d." in a
+// join). Nothing where the filter has another term, a task or host, or an exact value the key cannot hold whole.
+struct KeyedRunsSql {
+  std::string where; // " WHERE ..."
+  std::vector<SqlParam> params;
+};
+std::optional<KeyedRunsSql> keyed_runs_sql(const RunsFilter& filter, std::string_view prefix, size_t key_chars,
+                                           std::string_view user_key);
+
 // issue 35: J per unit kept beside each runs row by the SQL stores (runs.j_per_unit, not a registry column: the CSV
 // store has none), so that sort=j_per_unit walks an index instead of computing the figure for every run. A writer
 // sets it whenever it writes a runs row (the run's start, its end, an export or a spilled run replayed: after the

@@ -464,9 +464,42 @@ TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = 'slurm_partition' AND tag_value = 'GPU'"),
             "0\n")
       << "a tag compares exactly (utf8mb4_bin)";
-  // A tag filter that names few runs is answered from run_tags: a value changed there alone is found.
-  db.sql("UPDATE wattscope.run_tags SET tag_value = '5010' WHERE run_id = 'gen-000100' AND tag_key = 'slurm_job_id'");
+  // A tag filter is answered from run_tags: a value changed there alone is found.
+  db.sql("UPDATE wattscope.run_tags SET tag_value = '5010', value_key = '5010' WHERE run_id = 'gen-000100' AND "
+         "tag_key = 'slurm_job_id'");
   EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_job_id%3D5010"), 0, 10).total, 4u);
+  db.sql("UPDATE wattscope.run_tags SET tag_value = '5033', value_key = '5033' WHERE run_id = 'gen-000100' AND "
+         "tag_key = 'slurm_job_id'");
+  // One filter that many runs pass (user, method, a tag) is answered from run_tags' keyed index alone (value_key, the
+  // @user rows): a key changed there alone is what the filter finds, in every order.
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE value_key IS NULL OR start_ms IS NULL"), "0\n");
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@user'"), "600\n");
+  db.sql("UPDATE wattscope.run_tags SET value_key = 'someone' WHERE run_id = 'gen-000007' AND tag_key = '@user'");
+  for (const char* sort : {"", "&sort=-energy", "&sort=duration", "&sort=-exit_status"}) {
+    SCOPED_TRACE(sort);
+    const auto page = wattscope::open_reader(spec)->runs_query(parsed(std::string("user=someone") + sort), 0, 10);
+    ASSERT_EQ(page.total, 1u);
+    ASSERT_EQ(page.runs.size(), 1u);
+    EXPECT_EQ(page.runs[0].run_id, "gen-000007");
+  }
+  db.sql("UPDATE wattscope.run_tags SET value_key = 'none' WHERE run_id = 'gen-000008' AND tag_key = '@method'");
+  const auto none = wattscope::open_reader(spec)->runs_query(parsed("method=none&sort=-start"), 0, 1000);
+  ASSERT_FALSE(none.runs.empty());
+  EXPECT_EQ(none.runs.back().run_id, "gen-000008") << "the oldest run with the method, last";
+  // A store whose run_tags has no keyed columns yet (an older wattscope's): read as before, then keyed by its next
+  // writer.
+  db.sql(
+      "ALTER TABLE wattscope.run_tags DROP INDEX run_tags_by_key_start, DROP COLUMN value_key, DROP COLUMN start_ms");
+  db.sql("DELETE FROM wattscope.run_tags WHERE tag_key = '@user'");
+  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_job_id%3D5010"), 0, 10).total, 3u);
+  expect_filters(spec, kRuns);
+  generate_runs(spec, 3, 0);
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE value_key IS NULL OR start_ms IS NULL"), "0\n");
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@user'"), "600\n");
+  expect_filters(spec, kRuns);
+  // A run an older wattscope writes since (no keyed columns): the filters read as before until the next writer.
+  db.sql("UPDATE wattscope.run_tags SET value_key = NULL, start_ms = NULL WHERE run_id = 'gen-000009'");
+  expect_filters(spec, kRuns);
   db.sql("DROP TABLE wattscope.run_tags");
   EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("tag=slurm_job_id%3D5010"), 0, 10).total, 3u);
   expect_filters(spec, kRuns);
