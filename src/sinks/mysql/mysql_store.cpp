@@ -161,6 +161,11 @@ public:
       throw MysqlError(err, msg);
     }
     mysql_autocommit(db_, 0);
+    // Writers of many hosts write the same tables at once: under READ COMMITTED InnoDB takes no gap locks for the
+    // writer's searches (run_tags' DELETE and UPDATE by run id), which deadlocked two runs' ends against each other
+    // (Mysql.EightConcurrentWriters, one in six runs on a loaded machine). Each statement of a writer reads only its
+    // own run's rows, so it needs nothing stronger.
+    exec("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
     {
       std::lock_guard lock(fd_mu_);
       fd_ = mysql_get_socket(db_);
@@ -556,7 +561,7 @@ void insert_rows(Conn& c, const TableRows& rows) {
   c.exec(sql);
 }
 
-void write_batch(Conn& c, const RowBatch& batch) {
+void write_batch_once(Conn& c, const RowBatch& batch) {
   try {
     // Runs and devices first: a reader never sees samples of a run it cannot find.
     for (TableId id : {TableId::Runs, TableId::GpuDevices})
@@ -577,6 +582,24 @@ void write_batch(Conn& c, const RowBatch& batch) {
   } catch (...) {
     if (c.connected()) mysql_rollback(c.get());
     throw;
+  }
+}
+
+// A deadlock (InnoDB rolled the transaction back) or a lock wait timeout (rolled back above) is another writer's
+// transaction in the way, not an error of this batch: the batch is written again, whole (its rows are idempotent),
+// a few times with a growing pause, before it counts as refused.
+void write_batch(Conn& c, const RowBatch& batch) {
+  constexpr int kAttempts = 5;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      write_batch_once(c, batch);
+      return;
+    } catch (const MysqlError& e) {
+      const bool contention = e.err == 1213 /* ER_LOCK_DEADLOCK */ || e.err == 1205 /* ER_LOCK_WAIT_TIMEOUT */;
+      if (!contention || attempt == kAttempts) throw;
+      spdlog::debug("{} (attempt {} of {}); writing the batch again", e.what(), attempt, kAttempts);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 * attempt));
+    }
   }
 }
 
