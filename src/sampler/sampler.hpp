@@ -88,7 +88,8 @@ public:
   // Issue 33, thread-safe (a phase's begin or end): each source that reads_energy_counters() reads them now, on its
   // worker, between ticks (a tick asked meanwhile waits for the read: at most one read per GPU, micro- to a few
   // milliseconds). The readings travel in the next frame (Frame::counter_readings). A worker busy inside a tick reads
-  // after it; one stuck in the driver never does. The caller bounds how often it asks (PhaseTracker's edge gap).
+  // after it; one stuck in the driver never does. The caller bounds how often it asks (PhaseTracker's edge gap and
+  // budget).
   void request_counter_reading();
   int64_t counter_readings() const { return counter_readings_.load(std::memory_order_relaxed); }
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
