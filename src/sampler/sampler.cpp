@@ -311,7 +311,7 @@ bool Sampler::final_read_wanted() const { // issue 33
 }
 
 void Sampler::loop() {
-  const GridSchedule grid(SteadyClock::now(), interval_);
+  GridSchedule grid(SteadyClock::now(), interval_); // anchored on tick 0's own time below
   const auto wait_for_sources = source_deadline(interval_);
   // Adaptive sampling (issue 18): the grid stays at --interval; while idle, most of its slots only probe.
   const bool adaptive = adaptive_.enabled();
@@ -338,6 +338,9 @@ void Sampler::loop() {
     }
     take_adopted();
     const auto started = SteadyClock::now();
+    // The grid starts at tick 0's own time (frame.mono), not at the thread's start before it: a thread preempted in
+    // between (over 1 ms under ASan) would put every later tick that much before tick 0's time plus its slots.
+    if (slot == 0) grid = GridSchedule(started, interval_);
     Frame frame;
     frame.tick = slot;
     frame.mono = started;
