@@ -60,7 +60,7 @@ void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
     }
     pending_.push_back({std::move(m), ts_ms, at});
     if (!phase) return;
-    // issue 33: one reading per edge gap; the phase markers closer than that to the last one are interpolated.
+    // issue 33: a reading per edge, within the edge gap and the budget; the phase markers refused are interpolated.
     if (last_edge_ && at - *last_edge_ < edge_gap_) return;
     if (edge_period_.count() > 0) {
       if (edge_refilled_ && at > *edge_refilled_)
@@ -72,15 +72,9 @@ void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
       edge_tokens_ -= 1;
     }
     last_edge_ = at;
-    edge_wanted_ = true;
     ++edge_requests_;
   }
   if (edge_hook_) edge_hook_();
-}
-
-bool PhaseTracker::take_edge_request() {
-  std::lock_guard lock(mu_);
-  return std::exchange(edge_wanted_, false);
 }
 
 int64_t PhaseTracker::edge_requests() const {

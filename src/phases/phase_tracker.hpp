@@ -100,9 +100,6 @@ public:
   }
   // Before the run: called (on the marker's thread, outside the tracker's lock) when a begin or end asks for a reading.
   void set_edge_hook(std::function<void()> hook) { edge_hook_ = std::move(hook); }
-  // Thread-safe: true once after a begin/end asked for a reading (the sampler then reads the devices and
-  // add_reading()s).
-  bool take_edge_request();
   // Sampler thread, before the next tick's process(): the devices' energy_j read at `at` (a device absent: no reading).
   void add_reading(SteadyClock::time_point at, Energies energies);
   // The same for one GPU (its energy_j, keyed as the ticks key it).
@@ -175,7 +172,6 @@ private:
   double edge_tokens_ = 1;                               // guarded by mu_
   std::optional<SteadyClock::time_point> edge_refilled_; // guarded by mu_
   std::function<void()> edge_hook_;
-  bool edge_wanted_ = false;                         // guarded by mu_
   std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the arrival that last asked for a reading
   int64_t edge_requests_ = 0;                        // guarded by mu_
   std::vector<std::pair<SteadyClock::time_point, Energies>> readings_; // sampler thread, since the last tick

@@ -158,4 +158,33 @@ for i in range(5):
   EXPECT_EQ(scalar(dir / "wattscope.db", "SELECT count(*) FROM phases"), "5");
 }
 
+// The fake's "update_s" (bench/anchored_accuracy.py --counter-update-ms): a counter that moves only every 100 ms, as
+// an H100's does. At 100 W, read every 20 ms, the stored energy rises in steps of 10 J, never between.
+TEST(PhaseEdges, TheFakesCounterCanMoveOnlyEvery100ms) {
+  TempDir dir;
+  json sc = scenario();
+  sc["devices"][0]["metrics"]["power_instant_mw"] = 100000;
+  sc["devices"][0]["metrics"]["energy_mj"] = {{"sine_integral", {{"base", 100000}, {"amp", 0}, {"period_s", 1}}},
+                                              {"update_s", 0.1}};
+  write_file(dir / "scenario.json", sc.dump());
+  const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                                                  {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                                                  {"CUDA_VISIBLE_DEVICES", "\x01"}};
+  Result r = run(
+      {wattscope(), "run", "--interval", "20ms", "--max-read-cost", "0", "--top-processes", "0", "--", "sleep", "0.6"},
+      env, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int steps = 0;
+  double prev = 0;
+  for (const auto& row : query(dir / "wattscope.db", "SELECT energy_j FROM gpu_samples ORDER BY tick")) {
+    const double e = std::stod(*row[0]);
+    const double rise = e - prev;
+    EXPECT_NEAR(rise / 10.0, std::round(rise / 10.0), 1e-6) << e; // whole 100 ms steps of 10 J
+    steps += rise > 0;
+    prev = e;
+  }
+  EXPECT_GE(steps, 4);
+  EXPECT_GE(prev, 50.0);
+}
+
 } // namespace e2e_phase_edges

@@ -11,12 +11,12 @@
 // {"piecewise": [[k, v], ...]} (straight between the points, issue 36) | {"sine": {"base", "amp", "period_s"}} (of t) |
 // {"sine_integral": {...}} (the exact integral of that sine over [0, t], for an energy counter in mJ that matches a
 // power trace in mW). Any object of t may add "update_s": 0.1: it then moves only every 0.1 s, holding its value at the
-// last multiple (an H100's energy counter, issue 33). A metric that is absent or listed in "unsupported" answers NVML_ERROR_NOT_SUPPORTED. From call k
-// = lost_at_tick on, every per-tick call on that device answers NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count
-// of every entry point is written as JSON to WATTSCOPE_FAKE_NVML_CALLS, if set; issue 33: the first and last energy
-// counter readings answered per device (mJ) to WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the
-// wall clock, "0": {"first_mj": …, "last_mj": …}}, the exact truth for a run's energy (and, with t0_wall_ms, for a
-// phase's).
+// last multiple (an H100's energy counter, issue 33). A metric that is absent or listed in "unsupported" answers
+// NVML_ERROR_NOT_SUPPORTED. From call k = lost_at_tick on, every per-tick call on that device answers
+// NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count of every entry point is written as JSON to
+// WATTSCOPE_FAKE_NVML_CALLS, if set; issue 33: the first and last energy counter readings answered per device (mJ) to
+// WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the wall clock, "0": {"first_mj": …, "last_mj":
+// …}}, the exact truth for a run's energy (and, with t0_wall_ms, for a phase's).
 //
 // A driver that hangs (a GPU falling off the bus): "hang": {"at_tick": 10, "ms": 3000}, or a list of them. On a
 // device, the first per-tick call with k = at_tick on that device blocks for `ms` before it answers; at the top level,
@@ -284,14 +284,9 @@ double eval(const json& v, long long k, double t) {
   if (v.is_number()) return v.get<double>();
   // A value that moves only every `update_s` seconds (issue 33: an H100's energy counter moves every 100 ms): the
   // value at the last multiple of it.
-  if (v.is_object()) {
-    if (const auto u = v.find("update_s"); u != v.end() && u->is_number() && u->get<double>() > 0) {
-      json inner = v;
-      inner.erase("update_s");
-      const double step = u->get<double>();
-      return eval(inner, k, std::floor(t / step) * step);
-    }
-  }
+  if (v.is_object())
+    if (const auto u = v.find("update_s"); u != v.end() && u->is_number() && u->get<double>() > 0)
+      t = std::floor(t / u->get<double>()) * u->get<double>();
   if (v.is_array())
     return v.empty()
                ? 0

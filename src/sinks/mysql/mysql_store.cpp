@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -922,16 +923,15 @@ private:
     std::vector<ColType> types;
     for (const auto& c : t.columns)
       types.push_back(c.type);
-    std::vector<RunInfo> found;
+    std::unordered_map<std::string, RunInfo> found;
     query_typed(types, fmt::format("SELECT {} FROM runs WHERE run_id IN ({})", select_list(TableId::Runs), marks),
-                id_params, [&](std::span<const Value> row) { found.push_back(run_from_row(row)); });
+                id_params, [&](std::span<const Value> row) {
+                  RunInfo r = run_from_row(row);
+                  std::string id = r.run_id;
+                  found.emplace(std::move(id), std::move(r));
+                });
     for (const auto& id : ids) // in the page's order
-      for (auto& r : found)
-        if (r.run_id == id) {
-          page.runs.push_back(std::move(r));
-          r.run_id.clear();
-          break;
-        }
+      if (auto it = found.find(id); it != found.end()) page.runs.push_back(std::move(it->second));
     return page;
   }
 
