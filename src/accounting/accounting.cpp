@@ -201,7 +201,9 @@ std::optional<double> Accounting::counter_energy_j(int gpu_index, int64_t counte
   auto it = energy_.find(gpu_index);
   if (it == energy_.end() || !it->second.method_known || !it->second.counter) return std::nullopt;
   const EnergyState& st = it->second;
-  if (counter_uj < st.last_uj) return std::nullopt;
+  // Below the run's first reading: a reset since. A reading below the last tick's is fine: one made in steps
+  // (sources/counter_clock.hpp) can stand for an update before a tick that came while it was made.
+  if (counter_uj < st.base_uj) return std::nullopt;
   return static_cast<double>(st.carried_uj + counter_uj - st.base_uj) / 1e6;
 }
 

@@ -96,7 +96,7 @@ public:
   // Issue 33, sampler thread, before process() of the frame that carries the reading: the energy_j (since the run's
   // start) that an energy counter reading taken since the last frame stands for, by the rule the ticks use (the
   // counter's rise since its first reading, plus what was counted before a reset). Nothing for a GPU without a counter
-  // or not yet read, or a reading below the last one (a reset since: the next tick says what happened).
+  // or not yet read, or a reading below the run's first (a reset since: the next tick says what happened).
   std::optional<double> counter_energy_j(int gpu_index, int64_t counter_uj) const;
   // Thread-safe: queue an event for the next frame (start-up notices, sink outages).
   void add_event(Event ev);

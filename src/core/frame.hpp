@@ -172,10 +172,16 @@ struct WorkRecord {
 
 // issue 33: a GPU's energy counter read off the grid, when a phase began or ended (Sampler::request_counter_reading),
 // so that the phase's edge rests on a reading instead of being interpolated between two ticks.
+// Where the counter moves on a period (an H100's: every 100 ms, sources/counter_clock.hpp), `at` is the update the
+// value stands for, and the reading was made just after the first update following the phase edge it was asked for:
+// the energy at the edge (`edge_at`) is then the reading less `edge_back_uj`, the instant power's integral from the
+// edge to that update.
 struct CounterReading {
   int gpu_index = 0;
   int64_t counter_uj = 0;
-  SteadyClock::time_point at{}; // the middle of the call
+  SteadyClock::time_point at{}; // when the value was the energy: the middle of the call, or the update it stands for
+  std::optional<SteadyClock::time_point> edge_at;
+  int64_t edge_back_uj = 0;
 };
 
 struct Frame {

@@ -74,7 +74,7 @@ void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
     last_edge_ = at;
     ++edge_requests_;
   }
-  if (edge_hook_) edge_hook_();
+  if (edge_hook_) edge_hook_(at);
 }
 
 int64_t PhaseTracker::edge_requests() const {
@@ -127,39 +127,59 @@ void PhaseTracker::process(Frame& f) {
   if (f.cpu.dram_energy_j) now["cpu_dram"] = *f.cpu.dram_energy_j;
   if (f.cpu.power_method) energy_method_["cpu_package"] = energy_method_["cpu_dram"] = f.cpu.power_method;
 
+  history_.push_back({f.tick, f.mono, now});
+  // In arrival order; a marker that arrived after this tick began waits for the next tick, the one after it (and,
+  // with a hold, for the reading at its edge: issue 33).
+  const SteadyClock::time_point cutoff = f.mono - hold_;
   std::deque<Pending> due;
   {
     std::lock_guard lock(mu_);
-    // In arrival order; a marker that arrived after this tick began waits for the next tick, the one after it.
-    while (!pending_.empty() && pending_.front().at <= f.mono) {
+    while (!pending_.empty() && pending_.front().at <= cutoff) {
       due.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
     events_this_tick_ = 0;
   }
-  Position pos;
-  pos.tick_after = f.tick;
-  if (!last_tick_) {
-    // Nothing before the first tick: a marker before it sits there (energy since run start is 0 there).
-    pos.tick_before = f.tick;
-  } else {
-    pos.tick_before = *last_tick_;
-    pos.points.push_back({last_mono_, &last_energy_});
-    // issue 33: the readings taken at phase edges since the last tick, known points between the two ticks
-    std::stable_sort(readings_.begin(), readings_.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    for (const auto& [at, e] : readings_)
-      if (at > last_mono_ && at < f.mono) pos.points.push_back({at, &e});
-  }
-  pos.points.push_back({f.mono, &now});
-  for (const auto& p : due) {
-    pos.at = p.at;
-    settle(p, pos, f);
-  }
-  std::erase_if(readings_, [&](const auto& r) { return r.first <= f.mono; });
+  // issue 33: the readings taken at phase edges, known points between the ticks around them
+  std::stable_sort(readings_.begin(), readings_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& p : due)
+    settle(p, position_at(p.at), f);
+  // What a marker still waiting can lie between: the last tick at or before the cutoff, and every one since.
+  while (history_.size() > 2 && (history_[1].mono <= cutoff || history_.size() > kMaxHeldTicks))
+    history_.pop_front();
+  std::erase_if(readings_, [&](const auto& r) { return r.first < history_.front().mono; });
   last_tick_ = f.tick;
   last_mono_ = f.mono;
   last_energy_ = std::move(now);
+}
+
+PhaseTracker::Position PhaseTracker::position_at(SteadyClock::time_point at) const {
+  Position pos;
+  pos.at = at;
+  // The kept tick at or before `at` and the one at or after it (history_ is in time order, never empty here).
+  auto after = std::lower_bound(history_.begin(), history_.end(), at,
+                                [](const TickPoint& t, SteadyClock::time_point a) { return t.mono < a; });
+  if (after == history_.end()) --after; // after the newest tick (the run's end): it sits there
+  auto before = after;
+  if (after->mono > at && after != history_.begin()) --before;
+  if (before->mono > at) { // before the oldest kept tick: the run's first tick (energy 0), or a bound's loss
+    pos.tick_before = pos.tick_after = before->tick;
+    pos.points.push_back({before->mono, &before->energies});
+    return pos;
+  }
+  pos.tick_before = before->tick;
+  pos.tick_after = after->tick;
+  pos.points.push_back({before->mono, &before->energies});
+  if (after != before) {
+    auto r = std::upper_bound(readings_.begin(), readings_.end(), before->mono,
+                              [](SteadyClock::time_point a, const auto& x) { return a < x.first; });
+    for (; r != readings_.end() && r->first < after->mono; ++r)
+      pos.points.push_back({r->first, &r->second});
+    pos.points.push_back({after->mono, &after->energies});
+  } else if (at > after->mono) {
+    // after the newest tick: nothing later is known (finish())
+  }
+  return pos;
 }
 
 void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
@@ -274,11 +294,17 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   const int64_t tick = last_tick_.value_or(0);
   out.tick = tick;
   // Markers after the last tick have no later tick: they sit at the last one, where the run's own total ends too.
+  // Those held for a reading (issue 33) lie between the kept ticks, with the readings that came.
   Position pos;
   pos.tick_before = pos.tick_after = tick;
   pos.points.push_back({last_mono_, &last_energy_});
-  readings_.clear(); // past the last tick: the run's total ends there, so its phases do too
+  std::erase_if(readings_, [&](const auto& r) { return r.first >= last_mono_; }); // the run's total ends there
+  std::stable_sort(readings_.begin(), readings_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& p : rest) {
+    if (p.at < last_mono_ && !history_.empty()) {
+      settle(p, position_at(p.at), out);
+      continue;
+    }
     pos.at = p.at;
     settle(p, pos, out);
   }

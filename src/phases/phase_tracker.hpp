@@ -98,8 +98,15 @@ public:
     edge_burst_ = std::max(1, burst);
     edge_tokens_ = edge_burst_;
   }
-  // Before the run: called (on the marker's thread, outside the tracker's lock) when a begin or end asks for a reading.
-  void set_edge_hook(std::function<void()> hook) { edge_hook_ = std::move(hook); }
+  // Before the run: called (on the marker's thread, outside the tracker's lock) when a begin or end asks for a reading,
+  // with the marker's arrival.
+  void set_edge_hook(std::function<void(SteadyClock::time_point)> hook) { edge_hook_ = std::move(hook); }
+  // Before the run: markers wait this long after their arrival before they are settled, for a reading that is made
+  // after the counter's next update (up to a period and the read later, sources/counter_clock.hpp) to reach the
+  // tracker. 0: settled at the first tick after them.
+  void set_hold(std::chrono::nanoseconds hold) { hold_ = hold; }
+  // The ticks kept for markers that wait (a bound whatever the interval).
+  static constexpr size_t kMaxHeldTicks = 2048;
   // Sampler thread, before the next tick's process(): the devices' energy_j read at `at` (a device absent: no reading).
   void add_reading(SteadyClock::time_point at, Energies energies);
   // The same for one GPU (its energy_j, keyed as the ticks key it).
@@ -146,6 +153,14 @@ private:
     SteadyClock::time_point at{};
     Energies energies() const;
   };
+  // A tick as a known point (the ticks a waiting marker may lie between are kept, history_).
+  struct TickPoint {
+    int64_t tick = 0;
+    SteadyClock::time_point mono{};
+    Energies energies;
+  };
+  // The marker at `at` between the kept ticks around it and the readings between those.
+  Position position_at(SteadyClock::time_point at) const;
   void settle(const Pending& p, const Position& pos, Frame& out);
   void close(Open& o, int64_t ts_ms, int64_t tick, const Energies& end, Frame& out);
 
@@ -171,10 +186,12 @@ private:
   int edge_burst_ = 1;                                   // guarded by mu_
   double edge_tokens_ = 1;                               // guarded by mu_
   std::optional<SteadyClock::time_point> edge_refilled_; // guarded by mu_
-  std::function<void()> edge_hook_;
+  std::function<void(SteadyClock::time_point)> edge_hook_;
+  std::chrono::nanoseconds hold_{0};
+  std::deque<TickPoint> history_; // sampler thread: the last ticks, oldest first (the newest is last_tick_'s)
   std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the arrival that last asked for a reading
   int64_t edge_requests_ = 0;                        // guarded by mu_
-  std::vector<std::pair<SteadyClock::time_point, Energies>> readings_; // sampler thread, since the last tick
+  std::vector<std::pair<SteadyClock::time_point, Energies>> readings_; // sampler thread, in time order, since history_
 };
 
 } // namespace wattscope

@@ -271,8 +271,8 @@ void Session::open() {
   phases_ = std::make_unique<PhaseTracker>();
   // issue 33: a phase's begin or end asks the GPUs for their energy counters at once (set on below once the sampler
   // exists, where the interval is long enough for it to matter)
-  phases_->set_edge_hook([this] {
-    if (Sampler* s = edge_sampler_.load(std::memory_order_acquire)) s->request_counter_reading();
+  phases_->set_edge_hook([this](SteadyClock::time_point at) {
+    if (Sampler* s = edge_sampler_.load(std::memory_order_acquire)) s->request_counter_reading(at);
   });
   on_marker_ = [this](Marker m, int64_t ts_ms) {
     // issue 31: points and model descriptions share the per-tick budget of the markers the tracker queues
@@ -348,8 +348,13 @@ void Session::start() {
         }
         // issue 33: the counters read at phase edges, as energy_j by the ticks' rule (before this tick moves it on)
         for (const auto& r : f.counter_readings)
-          if (auto e = acc_->counter_energy_j(r.gpu_index, r.counter_uj))
+          if (auto e = acc_->counter_energy_j(r.gpu_index, r.counter_uj)) {
             phases_->add_gpu_reading(r.gpu_index, r.at, *e);
+            // a counter that moves on a period: the reading followed the edge's next update; the energy at the edge
+            // is the reading less the power's integral back to it (CounterReading)
+            if (r.edge_at && *r.edge_at < r.at)
+              phases_->add_gpu_reading(r.gpu_index, *r.edge_at, *e - static_cast<double>(r.edge_back_uj) / 1e6);
+          }
         acc_->process(f);
         phases_->process(f);
         if (sim_phases_) hold_simulated(f); // issue 29
@@ -381,6 +386,9 @@ void Session::start() {
   // ticks' own counter reads again (docs/nvidia.md).
   if (opts_.interval >= kEdgeReadingsFrom) {
     phases_->set_edge_budget(opts_.interval, kEdgeReadingBurst);
+    // A counter that moves every 100 ms is read just after its first update past the edge (and, the first time, learnt
+    // for up to 0.3 s): the markers wait that long for the reading (sources/counter_clock.hpp).
+    phases_->set_hold(kEdgeReadingHold);
     edge_sampler_.store(sampler_.get(), std::memory_order_release);
   }
   sampler_->start();

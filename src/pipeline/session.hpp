@@ -135,6 +135,9 @@ private:
   std::atomic<Sampler*> edge_sampler_{nullptr};
   static constexpr std::chrono::nanoseconds kEdgeReadingsFrom = std::chrono::milliseconds(100);
   static constexpr int kEdgeReadingBurst = 4; // then one reading per interval: at most the ticks' own counter reads
+  // issue 33: how long markers wait for the reading at their edge (a period of an H100's counter and the read, or a
+  // first learning of it: CounterClock::Options::max_learn)
+  static constexpr std::chrono::nanoseconds kEdgeReadingHold = std::chrono::milliseconds(450);
   std::unique_ptr<ProcessTracker> tracker_;
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15

@@ -40,9 +40,11 @@ struct Sampler::Worker {
   bool ready = false;           // guarded by mu: the thread runs and waits for its first tick
   // issue 33: an off-grid reading of the energy counters is asked for (reading_wanted), being taken (reading_busy, not
   // `busy`: a tick asked meanwhile is queued behind it, not treated as late), and taken (readings, for the next tick).
-  bool reading_wanted = false;          // guarded by mu
-  bool reading_busy = false;            // guarded by mu
-  std::vector<CounterReading> readings; // guarded by mu
+  bool reading_wanted = false;             // guarded by mu
+  bool reading_busy = false;               // guarded by mu
+  SteadyClock::time_point reading_asked{}; // guarded by mu: the edge the wanted reading is for
+  bool reading_steps = false;              // guarded by mu: a reading in steps is under way
+  std::vector<CounterReading> readings;    // guarded by mu
   Frame scratch;
   // Sampler thread only.
   bool asked = false;    // asked on this tick
@@ -78,17 +80,31 @@ void Sampler::start_worker(const std::shared_ptr<Worker>& w) {
     w->ready = true;
     w->done.notify_all();
     std::vector<CounterReading> got;
+    // issue 33: a reading in steps (the source's next one due then), for the edge marked at `step_for`; ticks asked
+    // meanwhile are taken between the steps.
+    std::optional<SteadyClock::time_point> step_at;
+    SteadyClock::time_point step_for{};
     for (;;) {
-      w->wake.wait(lock, [&] { return w->requested || w->quit || w->reading_wanted; });
+      const auto asked = [&] { return w->requested || w->quit || (!step_at && w->reading_wanted); };
+      if (step_at)
+        w->wake.wait_until(lock, *step_at, asked);
+      else
+        w->wake.wait(lock, asked);
       if (w->quit) return;
       if (!w->requested) { // issue 33: a reading at a phase's edge, between ticks
-        w->reading_wanted = false;
+        if (!step_at) {
+          w->reading_wanted = false;
+          step_for = w->reading_asked;
+        } else if (SteadyClock::now() < *step_at) {
+          continue; // woken early, with nothing to do
+        }
         w->reading_busy = true;
         lock.unlock();
         got.clear();
-        w->source->read_energy_counters(got);
+        step_at = w->source->read_energy_counters(got, step_for);
         lock.lock();
         w->reading_busy = false;
+        w->reading_steps = step_at.has_value();
         // Bounded whatever the asker does: the sampler takes them every tick; past the bound they are dropped (the
         // phase's edge is then interpolated between ticks, as without readings).
         if (w->readings.size() + got.size() <= kMaxHeldReadings)
@@ -143,7 +159,7 @@ void Sampler::take_adopted() {
   }
 }
 
-void Sampler::request_counter_reading() {
+void Sampler::request_counter_reading(SteadyClock::time_point at) {
   std::vector<std::shared_ptr<Worker>> asked;
   {
     std::lock_guard lock(mu_);
@@ -155,6 +171,7 @@ void Sampler::request_counter_reading() {
       std::lock_guard lock(w->mu);
       if (w->quit || w->reading_wanted) continue;
       w->reading_wanted = true;
+      w->reading_asked = at;
     }
     w->wake.notify_one();
   }
@@ -179,6 +196,23 @@ void Sampler::start() {
     name_this_thread("ws-sampler");
     loop();
   });
+}
+
+void Sampler::wait_for_counter_readings(SteadyClock::time_point until) {
+  std::vector<std::shared_ptr<Worker>> workers;
+  {
+    std::lock_guard lock(mu_);
+    workers = counter_workers_;
+  }
+  for (auto& w : workers)
+    for (;;) {
+      {
+        std::lock_guard lock(w->mu);
+        if (w->quit || !(w->reading_wanted || w->reading_busy || w->reading_steps)) break;
+      }
+      if (SteadyClock::now() >= until) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
 }
 
 void Sampler::stop() {
@@ -336,6 +370,9 @@ void Sampler::loop() {
           !final_read_wanted())
         break;
     }
+    // issue 33: the run's last phase edge is read before its last sample (a reading in steps takes up to a period of
+    // the counter and the read; bounded)
+    if (stopping) wait_for_counter_readings(SteadyClock::now() + kFinalReadingWait);
     take_adopted();
     const auto started = SteadyClock::now();
     // The grid starts at tick 0's own time (frame.mono), not at the thread's start before it: a thread preempted in

@@ -90,7 +90,9 @@ public:
   // milliseconds). The readings travel in the next frame (Frame::counter_readings). A worker busy inside a tick reads
   // after it; one stuck in the driver never does. The caller bounds how often it asks (PhaseTracker's edge gap and
   // budget).
-  void request_counter_reading();
+  // `at`: when the edge was marked (a source whose counter moves on a period reads it just after the next update
+  // and works the energy back to `at`, sources/counter_clock.hpp).
+  void request_counter_reading(SteadyClock::time_point at = SteadyClock::now());
   int64_t counter_readings() const { return counter_readings_.load(std::memory_order_relaxed); }
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
   // waited for: it is detached and ends when the call returns.
@@ -121,7 +123,10 @@ private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::vector<std::shared_ptr<Source>> adopted_;         // guarded by mu_: sources to join at the next tick
+  std::vector<std::shared_ptr<Source>> adopted_; // guarded by mu_: sources to join at the next tick
+  // issue 33: at the run's end, waits (until `until` at most) for the off-grid readings asked for or under way
+  void wait_for_counter_readings(SteadyClock::time_point until);
+  static constexpr std::chrono::milliseconds kFinalReadingWait{500};
   std::vector<std::shared_ptr<Worker>> counter_workers_; // guarded by mu_: workers whose source reads_energy_counters()
   std::atomic<int64_t> counter_readings_{0};             // issue 33: off-grid readings taken (GPU reads)
   SamplerStats stats_;

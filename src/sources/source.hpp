@@ -70,8 +70,14 @@ public:
   virtual bool wants_final_read() const { return false; }
   // issue 33: the source can read its GPUs' energy counters alone, off the tick's grid (a phase's edge). Called on the
   // thread that samples it, never during sample().
+  // `requested`: when the edge was marked. The reading may take steps (a counter that moves on a period is read just
+  // after its next update): the source returns when it wants to be called again for the same request, and nothing
+  // once it is done. The steps are made between ticks too.
   virtual bool reads_energy_counters() const { return false; }
-  virtual void read_energy_counters(std::vector<CounterReading>& /*out*/) noexcept {}
+  virtual std::optional<SteadyClock::time_point> read_energy_counters(std::vector<CounterReading>& /*out*/,
+                                                                      SteadyClock::time_point /*requested*/) noexcept {
+    return std::nullopt;
+  }
   // Adaptive sampling (issue 18, sampler/adaptive.hpp): the cheap reading taken on the ticks between full samples
   // while the machine is idle, enough to see activity: GPU utilisation only (one GpuSample per device with
   // util_gpu_pct), or the CPU's utilisation. Most sources have nothing to say about activity and do nothing. A

@@ -106,7 +106,7 @@ Result run(const Scenario& s, double interval_s, bool readings, int64_t latency_
   auto energy_at = [&](int64_t us) { return std::floor(s.curve.energy(static_cast<double>(us) / 1e6) * 1000) / 1000; };
   PhaseTracker t;
   bool asked = false; // the edge hook, as the session's asks the sampler
-  t.set_edge_hook([&] { asked = true; });
+  t.set_edge_hook([&](SteadyClock::time_point) { asked = true; });
   std::vector<PhaseRecord> got;
   size_t next = 0;
   const auto step = static_cast<int64_t>(std::llround(interval_s * 1e6));
@@ -190,7 +190,7 @@ TEST(PhaseEdgeReadings, ALateReadingCostsItsLatencyTimesThePowerStep) {
 TEST(PhaseEdgeReadings, AFloodOfPhaseMarkersAsksForOneReadingPerGap) {
   PhaseTracker t;
   int hooks = 0;
-  t.set_edge_hook([&] { ++hooks; });
+  t.set_edge_hook([&](SteadyClock::time_point) { ++hooks; });
   // 5000 begin/end pairs over one second (one every 100 us): at most one reading per 5 ms.
   for (int i = 0; i < 10000; ++i)
     t.push(marker(i % 2 ? Marker::Kind::End : Marker::Kind::Begin, "step"), kRunStartMs, mono_at(100 * i));
@@ -215,7 +215,7 @@ TEST(PhaseEdgeReadings, ABudgetBoundsTheReadingsAFastStepLoopAsksFor) {
   PhaseTracker t;
   t.set_edge_budget(std::chrono::milliseconds(100), 4);
   int hooks = 0;
-  t.set_edge_hook([&] { ++hooks; });
+  t.set_edge_hook([&](SteadyClock::time_point) { ++hooks; });
   for (int i = 0; i < 10000; ++i)
     t.push(marker(i % 2 ? Marker::Kind::End : Marker::Kind::Begin, "step"), kRunStartMs, mono_at(100 * i));
   EXPECT_GE(t.edge_requests(), 4 + 9);

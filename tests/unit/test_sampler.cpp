@@ -292,12 +292,14 @@ public:
     f.gpus.push_back(s);
     in_sample = false;
   }
-  void read_energy_counters(std::vector<CounterReading>& out) noexcept override {
+  std::optional<SteadyClock::time_point> read_energy_counters(std::vector<CounterReading>& out,
+                                                              SteadyClock::time_point) noexcept override {
     if (in_sample) overlapped = true; // never: the worker reads between ticks
     reads++;
     const auto at = SteadyClock::now();
     std::this_thread::sleep_for(read_cost);
-    out.push_back({0, now_us(), at + read_cost / 2});
+    out.push_back({0, now_us(), at + read_cost / 2, std::nullopt, 0});
+    return std::nullopt;
   }
   int64_t now_us() const {
     return std::chrono::duration_cast<std::chrono::microseconds>(SteadyClock::now() - t0).count();

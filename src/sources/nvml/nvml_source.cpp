@@ -1039,20 +1039,207 @@ void NvmlSource::sample(Frame& frame) noexcept {
   }
 }
 
-void NvmlSource::read_energy_counters(std::vector<CounterReading>& out) noexcept {
+namespace {
+// issue 33: a read just after a predicted update starts this much past its uncertainty (and one just before ends
+// this much ahead of it)
+constexpr auto kUpdateGuard = std::chrono::microseconds(500);
+// A prediction confirmed this recently and this narrow is trusted without a read before the update.
+constexpr auto kTrustFor = std::chrono::seconds(2);
+constexpr auto kTrustWithin = std::chrono::milliseconds(1);
+// While a reading waits for the update, the instant power is read this often (a power step between the edge and the
+// update is then placed within this), at most kEdgePowerReads times.
+constexpr auto kEdgePowerStep = std::chrono::milliseconds(4);
+constexpr size_t kEdgePowerReads = 128;
+
+// J from `from` to `to` of the power read at the times given (trapezoids; held flat beyond the first and the last)
+double power_integral_j(const std::vector<std::pair<SteadyClock::time_point, double>>& p, SteadyClock::time_point from,
+                        SteadyClock::time_point to) {
+  if (p.empty() || to <= from) return 0;
+  const auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  const auto at = [&](SteadyClock::time_point t) { // the power at t, straight between the reads
+    if (t <= p.front().first) return p.front().second;
+    if (t >= p.back().first) return p.back().second;
+    auto it = std::lower_bound(p.begin(), p.end(), t, [](const auto& x, auto v) { return x.first < v; });
+    const auto& [t1, w1] = *it;
+    const auto& [t0, w0] = *std::prev(it);
+    return t1 == t0 ? w1 : w0 + (w1 - w0) * secs(t - t0) / secs(t1 - t0);
+  };
+  double j = 0;
+  SteadyClock::time_point t = from;
+  double w = at(from);
+  for (const auto& [ti, wi] : p) {
+    if (ti <= from) continue;
+    if (ti >= to) break;
+    j += 0.5 * (w + wi) * secs(ti - t);
+    t = ti;
+    w = wi;
+  }
+  return j + 0.5 * (w + at(to)) * secs(to - t);
+}
+} // namespace
+
+void NvmlSource::sample_edge_power(Dev& d) {
+  auto& p = d.edge.power;
+  if (p.size() >= kEdgePowerReads) return;
+  const auto t = SteadyClock::now();
+  if (auto w = instant_power_w(d)) p.emplace_back(t, *w);
+}
+
+OptF NvmlSource::instant_power_w(Dev& d) {
+  if (!lib_->device_field_values || !d.on[cFieldValues] ||
+      std::find(d.fields.begin(), d.fields.end(), kFieldPowerInstant) == d.fields.end())
+    return std::nullopt;
+  FieldValue f{};
+  f.fieldId = kFieldPowerInstant;
+  if (lib_->device_field_values(d.handle, 1, &f) != kSuccess || f.nvmlReturn != kSuccess) return std::nullopt;
+  bool ok = false;
+  const double v = field_number(f, ok);
+  return ok ? OptF(v * kMilli) : std::nullopt;
+}
+
+void NvmlSource::plan_edge_reads(Dev& d, SteadyClock::time_point after) {
+  auto& e = d.edge;
+  const ReadCost& rc = d.cost[cEnergy];
+  const auto cost = rc.measured.count() > 0 ? rc.measured : std::chrono::nanoseconds{0};
+  const auto now = SteadyClock::now();
+  SteadyClock::time_point u = d.clock.next_update(std::max(after, now));
+  auto delta = d.clock.uncertainty(u);
+  const bool check = u - d.clock.last_confirmed() > kTrustFor || delta > kTrustWithin;
+  if (check)
+    while (u - delta - kUpdateGuard - cost < now) { // no room for a read before it: the next one
+      u += d.clock.period();
+      delta = d.clock.uncertainty(u);
+    }
+  e.update = u;
+  if (!check) {
+    e.step = Dev::EdgeRead::Step::after;
+    e.due = u + delta + kUpdateGuard;
+    return;
+  }
+  // Across the window the update is predicted in, a read a little over a call apart, until the value changes: the
+  // prediction is checked and narrowed to the reads' spacing (a few reads: the window is a few ms).
+  e.step = Dev::EdgeRead::Step::scan;
+  e.due = u - delta - kUpdateGuard - cost;
+  e.scan_end = u + delta + kUpdateGuard + cost;
+  e.spacing = std::max<std::chrono::nanoseconds>(cost + kUpdateGuard, std::chrono::milliseconds(1));
+  e.have_prev = false;
+}
+
+bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
+  using Step = Dev::EdgeRead::Step;
+  auto& e = d.edge;
+  unsigned long long mj = 0;
+  const auto t0 = SteadyClock::now();
+  if (lib_->device_total_energy(d.handle, &mj) != kSuccess) return false; // left to the ticks, which say why
+  const auto t1 = SteadyClock::now();
+  const auto uj = static_cast<int64_t>(mj) * 1000; // NVML counts mJ
+  const auto mid = t0 + (t1 - t0) / 2;
+  // The reading at `update`, and the energy at the edge from it: the instant power's integral back to the edge.
+  const auto at_update = [&](SteadyClock::time_point update, int64_t value) {
+    CounterReading r{d.info.gpu_index, value, update, std::nullopt, 0};
+    sample_edge_power(d);
+    if (!e.power.empty() && update > e.edge) {
+      r.edge_at = e.edge;
+      r.edge_back_uj = std::llround(power_integral_j(e.power, e.edge, update) * 1e6);
+    }
+    out.push_back(r);
+  };
+  switch (e.step) {
+  case Step::plain:
+    out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
+    return false;
+  case Step::learn: {
+    if (auto next = d.clock.learn(mid, uj)) {
+      e.due = *next;
+      return true;
+    }
+    if (d.clock.state() == CounterClock::State::periodic) {
+      spdlog::info("GPU {}: its energy counter moves every {:.1f} ms; readings at phase edges are made just after "
+                   "its next update",
+                   d.info.gpu_index, std::chrono::duration<double, std::milli>(d.clock.period()).count());
+      if (auto first = d.clock.first_update(); first && first->first > e.edge) {
+        at_update(first->first, first->second); // the first update the learning saw followed the edge
+        return false;
+      }
+      plan_edge_reads(d, t1);
+      return true;
+    }
+    if (d.clock.state() == CounterClock::State::continuous)
+      spdlog::debug("GPU {}: its energy counter moves at every read; readings stand for their own time",
+                    d.info.gpu_index);
+    out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
+    return false;
+  }
+  case Step::scan:
+    if (e.have_prev && uj != e.prev_uj) {
+      d.clock.confirm(e.update, e.prev_mid, mid);
+      at_update(d.clock.last_confirmed(), uj);
+      return false;
+    }
+    if (e.have_prev && mid > e.scan_end) {
+      spdlog::debug("GPU {}: its energy counter did not move when expected; learnt again at the next edge",
+                    d.info.gpu_index);
+      d.clock.miss();
+      out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
+      return false;
+    }
+    e.have_prev = true;
+    e.prev_mid = mid;
+    e.prev_uj = uj;
+    e.due = t0 + e.spacing;
+    return true;
+  case Step::after:
+    at_update(e.update, uj);
+    return false;
+  }
+  return false;
+}
+
+std::optional<SteadyClock::time_point> NvmlSource::read_energy_counters(std::vector<CounterReading>& out,
+                                                                        SteadyClock::time_point requested) noexcept {
   try {
+    const bool fresh = !edge_serving_ || *edge_serving_ != requested;
+    edge_serving_ = requested;
+    std::optional<SteadyClock::time_point> next;
     for (auto& d : devs_) {
+      auto& e = d.edge;
       // Only what a tick would read now: a lost GPU, one backing off or one whose counter is off is left to the ticks
       // (which also say why); a failure here is not counted against the GPU.
-      if (d.lost || d.unknown_failures > 0 || !d.on[cEnergy]) continue;
-      unsigned long long mj = 0;
-      const auto t0 = SteadyClock::now();
-      if (lib_->device_total_energy(d.handle, &mj) != kSuccess) continue;
-      const auto t1 = SteadyClock::now();
-      out.push_back({d.info.gpu_index, static_cast<int64_t>(mj) * 1000, t0 + (t1 - t0) / 2}); // NVML counts mJ
+      if (d.lost || d.unknown_failures > 0 || !d.on[cEnergy]) {
+        e.active = false;
+        continue;
+      }
+      if (fresh) {
+        const auto now = SteadyClock::now();
+        e = Dev::EdgeRead{};
+        e.active = true;
+        e.edge = requested;
+        e.due = now;
+        if (d.clock.stale(now)) d.clock = CounterClock{};
+        if (d.clock.state() == CounterClock::State::periodic) {
+          sample_edge_power(d);
+          plan_edge_reads(d, requested);
+        } else if (d.clock.may_learn(now)) {
+          sample_edge_power(d);
+          d.clock.start_learning(now);
+          e.step = Dev::EdgeRead::Step::learn;
+        }
+      }
+      while (e.active && e.due <= SteadyClock::now())
+        e.active = edge_step(d, out);
+      if (!e.active) continue;
+      auto due = e.due;
+      if (!e.power.empty() && e.power.size() < kEdgePowerReads) { // waiting for the update: the power's shape
+        if (SteadyClock::now() - e.power.back().first >= kEdgePowerStep) sample_edge_power(d);
+        due = std::min(due, e.power.back().first + kEdgePowerStep);
+      }
+      if (!next || due < *next) next = due;
     }
+    if (!next) edge_serving_.reset();
+    return next;
   } catch (...) {
-    // allocation failure: the readings taken so far stand
+    edge_serving_.reset(); // allocation failure: the readings taken so far stand
+    return std::nullopt;
   }
 }
 

@@ -18,6 +18,7 @@
 
 #include "core/instrumented.hpp"
 #include "core/metrics.hpp"
+#include "sources/counter_clock.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 #include "sources/nvml/nvml_loader.hpp"
 #include "sources/source.hpp"
@@ -160,6 +161,23 @@ public:
     bool mig_scoped = false;       // a MIG instance of it was selected: its processes are that instance's only
     // ---- end issue 17
     std::unique_ptr<Slow> slow = std::make_unique<Slow>();
+    // ---- issue 33: the energy counter's updates (worker thread: the off-grid readings only)
+    CounterClock clock;
+    struct EdgeRead { // a reading in progress, for an edge marked at `edge`
+      // plain: one read now; learn: the clock's learning; scan: reads a little over a call apart across the
+      // predicted update until the value changes; after: one read just after a trusted prediction
+      enum class Step { plain, learn, scan, after };
+      bool active = false;
+      Step step = Step::plain;
+      SteadyClock::time_point edge{}, due{}, update{};
+      // The instant power from the edge on, every kEdgePowerStep while the reading waits (1-2 us a read on an H100):
+      // the energy from the edge to the update the reading stands for is its integral.
+      std::vector<std::pair<SteadyClock::time_point, double>> power;
+      SteadyClock::time_point scan_end{}, prev_mid{};
+      std::chrono::nanoseconds spacing{};
+      int64_t prev_uj = 0;
+      bool have_prev = false;
+    } edge;
   };
   static constexpr int kTimedReads = 5;        // reads of a call timed to tell whether it is costly (issue 33)
   static constexpr int kUnknownLimit = 5;      // failures in a row (back-offs of 1, 2, 4, 8 s between them)
@@ -177,7 +195,10 @@ public:
   bool wants_final_read() const override { return energy_scheduled_.load(std::memory_order_relaxed); } // issue 33
   // issue 33: nvmlDeviceGetTotalEnergyConsumption alone, for a phase's edge (worker thread, between ticks)
   bool reads_energy_counters() const override { return lib_ && lib_->device_total_energy != nullptr; }
-  void read_energy_counters(std::vector<CounterReading>& out) noexcept override;
+  // Where the counter moves on a period (an H100's, every 100 ms: sources/counter_clock.hpp), the reading is made just
+  // after the first update past the edge, in steps; else at once.
+  std::optional<SteadyClock::time_point> read_energy_counters(std::vector<CounterReading>& out,
+                                                              SteadyClock::time_point requested) noexcept override;
   SourceStatus status() const override;
   std::vector<std::string> doctor_lines() const override;
   std::vector<GpuDevice> devices() const override;
@@ -205,6 +226,12 @@ private:
   static void hold(Dev& d, GpuMetricSet fills, const GpuSample& s);
   static void carry(const Dev& d, GpuMetricSet fills, SteadyClock::time_point read_at, SteadyClock::time_point now,
                     GpuSample& s);
+  // One step of an off-grid reading on `d` (its edge.due has come); false once the reading is done.
+  bool edge_step(Dev& d, std::vector<CounterReading>& out);
+  OptF instant_power_w(Dev& d); // the instant power field alone (1-2 us on an H100), or nothing
+  void sample_edge_power(Dev& d);
+  // Plans the reads around the first update past `after`.
+  void plan_edge_reads(Dev& d, SteadyClock::time_point after);
   // ---- end issue 33
   // The slow thread. may_hand_over: where its first pass is quick it hands the reads to the ticks and returns.
   void slow_loop(bool may_hand_over);
@@ -247,7 +274,8 @@ private:
   SteadyClock::time_point events_next_{}; // when the set is polled next (Options::event_poll)
   int event_errors_ = 0;                  // poll errors in a row (other than NVML_ERROR_TIMEOUT)
   std::atomic<int64_t> xid_seen_{0};
-  std::atomic<bool> energy_scheduled_{false}; // issue 33: some device's energy counter is read on a schedule
+  std::atomic<bool> energy_scheduled_{false};           // issue 33: some device's energy counter is read on a schedule
+  std::optional<SteadyClock::time_point> edge_serving_; // issue 33: the edge the off-grid reading in steps is for
   // ---- end issue 17
 
   // Process calls (nvml_processes.cpp), made by the process tracker's thread only.

@@ -1,0 +1,131 @@
+#include "sources/counter_clock.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace wattscope {
+
+namespace {
+constexpr int kContinuousReads = 4;                              // changes in a row: no period
+constexpr auto kLeastHalfWidth = std::chrono::microseconds(100); // a confirmed update is never known closer
+} // namespace
+
+void CounterClock::start_learning(Time now) {
+  state_ = State::learning;
+  learn_started_ = now;
+  learn_reads_ = 0;
+  prev_mid_.reset();
+  changes_in_a_row_ = 0;
+  c1_.reset();
+  first_update_.reset();
+  wait_for_second_ = true;
+  held_ = false;
+}
+
+std::optional<CounterClock::Time> CounterClock::learn(Time mid, int64_t value) {
+  if (state_ != State::learning) return std::nullopt;
+  ++learn_reads_;
+  const auto give_up = [&]() -> std::optional<Time> {
+    state_ = State::unknown;
+    retry_at_ = mid + o_.retry_after;
+    return std::nullopt;
+  };
+  if (!prev_mid_) {
+    prev_mid_ = mid;
+    prev_value_ = value;
+    return mid + o_.min_spacing;
+  }
+  const Time before = *prev_mid_;
+  const bool changed = value != prev_value_;
+  prev_mid_ = mid;
+  prev_value_ = value;
+  changes_in_a_row_ = changed ? changes_in_a_row_ + 1 : 0;
+  held_ = held_ || !changed;
+  if (changes_in_a_row_ >= kContinuousReads) {
+    state_ = State::continuous;
+    return std::nullopt;
+  }
+  if (changed) {
+    const Time c = before + (mid - before) / 2;
+    const Dur h = (mid - before) / 2;
+    if (!held_) return mid + o_.min_spacing; // no read saw it hold yet: a continuous counter changes at every one
+    if (!c1_) {
+      c1_ = c;
+      h1_ = h;
+      v1_ = value;
+      // The next update is expected a period later: wait for most of it (the reads in between would see nothing).
+      if (wait_for_second_) return std::max(mid + o_.min_spacing, c + o_.nominal_period * 9 / 10);
+      return mid + o_.min_spacing;
+    }
+    if (h > o_.nominal_period / 10) {
+      // The update came while waiting (a period shorter than 90 % of the nominal one): this change is too loosely
+      // placed to time it. Start again from it, reading back to back.
+      c1_.reset();
+      wait_for_second_ = false;
+      return mid + o_.min_spacing;
+    }
+    const Dur gap = c - *c1_;
+    const double ratio = std::chrono::duration<double>(gap) / std::chrono::duration<double>(o_.nominal_period);
+    if (std::abs(ratio - 1) <= 0.05) {
+      period_ = o_.nominal_period;
+      period_h_ = std::chrono::duration_cast<Dur>(o_.nominal_period * (o_.drift_ppm * 1e-6));
+    } else {
+      period_ = gap;
+      period_h_ = h1_ + h;
+    }
+    if (period_ <= Dur{0}) return give_up();
+    first_update_ = std::make_pair(*c1_, v1_);
+    ref_ = c;
+    ref_h_ = std::max<Dur>(h, kLeastHalfWidth);
+    state_ = State::periodic;
+    return std::nullopt;
+  }
+  if (mid - learn_started_ > o_.max_learn || learn_reads_ >= o_.max_learn_reads) return give_up();
+  return mid + o_.min_spacing;
+}
+
+CounterClock::Time CounterClock::next_update(Time t) const {
+  const auto k = static_cast<int64_t>(std::floor(std::chrono::duration<double>(t - ref_).count() /
+                                                 std::chrono::duration<double>(period_).count())) +
+                 1;
+  return ref_ + period_ * k;
+}
+
+CounterClock::Dur CounterClock::uncertainty(Time t) const {
+  const double periods = std::abs(std::chrono::duration<double>(t - ref_) / std::chrono::duration<double>(period_));
+  return ref_h_ + std::chrono::duration_cast<Dur>(period_h_ * periods);
+}
+
+void CounterClock::confirm(Time u, Time lo, Time hi) {
+  if (state_ != State::periodic) return;
+  const Dur d = uncertainty(u);
+  Time a = std::max(lo, u - d), b = std::min(hi, u + d);
+  if (a > b) { // the reads say where it was, whatever the prediction said
+    a = lo;
+    b = hi;
+  }
+  const Time c = a + (b - a) / 2;
+  const Dur h = std::max<Dur>((b - a) / 2, kLeastHalfWidth);
+  const double n = std::round(std::chrono::duration<double>(u - ref_) / std::chrono::duration<double>(period_));
+  if (n >= 1) {
+    // The period this update says (the time from the reference over n periods), weighed against the one held by
+    // their uncertainties: one period later it says little, a minute later a great deal.
+    const double t_held = std::chrono::duration<double>(period_).count();
+    const double s_held = std::max(1e-9, std::chrono::duration<double>(period_h_).count());
+    const double t_seen = std::chrono::duration<double>(c - ref_).count() / n;
+    const double s_seen = std::chrono::duration<double>(ref_h_ + h).count() / n;
+    const double w_held = 1 / (s_held * s_held), w_seen = 1 / (s_seen * s_seen);
+    period_ = std::chrono::duration_cast<Dur>(
+        std::chrono::duration<double>((t_held * w_held + t_seen * w_seen) / (w_held + w_seen)));
+    period_h_ = std::chrono::duration_cast<Dur>(std::chrono::duration<double>(1 / std::sqrt(w_held + w_seen)));
+  }
+  ref_ = c;
+  ref_h_ = h;
+}
+
+void CounterClock::miss() {
+  state_ = State::unknown;
+  retry_at_.reset();
+}
+
+} // namespace wattscope

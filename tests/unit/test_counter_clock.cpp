@@ -1,0 +1,160 @@
+// issue 33: learning when an energy counter that moves on a period moves (sources/counter_clock.hpp), on simulated
+// counters whose updates are known exactly: the clock's predictions are checked against them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "sources/counter_clock.hpp"
+
+using namespace wattscope;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Time = CounterClock::Time;
+
+// A counter of 100 W (1 J a second, in µJ per second: 1e8) that moves only at phase + k * period; period 0: at
+// every instant.
+struct SimCounter {
+  Time t0;
+  std::chrono::nanoseconds phase{37ms}, period{100ms};
+  int64_t at(Time t) const {
+    double s = std::chrono::duration<double>(t - t0).count();
+    if (period.count() > 0) {
+      const double p = std::chrono::duration<double>(period).count(), ph = std::chrono::duration<double>(phase).count();
+      s = ph + std::floor((s - ph) / p) * p;
+    }
+    return static_cast<int64_t>(s * 1e8);
+  }
+  // The true update at or before t
+  Time last_update(Time t) const {
+    const double s = std::chrono::duration<double>(t - t0).count();
+    const double p = std::chrono::duration<double>(period).count(), ph = std::chrono::duration<double>(phase).count();
+    return t0 + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::duration<double>(ph + std::floor((s - ph) / p) * p));
+  }
+};
+
+// Runs a learning from `start` with reads costing `cost` (the value taken in the middle of the call); the reads made.
+int learn(CounterClock& c, const SimCounter& sim, Time start, std::chrono::nanoseconds cost) {
+  c.start_learning(start);
+  Time t = start;
+  int reads = 0;
+  for (;;) {
+    const Time mid = t + cost / 2;
+    ++reads;
+    auto next = c.learn(mid, sim.at(mid));
+    if (!next) return reads;
+    t = std::max(*next, t + cost);
+    if (reads > 1000) return reads;
+  }
+}
+
+double ms(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+} // namespace
+
+// An H100's counter (every 100 ms, read at 2.8 ms a call): learnt in a few dozen reads, and the updates predicted 10 s
+// later within the reads' own resolution.
+TEST(CounterClock, LearnsAHundredMillisecondCounterAndPredictsItsUpdates) {
+  for (const auto phase : {0ms, 37ms, 99ms}) {
+    SCOPED_TRACE(phase.count());
+    SimCounter sim{Time{} + 1000s, phase, 100ms};
+    CounterClock c;
+    ASSERT_TRUE(c.may_learn(sim.t0));
+    const int reads = learn(c, sim, sim.t0 + 5ms, 2800us);
+    ASSERT_EQ(c.state(), CounterClock::State::periodic);
+    EXPECT_EQ(c.period(), 100ms);
+    EXPECT_LE(reads, 60); // up to a period back to back, then a few around the next update
+    // the first update it saw is a true one, with the counter's value from it on
+    const auto first = c.first_update();
+    ASSERT_TRUE(first);
+    EXPECT_NEAR(ms(first->first - sim.last_update(first->first + 1500us)), 0, 1.5);
+    for (const auto later : {1s, 10s}) {
+      const Time t = sim.t0 + later + 3ms;
+      const Time u = c.next_update(t);
+      const Time truth = sim.last_update(t) + 100ms;
+      EXPECT_NEAR(ms(u - truth), 0, 1.5) << later.count();
+      EXPECT_LT(c.uncertainty(u), 3ms);
+    }
+  }
+}
+
+// A counter exact at every instant (or read slower than it moves) is continuous: a reading stands for its own time.
+TEST(CounterClock, ACounterThatMovesAtEveryReadIsContinuous) {
+  SimCounter sim{Time{} + 1000s, 0ms, 0ms};
+  CounterClock c;
+  const int reads = learn(c, sim, sim.t0, 2800us);
+  EXPECT_EQ(c.state(), CounterClock::State::continuous);
+  EXPECT_LE(reads, 5);
+}
+
+// A counter that does not move (an idle GPU reporting 0 W) decides nothing and is not learnt again for a while.
+TEST(CounterClock, ACounterThatNeverMovesIsLeftUnknownForAWhile) {
+  CounterClock c;
+  const Time t0 = Time{} + 1000s;
+  c.start_learning(t0);
+  Time t = t0;
+  int reads = 0;
+  while (auto next = c.learn(t, 42)) {
+    t = *next;
+    ASSERT_LT(++reads, 1000);
+  }
+  EXPECT_EQ(c.state(), CounterClock::State::unknown);
+  EXPECT_LE(t - t0, 400ms); // bounded: the learning's span
+  EXPECT_FALSE(c.may_learn(t + 1s));
+  EXPECT_TRUE(c.may_learn(t + 31s));
+}
+
+// A period far from the nominal 100 ms (here 40 ms, shorter than the wait for a second update) is measured.
+TEST(CounterClock, APeriodOtherThanTheNominalOneIsMeasured) {
+  SimCounter sim{Time{} + 1000s, 11ms, 40ms};
+  CounterClock c;
+  learn(c, sim, sim.t0 + 2ms, 1ms);
+  ASSERT_EQ(c.state(), CounterClock::State::periodic);
+  EXPECT_NEAR(ms(c.period()), 40, 1.5);
+  const Time t = sim.t0 + 200ms;
+  EXPECT_NEAR(ms(c.next_update(t) - (sim.last_update(t) + 40ms)), 0, 3);
+}
+
+// Scans across predicted updates (reads 3.3 ms apart, as the NVML source makes them) keep the prediction true on a
+// counter whose period is 100.005 ms of this clock (50 ppm: within the drift allowed for): each narrows the phase, and
+// those far apart the period; a prediction that misses sends the clock back to learning.
+TEST(CounterClock, ScansFollowADriftingCounterAndAMissIsLearntAgain) {
+  SimCounter sim{Time{} + 1000s, 50ms, 100005us};
+  CounterClock c;
+  learn(c, sim, sim.t0, 2800us);
+  ASSERT_EQ(c.state(), CounterClock::State::periodic);
+  int reads = 0;
+  for (const auto at : {1s, 3s, 7s, 15s, 31s, 63s, 127s}) {
+    SCOPED_TRACE(at.count());
+    const Time u = c.next_update(sim.t0 + at);
+    const auto d = c.uncertainty(u);
+    ASSERT_LT(d, 15ms);
+    const Time truth = sim.last_update(u + d + 5ms);
+    ASSERT_NEAR(ms(u - truth), 0, ms(d)) << "the truth lies in the window";
+    Time prev = u - d - 500us - 1400us; // the reads' middles
+    int64_t v = sim.at(prev);
+    for (Time t = prev + 3300us;; t += 3300us) {
+      ++reads;
+      ASSERT_LT(t, u + d + 5ms) << "no change seen";
+      if (sim.at(t) != v) {
+        c.confirm(u, prev, t);
+        break;
+      }
+      prev = t;
+    }
+    EXPECT_NEAR(ms(c.last_confirmed() - truth), 0, 1.7);
+  }
+  EXPECT_LE(reads, 7 * 5);
+  // The period is known closely by now: the prediction a few minutes on is within a few ms of the truth
+  const Time t = sim.t0 + 300s;
+  EXPECT_NEAR(ms(c.next_update(t) - (sim.last_update(t) + sim.period)), 0, 3);
+  EXPECT_NEAR(ms(c.period()), 100.005, 0.003);
+  // A prediction no update follows: the clock is unknown again and may learn at once
+  c.miss();
+  EXPECT_EQ(c.state(), CounterClock::State::unknown);
+  EXPECT_TRUE(c.may_learn(t));
+}
