@@ -5,7 +5,7 @@
 //    of runs drawn: body[data-loaded]) from navigation start (goal: interactive < 300 ms at 10,000 runs).
 // Usage: node bench/runs_pages.mjs BUILD_DIR [RUNS=10000] [CLIENTS=4] [STORE: a sqlite path or mysql:// URL, made
 //        filled with RUNS generated runs unless it is an existing SQLite file or RUNS_BENCH_NO_GEN is set].
-//        Prints one JSON object.
+//        Prints one JSON object. RUNS_BENCH_NO_BROWSER=1 times the JSON queries alone.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -45,6 +45,11 @@ const queries = {
   method: '/api/v1/runs?method=mixed&limit=50',
   search: '/api/v1/runs?q=seed%203&limit=50',
   sort_duration: '/api/v1/runs?sort=-duration&limit=50',
+  sort_duration_up: '/api/v1/runs?sort=duration&limit=50',
+  sort_energy: '/api/v1/runs?sort=-energy&limit=50',
+  sort_energy_deep_page: '/api/v1/runs?sort=energy&offset=5000&limit=50',
+  user_sorted_duration: '/api/v1/runs?user=user3&sort=-duration&limit=50',
+  method_sorted_energy: '/api/v1/runs?method=mixed&sort=energy&limit=50',
   sort_j_per_unit: '/api/v1/runs?sort=j_per_unit&limit=50',
   job_page_json: '/api/v1/jobs/5010',
 };
@@ -69,6 +74,12 @@ for (const clients of [...new Set([1, CLIENTS])]) {
   }
 }
 
+if (process.env.RUNS_BENCH_NO_BROWSER) {
+  serve.kill('SIGTERM');
+  rmSync(dir, { recursive: true, force: true });
+  console.log(JSON.stringify(out, null, 1));
+  process.exit(0);
+}
 const browser = await chromium.launch({
   executablePath: process.env.WATTSCOPE_CHROMIUM || '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],

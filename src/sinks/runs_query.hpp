@@ -3,6 +3,7 @@
 // which has no index to ask, scans its runs with the same rules in C++ (run_passes), so every store gives one answer.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -129,6 +130,33 @@ std::vector<RunsPagePart> j_per_unit_page(const RunsSql& base, bool descending, 
                                           size_t limit);
 // `base` restricted to the runs with the figure (for their count).
 RunsSql with_j_per_unit(const RunsSql& base);
+
+// issue 35 (MariaDB): the duration and energy orders walk an index on a runs column each: runs.total_energy_j, and
+// runs.duration_ms, which the server computes from end_ms - start_ms (a generated column, so every writer's rows have
+// it, an older wattscope's too; exact, and never out of range: the difference of two BIGINTs as a DECIMAL). Each index
+// is (column, start_ms) and InnoDB appends the primary key, run_id: runs_sql's order, ties included. The column a sort
+// key walks, or "" where it has none.
+inline constexpr std::string_view kDurationColumn = "duration_ms";
+std::string_view kept_figure_column(RunsSortKey key);
+// One walk of a page in a kept figure's order: the runs of `base` with the figure (`with`) in its order, or those
+// without in start order; ties by start then id, each in the page's direction (runs_sql's order, which puts the runs
+// without the figure last either way). `prefix` names the runs table's columns ("r." in a join).
+RunsSql kept_figure_part(const RunsSql& base, std::string_view column, bool with, bool descending,
+                         std::string_view prefix = "");
+
+// The page [offset, offset + limit) of the runs with a figure followed by those without, as at most two walks:
+// `walk(with, part_offset, part_limit)` reads the page's share of one side and returns how many runs it found;
+// `count_with()` (how many runs have the figure) is asked only when the page starts past them, so a page among the
+// runs with the figure costs no count of them.
+template <class Walk, class CountWith>
+void two_walk_page(size_t offset, size_t limit, Walk&& walk, CountWith&& count_with) {
+  if (limit == 0) return;
+  const size_t got = walk(true, offset, limit);
+  if (got >= limit) return;
+  // A short first walk ended the runs with the figure: there are offset + got of them.
+  const size_t with = got > 0 ? offset + got : std::min<size_t>(count_with(), offset);
+  walk(false, offset + got - with, limit - got);
+}
 
 // A page of runs' work per unit in one query (every SQL store): one '?' per run. add_page_work_row files a row of its
 // answer (run_id, unit, SUM(amount)) under its run in `work` (parallel to `runs`).

@@ -515,6 +515,163 @@ TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
 
 namespace {
 
+// The runs `f` passes in its order as the C++ statement of it: the figure's order, the runs without it last, ties by
+// start then id, each in the page's direction.
+std::vector<std::string> ordered_ids(const std::vector<wattscope::RunInfo>& all, const RunsFilter& f) {
+  auto figure = [&](const wattscope::RunInfo& r) -> std::optional<double> {
+    if (f.sort == RunsSortKey::Energy) return r.total_energy_j;
+    if (r.end_ms) return static_cast<double>(*r.end_ms - r.start_ms);
+    return std::nullopt;
+  };
+  std::vector<std::pair<std::optional<double>, const wattscope::RunInfo*>> runs;
+  for (const auto& r : all)
+    if (wattscope::run_passes(r, f)) runs.emplace_back(figure(r), &r);
+  const bool desc = f.descending;
+  std::sort(runs.begin(), runs.end(), [&](const auto& a, const auto& b) {
+    if (a.first.has_value() != b.first.has_value()) return a.first.has_value();
+    if (a.first && *a.first != *b.first) return desc ? *a.first > *b.first : *a.first < *b.first;
+    if (a.second->start_ms != b.second->start_ms)
+      return desc ? a.second->start_ms > b.second->start_ms : a.second->start_ms < b.second->start_ms;
+    return desc ? a.second->run_id > b.second->run_id : a.second->run_id < b.second->run_id;
+  });
+  std::vector<std::string> ids;
+  for (const auto& r : runs)
+    ids.push_back(r.second->run_id);
+  return ids;
+}
+
+// Every page of `page_size` of each query, both ways, duration and energy, is the C++ order's slice; the total is
+// how many pass.
+void expect_figure_orders(const wattscope::StoreSpec& spec, const std::vector<std::string>& filters, size_t page_size) {
+  auto reader = wattscope::open_reader(spec);
+  const auto all = reader->runs_query(parsed("sort=start"), 0, 100000).runs;
+  for (const auto& filter : filters)
+    for (const char* sort : {"duration", "-duration", "energy", "-energy"}) {
+      const std::string q = filter + (filter.empty() ? "" : "&") + "sort=" + sort;
+      SCOPED_TRACE(q);
+      const auto want = ordered_ids(all, parsed(q));
+      std::vector<std::string> got;
+      for (size_t offset = 0; offset < want.size() + page_size; offset += page_size) {
+        const auto page = reader->runs_query(parsed(q), offset, page_size);
+        ASSERT_EQ(page.total, want.size()) << offset;
+        ASSERT_EQ(page.runs.size(), page.work.size());
+        for (const auto& r : page.runs)
+          got.push_back(r.run_id);
+      }
+      EXPECT_EQ(got, want);
+    }
+}
+
+} // namespace
+
+// issue 35: a page of a two-walk order is the slice of "runs with the figure, then those without", and the runs with
+// the figure are counted only when the page starts past them.
+TEST(RunsQuery, TwoWalkPageIsTheSliceOfBothSides) {
+  const size_t with = 10, without = 5;
+  for (size_t offset = 0; offset <= with + without + 2; ++offset)
+    for (size_t limit = 0; limit <= with + without + 2; ++limit) {
+      SCOPED_TRACE(fmt::format("offset {} limit {}", offset, limit));
+      std::vector<size_t> got;
+      int counted = 0;
+      wattscope::two_walk_page(
+          offset, limit,
+          [&](bool side, size_t o, size_t l) {
+            const size_t first = side ? 0 : with, n = side ? with : without;
+            size_t found = 0;
+            for (size_t i = o; i < n && found < l; ++i, ++found)
+              got.push_back(first + i);
+            return found;
+          },
+          [&] {
+            ++counted;
+            return with;
+          });
+      std::vector<size_t> want;
+      for (size_t i = offset; i < with + without && want.size() < limit; ++i)
+        want.push_back(i);
+      EXPECT_EQ(got, want);
+      EXPECT_EQ(counted, limit > 0 && offset >= with ? 1 : 0);
+    }
+}
+
+// issue 35: on MariaDB the duration and energy orders walk runs_by_duration (a generated duration_ms) and
+// runs_by_energy, alone and under a keyed filter (the runs' index joined to run_tags, or run_tags joined and sorted
+// when few pass): every page as the C++ order says, ties included; a store without the column reads as before, and
+// its next writer adds it.
+TEST(RunsQuery, MysqlDurationAndEnergyOrdersWalkTheirIndexes) {
+  MariaDb db;
+  const char* saved = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
+  const auto spec = wattscope::parse_store(db.url());
+  generate_runs(spec, kRuns);
+  EXPECT_EQ(db.sql("SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics WHERE table_schema = "
+                   "'wattscope' AND table_name = 'runs' AND index_name IN ('runs_by_duration', 'runs_by_energy')"),
+            "2\n");
+  // Run i lasts (37 i) % 600 + 1 s (distinct for i < 600) unless unfinished (i % 97 == 96).
+  EXPECT_EQ(db.sql("SELECT duration_ms FROM wattscope.runs WHERE run_id = 'gen-000001'"), "38000\n");
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.runs WHERE duration_ms IS NULL"), "6\n");
+  // Ties: the generator's durations and energies are all distinct, so some runs get equal ones.
+  db.sql("UPDATE wattscope.runs SET end_ms = start_ms + 5000 WHERE end_ms IS NOT NULL AND "
+         "MOD(CAST(SUBSTRING(run_id, 5) AS UNSIGNED), 11) = 0");
+  db.sql("UPDATE wattscope.runs SET total_energy_j = 321.5 WHERE total_energy_j IS NOT NULL AND "
+         "MOD(CAST(SUBSTRING(run_id, 5) AS UNSIGNED), 13) = 0");
+  // 54 of the 55 multiples of 11 (484 is unfinished), and run 292, whose own duration is 5 s
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.runs WHERE duration_ms = 5000"), "55\n");
+  // Keyed filters many pass (the index walk for the first pages, the join past them), few pass (the join), and
+  // filters read from the runs (task, q, several terms).
+  const std::vector<std::string> filters = {"",
+                                            "user=user3",
+                                            "tag=slurm_partition%3Dgpu",
+                                            "tag=slurm_partition%3Ddebug&from=2026-11-01T02:00&to=2026-11-01T09:00",
+                                            "method=mixed",
+                                            "tag=slurm_job_id%3D5010",
+                                            "task=task03",
+                                            "q=seed%203",
+                                            "user=user3&method=counter"};
+  expect_figure_orders(spec, filters, 29);
+  // A keyed filter every run passes walks the index to its end: the pages straddle the runs without the figure and
+  // pass them (their count asked). Only run_tags' keys changed: the reader answers from them.
+  db.sql("UPDATE wattscope.run_tags SET value_key = 'all' WHERE tag_key = 'slurm_partition'");
+  {
+    auto reader = wattscope::open_reader(spec);
+    const auto all = reader->runs_query(parsed("sort=start"), 0, 1000).runs;
+    for (const char* sort : {"sort=-energy", "sort=duration"}) {
+      SCOPED_TRACE(sort);
+      const auto want = ordered_ids(all, parsed(sort));
+      std::vector<std::string> got;
+      for (size_t offset = 0; offset < want.size(); offset += 13)
+        for (const auto& r :
+             reader->runs_query(parsed(std::string("tag=slurm_partition%3Dall&") + sort), offset, 13).runs)
+          got.push_back(r.run_id);
+      EXPECT_EQ(got, want);
+    }
+  }
+  db.sql("UPDATE wattscope.run_tags SET value_key = tag_value WHERE tag_key = 'slurm_partition'");
+  // A run an older wattscope ends (its rows name only the registry's columns): the server computes its duration.
+  db.sql("UPDATE wattscope.runs SET end_ms = start_ms + 3 WHERE run_id = 'gen-000096'");
+  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("sort=duration"), 0, 1).runs.at(0).run_id, "gen-000096");
+  // A store from before the column: the same orders (each passing run sorted), then the next writer adds it.
+  db.sql("ALTER TABLE wattscope.runs DROP INDEX runs_by_duration, DROP INDEX runs_by_energy, DROP COLUMN duration_ms");
+  expect_figure_orders(spec, {"", "user=user3", "tag=slurm_partition%3Dgpu"}, 29);
+  generate_runs(spec, 3, 0);
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.runs WHERE duration_ms IS NULL"), "5\n") << "96 has ended";
+  EXPECT_EQ(db.sql("SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics WHERE table_schema = "
+                   "'wattscope' AND table_name = 'runs' AND index_name IN ('runs_by_duration', 'runs_by_energy')"),
+            "2\n");
+  expect_figure_orders(spec, {"", "user=user3", "tag=slurm_partition%3Dgpu"}, 29);
+  // Times that no BIGINT difference holds: the row is written (the column is a DECIMAL), and it sorts first.
+  db.sql("UPDATE wattscope.runs SET start_ms = -9000000000000000000, end_ms = 9000000000000000000 WHERE run_id = "
+         "'gen-000005'");
+  EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("sort=-duration"), 0, 1).runs.at(0).run_id, "gen-000005");
+  if (saved)
+    ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
+  else
+    ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
+}
+
+namespace {
+
 // serve over a generated store: the JSON of the runs table, a run, a job; the pages; their errors. Returns the
 // slowest of the filtered queries, in ms.
 void expect_serve(const std::string& db_arg, const TempDir& dir, int64_t n, double& slowest) {
