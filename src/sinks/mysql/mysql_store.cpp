@@ -485,7 +485,7 @@ void ensure_schema(Conn& c) {
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_j_per_unit` ON `runs` (`j_per_unit`, `start_ms`)");
     // issue 35: the duration and energy orders' indexes (runs_query.hpp: kept_figure_column), in one statement, so
     // that a reader which finds the column finds both indexes. The server fills the column for every run as it builds
-    // the index (once per store: about 1 s at 100,000 runs); later rows, an older wattscope's too, get it on insert.
+    // the index (once per store: 0.2-0.3 s at 100,000 runs); later rows, an older wattscope's too, get it on insert.
     if (std::find(run_cols.begin(), run_cols.end(), kDurationColumn) == run_cols.end())
       c.exec(fmt::format("ALTER TABLE `runs` ADD COLUMN IF NOT EXISTS `{0}` DECIMAL(20,0) AS (CAST(`end_ms` AS "
                          "DECIMAL(20,0)) - `start_ms`) VIRTUAL, ADD INDEX IF NOT EXISTS `runs_by_duration` (`{0}`, "
@@ -862,7 +862,7 @@ public:
       for (const auto& part : j_per_unit_page(base, f.descending, count(with_j_per_unit(base)), offset, limit))
         fetch(part.sql, part.offset, part.limit);
     } else if (const auto figure = kept_figure_column(f.sort); !figure.empty() && has_run_column(kDurationColumn)) {
-      // issue 35: the figure's index in two walks, not every passing run sorted (at 100,000 runs 90-132 ms).
+      // issue 35: the figure's index in two walks, not every passing run sorted (at 100,000 runs 90-135 ms).
       RunsFilter by_start = f;
       by_start.sort = RunsSortKey::Start;
       const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed);
@@ -929,7 +929,7 @@ private:
       // a tag key appears once in a run's tags, each @user value once), until the page is full. Reading (offset +
       // limit) / share of runs beats joining and sorting all that pass (33,000 in 111 ms at 100,000 runs). The entry
       // is looked up by its whole key (tag_key, value_key, start_ms, run_id): the keyed rows carry their run's start
-      // (as the page in start order above relies on), and one index probe a run took 0.6 ms for a page where the run's
+      // (as the page in start order below relies on), and one index probe a run took 0.6 ms for a page where the run's
       // rows by run_tags_by_run took 7 ms.
       const auto joined = keyed_runs_sql(f, "d.", kValueKeyChars, kRunTagsUserKey);
       if (!joined) return std::nullopt;
