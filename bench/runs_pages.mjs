@@ -50,6 +50,8 @@ const queries = {
   sort_energy_deep_page: '/api/v1/runs?sort=energy&offset=5000&limit=50',
   user_sorted_duration: '/api/v1/runs?user=user3&sort=-duration&limit=50',
   method_sorted_energy: '/api/v1/runs?method=mixed&sort=energy&limit=50',
+  search_sorted_duration: '/api/v1/runs?q=seed%203&sort=-duration&limit=50',
+  search_one_sorted_energy: '/api/v1/runs?q=gen-000007&sort=-energy&limit=50',
   sort_j_per_unit: '/api/v1/runs?sort=j_per_unit&limit=50',
   job_page_json: '/api/v1/jobs/5010',
 };

@@ -619,7 +619,7 @@ TEST(RunsQuery, MysqlDurationAndEnergyOrdersWalkTheirIndexes) {
   // 54 of the 55 multiples of 11 (484 is unfinished), and run 292, whose own duration is 5 s
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.runs WHERE duration_ms = 5000"), "55\n");
   // Keyed filters many pass (the index walk for the first pages, the join past them), few pass (the join), and
-  // filters read from the runs (task, q, several terms).
+  // filters read from the runs (task, host, q, several terms: the walk where many pass, else each passing run sorted).
   const std::vector<std::string> filters = {"",
                                             "user=user3",
                                             "tag=slurm_partition%3Dgpu",
@@ -627,6 +627,8 @@ TEST(RunsQuery, MysqlDurationAndEnergyOrdersWalkTheirIndexes) {
                                             "method=mixed",
                                             "tag=slurm_job_id%3D5010",
                                             "task=task03",
+                                            "host=node1",
+                                            "q=python",
                                             "q=seed%203",
                                             "user=user3&method=counter"};
   expect_figure_orders(spec, filters, 29);

@@ -485,7 +485,7 @@ void ensure_schema(Conn& c) {
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_j_per_unit` ON `runs` (`j_per_unit`, `start_ms`)");
     // issue 35: the duration and energy orders' indexes (runs_query.hpp: kept_figure_column), in one statement, so
     // that a reader which finds the column finds both indexes. The server fills the column for every run as it builds
-    // the index (once per store: about 1 s at 100,000 runs); later rows, an older wattscope's too, get it on insert.
+    // the index (once per store: 0.2-0.3 s at 100,000 runs); later rows, an older wattscope's too, get it on insert.
     if (std::find(run_cols.begin(), run_cols.end(), kDurationColumn) == run_cols.end())
       c.exec(fmt::format("ALTER TABLE `runs` ADD COLUMN IF NOT EXISTS `{0}` DECIMAL(20,0) AS (CAST(`end_ms` AS "
                          "DECIMAL(20,0)) - `start_ms`) VIRTUAL, ADD INDEX IF NOT EXISTS `runs_by_duration` (`{0}`, "
@@ -861,8 +861,14 @@ public:
       const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed);
       for (const auto& part : j_per_unit_page(base, f.descending, count(with_j_per_unit(base)), offset, limit))
         fetch(part.sql, part.offset, part.limit);
-    } else if (const auto figure = kept_figure_column(f.sort); !figure.empty() && has_run_column(kDurationColumn)) {
-      // issue 35: the figure's index in two walks, not every passing run sorted (at 100,000 runs 90-132 ms).
+    } else if (const auto figure = kept_figure_column(f.sort);
+               !figure.empty() && has_run_column(kDurationColumn) &&
+               (sql.where.empty() ||
+                (offset + limit < page.total && walk_pays(count(RunsSql{}), page.total, offset + limit)))) {
+      // issue 35: the figure's index in two walks, not every passing run sorted (at 100,000 runs 90-135 ms). Not
+      // where few runs pass: MariaDB walks the index anyway, a row read per run (q matching 1 run of 100,000: 0.36-0.4
+      // s, where reading them all and sorting the one took 40-90 ms). Fewer passing runs than the page's end never
+      // pay (runs >= passing): the runs are not counted for them.
       RunsFilter by_start = f;
       by_start.sort = RunsSortKey::Start;
       const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed);
@@ -904,7 +910,7 @@ private:
     if (f.sort == RunsSortKey::JPerUnit) return std::nullopt;
     const auto keyed = keyed_runs_sql(f, "", kValueKeyChars, kRunTagsUserKey);
     if (!keyed) return std::nullopt;
-    // run_tags' @method rows against the runs (kRunTagsComplete), the runs' count kept for walk_beats_join
+    // run_tags' @method rows against the runs (kRunTagsComplete), the runs' count kept for walk_pays
     size_t runs = 0, method_rows = 0;
     try {
       query_typed({ColType::Int, ColType::Int}, std::string(kRunTagsCounts), {}, [&](std::span<const Value> row) {
@@ -924,12 +930,12 @@ private:
     std::vector<SqlParam> params = keyed->params;
     std::vector<std::string> ids;
     const auto figure = kept_figure_column(f.sort);
-    if (!figure.empty() && has_run_column(kDurationColumn) && walk_beats_join(runs, page.total, offset + limit)) {
+    if (!figure.empty() && has_run_column(kDurationColumn) && walk_pays(runs, page.total, offset + limit)) {
       // Many runs pass: walk the figure's index over every run and keep those with the filter's entry (one per run:
       // a tag key appears once in a run's tags, each @user value once), until the page is full. Reading (offset +
       // limit) / share of runs beats joining and sorting all that pass (33,000 in 111 ms at 100,000 runs). The entry
       // is looked up by its whole key (tag_key, value_key, start_ms, run_id): the keyed rows carry their run's start
-      // (as the page in start order above relies on), and one index probe a run took 0.6 ms for a page where the run's
+      // (as the page in start order below relies on), and one index probe a run took 0.6 ms for a page where the run's
       // rows by run_tags_by_run took 7 ms.
       const auto joined = keyed_runs_sql(f, "d.", kValueKeyChars, kRunTagsUserKey);
       if (!joined) return std::nullopt;
@@ -1000,10 +1006,10 @@ private:
     return page;
   }
 
-  // Whether a page of a keyed filter that `passing` of `runs` runs pass, read in a figure's order, costs fewer rows as
-  // a walk of the figure's index over every run (about `end` / (passing / runs) entries) than as every passing run
-  // joined and sorted.
-  static bool walk_beats_join(size_t runs, size_t passing, size_t end) {
+  // Whether a page of a filter that `passing` of `runs` runs pass, ending at `end`, in a figure's order, costs fewer
+  // rows as a walk of the figure's index over every run (about end / (passing / runs) entries) than as every passing
+  // run read and sorted.
+  static bool walk_pays(size_t runs, size_t passing, size_t end) {
     return static_cast<double>(end) * static_cast<double>(runs) <
            static_cast<double>(passing) * static_cast<double>(passing);
   }
