@@ -13,7 +13,31 @@ std::string gpu_key(int index) {
 }
 } // namespace
 
+namespace {
+// How far from a marker a reading still counts as a known point around it (PhaseTracker::Position::near_readings)
+constexpr auto kNearReadings = std::chrono::milliseconds(150);
+} // namespace
+
 PhaseTracker::Energies PhaseTracker::Position::energies() const {
+  Energies out = ticks_energies();
+  // A device with a reading on each side of the marker, close by, is interpolated between those
+  for (auto& [device, e] : out) {
+    const Point* r0 = nullptr;
+    const Point* r1 = nullptr;
+    for (const auto& p : near_readings) {
+      if (p.energies->find(device) == p.energies->end()) continue;
+      if (p.at <= at) r0 = &p;
+      if (p.at >= at && !r1) r1 = &p;
+    }
+    if (!r0 || !r1) continue;
+    const double e0 = r0->energies->at(device), e1 = r1->energies->at(device);
+    const double span = std::chrono::duration<double>(r1->at - r0->at).count();
+    e = span > 0 ? e0 + (e1 - e0) * std::chrono::duration<double>(at - r0->at).count() / span : e0;
+  }
+  return out;
+}
+
+PhaseTracker::Energies PhaseTracker::Position::ticks_energies() const {
   if (at <= points.front().at) return *points.front().energies;
   if (at >= points.back().at) return *points.back().energies;
   Energies out;
@@ -147,7 +171,7 @@ void PhaseTracker::process(Frame& f) {
   // What a marker still waiting can lie between: the last tick at or before the cutoff, and every one since.
   while (history_.size() > 2 && (history_[1].mono <= cutoff || history_.size() > kMaxHeldTicks))
     history_.pop_front();
-  std::erase_if(readings_, [&](const auto& r) { return r.first < history_.front().mono; });
+  std::erase_if(readings_, [&](const auto& r) { return r.first < history_.front().mono - kNearReadings; });
   last_tick_ = f.tick;
   last_mono_ = f.mono;
   last_energy_ = std::move(now);
@@ -165,7 +189,7 @@ PhaseTracker::Position PhaseTracker::position_at(SteadyClock::time_point at) con
   if (before->mono > at) { // before the oldest kept tick: the run's first tick (energy 0), or a bound's loss
     pos.tick_before = pos.tick_after = before->tick;
     pos.points.push_back({before->mono, &before->energies});
-    return pos;
+    return pos; // no readings either: the run's start is 0 whatever they say
   }
   pos.tick_before = before->tick;
   pos.tick_after = after->tick;
@@ -176,9 +200,12 @@ PhaseTracker::Position PhaseTracker::position_at(SteadyClock::time_point at) con
     for (; r != readings_.end() && r->first < after->mono; ++r)
       pos.points.push_back({r->first, &r->second});
     pos.points.push_back({after->mono, &after->energies});
-  } else if (at > after->mono) {
-    // after the newest tick: nothing later is known (finish())
   }
+  // The readings around the marker, within a counter period and a read of it on either side
+  auto r = std::lower_bound(readings_.begin(), readings_.end(), at - kNearReadings,
+                            [](const auto& x, SteadyClock::time_point a) { return x.first < a; });
+  for (; r != readings_.end() && r->first <= at + kNearReadings; ++r)
+    pos.near_readings.push_back({r->first, &r->second});
   return pos;
 }
 

@@ -150,8 +150,14 @@ private:
     int64_t tick_before = 0;
     int64_t tick_after = 0;
     std::vector<Point> points;
+    // The readings within kNearReadings of `at`, before and after it (past the ticks around it too): a device that
+    // has one on each side is interpolated between those, not the ticks between, whose figures may be older than their
+    // time (a counter that moves every 100 ms is up to that old at every tick; a reading is placed at the counter's
+    // update, sources/counter_clock.hpp).
+    std::vector<Point> near_readings;
     SteadyClock::time_point at{};
     Energies energies() const;
+    Energies ticks_energies() const; // between the known points alone
   };
   // A tick as a known point (the ticks a waiting marker may lie between are kept, history_).
   struct TickPoint {
@@ -191,7 +197,8 @@ private:
   std::deque<TickPoint> history_; // sampler thread: the last ticks, oldest first (the newest is last_tick_'s)
   std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the arrival that last asked for a reading
   int64_t edge_requests_ = 0;                        // guarded by mu_
-  std::vector<std::pair<SteadyClock::time_point, Energies>> readings_; // sampler thread, in time order, since history_
+  // sampler thread, in time order: from kNearReadings before history_'s oldest tick on
+  std::vector<std::pair<SteadyClock::time_point, Energies>> readings_;
 };
 
 } // namespace wattscope

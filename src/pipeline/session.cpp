@@ -380,17 +380,17 @@ void Session::start() {
     for (auto& e : opening_->pending)
       if (e->done && !e->taken) join_late(*e);
   }
-  // issue 33: readings at phase edges where a tick is long enough for an edge between two to cost a phase its truth
-  // (a power step inside the tick misplaces up to a quarter of it times the interval). Markers within 5 ms of a
-  // reading share it, and a budget of 4 back to back then one per interval bounds a phase-per-step loop to the
-  // ticks' own counter reads again (docs/nvidia.md).
-  if (opts_.interval >= kEdgeReadingsFrom) {
-    phases_->set_edge_budget(opts_.interval, kEdgeReadingBurst);
-    // A counter that moves every 100 ms is read just after its first update past the edge (and, the first time, learnt
-    // for up to 0.3 s): the markers wait that long for the reading (sources/counter_clock.hpp).
-    phases_->set_hold(kEdgeReadingHold);
-    edge_sampler_.store(sampler_.get(), std::memory_order_release);
-  }
+  // issue 33: readings at phase edges, so that an edge between two ticks does not cost a phase its truth (a power
+  // step inside the tick misplaces up to a quarter of it times the interval). Markers within 5 ms of a reading share
+  // it, and a budget of 4 back to back then one per interval bounds a phase-per-step loop to the ticks' own counter
+  // reads again (docs/nvidia.md).
+  // Below 100 ms the budget's period stays 100 ms, and NVML reads only a counter that moves on a period (ticks that
+  // close hold an edge on a continuous counter within a fraction of a percent, but one that moves every 100 ms is up to
+  // that old at every tick). A counter that moves every 100 ms is read just after its first update past the edge (and,
+  // the first time, learnt for up to 0.3 s): the markers wait that long for the reading (sources/counter_clock.hpp).
+  phases_->set_edge_budget(std::max(opts_.interval, kEdgeReadingsFrom), kEdgeReadingBurst);
+  phases_->set_hold(kEdgeReadingHold);
+  edge_sampler_.store(sampler_.get(), std::memory_order_release);
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
   if (markers_) markers_->start();

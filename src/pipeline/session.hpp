@@ -133,6 +133,7 @@ private:
   std::unique_ptr<Sampler> sampler_;
   // issue 33: the sampler that phase edges ask for counter readings (null: none asked); the marker thread reads it
   std::atomic<Sampler*> edge_sampler_{nullptr};
+  // the edge budget's least period (and below it NVML reads only a counter that moves on a period)
   static constexpr std::chrono::nanoseconds kEdgeReadingsFrom = std::chrono::milliseconds(100);
   static constexpr int kEdgeReadingBurst = 4; // then one reading per interval: at most the ticks' own counter reads
   // issue 33: how long markers wait for the reading at their edge (a period of an H100's counter and the read, or a

@@ -123,9 +123,9 @@ void CounterClock::confirm(Time u, Time lo, Time hi) {
   ref_h_ = h;
 }
 
-void CounterClock::miss() {
+void CounterClock::miss(Time now) {
   state_ = State::unknown;
-  retry_at_.reset();
+  retry_at_ = now + o_.relearn_after;
 }
 
 } // namespace wattscope

@@ -32,6 +32,7 @@ public:
     Dur max_learn = std::chrono::milliseconds(300);      // a learning gives up after this long...
     int max_learn_reads = 200;                           // ...or this many reads
     Dur retry_after = std::chrono::seconds(30);          // an undecided learning is tried again no sooner
+    Dur relearn_after = std::chrono::seconds(10);        // nor a missed prediction learnt again
     double drift_ppm = 100; // the counter's clock against this one, allowed for in a period taken as the nominal
   };
 
@@ -57,9 +58,10 @@ public:
   bool stale(Time t) const { return state_ == State::periodic && uncertainty(t) > period_ / 4; }
   // Reads made across the predicted update `u`: the value changed between the reads whose middles were `lo` and `hi`
   // (confirm: the phase, and over many periods the period, are narrowed to what the reads say), or did not change
-  // from before the prediction's window to after it (miss: unknown again, to be learnt at the next reading).
+  // from before the prediction's window to after it (miss: unknown again, to be learnt again no sooner than
+  // Options::relearn_after, so that a machine too loaded to read on time does not learn at every edge).
   void confirm(Time u, Time lo, Time hi);
-  void miss();
+  void miss(Time now);
   Time last_confirmed() const { return ref_; }
 
 private:

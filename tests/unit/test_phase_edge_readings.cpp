@@ -261,3 +261,93 @@ TEST(PhaseEdgeReadings, ReadingsAreBoundedBetweenTwoTicks) {
 }
 
 } // namespace unit_phase_edge_readings
+
+namespace unit_phase_edge_readings {
+namespace {
+// A counter that moves every 100 ms (an H100's), its updates at 37 ms + k * 100 ms: each tick holds the energy at its
+// last update. The reading at an edge (as NvmlSource makes it, sources/counter_clock.hpp) comes after the first update
+// past the edge, 2 ms after it, with two known points: the edge (worked back from the update) and the update itself;
+// it reaches the tracker with the first tick after it, often after the tick that follows the marker.
+Result run_aged(const Scenario& s, double interval_s, std::chrono::nanoseconds hold) {
+  const auto update_before = [](int64_t us) { // the last update at or before us
+    return 37'000 + (us - 37'000 >= 0 ? (us - 37'000) / 100'000 * 100'000 : -100'000);
+  };
+  auto exact = [&](int64_t us) { return s.curve.energy(static_cast<double>(us) / 1e6); };
+  struct Timed {
+    int64_t us;
+    Marker m;
+  };
+  std::vector<Timed> marks;
+  for (const auto& p : s.phases) {
+    marks.push_back({static_cast<int64_t>(std::llround(p.begin_s * 1e6)), marker(Marker::Kind::Begin, p.name)});
+    marks.push_back({static_cast<int64_t>(std::llround(p.end_s * 1e6)), marker(Marker::Kind::End, p.name)});
+  }
+  PhaseTracker t;
+  t.set_hold(hold);
+  std::vector<int64_t> asked;
+  t.set_edge_hook([&](SteadyClock::time_point at) {
+    asked.push_back(std::chrono::duration_cast<std::chrono::microseconds>(at.time_since_epoch()).count());
+  });
+  std::vector<std::pair<int64_t, int64_t>> in_flight; // (edge, its update): delivered once the update + 2 ms passed
+  std::vector<PhaseRecord> got;
+  size_t next = 0;
+  const auto step = static_cast<int64_t>(std::llround(interval_s * 1e6));
+  const auto until = static_cast<int64_t>(std::llround((s.run_s + 1) * 1e6));
+  int64_t tick = 0;
+  for (int64_t us = 0; us <= until; us += step, ++tick) {
+    while (next < marks.size() && marks[next].us <= us) {
+      t.push(marks[next].m, kRunStartMs + marks[next].us / 1000, mono_at(marks[next].us));
+      ++next;
+    }
+    for (const int64_t e : asked)
+      in_flight.emplace_back(e, update_before(e) + 100'000);
+    asked.clear();
+    std::erase_if(in_flight, [&](const auto& r) {
+      if (r.second + 2'000 > us) return false;
+      t.add_reading(mono_at(r.second), {{"gpu0", exact(r.second)}});
+      t.add_reading(mono_at(r.first), {{"gpu0", exact(r.first)}});
+      return true;
+    });
+    Frame f;
+    f.tick = tick;
+    f.ts_ms = kRunStartMs + us / 1000;
+    f.mono = mono_at(us);
+    GpuSample g;
+    g.gpu_index = 0;
+    g.energy_j = exact(update_before(us)); // as old as the counter's last update
+    f.gpus.push_back(g);
+    t.process(f);
+    for (auto& p : f.phases)
+      got.push_back(std::move(p));
+  }
+  Result r;
+  r.phases = got.size();
+  for (const auto& p : got) {
+    const auto it = std::find_if(s.phases.begin(), s.phases.end(), [&](const Phase& q) { return q.name == p.name; });
+    if (it == s.phases.end() || !p.energy_j) continue;
+    const double truth = s.curve.energy(it->end_s) - s.curve.energy(it->begin_s);
+    r.worst_pct = std::max(r.worst_pct, std::abs(*p.energy_j - truth) / truth * 100);
+  }
+  return r;
+}
+} // namespace
+
+// Markers held for the reading at their edge (PhaseTracker::set_hold) are settled with it, though it comes after the
+// tick that follows them, and between the two points it brings rather than the ticks, which are up to 100 ms old: at
+// 10 ms, 100 ms and 1 s every phase within 0.1 %. Settled at the first tick after them (no hold), they are
+// interpolated between those old ticks: some phase off by over 1 % (1.7-1.9 % at 10 ms and 1 s).
+TEST(PhaseEdgeReadings, HeldMarkersRestOnReadingsThatComeAfterTheNextTick) {
+  using namespace std::chrono_literals;
+  const Scenario s = scenario();
+  for (const double interval : {0.01, 0.1, 1.0}) {
+    SCOPED_TRACE(interval);
+    const Result held = run_aged(s, interval, 450ms);
+    ASSERT_EQ(held.phases, 6u);
+    EXPECT_LT(held.worst_pct, 0.1);
+    const Result not_held = run_aged(s, interval, 0ms);
+    ASSERT_EQ(not_held.phases, 6u);
+    EXPECT_GT(not_held.worst_pct, 1.0);
+  }
+}
+
+} // namespace unit_phase_edge_readings

@@ -1004,6 +1004,8 @@ constexpr auto kSlowTooLong = std::chrono::milliseconds(20);
 } // namespace
 
 void NvmlSource::sample(Frame& frame) noexcept {
+  if (last_tick_mono_ != SteadyClock::time_point{}) tick_gap_ = frame.mono - last_tick_mono_;
+  last_tick_mono_ = frame.mono;
   try {
     // The slow reads, where they are quick, before the devices' so the tick takes them fresh (at most once a slow
     // period; a tick is on time within a tenth of it).
@@ -1149,6 +1151,7 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
     out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
     return false;
   case Step::learn: {
+    if (!e.first_read) e.first_read = std::make_pair(mid, uj);
     if (auto next = d.clock.learn(mid, uj)) {
       e.due = *next;
       return true;
@@ -1167,7 +1170,8 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
     if (d.clock.state() == CounterClock::State::continuous)
       spdlog::debug("GPU {}: its energy counter moves at every read; readings stand for their own time",
                     d.info.gpu_index);
-    out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
+    // A counter exact at every instant (or one not learnt): the learning's first read, the one nearest the edge
+    if (!short_ticks()) out.push_back({d.info.gpu_index, e.first_read->second, e.first_read->first, std::nullopt, 0});
     return false;
   }
   case Step::scan:
@@ -1177,12 +1181,17 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
       return false;
     }
     if (e.have_prev && mid > e.scan_end) {
-      spdlog::debug("GPU {}: its energy counter did not move when expected; learnt again at the next edge",
-                    d.info.gpu_index);
-      d.clock.miss();
+      // No change seen: a miss, unless the first read came late (the update may have come before it), which says
+      // nothing. Either way this reading stands for its own time.
+      if (!e.late) {
+        spdlog::debug("GPU {}: its energy counter did not move when expected; learnt again within 10 s",
+                      d.info.gpu_index);
+        d.clock.miss(t1);
+      }
       out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
       return false;
     }
+    if (!e.have_prev) e.late = t0 > e.due + kUpdateGuard;
     e.have_prev = true;
     e.prev_mid = mid;
     e.prev_uj = uj;
@@ -1223,6 +1232,8 @@ std::optional<SteadyClock::time_point> NvmlSource::read_energy_counters(std::vec
           sample_edge_power(d);
           d.clock.start_learning(now);
           e.step = Dev::EdgeRead::Step::learn;
+        } else if (short_ticks()) {
+          e.active = false; // ticks this close hold the edge of a counter exact at every instant
         }
       }
       while (e.active && e.due <= SteadyClock::now())

@@ -177,6 +177,8 @@ public:
       std::chrono::nanoseconds spacing{};
       int64_t prev_uj = 0;
       bool have_prev = false;
+      bool late = false; // the scan's first read began after the window had opened (a tick, a loaded machine)
+      std::optional<std::pair<SteadyClock::time_point, int64_t>> first_read; // learning: the one nearest the edge
     } edge;
   };
   static constexpr int kTimedReads = 5;        // reads of a call timed to tell whether it is costly (issue 33)
@@ -230,6 +232,7 @@ private:
   bool edge_step(Dev& d, std::vector<CounterReading>& out);
   OptF instant_power_w(Dev& d); // the instant power field alone (1-2 us on an H100), or nothing
   void sample_edge_power(Dev& d);
+  bool short_ticks() const { return tick_gap_.count() > 0 && tick_gap_ < kEdgeReadsFrom; }
   // Plans the reads around the first update past `after`.
   void plan_edge_reads(Dev& d, SteadyClock::time_point after);
   // ---- end issue 33
@@ -276,6 +279,10 @@ private:
   std::atomic<int64_t> xid_seen_{0};
   std::atomic<bool> energy_scheduled_{false};           // issue 33: some device's energy counter is read on a schedule
   std::optional<SteadyClock::time_point> edge_serving_; // issue 33: the edge the off-grid reading in steps is for
+  // issue 33 (worker thread): the ticks' spacing; below kEdgeReadsFrom a continuous counter is not read at edges
+  SteadyClock::time_point last_tick_mono_{};
+  std::chrono::nanoseconds tick_gap_{0};
+  static constexpr std::chrono::milliseconds kEdgeReadsFrom{100};
   // ---- end issue 17
 
   // Process calls (nvml_processes.cpp), made by the process tracker's thread only.
