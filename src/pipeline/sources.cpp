@@ -60,6 +60,7 @@ constexpr SourceEntry kSources[] = {
        // takes is a wake-up without work (issue 12).
        opts.slow_period = std::max<std::chrono::nanoseconds>(opts.slow_period, o.interval);
        if (o.max_read_cost) opts.max_read_cost = *o.max_read_cost; // issue 33
+       opts.interval = o.interval;
        return std::make_unique<NvmlSource>(std::move(opts));
      }},
 #endif

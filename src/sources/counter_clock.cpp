@@ -84,6 +84,22 @@ std::optional<CounterClock::Time> CounterClock::learn(Time mid, int64_t value) {
   return mid + o_.min_spacing;
 }
 
+void CounterClock::observe_tick(Time t, int64_t value) {
+  constexpr int kContinuousTicks = 8;
+  if (last_tick_ && t > *last_tick_ && t - *last_tick_ < o_.nominal_period * 6 / 10) {
+    if (value == last_tick_value_) {
+      seen_holding_ = true;
+      tick_changes_ = 0;
+    } else if (++tick_changes_ >= kContinuousTicks && state_ == State::unknown && !seen_holding_) {
+      state_ = State::continuous;
+    }
+  } else {
+    tick_changes_ = 0;
+  }
+  last_tick_ = t;
+  last_tick_value_ = value;
+}
+
 CounterClock::Time CounterClock::next_update(Time t) const {
   const auto k = static_cast<int64_t>(std::floor(std::chrono::duration<double>(t - ref_).count() /
                                                  std::chrono::duration<double>(period_).count())) +

@@ -46,6 +46,11 @@ public:
   // A learning read: `mid` the middle of the call. Returns when the next read is wanted, or nothing when the learning
   // decided (state() says what) or gave up (unknown).
   std::optional<Time> learn(Time mid, int64_t value);
+  // A tick's read (passive: no read is made for it). Ticks under 60 % of the nominal period apart tell a counter
+  // that changes at every one of 8 in a row (continuous) from one that holds its value across some (moves on a
+  // period: worth learning).
+  void observe_tick(Time t, int64_t value);
+  bool seen_holding() const { return seen_holding_; }
   // After a learning that found a period: the first update it saw, and the value from it on.
   std::optional<std::pair<Time, int64_t>> first_update() const { return first_update_; }
 
@@ -80,6 +85,11 @@ private:
   std::optional<std::pair<Time, int64_t>> first_update_;
   bool held_ = false;           // some read saw the value hold since the one before
   bool wait_for_second_ = true; // after the first change, wait most of a nominal period before reading again
+  // ticks
+  std::optional<Time> last_tick_;
+  int64_t last_tick_value_ = 0;
+  int tick_changes_ = 0;
+  bool seen_holding_ = false;
   // periodic
   Time ref_{};    // an update's time (the last confirmed)
   Dur ref_h_{0};  // its half-width

@@ -160,3 +160,25 @@ TEST(CounterClock, ScansFollowADriftingCounterAndAMissIsLearntAgain) {
   EXPECT_FALSE(c.may_learn(t + 9s));
   EXPECT_TRUE(c.may_learn(t + 10s));
 }
+
+// Ticks close together that read the counter every time tell, for free, a counter that moves at every one (8 in a row:
+// continuous) from one that holds its value across some (to be learnt); ticks 60 ms or more apart tell neither.
+TEST(CounterClock, TicksCloseTogetherTellAContinuousCounterFromOneThatHolds) {
+  const Time t0 = Time{} + 1000s;
+  SimCounter continuous{t0, 0ms, 0ms}, periodic{t0, 37ms, 100ms};
+  CounterClock a, b, c;
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_EQ(a.state(), CounterClock::State::unknown) << k;
+    const Time t = t0 + k * 20ms;
+    a.observe_tick(t, continuous.at(t));
+    b.observe_tick(t, periodic.at(t));
+    c.observe_tick(t0 + k * 100ms, continuous.at(t0 + k * 100ms)); // too far apart to say
+  }
+  a.observe_tick(t0 + 160ms, continuous.at(t0 + 160ms));
+  EXPECT_EQ(a.state(), CounterClock::State::continuous);
+  EXPECT_FALSE(a.seen_holding());
+  EXPECT_EQ(b.state(), CounterClock::State::unknown);
+  EXPECT_TRUE(b.seen_holding());
+  EXPECT_EQ(c.state(), CounterClock::State::unknown);
+  EXPECT_FALSE(c.seen_holding());
+}

@@ -49,6 +49,9 @@ public:
     std::chrono::nanoseconds costly_period = std::chrono::seconds(1);
     std::chrono::nanoseconds energy_period = std::chrono::milliseconds(100);
     std::chrono::nanoseconds recheck_period = std::chrono::seconds(30);
+    // issue 33: the sampler's interval (0: not told; the ticks' spacing then says): under 100 ms a counter exact at
+    // every instant is not read at phase edges
+    std::chrono::nanoseconds interval{0};
     // issue 17: how often the Xid event set is polled (nvmlEventSetWait with no wait, on a tick's own thread)
     std::chrono::milliseconds event_poll = std::chrono::milliseconds(250);
     // ---- simulate (issue 19): the simulated library (library_path) and its scenario, handed over in memory.
@@ -232,7 +235,10 @@ private:
   bool edge_step(Dev& d, std::vector<CounterReading>& out);
   OptF instant_power_w(Dev& d); // the instant power field alone (1-2 us on an H100), or nothing
   void sample_edge_power(Dev& d);
-  bool short_ticks() const { return tick_gap_.count() > 0 && tick_gap_ < kEdgeReadsFrom; }
+  bool short_ticks() const {
+    const auto gap = opts_.interval.count() > 0 ? opts_.interval : tick_gap_;
+    return gap.count() > 0 && gap < kEdgeReadsFrom;
+  }
   // Plans the reads around the first update past `after`.
   void plan_edge_reads(Dev& d, SteadyClock::time_point after);
   // ---- end issue 33
