@@ -164,4 +164,20 @@ TEST(RunTagsMark, UnmarkedOrUnkeyedRunsAreReadTheOldWay) {
   expect_truth(spec);
 }
 
+// A run deleted by hand leaves its run_tags rows until the next writer removes them: a page that would hold it is
+// answered from the runs' JSON (its count included), not with the run missing and counted.
+TEST(RunTagsMark, APageHoldingARunDeletedByHandIsReadTheOldWay) {
+  MariaDb db;
+  Password pw;
+  const auto spec = wattscope::parse_store(db.url());
+  generate_runs(spec, kRuns);
+  db.sql("DELETE FROM wattscope.runs WHERE run_id = 'gen-000014'");
+  EXPECT_EQ(count(db, "run_tags WHERE run_id = 'gen-000014' AND tag_key = '@method'"), "1\n");
+  expect_truth(spec); // every page of 1,000 holds it where the filter passes it
+  generate_runs(spec, 1, kRuns);
+  EXPECT_EQ(count(db, "run_tags WHERE run_id = 'gen-000014'"), "0\n");
+  EXPECT_TRUE(answers_from_keys(db, spec));
+  expect_truth(spec);
+}
+
 } // namespace unit_run_tags_mark
