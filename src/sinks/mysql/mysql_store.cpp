@@ -291,6 +291,15 @@ constexpr std::string_view kRunTagsComplete =
 // The same two counts apart (MariaDB's reader keeps the first).
 constexpr std::string_view kRunTagsCounts =
     "SELECT (SELECT COUNT(*) FROM `runs`), (SELECT COUNT(*) FROM `run_tags` WHERE `tag_key` = '@method')";
+// issue 35: runs.run_tags_keyed is 1 once the run's run_tags rows are written whole and keyed, in the transaction
+// that writes them. An older wattscope names the runs' columns it knows in its INSERT, so a run it adds gets the
+// column's default, NULL; one it rewrites keeps the mark, as it keeps the run's run_tags rows (the same caveat as the
+// counts). The reader then needs two index lookups where the counts read 200,000 index entries (27 ms at 100,000
+// runs): no run unmarked, and no @method row unkeyed (an older wattscope that rewrote a run's rows without keys).
+constexpr std::string_view kRunTagsMarkColumn = "run_tags_keyed";
+constexpr std::string_view kRunTagsMarked =
+    "SELECT NOT EXISTS (SELECT 1 FROM `runs` WHERE `run_tags_keyed` IS NULL) AND NOT EXISTS (SELECT 1 FROM `run_tags` "
+    "WHERE `tag_key` = '@method' AND `value_key` IS NULL)";
 
 // A statement of text parameters only, prepared once per `key`.
 void exec_texts(Conn& c, const std::string& key, const std::string& sql, const std::vector<std::string>& texts) {
@@ -309,10 +318,11 @@ void exec_texts(Conn& c, const std::string& key, const std::string& sql, const s
   if (mysql_stmt_execute(st) != 0) c.fail_stmt(st, "run_tags");
 }
 
-// Rewrites a run's rows of run_tags (in the writer's transaction, with its runs row). A run id longer than the
-// column (wattscope's own are far shorter) gets none, so the store's readers fall back to reading every run's JSON.
-void write_run_tags(Conn& c, const RunInfo& run) {
-  if (run.run_id.size() > 255) return;
+// Rewrites a run's rows of run_tags (in the writer's transaction, with its runs row) and marks the run. A run id
+// longer than the column (wattscope's own are far shorter) gets none (false), so the store's readers fall back to
+// reading every run's JSON.
+bool write_run_tags(Conn& c, const RunInfo& run) {
+  if (run.run_id.size() > 255) return false;
   exec_texts(c, "run_tags:delete", "DELETE FROM `run_tags` WHERE `run_id` = ?", {run.run_id});
   std::vector<std::string> texts;
   std::string values;
@@ -342,13 +352,14 @@ void write_run_tags(Conn& c, const RunInfo& run) {
                          "`start_ms` = ? WHERE `run_id` = ?",
                          kValueKeyChars),
              {std::to_string(run.start_ms), run.run_id});
+  exec_texts(c, "runs:run_tags_keyed", "UPDATE `runs` SET `run_tags_keyed` = 1 WHERE `run_id` = ?", {run.run_id});
+  return true;
 }
 
 // issue 35: an older store's run_tags gets its keyed columns and @user rows, a batch of runs at a time, within
 // kKeyedFillBudget per writer: a store of 100,000 runs (700,000 rows) took 22 s in one statement, past the I/O
 // timeout. Each batch is its own transaction, so a reader sees a run either whole or not at all.
-void fill_keyed_run_tags(Conn& c) {
-  const auto t0 = std::chrono::steady_clock::now();
+void fill_keyed_run_tags(Conn& c, std::chrono::steady_clock::time_point t0) {
   int64_t filled = 0;
   for (;;) {
     // The runs still to fill, in id order: an index range of (tag_key, value_key NULL, start_ms NULL, run_id)
@@ -393,6 +404,53 @@ void fill_keyed_run_tags(Conn& c) {
   if (filled > 0) spdlog::info("MySQL {}: run_tags: {} runs keyed for the runs pages", c.url().text(), filled);
 }
 
+// issue 35: marks the runs whose run_tags rows are whole and keyed (their @method row keyed: a writer writes a run's
+// rows and keys in one transaction, and the fill keys every row of its runs at once), a batch of unmarked runs at a
+// time in id order, within what is left of kKeyedFillBudget. Runs an older wattscope added since, or whose rows are
+// not keyed yet, stay unmarked, and the readers answer the old way until a writer marks them.
+void mark_run_tags(Conn& c, std::chrono::steady_clock::time_point t0) {
+  std::string after;
+  int64_t marked = 0;
+  for (;;) {
+    if (std::chrono::steady_clock::now() - t0 > kKeyedFillBudget) {
+      spdlog::info("MySQL {}: run_tags: {} runs marked keyed; the rest is left for the next writer", c.url().text(),
+                   marked);
+      return;
+    }
+    // The cursor is a run id read from the store: escaped for the connection as any text.
+    std::string escaped(2 * after.size() + 1, '\0');
+    escaped.resize(mysql_real_escape_string(c.get(), escaped.data(), after.data(), after.size()));
+    const std::string sql = fmt::format("SELECT `run_id` FROM `runs` WHERE `run_tags_keyed` IS NULL AND `run_id` > "
+                                        "'{}' ORDER BY `run_id` LIMIT {}",
+                                        escaped, kKeyedFillBatch);
+    if (mysql_real_query(c.get(), sql.data(), sql.size()) != 0) c.fail("query");
+    std::string first, last;
+    int64_t n = 0;
+    if (MYSQL_RES* r = mysql_store_result(c.get())) {
+      while (MYSQL_ROW row = mysql_fetch_row(r)) {
+        if (!row[0]) continue;
+        if (n++ == 0) first = row[0];
+        last = row[0];
+      }
+      mysql_free_result(r);
+    }
+    if (n == 0) break;
+    // A run back-filled before the keyed rows took its start had start_ms 0 there: its start, before it is marked.
+    exec_texts(c, "run_tags:fill:start",
+               "UPDATE `run_tags` t JOIN `runs` r ON r.`run_id` = t.`run_id` SET t.`start_ms` = r.`start_ms` WHERE "
+               "t.`run_id` BETWEEN ? AND ? AND r.`run_tags_keyed` IS NULL AND t.`start_ms` <> r.`start_ms`",
+               {first, last});
+    exec_texts(c, "runs:run_tags_keyed:fill",
+               "UPDATE `runs` r JOIN `run_tags` t ON t.`run_id` = r.`run_id` AND t.`tag_key` = '@method' AND "
+               "t.`value_key` IS NOT NULL SET r.`run_tags_keyed` = 1 WHERE r.`run_tags_keyed` IS NULL AND r.`run_id` "
+               "BETWEEN ? AND ?",
+               {first, last});
+    if (mysql_commit(c.get()) != 0) c.fail("commit");
+    marked += n;
+    after = last;
+  }
+}
+
 // issue 35: runs.j_per_unit of one run, from its work rows as they stand (sinks/runs_query.hpp: when a writer calls
 // it).
 void update_j_per_unit(Conn& c, const std::string& run_id) {
@@ -403,9 +461,22 @@ void update_j_per_unit(Conn& c, const std::string& run_id) {
 
 // The forward migration: runs recorded before run_tags existed, or by an older wattscope since, get their rows.
 void backfill_run_tags(Conn& c) {
-  if (c.value(std::string(kRunTagsComplete)).value_or("0") == "1") return;
-  const std::string sql = "SELECT `run_id`, `task`, `host`, `command`, `tags`, `summary`, `total_energy_j` FROM `runs` "
-                          "WHERE `run_id` NOT IN (SELECT `run_id` FROM `run_tags` WHERE `tag_key` = '@method')";
+  int64_t runs = 0, method_rows = 0;
+  if (mysql_real_query(c.get(), kRunTagsCounts.data(), kRunTagsCounts.size()) != 0) c.fail("query");
+  if (MYSQL_RES* r = mysql_store_result(c.get())) {
+    if (MYSQL_ROW row = mysql_fetch_row(r); row && row[0] && row[1]) {
+      runs = std::strtoll(row[0], nullptr, 10);
+      method_rows = std::strtoll(row[1], nullptr, 10);
+    }
+    mysql_free_result(r);
+  }
+  // The runs without rows: where the counts agree, only unmarked runs can be (an older wattscope's run beside one
+  // deleted by hand, which the counts miss); otherwise any (run_tags new, or emptied).
+  const std::string sql =
+      fmt::format("SELECT `run_id`, `task`, `host`, `command`, `tags`, `summary`, `total_energy_j`, "
+                  "`start_ms` FROM `runs` WHERE {}`run_id` NOT IN (SELECT `run_id` FROM `run_tags` "
+                  "WHERE `tag_key` = '@method')",
+                  runs == method_rows ? "`run_tags_keyed` IS NULL AND " : "");
   if (mysql_real_query(c.get(), sql.data(), sql.size()) != 0) c.fail("query");
   std::vector<RunInfo> missing;
   if (MYSQL_RES* r = mysql_store_result(c.get())) {
@@ -420,12 +491,21 @@ void backfill_run_tags(Conn& c) {
       run.tags = text(4);
       run.summary = text(5);
       if (row[6]) run.total_energy_j = std::strtod(row[6], nullptr);
+      // the keyed rows' start_ms (the page in start order; was left 0 for a run back-filled here)
+      if (row[7]) run.start_ms = std::strtoll(row[7], nullptr, 10);
       missing.push_back(std::move(run));
     }
     mysql_free_result(r);
   }
+  int64_t written = 0;
   for (const auto& run : missing)
-    write_run_tags(c, run);
+    written += write_run_tags(c, run);
+  // issue 35: rows whose run is gone (runs deleted by hand without their run_tags rows) would be counted by the keyed
+  // pages: removed here, once there are more @method rows than runs.
+  if (method_rows + written > runs) {
+    c.exec("DELETE t FROM `run_tags` t LEFT JOIN `runs` r ON r.`run_id` = t.`run_id` WHERE r.`run_id` IS NULL");
+    spdlog::info("MySQL {}: run_tags: the rows of runs no longer in the store removed", c.url().text());
+  }
 }
 
 void ensure_schema(Conn& c) {
@@ -474,8 +554,14 @@ void ensure_schema(Conn& c) {
                        kValueKeyChars));
     c.exec("CREATE INDEX IF NOT EXISTS `run_tags_by_key_start` ON `run_tags` (`tag_key`, `value_key`, `start_ms`, "
            "`run_id`)");
+    // issue 35: the runs' mark (kRunTagsMarked) and its index, before any run_tags row is written below
+    c.exec(fmt::format("ALTER TABLE `runs` ADD COLUMN IF NOT EXISTS `{0}` TINYINT NULL, ADD INDEX IF NOT EXISTS "
+                       "`runs_by_{0}` (`{0}`)",
+                       kRunTagsMarkColumn));
     backfill_run_tags(c);
-    fill_keyed_run_tags(c);
+    const auto t0 = std::chrono::steady_clock::now();
+    fill_keyed_run_tags(c, t0);
+    mark_run_tags(c, t0);
     // issue 35: runs.j_per_unit and its index; a store that lacks the column gets it filled for every run once.
     const std::vector<std::string> run_cols = c.columns("runs");
     if (std::find(run_cols.begin(), run_cols.end(), kJPerUnitColumn) == run_cols.end()) {
@@ -819,7 +905,7 @@ public:
     bool indexed = false;
     if (!f.tags.empty() || !f.user.empty()) {
       try {
-        if (conn_.value(std::string(kRunTagsComplete)).value_or("0") == "1") {
+        if (run_tags_whole()) {
           int64_t fewest = kJoinRunTagsBelow;
           auto count = [&](const std::string& where, std::vector<SqlParam> params) {
             query_typed({ColType::Int}, "SELECT COUNT(*) FROM run_tags WHERE " + where, params,
@@ -910,14 +996,8 @@ private:
     if (f.sort == RunsSortKey::JPerUnit) return std::nullopt;
     const auto keyed = keyed_runs_sql(f, "", kValueKeyChars, kRunTagsUserKey);
     if (!keyed) return std::nullopt;
-    // run_tags' @method rows against the runs (kRunTagsComplete), the runs' count kept for walk_pays
-    size_t runs = 0, method_rows = 0;
     try {
-      query_typed({ColType::Int, ColType::Int}, std::string(kRunTagsCounts), {}, [&](std::span<const Value> row) {
-        runs = static_cast<size_t>(value_int(row[0]).value_or(0));
-        method_rows = static_cast<size_t>(value_int(row[1]).value_or(0));
-      });
-      if (runs != method_rows || conn_.value(std::string(kRunTagsKeyed)).value_or("0") != "1") return std::nullopt;
+      if (!run_tags_whole() || conn_.value(std::string(kRunTagsKeyed)).value_or("0") != "1") return std::nullopt;
     } catch (const std::runtime_error&) {
       return std::nullopt; // no run_tags, or not its keyed columns: a store no writer of this version has opened
     }
@@ -930,7 +1010,15 @@ private:
     std::vector<SqlParam> params = keyed->params;
     std::vector<std::string> ids;
     const auto figure = kept_figure_column(f.sort);
-    if (!figure.empty() && has_run_column(kDurationColumn) && walk_pays(runs, page.total, offset + limit)) {
+    // The runs' count only chooses the way (both give the same page), and only where a way is to be chosen.
+    auto runs = [&] {
+      size_t n = 0;
+      query_typed({ColType::Int}, "SELECT COUNT(*) FROM runs", {},
+                  [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
+      return n;
+    };
+    if (!figure.empty() && has_run_column(kDurationColumn) && offset + limit < page.total &&
+        walk_pays(runs(), page.total, offset + limit)) {
       // Many runs pass: walk the figure's index over every run and keep those with the filter's entry (one per run:
       // a tag key appears once in a run's tags, each @user value once), until the page is full. Reading (offset +
       // limit) / share of runs beats joining and sorting all that pass (33,000 in 111 ms at 100,000 runs). The entry
@@ -983,7 +1071,7 @@ private:
     if (!sql.empty())
       query_typed({ColType::Text}, sql, params,
                   [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
-    if (ids.empty()) return page;
+    if (ids.empty()) return std::nullopt; // short of the count (offset < total): as below
     std::string marks;
     std::vector<SqlParam> id_params;
     for (const auto& id : ids) {
@@ -1001,6 +1089,9 @@ private:
                   std::string id = r.run_id;
                   found.emplace(std::move(id), std::move(r));
                 });
+    // A page short of what the count promised: run_tags holds rows of runs deleted by hand (until the next writer
+    // removes them), which the count holds too; the runs' JSON answers.
+    if (found.size() < std::min(limit, page.total - offset)) return std::nullopt;
     for (const auto& id : ids) // in the page's order
       if (auto it = found.find(id); it != found.end()) page.runs.push_back(std::move(it->second));
     return page;
@@ -1012,6 +1103,12 @@ private:
   static bool walk_pays(size_t runs, size_t passing, size_t end) {
     return static_cast<double>(end) * static_cast<double>(runs) <
            static_cast<double>(passing) * static_cast<double>(passing);
+  }
+  // Whether every run has its run_tags rows: the runs' marks where the store has them (two index lookups), else
+  // run_tags' @method rows counted against the runs, as before the marks. Throws where the store has no run_tags yet.
+  bool run_tags_whole() {
+    if (has_run_column(kRunTagsMarkColumn)) return conn_.value(std::string(kRunTagsMarked)).value_or("0") == "1";
+    return conn_.value(std::string(kRunTagsComplete)).value_or("0") == "1";
   }
   // Whether the store's runs table has a column outside the registry (runs.j_per_unit: an older store has not).
   bool has_run_column(std::string_view name) {
