@@ -198,21 +198,26 @@ void Sampler::start() {
   });
 }
 
-void Sampler::wait_for_counter_readings(SteadyClock::time_point until) {
+bool Sampler::wait_for_counter_readings(SteadyClock::time_point until) {
   std::vector<std::shared_ptr<Worker>> workers;
   {
     std::lock_guard lock(mu_);
     workers = counter_workers_;
   }
+  bool held = false;
   for (auto& w : workers)
     for (;;) {
       {
         std::lock_guard lock(w->mu);
-        if (w->quit || !(w->reading_wanted || w->reading_busy || w->reading_steps)) break;
+        if (w->quit || !(w->reading_wanted || w->reading_busy || w->reading_steps)) {
+          held = held || !w->readings.empty();
+          break;
+        }
       }
-      if (SteadyClock::now() >= until) return;
+      if (SteadyClock::now() >= until) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
+  return held;
 }
 
 void Sampler::stop() {
@@ -362,17 +367,22 @@ void Sampler::loop() {
       std::unique_lock lock(mu_);
       // wait_until on steady_clock uses pthread_cond_clockwait: immune to wall-clock jumps.
       stopping = cv_.wait_until(lock, grid.due(slot), [this] { return stop_; });
+      // issue 33: the run's last phase edge is read before its last sample (a reading in steps takes up to a period
+      // of the counter and the read; bounded), and a reading held makes that sample, however recent the last one
+      bool readings_held = false;
+      if (stopping) {
+        lock.unlock();
+        readings_held = wait_for_counter_readings(SteadyClock::now() + kFinalReadingWait);
+        lock.lock();
+      }
       // A run ends with one last full sample, now: its energy counters and the integrals close at the end of the
       // run, not up to an interval (or an idle interval) before it. Without it, a 7 s run at --interval 5s stored
       // 5 s of energy, and a phase after the last tick got none (issue 29: phases must add up to the run). Skipped
       // only when the last full sample ended so recently that it already is the end.
       if (stopping && probes_since_full == 0 && SteadyClock::now() - last_full < kFinalSampleAfter &&
-          !final_read_wanted())
+          !final_read_wanted() && !readings_held)
         break;
     }
-    // issue 33: the run's last phase edge is read before its last sample (a reading in steps takes up to a period of
-    // the counter and the read; bounded)
-    if (stopping) wait_for_counter_readings(SteadyClock::now() + kFinalReadingWait);
     take_adopted();
     const auto started = SteadyClock::now();
     // The grid starts at tick 0's own time (frame.mono), not at the thread's start before it: a thread preempted in

@@ -124,8 +124,9 @@ private:
   std::condition_variable cv_;
   bool stop_ = false;
   std::vector<std::shared_ptr<Source>> adopted_; // guarded by mu_: sources to join at the next tick
-  // issue 33: at the run's end, waits (until `until` at most) for the off-grid readings asked for or under way
-  void wait_for_counter_readings(SteadyClock::time_point until);
+  // issue 33: at the run's end, waits (until `until` at most) for the off-grid readings asked for or under way;
+  // whether any is held for the next frame (or still under way)
+  bool wait_for_counter_readings(SteadyClock::time_point until);
   static constexpr std::chrono::milliseconds kFinalReadingWait{500};
   std::vector<std::shared_ptr<Worker>> counter_workers_; // guarded by mu_: workers whose source reads_energy_counters()
   std::atomic<int64_t> counter_readings_{0};             // issue 33: off-grid readings taken (GPU reads)
