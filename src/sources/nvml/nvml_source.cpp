@@ -1177,7 +1177,8 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
       spdlog::debug("GPU {}: its energy counter moves at every read; readings stand for their own time",
                     d.info.gpu_index);
     // A counter exact at every instant (or one not learnt): the learning's first read, the one nearest the edge
-    if (!short_ticks()) out.push_back({d.info.gpu_index, e.first_read->second, e.first_read->first, std::nullopt, 0});
+    if (!ticks_hold_edges(d))
+      out.push_back({d.info.gpu_index, e.first_read->second, e.first_read->first, std::nullopt, 0});
     return false;
   }
   case Step::scan:
@@ -1242,8 +1243,8 @@ std::optional<SteadyClock::time_point> NvmlSource::read_energy_counters(std::vec
           sample_edge_power(d);
           d.clock.start_learning(now);
           e.step = Dev::EdgeRead::Step::learn;
-        } else if (short_ticks()) {
-          e.active = false; // ticks this close hold the edge of a counter exact at every instant
+        } else if (ticks_hold_edges(d)) {
+          e.active = false;
         }
       }
       while (e.active && e.due <= SteadyClock::now())

@@ -235,6 +235,9 @@ private:
   bool edge_step(Dev& d, std::vector<CounterReading>& out);
   OptF instant_power_w(Dev& d); // the instant power field alone (1-2 us on an H100), or nothing
   void sample_edge_power(Dev& d);
+  // Ticks under 100 ms apart that read a counter exact at every instant hold a phase's edge within a fraction of a
+  // percent: no reading at edges (read on a schedule, shaped by the instant power between, they do not: it is read)
+  bool ticks_hold_edges(const Dev& d) const { return short_ticks() && d.cost[cEnergy].period.count() == 0; }
   bool short_ticks() const {
     const auto gap = opts_.interval.count() > 0 ? opts_.interval : tick_gap_;
     return gap.count() > 0 && gap < kEdgeReadsFrom;
