@@ -66,7 +66,7 @@ public:
   // from before the prediction's window to after it (miss: unknown again, to be learnt again no sooner than
   // Options::relearn_after, so that a machine too loaded to read on time does not learn at every edge).
   void confirm(Time u, Time lo, Time hi);
-  void miss(Time now);
+  void miss(Time now); // also ends a learning cut short (a failed read)
   Time last_confirmed() const { return ref_; }
 
 private:

@@ -1138,7 +1138,10 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
   auto& e = d.edge;
   unsigned long long mj = 0;
   const auto t0 = SteadyClock::now();
-  if (lib_->device_total_energy(d.handle, &mj) != kSuccess) return false; // left to the ticks, which say why
+  if (lib_->device_total_energy(d.handle, &mj) != kSuccess) { // left to the ticks, which say why
+    if (e.step == Step::learn) d.clock.miss(SteadyClock::now()); // a learning cut short: tried again later
+    return false;
+  }
   const auto t1 = SteadyClock::now();
   const auto uj = static_cast<int64_t>(mj) * 1000; // NVML counts mJ
   const auto mid = t0 + (t1 - t0) / 2;
