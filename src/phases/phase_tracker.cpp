@@ -142,7 +142,7 @@ PhaseTracker::Dropped PhaseTracker::dropped_counts() const {
 void PhaseTracker::process(Frame& f) {
   // This tick's energies: every device that answered, merged over the last known values of those that did not (a
   // late source keeps its devices' previous reading; the difference over a gap stays exact at the next answer).
-  Energies now = last_energy_;
+  Energies now = history_.empty() ? Energies{} : history_.back().energies;
   for (const auto& d : f.device_rows)
     energy_method_[gpu_key(d.gpu_index)] = d.energy_method;
   for (const auto& s : f.gpus)
@@ -151,7 +151,7 @@ void PhaseTracker::process(Frame& f) {
   if (f.cpu.dram_energy_j) now["cpu_dram"] = *f.cpu.dram_energy_j;
   if (f.cpu.power_method) energy_method_["cpu_package"] = energy_method_["cpu_dram"] = f.cpu.power_method;
 
-  history_.push_back({f.tick, f.mono, now});
+  history_.push_back({f.tick, f.mono, std::move(now)});
   // In arrival order; a marker that arrived after this tick began waits for the next tick, the one after it (and,
   // with a hold, for the reading at its edge: issue 33).
   const SteadyClock::time_point cutoff = f.mono - hold_;
@@ -172,9 +172,6 @@ void PhaseTracker::process(Frame& f) {
   while (history_.size() > 2 && (history_[1].mono <= cutoff || history_.size() > kMaxHeldTicks))
     history_.pop_front();
   std::erase_if(readings_, [&](const auto& r) { return r.first < history_.front().mono - kNearReadings; });
-  last_tick_ = f.tick;
-  last_mono_ = f.mono;
-  last_energy_ = std::move(now);
 }
 
 PhaseTracker::Position PhaseTracker::position_at(SteadyClock::time_point at) const {
@@ -318,17 +315,21 @@ Frame PhaseTracker::finish(int64_t end_ms) {
     std::lock_guard lock(mu_);
     rest.swap(pending_);
   }
-  const int64_t tick = last_tick_.value_or(0);
+  // The last tick (none: a run that ended before its first, energy 0 everywhere)
+  static const Energies kNone;
+  const int64_t tick = history_.empty() ? 0 : history_.back().tick;
+  const SteadyClock::time_point last_mono = history_.empty() ? SteadyClock::time_point{} : history_.back().mono;
+  const Energies& last_energy = history_.empty() ? kNone : history_.back().energies;
   out.tick = tick;
   // Markers after the last tick have no later tick: they sit at the last one, where the run's own total ends too.
   // Those held for a reading (issue 33) lie between the kept ticks, with the readings that came.
   Position pos;
   pos.tick_before = pos.tick_after = tick;
-  pos.points.push_back({last_mono_, &last_energy_});
-  std::erase_if(readings_, [&](const auto& r) { return r.first >= last_mono_; }); // the run's total ends there
+  pos.points.push_back({last_mono, &last_energy});
+  std::erase_if(readings_, [&](const auto& r) { return r.first >= last_mono; }); // the run's total ends there
   std::stable_sort(readings_.begin(), readings_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& p : rest) {
-    if (p.at < last_mono_ && !history_.empty()) {
+    if (p.at < last_mono && !history_.empty()) {
       settle(p, position_at(p.at), out);
       continue;
     }
@@ -337,7 +338,7 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   }
   while (!open_.empty()) {
     open_.back().rec.closed_by_run_end = true;
-    close(open_.back(), end_ms, tick, last_energy_, out);
+    close(open_.back(), end_ms, tick, last_energy, out);
     open_.pop_back();
   }
   return out;

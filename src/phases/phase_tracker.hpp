@@ -181,10 +181,7 @@ private:
   int64_t next_phase_id_ = 0;
   int64_t next_work_seq_ = 0;
   int64_t unmatched_ends_ = 0;
-  int64_t boundaries_ = 0; // issue 36
-  std::optional<int64_t> last_tick_;
-  SteadyClock::time_point last_mono_{};
-  Energies last_energy_;                             // at last_tick_
+  int64_t boundaries_ = 0;                           // issue 36
   std::map<std::string, std::string> energy_method_; // device -> counter | integrated | estimated
   // issue 33: readings at phase edges
   std::chrono::nanoseconds edge_gap_ = kMinEdgeGap;
@@ -194,7 +191,9 @@ private:
   std::optional<SteadyClock::time_point> edge_refilled_; // guarded by mu_
   std::function<void(SteadyClock::time_point)> edge_hook_;
   std::chrono::nanoseconds hold_{0};
-  std::deque<TickPoint> history_; // sampler thread: the last ticks, oldest first (the newest is last_tick_'s)
+  // sampler thread: the last ticks, oldest first; the newest is the last tick's (its energies are what a device that
+  // does not answer keeps)
+  std::deque<TickPoint> history_;
   std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the arrival that last asked for a reading
   int64_t edge_requests_ = 0;                        // guarded by mu_
   // sampler thread, in time order: from kNearReadings before history_'s oldest tick on

@@ -91,18 +91,37 @@ struct Result {
   size_t phases = 0;
 };
 
-// Drives a tracker as the sampler does at `interval_s`: each marker pushed at its time; with `readings`, the reading
-// it asks for taken `latency_us` after it (the hand-off and the read) and added before the next tick.
-Result run(const Scenario& s, double interval_s, bool readings, int64_t latency_us = 300) {
-  struct Timed {
-    int64_t us;
-    Marker m;
-  };
+// The scenario's begin and end markers at their times (us)
+struct Timed {
+  int64_t us;
+  Marker m;
+};
+std::vector<Timed> timed_marks(const Scenario& s) {
   std::vector<Timed> marks;
   for (const auto& p : s.phases) {
     marks.push_back({static_cast<int64_t>(std::llround(p.begin_s * 1e6)), marker(Marker::Kind::Begin, p.name)});
     marks.push_back({static_cast<int64_t>(std::llround(p.end_s * 1e6)), marker(Marker::Kind::End, p.name)});
   }
+  return marks;
+}
+
+// The phases got, against the curve's exact integral over each
+Result score(const Scenario& s, const std::vector<PhaseRecord>& got) {
+  Result r;
+  r.phases = got.size();
+  for (const auto& p : got) {
+    const auto it = std::find_if(s.phases.begin(), s.phases.end(), [&](const Phase& q) { return q.name == p.name; });
+    if (it == s.phases.end() || !p.energy_j) continue;
+    const double truth = s.curve.energy(it->end_s) - s.curve.energy(it->begin_s);
+    r.worst_pct = std::max(r.worst_pct, std::abs(*p.energy_j - truth) / truth * 100);
+  }
+  return r;
+}
+
+// Drives a tracker as the sampler does at `interval_s`: each marker pushed at its time; with `readings`, the reading
+// it asks for taken `latency_us` after it (the hand-off and the read) and added before the next tick.
+Result run(const Scenario& s, double interval_s, bool readings, int64_t latency_us = 300) {
+  const std::vector<Timed> marks = timed_marks(s);
   auto energy_at = [&](int64_t us) { return std::floor(s.curve.energy(static_cast<double>(us) / 1e6) * 1000) / 1000; };
   PhaseTracker t;
   bool asked = false; // the edge hook, as the session's asks the sampler
@@ -133,15 +152,7 @@ Result run(const Scenario& s, double interval_s, bool readings, int64_t latency_
     for (auto& p : f.phases)
       got.push_back(std::move(p));
   }
-  Result r;
-  r.phases = got.size();
-  for (const auto& p : got) {
-    const auto it = std::find_if(s.phases.begin(), s.phases.end(), [&](const Phase& q) { return q.name == p.name; });
-    if (it == s.phases.end() || !p.energy_j) continue;
-    const double truth = s.curve.energy(it->end_s) - s.curve.energy(it->begin_s);
-    r.worst_pct = std::max(r.worst_pct, std::abs(*p.energy_j - truth) / truth * 100);
-  }
-  return r;
+  return score(s, got);
 }
 
 } // namespace
@@ -273,15 +284,7 @@ Result run_aged(const Scenario& s, double interval_s, std::chrono::nanoseconds h
     return 37'000 + (us - 37'000 >= 0 ? (us - 37'000) / 100'000 * 100'000 : -100'000);
   };
   auto exact = [&](int64_t us) { return s.curve.energy(static_cast<double>(us) / 1e6); };
-  struct Timed {
-    int64_t us;
-    Marker m;
-  };
-  std::vector<Timed> marks;
-  for (const auto& p : s.phases) {
-    marks.push_back({static_cast<int64_t>(std::llround(p.begin_s * 1e6)), marker(Marker::Kind::Begin, p.name)});
-    marks.push_back({static_cast<int64_t>(std::llround(p.end_s * 1e6)), marker(Marker::Kind::End, p.name)});
-  }
+  const std::vector<Timed> marks = timed_marks(s);
   PhaseTracker t;
   t.set_hold(hold);
   std::vector<int64_t> asked;
@@ -320,15 +323,7 @@ Result run_aged(const Scenario& s, double interval_s, std::chrono::nanoseconds h
     for (auto& p : f.phases)
       got.push_back(std::move(p));
   }
-  Result r;
-  r.phases = got.size();
-  for (const auto& p : got) {
-    const auto it = std::find_if(s.phases.begin(), s.phases.end(), [&](const Phase& q) { return q.name == p.name; });
-    if (it == s.phases.end() || !p.energy_j) continue;
-    const double truth = s.curve.energy(it->end_s) - s.curve.energy(it->begin_s);
-    r.worst_pct = std::max(r.worst_pct, std::abs(*p.energy_j - truth) / truth * 100);
-  }
-  return r;
+  return score(s, got);
 }
 } // namespace
 

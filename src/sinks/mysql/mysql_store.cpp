@@ -356,6 +356,25 @@ bool write_run_tags(Conn& c, const RunInfo& run) {
   return true;
 }
 
+// A batch of run ids (a query whose one column is the id, in id order): the first, the last, and how many.
+struct IdBatch {
+  std::string first, last;
+  int64_t n = 0;
+};
+IdBatch id_batch(Conn& c, const std::string& sql) {
+  if (mysql_real_query(c.get(), sql.data(), sql.size()) != 0) c.fail("query");
+  IdBatch b;
+  if (MYSQL_RES* r = mysql_store_result(c.get())) {
+    while (MYSQL_ROW row = mysql_fetch_row(r)) {
+      if (!row[0]) continue;
+      if (b.n++ == 0) b.first = row[0];
+      b.last = row[0];
+    }
+    mysql_free_result(r);
+  }
+  return b;
+}
+
 // issue 35: an older store's run_tags gets its keyed columns and @user rows, a batch of runs at a time, within
 // kKeyedFillBudget per writer: a store of 100,000 runs (700,000 rows) took 22 s in one statement, past the I/O
 // timeout. Each batch is its own transaction, so a reader sees a run either whole or not at all.
@@ -366,17 +385,7 @@ void fill_keyed_run_tags(Conn& c, std::chrono::steady_clock::time_point t0) {
     const std::string ids = fmt::format("SELECT `run_id` FROM `run_tags` WHERE `tag_key` = '@method' AND `value_key` "
                                         "IS NULL ORDER BY `run_id` LIMIT {}",
                                         kKeyedFillBatch);
-    if (mysql_real_query(c.get(), ids.data(), ids.size()) != 0) c.fail("query");
-    std::string first, last;
-    int64_t n = 0;
-    if (MYSQL_RES* r = mysql_store_result(c.get())) {
-      while (MYSQL_ROW row = mysql_fetch_row(r)) {
-        if (!row[0]) continue;
-        if (n++ == 0) first = row[0];
-        last = row[0];
-      }
-      mysql_free_result(r);
-    }
+    const auto [first, last, n] = id_batch(c, ids);
     if (n == 0) break;
     if (std::chrono::steady_clock::now() - t0 > kKeyedFillBudget) {
       spdlog::info("MySQL {}: run_tags: {} runs keyed for the runs pages; the rest is left for the next writer (until "
@@ -423,17 +432,7 @@ void mark_run_tags(Conn& c, std::chrono::steady_clock::time_point t0) {
     const std::string sql = fmt::format("SELECT `run_id` FROM `runs` WHERE `run_tags_keyed` IS NULL AND `run_id` > "
                                         "'{}' ORDER BY `run_id` LIMIT {}",
                                         escaped, kKeyedFillBatch);
-    if (mysql_real_query(c.get(), sql.data(), sql.size()) != 0) c.fail("query");
-    std::string first, last;
-    int64_t n = 0;
-    if (MYSQL_RES* r = mysql_store_result(c.get())) {
-      while (MYSQL_ROW row = mysql_fetch_row(r)) {
-        if (!row[0]) continue;
-        if (n++ == 0) first = row[0];
-        last = row[0];
-      }
-      mysql_free_result(r);
-    }
+    const auto [first, last, n] = id_batch(c, sql);
     if (n == 0) break;
     // A run back-filled before the keyed rows took its start had start_ms 0 there: its start, before it is marked.
     exec_texts(c, "run_tags:fill:start",

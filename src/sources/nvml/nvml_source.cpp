@@ -1138,7 +1138,7 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
   auto& e = d.edge;
   unsigned long long mj = 0;
   const auto t0 = SteadyClock::now();
-  if (lib_->device_total_energy(d.handle, &mj) != kSuccess) { // left to the ticks, which say why
+  if (lib_->device_total_energy(d.handle, &mj) != kSuccess) {    // left to the ticks, which say why
     if (e.step == Step::learn) d.clock.miss(SteadyClock::now()); // a learning cut short: tried again later
     return false;
   }
