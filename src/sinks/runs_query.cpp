@@ -20,9 +20,10 @@ std::string method_mark(std::string_view m) {
   return fmt::format("\"energy_method\":\"{}\"", m);
 }
 
+// ASCII case-insensitive, every other byte as it is (whatever the process's locale): q's rule on every store.
 bool icontains(std::string_view hay, std::string_view needle) {
   if (needle.empty()) return true;
-  auto lower = [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); };
+  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
   return std::search(hay.begin(), hay.end(), needle.begin(), needle.end(),
                      [&](char a, char b) { return lower(a) == lower(b); }) != hay.end();
 }
@@ -51,6 +52,21 @@ std::string ascii_lower(std::string_view text) {
 
 bool has_control(std::string_view text) {
   return std::any_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; });
+}
+
+// A PCRE pattern for "contains `text`, ASCII letters in either case": every ASCII character that is not a letter or
+// digit escaped (a backslash before one is always that character itself), every other byte as it is. MariaDB's REGEXP
+// on a binary string compiles it byte by byte, where (?i) folds ASCII letters only: q's rule. (Its LOWER() folds more:
+// `É` would find `é`, and `k` the Kelvin sign.)
+std::string regexp_contains(std::string_view text) {
+  std::string p = "(?i)";
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool word = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    if (u < 0x80 && !word) p.push_back('\\');
+    p.push_back(c);
+  }
+  return p;
 }
 
 } // namespace
@@ -194,7 +210,25 @@ std::optional<KeyedRunsSql> keyed_runs_sql(const RunsFilter& f, std::string_view
   return out;
 }
 
-RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start) {
+std::optional<KeyedRunsSql> run_text_sql(const RunsFilter& f, std::string_view prefix) {
+  if (f.q.empty() || has_control(f.q) || !f.task.empty() || !f.host.empty() || !f.user.empty() || !f.tags.empty() ||
+      !f.method.empty())
+    return std::nullopt;
+  KeyedRunsSql out;
+  out.where = fmt::format(" WHERE {}text LIKE ? ESCAPE '!'", prefix);
+  out.params.emplace_back(like_contains(ascii_lower(f.q)));
+  if (f.from_ms) {
+    out.where += fmt::format(" AND {}start_ms >= ?", prefix);
+    out.params.emplace_back(*f.from_ms);
+  }
+  if (f.to_ms) {
+    out.where += fmt::format(" AND {}start_ms < ?", prefix);
+    out.params.emplace_back(*f.to_ms);
+  }
+  return out;
+}
+
+RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_start, bool run_text) {
   RunsSql out;
   std::vector<std::string> terms;
   auto& params = out.params;
@@ -286,17 +320,22 @@ RunsSql runs_sql(const RunsFilter& f, SqlDialect d, bool run_tags, bool scan_by_
       terms.push_back("(" + term + ")");
     }
   }
-  if (!f.q.empty() && run_tags && !has_control(f.q)) {
+  if (!f.q.empty() && run_text && d == SqlDialect::Mysql && !has_control(f.q)) {
+    // The run's row of run_text by its whole key (start_ms, run_id): one lookup of the run met.
+    params.emplace_back(like_contains(ascii_lower(f.q)));
+    terms.push_back("EXISTS (SELECT 1 FROM run_text t WHERE t.start_ms = runs.start_ms AND t.run_id = runs.run_id AND "
+                    "t.text LIKE ? ESCAPE '!')");
+  } else if (!f.q.empty() && run_tags && !has_control(f.q)) {
     params.emplace_back(std::string(kRunTagsTextKey));
     terms.push_back(indexed("= ?", "LIKE ? ESCAPE '!'", like_contains(ascii_lower(f.q))));
   } else if (!f.q.empty()) {
     std::string any;
     for (const char* col : {"run_id", "task", "host", "command", "tags"}) {
-      // SQLite's LIKE is ASCII case-insensitive; MySQL's follows the column's collation, so LOWER on both sides.
-      any += d == SqlDialect::Sqlite
-                 ? fmt::format("{}{} LIKE ? ESCAPE '!'", any.empty() ? "" : " OR ", col)
-                 : fmt::format("{}LOWER({}) LIKE LOWER(?) ESCAPE '!'", any.empty() ? "" : " OR ", col);
-      params.emplace_back(like_contains(f.q));
+      // SQLite's LIKE is ASCII case-insensitive. MariaDB's columns are utf8mb4_bin: their bytes, where REGEXP's (?i)
+      // folds ASCII letters alone (regexp_contains).
+      any += d == SqlDialect::Sqlite ? fmt::format("{}{} LIKE ? ESCAPE '!'", any.empty() ? "" : " OR ", col)
+                                     : fmt::format("{}CAST({} AS BINARY) REGEXP ?", any.empty() ? "" : " OR ", col);
+      params.emplace_back(d == SqlDialect::Sqlite ? like_contains(f.q) : regexp_contains(f.q));
     }
     terms.push_back("(" + any + ")");
   }

@@ -78,7 +78,10 @@ struct RunsSql {
 // `scan_by_start` (SQLite, with run_tags): the run_tags terms are tests of each run met in start order instead of
 // the runs to fetch: for a page in start order when many runs pass (the first page is found after a few hundred
 // runs, where fetching every run that passes and sorting them costs as many lookups as runs pass).
-RunsSql runs_sql(const RunsFilter& filter, SqlDialect dialect, bool run_tags = false, bool scan_by_start = false);
+// `run_text` (MariaDB): the store's run_text table holds every run's (run_text_sql); q is then a lookup of the run's
+// row there.
+RunsSql runs_sql(const RunsFilter& filter, SqlDialect dialect, bool run_tags = false, bool scan_by_start = false,
+                 bool run_text = false);
 // Whether the filter has one that run_tags answers (so a store need not be asked whether it can).
 inline bool reads_tags(const RunsFilter& f) {
   return !f.user.empty() || !f.tags.empty() || !f.method.empty() || !f.q.empty();
@@ -109,6 +112,13 @@ struct KeyedRunsSql {
 };
 std::optional<KeyedRunsSql> keyed_runs_sql(const RunsFilter& filter, std::string_view prefix, size_t key_chars,
                                            std::string_view user_key);
+
+// issue 35 (MariaDB): the table run_text (start_ms, run_id, text), clustered on (start_ms, run_id), one row a run: its
+// kRunTagsTextKey text (run_tag_rows) as bytes. A search (`q`) with at most a date range is one walk of it in start
+// order, a byte LIKE of short rows (no JSON, no summary read): the count and a page in start order in one pass. The
+// where clause over run_text's columns (`prefix`: "t." in a join), or nothing where the filter has another term or q
+// a control byte (a match could then span two fields of the text).
+std::optional<KeyedRunsSql> run_text_sql(const RunsFilter& filter, std::string_view prefix = "");
 
 // issue 35: J per unit kept beside each runs row by the SQL stores (runs.j_per_unit, not a registry column: the CSV
 // store has none), so that sort=j_per_unit walks an index instead of computing the figure for every run. A writer

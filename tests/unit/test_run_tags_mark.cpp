@@ -110,7 +110,7 @@ TEST(RunTagsMark, EveryWritersRunIsMarkedAndTheKeyedPagesAnswer) {
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   EXPECT_EQ(count(db, "runs WHERE run_tags_keyed IS NULL"), "0\n");
-  EXPECT_EQ(count(db, "runs WHERE run_tags_keyed = 1"), std::to_string(kRuns) + "\n");
+  EXPECT_EQ(count(db, "runs WHERE run_tags_keyed = 2"), std::to_string(kRuns) + "\n") << "keyed, and run_text written";
   EXPECT_TRUE(answers_from_keys(db, spec));
   expect_truth(spec);
 }

@@ -274,6 +274,18 @@ constexpr std::string_view kRunTagsSchema =
     "KEY `run_tags_by_value` (`tag_key`, `tag_value`(191), `run_id`), KEY `run_tags_by_run` (`run_id`), "
     "KEY `run_tags_by_key_start` (`tag_key`, `value_key`, `start_ms`, `run_id`)) "
     "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
+// issue 35: run_text (runs_query.hpp: run_text_sql), the search's table: each run's @q text as bytes (a byte LIKE, no
+// collation), clustered in start order, so that a search is one walk of short rows. A writer rewrites the run's row
+// with its run_tags rows and marks the run kRunTextMark; a store's older runs get theirs from their @q rows
+// (fill_run_text). The reader answers q from it only when every run is so marked (kRunTextWhole).
+constexpr std::string_view kRunTextSchema =
+    "CREATE TABLE IF NOT EXISTS `run_text` (`start_ms` BIGINT NOT NULL, `run_id` VARCHAR(255) COLLATE utf8mb4_bin NOT "
+    "NULL, `text` MEDIUMBLOB NOT NULL, PRIMARY KEY (`start_ms`, `run_id`), KEY `run_text_by_run` (`run_id`)) "
+    "ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
+// runs.run_tags_keyed: 1 run_tags whole and keyed (an earlier writer of this schema), 2 that and run_text's row too.
+constexpr int kRunTextMark = 2;
+constexpr std::string_view kRunTextWhole =
+    "SELECT NOT EXISTS (SELECT 1 FROM `runs` WHERE `run_tags_keyed` IS NULL OR `run_tags_keyed` < 2)";
 constexpr std::string_view kRunTagsUserKey = "@user";
 constexpr size_t kValueKeyChars = 191;
 // The keyed columns hold every run when no run's @method row lacks them (one index lookup): a run an older wattscope
@@ -325,8 +337,9 @@ bool write_run_tags(Conn& c, const RunInfo& run) {
   if (run.run_id.size() > 255) return false;
   exec_texts(c, "run_tags:delete", "DELETE FROM `run_tags` WHERE `run_id` = ?", {run.run_id});
   std::vector<std::string> texts;
-  std::string values;
+  std::string values, search_text;
   for (auto& row : run_tag_rows(run)) {
+    if (row.key == kRunTagsTextKey) search_text = row.value;
     values += values.empty() ? "(?,?,?)" : ",(?,?,?)";
     texts.push_back(run.run_id);
     texts.push_back(std::move(row.key));
@@ -352,7 +365,12 @@ bool write_run_tags(Conn& c, const RunInfo& run) {
                          "`start_ms` = ? WHERE `run_id` = ?",
                          kValueKeyChars),
              {std::to_string(run.start_ms), run.run_id});
-  exec_texts(c, "runs:run_tags_keyed", "UPDATE `runs` SET `run_tags_keyed` = 1 WHERE `run_id` = ?", {run.run_id});
+  // issue 35: the search's row (kRunTextSchema), the @q row's text
+  exec_texts(c, "run_text:delete", "DELETE FROM `run_text` WHERE `run_id` = ?", {run.run_id});
+  exec_texts(c, "run_text:insert", "INSERT INTO `run_text` (`start_ms`, `run_id`, `text`) VALUES (?, ?, ?)",
+             {std::to_string(run.start_ms), run.run_id, search_text});
+  exec_texts(c, "runs:run_tags_keyed",
+             fmt::format("UPDATE `runs` SET `run_tags_keyed` = {} WHERE `run_id` = ?", kRunTextMark), {run.run_id});
   return true;
 }
 
@@ -450,6 +468,49 @@ void mark_run_tags(Conn& c, std::chrono::steady_clock::time_point t0) {
   }
 }
 
+// issue 35: the run_text rows of the runs marked 1 (their run_tags rows whole and keyed, @q among them: an earlier
+// writer of this schema, or mark_run_tags), copied from their @q rows and marked kRunTextMark, a batch at a time in id
+// order within what is left of kKeyedFillBudget. The batch's runs rows are locked first, as a writer locks its run's
+// row before its run_tags and run_text rows, so a writer of one of them waits rather than deadlocks.
+void fill_run_text(Conn& c, std::chrono::steady_clock::time_point t0) {
+  std::string after;
+  int64_t filled = 0;
+  for (;;) {
+    if (std::chrono::steady_clock::now() - t0 > kKeyedFillBudget) {
+      spdlog::info("MySQL {}: run_text: {} runs filled for the search; the rest is left for the next writer (until "
+                   "then the search reads every run)",
+                   c.url().text(), filled);
+      return;
+    }
+    std::string escaped(2 * after.size() + 1, '\0');
+    escaped.resize(mysql_real_escape_string(c.get(), escaped.data(), after.data(), after.size()));
+    const std::string sql = fmt::format("SELECT `run_id` FROM `runs` WHERE `run_tags_keyed` = 1 AND `run_id` > '{}' "
+                                        "ORDER BY `run_id` LIMIT {} FOR UPDATE",
+                                        escaped, kKeyedFillBatch);
+    const auto [first, last, n] = id_batch(c, sql);
+    if (n == 0) break;
+    exec_texts(c, "run_text:fill:delete",
+               "DELETE t FROM `run_text` t JOIN `runs` r ON r.`run_id` = t.`run_id` WHERE r.`run_id` BETWEEN ? AND ? "
+               "AND r.`run_tags_keyed` = 1",
+               {first, last});
+    exec_texts(c, "run_text:fill",
+               "INSERT INTO `run_text` (`start_ms`, `run_id`, `text`) SELECT COALESCE(r.`start_ms`, 0), r.`run_id`, "
+               "q.`tag_value` FROM `runs` r JOIN `run_tags` q ON q.`run_id` = r.`run_id` AND q.`tag_key` = '@q' WHERE "
+               "r.`run_id` BETWEEN ? AND ? AND r.`run_tags_keyed` = 1",
+               {first, last});
+    // Only the runs that got their row (a run without an @q row stays 1, and the search reads every run)
+    exec_texts(c, "runs:run_text:fill",
+               fmt::format("UPDATE `runs` r JOIN `run_text` t ON t.`run_id` = r.`run_id` SET r.`run_tags_keyed` = {} "
+                           "WHERE r.`run_id` BETWEEN ? AND ? AND r.`run_tags_keyed` = 1",
+                           kRunTextMark),
+               {first, last});
+    if (mysql_commit(c.get()) != 0) c.fail("commit");
+    filled += n;
+    after = last;
+  }
+  if (filled > 0) spdlog::info("MySQL {}: run_text: {} runs filled for the search", c.url().text(), filled);
+}
+
 // issue 35: runs.j_per_unit of one run, from its work rows as they stand (sinks/runs_query.hpp: when a writer calls
 // it).
 void update_j_per_unit(Conn& c, const std::string& run_id) {
@@ -505,6 +566,11 @@ void backfill_run_tags(Conn& c) {
     c.exec("DELETE t FROM `run_tags` t LEFT JOIN `runs` r ON r.`run_id` = t.`run_id` WHERE r.`run_id` IS NULL");
     spdlog::info("MySQL {}: run_tags: the rows of runs no longer in the store removed", c.url().text());
   }
+  // The same for run_text, whose count of a search would hold them: once it has more rows than there are runs.
+  if (c.value("SELECT (SELECT COUNT(*) FROM `run_text`) > (SELECT COUNT(*) FROM `runs`)").value_or("0") == "1") {
+    c.exec("DELETE t FROM `run_text` t LEFT JOIN `runs` r ON r.`run_id` = t.`run_id` WHERE r.`run_id` IS NULL");
+    spdlog::info("MySQL {}: run_text: the rows of runs no longer in the store removed", c.url().text());
+  }
 }
 
 void ensure_schema(Conn& c) {
@@ -547,6 +613,7 @@ void ensure_schema(Conn& c) {
     // The runs table's default order, newest first, without sorting every run (110 ms at 100,000 runs).
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_start` ON `runs` (`start_ms`)");
     c.exec(std::string(kRunTagsSchema));
+    c.exec(std::string(kRunTextSchema));
     // issue 35: the keyed columns and their index on a store made before them
     c.exec(fmt::format("ALTER TABLE `run_tags` ADD COLUMN IF NOT EXISTS `value_key` VARCHAR({}) COLLATE utf8mb4_bin "
                        "NULL, ADD COLUMN IF NOT EXISTS `start_ms` BIGINT NULL",
@@ -561,6 +628,7 @@ void ensure_schema(Conn& c) {
     const auto t0 = std::chrono::steady_clock::now();
     fill_keyed_run_tags(c, t0);
     mark_run_tags(c, t0);
+    fill_run_text(c, t0);
     // issue 35: runs.j_per_unit and its index; a store that lacks the column gets it filled for every run once.
     const std::vector<std::string> run_cols = c.columns("runs");
     if (std::find(run_cols.begin(), run_cols.end(), kJPerUnitColumn) == run_cols.end()) {
@@ -889,7 +957,18 @@ public:
     const bool no_work = columns_[static_cast<size_t>(TableId::Work)]->empty() && table_may_be_absent(TableId::Work);
     RunsFilter f = filter;
     if (no_work && f.sort == RunsSortKey::JPerUnit) f.sort = RunsSortKey::Start; // an older store: no run has it
-    if (auto page = keyed_runs_page(f, offset, limit)) {
+    // issue 35: a search is read from run_text when every run has its row there (kRunTextWhole: two index ranges)
+    bool text = false;
+    if (!f.q.empty()) {
+      try {
+        text = conn_.value(std::string(kRunTextWhole)).value_or("0") == "1";
+      } catch (const std::runtime_error&) {
+        // no run_text or no mark yet: a store no writer of this version has opened
+      }
+    }
+    std::optional<RunsPage> fast = text ? text_runs_page(f, offset, limit) : std::nullopt;
+    if (!fast) fast = keyed_runs_page(f, offset, limit);
+    if (auto& page = fast) {
       page->work.resize(page->runs.size());
       if (page->runs.empty() || no_work) return std::move(*page);
       const PageWorkSql w = page_work_sql(page->runs);
@@ -919,7 +998,7 @@ public:
         // no run_tags: a store no writer of this version has opened
       }
     }
-    const RunsSql sql = runs_sql(f, SqlDialect::Mysql, indexed);
+    const RunsSql sql = runs_sql(f, SqlDialect::Mysql, indexed, false, text);
     RunsPage page;
     auto count = [&](const RunsSql& q) {
       size_t n = 0;
@@ -943,7 +1022,7 @@ public:
       // issue 35: the kept figure's index, in two walks (runs_query.hpp), not the figure computed for every run.
       RunsFilter by_start = f;
       by_start.sort = RunsSortKey::Start;
-      const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed);
+      const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed, false, text);
       for (const auto& part : j_per_unit_page(base, f.descending, count(with_j_per_unit(base)), offset, limit))
         fetch(part.sql, part.offset, part.limit);
     } else if (const auto figure = kept_figure_column(f.sort);
@@ -956,7 +1035,7 @@ public:
       // pay (runs >= passing): the runs are not counted for them.
       RunsFilter by_start = f;
       by_start.sort = RunsSortKey::Start;
-      const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed);
+      const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed, false, text);
       two_walk_page(
           offset, limit,
           [&](bool with, size_t part_offset, size_t part_limit) {
@@ -1070,7 +1149,15 @@ private:
     if (!sql.empty())
       query_typed({ColType::Text}, sql, params,
                   [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
-    if (ids.empty()) return std::nullopt; // short of the count (offset < total): as below
+    // A page short of what the count promised: run_tags holds rows of runs deleted by hand (until the next writer
+    // removes them), which the count holds too; the runs' JSON answers.
+    if (!runs_by_ids(ids, std::min(limit, page.total - offset), page.runs)) return std::nullopt;
+    return page;
+  }
+
+  // The runs of `ids` into `out`, in that order; false (nothing added) where fewer than `expected` are found.
+  bool runs_by_ids(const std::vector<std::string>& ids, size_t expected, std::vector<RunInfo>& out) {
+    if (ids.empty()) return expected == 0;
     std::string marks;
     std::vector<SqlParam> id_params;
     for (const auto& id : ids) {
@@ -1088,11 +1175,119 @@ private:
                   std::string id = r.run_id;
                   found.emplace(std::move(id), std::move(r));
                 });
-    // A page short of what the count promised: run_tags holds rows of runs deleted by hand (until the next writer
-    // removes them), which the count holds too; the runs' JSON answers.
-    if (found.size() < std::min(limit, page.total - offset)) return std::nullopt;
-    for (const auto& id : ids) // in the page's order
-      if (auto it = found.find(id); it != found.end()) page.runs.push_back(std::move(it->second));
+    if (found.size() < expected) return false;
+    for (const auto& id : ids)
+      if (auto it = found.find(id); it != found.end()) out.push_back(std::move(it->second));
+    return true;
+  }
+
+  // A figure's SQL for ORDER BY, over the runs table named `runs_ref` (not the start: ties go by start anyway).
+  std::string sort_key_sql(RunsSortKey sort, std::string_view runs_ref) {
+    switch (sort) {
+    case RunsSortKey::Duration:
+      return has_run_column(kDurationColumn) ? fmt::format("{}.duration_ms", runs_ref)
+                                             : fmt::format("({0}.end_ms - {0}.start_ms)", runs_ref);
+    case RunsSortKey::Energy:
+      return fmt::format("{}.total_energy_j", runs_ref);
+    case RunsSortKey::ExitStatus:
+      return fmt::format("{}.exit_status", runs_ref);
+    case RunsSortKey::JPerUnit:
+      return has_run_column(kJPerUnitColumn) ? fmt::format("{}.j_per_unit", runs_ref) : j_per_unit_sql(runs_ref);
+    case RunsSortKey::Start:
+      break;
+    }
+    return fmt::format("{}.start_ms", runs_ref);
+  }
+  // A search that at most this many runs pass is answered from one walk of run_text that lists them all.
+  static constexpr size_t kFewMatches = 1000;
+
+  // issue 35: a search with at most a date range, from run_text (runs_query.hpp: run_text_sql). In start order one walk
+  // of its clustered index gives the page and, read on to the end, the count (SQL_CALC_FOUND_ROWS; 36-41 ms at 100,000
+  // runs, where the runs' five columns compared took 125-290 ms for the count alone). In a figure's order, a walk that
+  // stops past kFewMatches: where it did not stop, it holds every run that passes (the count) and the page is those
+  // runs sorted; else the count from run_text, then the figure's index walked with each run's text looked up by its
+  // key where walk_pays, or the passing rows of run_text joined to their runs and sorted. Then the page's runs by id.
+  std::optional<RunsPage> text_runs_page(const RunsFilter& f, size_t offset, size_t limit) {
+    const auto text = run_text_sql(f);
+    if (!text) return std::nullopt;
+    RunsPage page;
+    std::vector<std::string> ids;
+    const char* dir = f.descending ? " DESC" : "";
+    auto read_ids = [&](const std::string& sql, const std::vector<SqlParam>& params) {
+      query_typed({ColType::Text}, sql, params,
+                  [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
+    };
+    auto count = [&](const std::string& sql, const std::vector<SqlParam>& params) {
+      size_t n = 0;
+      query_typed({ColType::Int}, sql, params,
+                  [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
+      return n;
+    };
+    if (f.sort == RunsSortKey::Start && limit > 0) {
+      read_ids(fmt::format("SELECT SQL_CALC_FOUND_ROWS run_id FROM run_text{} ORDER BY start_ms{}, run_id{} LIMIT {} "
+                           "OFFSET {}",
+                           text->where, dir, dir, limit, offset),
+               text->params);
+      page.total = count("SELECT FOUND_ROWS()", {});
+    } else if (read_ids(fmt::format("SELECT run_id FROM run_text{} LIMIT {}", text->where, kFewMatches + 1),
+                        text->params);
+               ids.size() <= kFewMatches) {
+      // Few pass: all of them from one walk (it reads to the end), then their runs by key, sorted, all of them: the
+      // count is of the runs found (a run deleted by hand, its row of run_text left, is not).
+      if (ids.empty()) return page;
+      std::string marks;
+      std::vector<SqlParam> params;
+      for (auto& id : ids) {
+        marks += marks.empty() ? "?" : ",?";
+        params.emplace_back(std::move(id));
+      }
+      ids.clear();
+      const std::string key = sort_key_sql(f.sort, "runs");
+      read_ids(fmt::format("SELECT run_id FROM runs WHERE run_id IN ({}) ORDER BY ({} IS NULL), {}{}, start_ms{}, "
+                           "run_id{}",
+                           marks, key, key, dir, dir, dir),
+               params);
+      page.total = ids.size();
+      ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(std::min(offset, ids.size())));
+      ids.resize(std::min(ids.size(), limit));
+    } else {
+      // Many pass (the walk above stopped early, at a few hundred rows of run_text where a run in ten passes)
+      ids.clear();
+      page.total = count("SELECT COUNT(*) FROM run_text" + text->where, text->params);
+      if (offset >= page.total || limit == 0) return page;
+      const auto figure = kept_figure_column(f.sort);
+      if (!figure.empty() && has_run_column(kDurationColumn) && offset + limit < page.total &&
+          walk_pays(count("SELECT COUNT(*) FROM runs", {}), page.total, offset + limit)) {
+        RunsFilter by_start = f;
+        by_start.sort = RunsSortKey::Start;
+        const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, false, false, true);
+        two_walk_page(
+            offset, limit,
+            [&](bool with, size_t part_offset, size_t part_limit) {
+              const RunsSql part = kept_figure_part(base, figure, with, f.descending);
+              const size_t before = ids.size();
+              read_ids(fmt::format("SELECT run_id FROM runs{}{} LIMIT {} OFFSET {}", part.where, part.order_by,
+                                   part_limit, part_offset),
+                       part.params);
+              return ids.size() - before;
+            },
+            [&] {
+              const RunsSql part = kept_figure_part(base, figure, true, f.descending);
+              return count("SELECT COUNT(*) FROM runs" + part.where, part.params);
+            });
+      } else {
+        const auto joined = run_text_sql(f, "t.");
+        const std::string key = sort_key_sql(f.sort, "r");
+        // runs_sql's order: the runs without the figure last either way, ties by start then id
+        read_ids(fmt::format("SELECT r.run_id FROM run_text t STRAIGHT_JOIN runs r ON r.run_id = t.run_id{} ORDER BY "
+                             "({} IS NULL), {}{}, r.start_ms{}, r.run_id{} LIMIT {} OFFSET {}",
+                             joined->where, key, key, dir, dir, dir, limit, offset),
+                 joined->params);
+      }
+    }
+    if (offset >= page.total || limit == 0) return page;
+    // Short of the count: run_text holds the row of a run deleted by hand (until the next writer removes it).
+    if (!runs_by_ids(ids, std::min(limit, page.total - offset), page.runs)) return std::nullopt;
     return page;
   }
 
