@@ -53,6 +53,11 @@ const queries = {
   search_sorted_duration: '/api/v1/runs?q=seed%203&sort=-duration&limit=50',
   search_one_sorted_energy: '/api/v1/runs?q=gen-000007&sort=-energy&limit=50',
   sort_j_per_unit: '/api/v1/runs?sort=j_per_unit&limit=50',
+  user_sorted_j_per_unit: '/api/v1/runs?user=user3&sort=-j_per_unit&limit=50',
+  sort_exit_status: '/api/v1/runs?sort=-exit_status&limit=50',
+  newest_deep_page: '/api/v1/runs?sort=-start&offset=50000&limit=50',
+  search_user: '/api/v1/runs?q=seed%203&user=user3&limit=50',
+  search_method_sorted_energy: '/api/v1/runs?q=seed%203&method=mixed&sort=-energy&limit=50',
   job_page_json: '/api/v1/jobs/5010',
 };
 // One client alone, then CLIENTS at once (each asking 10 times in a row).

@@ -158,9 +158,14 @@ std::string_view kept_figure_column(RunsSortKey key) {
     return kDurationColumn;
   case RunsSortKey::Energy:
     return "total_energy_j";
-  default:
-    return {};
+  case RunsSortKey::ExitStatus:
+    return "exit_status";
+  case RunsSortKey::JPerUnit:
+    return kJPerUnitColumn;
+  case RunsSortKey::Start:
+    break;
   }
+  return {};
 }
 
 RunsSql kept_figure_part(const RunsSql& base, std::string_view column, bool with, bool descending,
@@ -210,9 +215,9 @@ std::optional<KeyedRunsSql> keyed_runs_sql(const RunsFilter& f, std::string_view
   return out;
 }
 
-std::optional<KeyedRunsSql> run_text_sql(const RunsFilter& f, std::string_view prefix) {
-  if (f.q.empty() || has_control(f.q) || !f.task.empty() || !f.host.empty() || !f.user.empty() || !f.tags.empty() ||
-      !f.method.empty())
+std::optional<KeyedRunsSql> run_text_sql(const RunsFilter& f, std::string_view prefix, bool alone) {
+  if (f.q.empty() || has_control(f.q)) return std::nullopt;
+  if (alone && (!f.task.empty() || !f.host.empty() || !f.user.empty() || !f.tags.empty() || !f.method.empty()))
     return std::nullopt;
   KeyedRunsSql out;
   out.where = fmt::format(" WHERE {}text LIKE ? ESCAPE '!'", prefix);

@@ -116,9 +116,10 @@ std::optional<KeyedRunsSql> keyed_runs_sql(const RunsFilter& filter, std::string
 // issue 35 (MariaDB): the table run_text (start_ms, run_id, text), clustered on (start_ms, run_id), one row a run: its
 // kRunTagsTextKey text (run_tag_rows) as bytes. A search (`q`) with at most a date range is one walk of it in start
 // order, a byte LIKE of short rows (no JSON, no summary read): the count and a page in start order in one pass. The
-// where clause over run_text's columns (`prefix`: "t." in a join), or nothing where the filter has another term or q
-// a control byte (a match could then span two fields of the text).
-std::optional<KeyedRunsSql> run_text_sql(const RunsFilter& filter, std::string_view prefix = "");
+// where clause over run_text's columns (`prefix`: "t." in a join) for q and the date range, or nothing where q is
+// empty or holds a control byte (a match could then span two fields of the text), or (`alone`) the filter has another
+// term.
+std::optional<KeyedRunsSql> run_text_sql(const RunsFilter& filter, std::string_view prefix = "", bool alone = true);
 
 // issue 35: J per unit kept beside each runs row by the SQL stores (runs.j_per_unit, not a registry column: the CSV
 // store has none), so that sort=j_per_unit walks an index instead of computing the figure for every run. A writer
@@ -144,8 +145,9 @@ RunsSql with_j_per_unit(const RunsSql& base);
 // issue 35 (MariaDB): the duration and energy orders walk an index on a runs column each: runs.total_energy_j, and
 // runs.duration_ms, which the server computes from end_ms - start_ms (a generated column, so every writer's rows have
 // it, an older wattscope's too; exact, and never out of range: the difference of two BIGINTs as a DECIMAL). Each index
-// is (column, start_ms) and InnoDB appends the primary key, run_id: runs_sql's order, ties included. The column a sort
-// key walks, or "" where it has none.
+// is (column, start_ms) and InnoDB appends the primary key, run_id: runs_sql's order, ties included. So are
+// runs.exit_status (runs_by_exit_status) and runs.j_per_unit (runs_by_j_per_unit). The column a sort key walks, or ""
+// where it has none (the start has its own index).
 inline constexpr std::string_view kDurationColumn = "duration_ms";
 std::string_view kept_figure_column(RunsSortKey key);
 // One walk of a page in a kept figure's order: the runs of `base` with the figure (`with`) in its order, or those

@@ -91,6 +91,8 @@ void expect_searches(const wattscope::StoreSpec& spec) {
     expect_scan_pages(*reader, fmt::format("q=seed%201&task=task01&sort={}", sort), 2);
     expect_scan_pages(*reader, fmt::format("q=node&user=user2&sort={}", sort), 5);
     expect_scan_pages(*reader, fmt::format("q=SEED&tag=slurm_partition%3Ddebug&sort={}", sort), 5);
+    expect_scan_pages(*reader, fmt::format("q=gen-00001&method=counter&sort={}", sort), 2);
+    expect_scan_pages(*reader, fmt::format("q=node&tag=seed%3D2&tag=slurm_partition%3Dgpu&sort={}", sort), 3);
   }
 }
 
@@ -197,6 +199,11 @@ TEST(RunText, ManyPassingRunsAreCountedThenWalkedOrJoined) {
   for (const char* q : {"node", "TASK1", "gen-0001", "seed%203"})
     for (const char* sort : kSorts)
       expect_scan_pages(*reader, fmt::format("q={}&sort={}", q, sort), 200);
+  // Beside one run_tags term, many passing the search: that term's index, each entry's text by key; beside a task,
+  // each run's text by key.
+  for (const char* other : {"user=user3", "method=mixed", "tag=slurm_partition%3Dgpu", "task=task04"})
+    for (const char* sort : kSorts)
+      expect_scan_pages(*reader, fmt::format("q=NODE&{}&sort={}", other, sort), 150);
   // Read from run_text: texts changed there alone, on 1,500 runs.
   db.sql("UPDATE wattscope.run_text SET text = CONCAT(text, '\\nmanyzzz') WHERE run_id < 'gen-001500'");
   for (const char* sort : {"-start", "-energy", "duration", "exit_status", "-j_per_unit"}) {

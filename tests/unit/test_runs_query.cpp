@@ -546,10 +546,18 @@ void expect_figure_orders(const wattscope::StoreSpec& spec, const std::vector<st
   auto reader = wattscope::open_reader(spec);
   const auto all = reader->runs_query(parsed("sort=start"), 0, 100000).runs;
   for (const auto& filter : filters)
-    for (const char* sort : {"duration", "-duration", "energy", "-energy"}) {
+    for (const char* sort :
+         {"duration", "-duration", "energy", "-energy", "exit_status", "-exit_status", "j_per_unit", "-j_per_unit"}) {
       const std::string q = filter + (filter.empty() ? "" : "&") + "sort=" + sort;
       SCOPED_TRACE(q);
-      const auto want = ordered_ids(all, parsed(q));
+      // The exit status and J per unit as the scan every store shares sorts them (StoreReader::runs_query)
+      std::vector<std::string> want;
+      if (parsed(q).sort == RunsSortKey::Duration || parsed(q).sort == RunsSortKey::Energy) {
+        want = ordered_ids(all, parsed(q));
+      } else {
+        for (const auto& r : reader->wattscope::StoreReader::runs_query(parsed(q), 0, 100000).runs)
+          want.push_back(r.run_id);
+      }
       std::vector<std::string> got;
       for (size_t offset = 0; offset < want.size() + page_size; offset += page_size) {
         const auto page = reader->runs_query(parsed(q), offset, page_size);
@@ -616,6 +624,8 @@ TEST(RunsQuery, MysqlDurationAndEnergyOrdersWalkTheirIndexes) {
          "MOD(CAST(SUBSTRING(run_id, 5) AS UNSIGNED), 11) = 0");
   db.sql("UPDATE wattscope.runs SET total_energy_j = 321.5 WHERE total_energy_j IS NOT NULL AND "
          "MOD(CAST(SUBSTRING(run_id, 5) AS UNSIGNED), 13) = 0");
+  // ... and the J per unit a writer keeps beside each run, as it would from that energy
+  db.sql("UPDATE wattscope.runs SET j_per_unit = " + wattscope::j_per_unit_sql("wattscope.runs"));
   // 54 of the 55 multiples of 11 (484 is unfinished), and run 292, whose own duration is 5 s
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.runs WHERE duration_ms = 5000"), "55\n");
   // Keyed filters many pass (the index walk for the first pages, the join past them), few pass (the join), and
@@ -654,9 +664,13 @@ TEST(RunsQuery, MysqlDurationAndEnergyOrdersWalkTheirIndexes) {
   db.sql("UPDATE wattscope.runs SET end_ms = start_ms + 3 WHERE run_id = 'gen-000096'");
   EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("sort=duration"), 0, 1).runs.at(0).run_id, "gen-000096");
   // A store from before the column: the same orders (each passing run sorted), then the next writer adds it.
-  db.sql("ALTER TABLE wattscope.runs DROP INDEX runs_by_duration, DROP INDEX runs_by_energy, DROP COLUMN duration_ms");
+  db.sql("ALTER TABLE wattscope.runs DROP INDEX runs_by_duration, DROP INDEX runs_by_energy, DROP INDEX "
+         "runs_by_exit_status, DROP COLUMN duration_ms");
   expect_figure_orders(spec, {"", "user=user3", "tag=slurm_partition%3Dgpu"}, 29);
   generate_runs(spec, 3, 0);
+  EXPECT_EQ(db.sql("SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics WHERE table_schema = "
+                   "'wattscope' AND table_name = 'runs' AND index_name = 'runs_by_exit_status'"),
+            "1\n");
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.runs WHERE duration_ms IS NULL"), "5\n") << "96 has ended";
   EXPECT_EQ(db.sql("SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics WHERE table_schema = "
                    "'wattscope' AND table_name = 'runs' AND index_name IN ('runs_by_duration', 'runs_by_energy')"),

@@ -644,6 +644,8 @@ void ensure_schema(Conn& c) {
                          "DECIMAL(20,0)) - `start_ms`) VIRTUAL, ADD INDEX IF NOT EXISTS `runs_by_duration` (`{0}`, "
                          "`start_ms`), ADD INDEX IF NOT EXISTS `runs_by_energy` (`total_energy_j`, `start_ms`)",
                          kDurationColumn));
+    // issue 35: the exit status order's index (figure_column), built once per store (0.2-0.3 s at 100,000 runs)
+    c.exec("CREATE INDEX IF NOT EXISTS `runs_by_exit_status` ON `runs` (`exit_status`, `start_ms`)");
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
                        kSchemaVersion));
@@ -1008,27 +1010,19 @@ public:
       return n;
     };
     page.total = count(sql);
-    const Table& t = table(TableId::Runs);
-    std::vector<ColType> types;
-    for (const auto& c : t.columns)
-      types.push_back(c.type);
+    // The page's ids, then their runs: the ids of a walk past a deep offset come from the order's index alone, where
+    // the runs' rows were read for every run skipped (sort=-start&offset=50000: 221 ms at 100,000 runs).
     auto fetch = [&](const RunsSql& q, size_t part_offset, size_t part_limit) {
-      query_typed(types,
-                  fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", select_list(TableId::Runs), q.where,
-                              q.order_by, part_limit, part_offset),
-                  q.params, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
+      std::vector<std::string> ids;
+      query_typed(
+          {ColType::Text},
+          fmt::format("SELECT run_id FROM runs{}{} LIMIT {} OFFSET {}", q.where, q.order_by, part_limit, part_offset),
+          q.params, [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
+      runs_by_ids(ids, 0, page.runs);
     };
-    if (f.sort == RunsSortKey::JPerUnit && has_run_column(kJPerUnitColumn)) {
-      // issue 35: the kept figure's index, in two walks (runs_query.hpp), not the figure computed for every run.
-      RunsFilter by_start = f;
-      by_start.sort = RunsSortKey::Start;
-      const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed, false, text);
-      for (const auto& part : j_per_unit_page(base, f.descending, count(with_j_per_unit(base)), offset, limit))
-        fetch(part.sql, part.offset, part.limit);
-    } else if (const auto figure = kept_figure_column(f.sort);
-               !figure.empty() && has_run_column(kDurationColumn) &&
-               (sql.where.empty() ||
-                (offset + limit < page.total && walk_pays(count(RunsSql{}), page.total, offset + limit)))) {
+    if (const auto figure = figure_column(f.sort);
+        !figure.empty() && (sql.where.empty() ||
+                            (offset + limit < page.total && walk_pays(count(RunsSql{}), page.total, offset + limit)))) {
       // issue 35: the figure's index in two walks, not every passing run sorted (at 100,000 runs 90-135 ms). Not
       // where few runs pass: MariaDB walks the index anyway, a row read per run (q matching 1 run of 100,000: 0.36-0.4
       // s, where reading them all and sorting the one took 40-90 ms). Fewer passing runs than the page's end never
@@ -1044,6 +1038,13 @@ public:
             return page.runs.size() - before;
           },
           [&] { return count(kept_figure_part(base, figure, true, f.descending)); });
+    } else if (f.sort == RunsSortKey::JPerUnit && has_run_column(kJPerUnitColumn)) {
+      // issue 35: the kept figure, in two parts (runs_query.hpp), not the figure computed for every run.
+      RunsFilter by_start = f;
+      by_start.sort = RunsSortKey::Start;
+      const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, indexed, false, text);
+      for (const auto& part : j_per_unit_page(base, f.descending, count(with_j_per_unit(base)), offset, limit))
+        fetch(part.sql, part.offset, part.limit);
     } else {
       fetch(sql, offset, limit);
     }
@@ -1070,24 +1071,32 @@ private:
   // (keyed_runs_sql): the count from the index alone and the page's run ids in start order from its first entries (or,
   // in another order, the passing entries joined to their runs), then those runs by id. At 100,000 runs a filter that
   // 24,000 pass took 0.2 s through the runs' JSON. Nothing where the store's run_tags is not keyed for every run yet.
-  std::optional<RunsPage> keyed_runs_page(const RunsFilter& f, size_t offset, size_t limit) {
-    if (f.sort == RunsSortKey::JPerUnit) return std::nullopt;
-    const auto keyed = keyed_runs_sql(f, "", kValueKeyChars, kRunTagsUserKey);
+  std::optional<RunsPage> keyed_runs_page(const RunsFilter& f, size_t offset, size_t limit,
+                                          const std::string* text_like = nullptr) {
+    auto keyed = keyed_runs_sql(f, "d.", kValueKeyChars, kRunTagsUserKey);
     if (!keyed) return std::nullopt;
     try {
       if (!run_tags_whole() || conn_.value(std::string(kRunTagsKeyed)).value_or("0") != "1") return std::nullopt;
     } catch (const std::runtime_error&) {
       return std::nullopt; // no run_tags, or not its keyed columns: a store no writer of this version has opened
     }
+    // issue 35: a search beside the term (text_like: its LIKE pattern; text_runs_page) is each entry's row of
+    // run_text, looked up by its whole key: the entries carry their run's start.
+    std::string from = "run_tags d";
+    if (text_like) {
+      from += " STRAIGHT_JOIN run_text t ON t.start_ms = d.start_ms AND t.run_id = d.run_id";
+      keyed->where += " AND t.text LIKE ? ESCAPE '!'";
+      keyed->params.emplace_back(*text_like);
+    }
     RunsPage page;
-    query_typed({ColType::Int}, "SELECT COUNT(*) FROM run_tags" + keyed->where, keyed->params,
+    query_typed({ColType::Int}, "SELECT COUNT(*) FROM " + from + keyed->where, keyed->params,
                 [&](std::span<const Value> row) { page.total = static_cast<size_t>(value_int(row[0]).value_or(0)); });
     if (offset >= page.total || limit == 0) return page;
     const char* dir = f.descending ? " DESC" : "";
     std::string sql;
-    std::vector<SqlParam> params = keyed->params;
+    const std::vector<SqlParam>& params = keyed->params;
     std::vector<std::string> ids;
-    const auto figure = kept_figure_column(f.sort);
+    const auto figure = figure_column(f.sort);
     // The runs' count only chooses the way (both give the same page), and only where a way is to be chosen.
     auto runs = [&] {
       size_t n = 0;
@@ -1095,18 +1104,17 @@ private:
                   [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
       return n;
     };
-    if (!figure.empty() && has_run_column(kDurationColumn) && offset + limit < page.total &&
-        walk_pays(runs(), page.total, offset + limit)) {
+    if (!figure.empty() && offset + limit < page.total && walk_pays(runs(), page.total, offset + limit)) {
       // Many runs pass: walk the figure's index over every run and keep those with the filter's entry (one per run:
       // a tag key appears once in a run's tags, each @user value once), until the page is full. Reading (offset +
       // limit) / share of runs beats joining and sorting all that pass (33,000 in 111 ms at 100,000 runs). The entry
       // is looked up by its whole key (tag_key, value_key, start_ms, run_id): the keyed rows carry their run's start
       // (as the page in start order below relies on), and one index probe a run took 0.6 ms for a page where the run's
       // rows by run_tags_by_run took 7 ms.
-      const auto joined = keyed_runs_sql(f, "d.", kValueKeyChars, kRunTagsUserKey);
-      if (!joined) return std::nullopt;
-      const RunsSql base{joined->where, "", joined->params};
-      static constexpr std::string_view kJoinByKey = "d.start_ms = r.start_ms AND d.run_id = r.run_id";
+      const RunsSql base{keyed->where, "", keyed->params};
+      const std::string join =
+          std::string("runs r STRAIGHT_JOIN run_tags d ON d.start_ms = r.start_ms AND d.run_id = r.run_id") +
+          (text_like ? " STRAIGHT_JOIN run_text t ON t.start_ms = r.start_ms AND t.run_id = r.run_id" : "");
       auto part_sql = [&](bool with) { return kept_figure_part(base, figure, with, f.descending, "r."); };
       two_walk_page(
           offset, limit,
@@ -1114,37 +1122,27 @@ private:
             const RunsSql part = part_sql(with);
             const size_t before = ids.size();
             query_typed({ColType::Text},
-                        fmt::format("SELECT r.run_id FROM runs r STRAIGHT_JOIN run_tags d ON {}{}{} "
-                                    "LIMIT {} OFFSET {}",
-                                    kJoinByKey, part.where, part.order_by, part_limit, part_offset),
+                        fmt::format("SELECT r.run_id FROM {}{}{} LIMIT {} OFFSET {}", join, part.where, part.order_by,
+                                    part_limit, part_offset),
                         part.params, [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
             return ids.size() - before;
           },
           [&] {
             const RunsSql part = part_sql(true);
             size_t n = 0;
-            query_typed(
-                {ColType::Int},
-                fmt::format("SELECT COUNT(*) FROM runs r STRAIGHT_JOIN run_tags d ON {}{}", kJoinByKey, part.where),
-                part.params,
-                [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
+            query_typed({ColType::Int}, fmt::format("SELECT COUNT(*) FROM {}{}", join, part.where), part.params,
+                        [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
             return n;
           });
     } else if (f.sort == RunsSortKey::Start) {
-      sql = fmt::format("SELECT run_id FROM run_tags{} ORDER BY start_ms{}, run_id{} LIMIT {} OFFSET {}", keyed->where,
-                        dir, dir, limit, offset);
+      sql = fmt::format("SELECT d.run_id FROM {}{} ORDER BY d.start_ms{}, d.run_id{} LIMIT {} OFFSET {}", from,
+                        keyed->where, dir, dir, limit, offset);
     } else {
-      const auto joined = keyed_runs_sql(f, "d.", kValueKeyChars, kRunTagsUserKey);
-      if (!joined) return std::nullopt;
-      params = joined->params;
-      const char* key = f.sort == RunsSortKey::Duration
-                            ? (has_run_column(kDurationColumn) ? "r.duration_ms" : "(r.end_ms - r.start_ms)")
-                        : f.sort == RunsSortKey::Energy ? "r.total_energy_j"
-                                                        : "r.exit_status";
+      const std::string key = sort_key_sql(f.sort, "r");
       // runs_sql's order: the runs without the figure last either way, ties by start then id
-      sql = fmt::format("SELECT d.run_id FROM run_tags d JOIN runs r ON r.run_id = d.run_id{} ORDER BY ({} IS NULL), "
-                        "{}{}, r.start_ms{}, r.run_id{} LIMIT {} OFFSET {}",
-                        joined->where, key, key, dir, dir, dir, limit, offset);
+      sql = fmt::format("SELECT d.run_id FROM {} JOIN runs r ON r.run_id = d.run_id{} ORDER BY ({} IS NULL), {}{}, "
+                        "r.start_ms{}, r.run_id{} LIMIT {} OFFSET {}",
+                        from, keyed->where, key, key, dir, dir, dir, limit, offset);
     }
     if (!sql.empty())
       query_typed({ColType::Text}, sql, params,
@@ -1181,6 +1179,25 @@ private:
     return true;
   }
 
+  // issue 35: the runs column a sort key's page walks by its index (runs_query.hpp: kept_figure_column), where the
+  // store has it: duration_ms came with runs_by_duration and runs_by_energy, j_per_unit with runs_by_j_per_unit. The
+  // exit status is a column of every store; a writer of this version indexes it (runs_by_exit_status), and without
+  // the index the walk is the sort of the runs that pass, as before.
+  std::string_view figure_column(RunsSortKey key) {
+    switch (key) {
+    case RunsSortKey::Duration:
+    case RunsSortKey::Energy:
+      return has_run_column(kDurationColumn) ? kept_figure_column(key) : std::string_view{};
+    case RunsSortKey::JPerUnit:
+      return has_run_column(kJPerUnitColumn) ? kept_figure_column(key) : std::string_view{};
+    case RunsSortKey::ExitStatus:
+      return kept_figure_column(key);
+    case RunsSortKey::Start:
+      break;
+    }
+    return {};
+  }
+
   // A figure's SQL for ORDER BY, over the runs table named `runs_ref` (not the start: ties go by start anyway).
   std::string sort_key_sql(RunsSortKey sort, std::string_view runs_ref) {
     switch (sort) {
@@ -1201,15 +1218,19 @@ private:
   // A search that at most this many runs pass is answered from one walk of run_text that lists them all.
   static constexpr size_t kFewMatches = 1000;
 
-  // issue 35: a search with at most a date range, from run_text (runs_query.hpp: run_text_sql). In start order one walk
-  // of its clustered index gives the page and, read on to the end, the count (SQL_CALC_FOUND_ROWS; 36-41 ms at 100,000
-  // runs, where the runs' five columns compared took 125-290 ms for the count alone). In a figure's order, a walk that
-  // stops past kFewMatches: where it did not stop, it holds every run that passes (the count) and the page is those
-  // runs sorted; else the count from run_text, then the figure's index walked with each run's text looked up by its
-  // key where walk_pays, or the passing rows of run_text joined to their runs and sorted. Then the page's runs by id.
+  // issue 35: a search from run_text (runs_query.hpp: run_text_sql). Alone (at most a date range beside it) in start
+  // order, one walk of its clustered index gives the page and, read on to the end, the count (SQL_CALC_FOUND_ROWS;
+  // 36-41 ms at 100,000 runs, where the runs' five columns compared took 125-290 ms for the count alone). Otherwise a
+  // walk that stops past kFewMatches: where it did not stop, it holds every run the search passes, and the page is
+  // those of them the other terms pass, sorted. Where it stopped: beside one run_tags term, that term's keyed pages
+  // with each entry's text looked up by key (keyed_runs_page); alone, the count from run_text, then the figure's index
+  // walked with each run's text looked up by its key where walk_pays, or the passing rows of run_text joined to their
+  // runs and sorted; else nothing (runs_query looks each run's text up by key as the other terms pass it). Then the
+  // page's runs by id.
   std::optional<RunsPage> text_runs_page(const RunsFilter& f, size_t offset, size_t limit) {
-    const auto text = run_text_sql(f);
+    const auto text = run_text_sql(f, "", false);
     if (!text) return std::nullopt;
+    const bool alone = run_text_sql(f).has_value();
     RunsPage page;
     std::vector<std::string> ids;
     const char* dir = f.descending ? " DESC" : "";
@@ -1223,7 +1244,9 @@ private:
                   [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
       return n;
     };
-    if (f.sort == RunsSortKey::Start && limit > 0) {
+    RunsFilter rest = f; // the filter's other terms
+    rest.q.clear();
+    if (alone && f.sort == RunsSortKey::Start && limit > 0) {
       read_ids(fmt::format("SELECT SQL_CALC_FOUND_ROWS run_id FROM run_text{} ORDER BY start_ms{}, run_id{} LIMIT {} "
                            "OFFSET {}",
                            text->where, dir, dir, limit, offset),
@@ -1232,31 +1255,39 @@ private:
     } else if (read_ids(fmt::format("SELECT run_id FROM run_text{} LIMIT {}", text->where, kFewMatches + 1),
                         text->params);
                ids.size() <= kFewMatches) {
-      // Few pass: all of them from one walk (it reads to the end), then their runs by key, sorted, all of them: the
-      // count is of the runs found (a run deleted by hand, its row of run_text left, is not).
+      // Few pass the search: all of them from one walk (it reads to the end), then those of their runs that pass the
+      // other terms, sorted, all of them: the count is of the runs found (a run deleted by hand, its row of run_text
+      // left, is not).
       if (ids.empty()) return page;
+      RunsSql sql = runs_sql(rest, SqlDialect::Mysql);
       std::string marks;
-      std::vector<SqlParam> params;
       for (auto& id : ids) {
         marks += marks.empty() ? "?" : ",?";
-        params.emplace_back(std::move(id));
+        sql.params.emplace_back(std::move(id));
       }
       ids.clear();
+      sql.where += fmt::format("{}run_id IN ({})", sql.where.empty() ? " WHERE " : " AND ", marks);
       const std::string key = sort_key_sql(f.sort, "runs");
-      read_ids(fmt::format("SELECT run_id FROM runs WHERE run_id IN ({}) ORDER BY ({} IS NULL), {}{}, start_ms{}, "
-                           "run_id{}",
-                           marks, key, key, dir, dir, dir),
-               params);
+      read_ids(f.sort == RunsSortKey::Start
+                   ? fmt::format("SELECT run_id FROM runs{} ORDER BY start_ms{}, run_id{}", sql.where, dir, dir)
+                   : fmt::format("SELECT run_id FROM runs{} ORDER BY ({} IS NULL), {}{}, start_ms{}, run_id{}",
+                                 sql.where, key, key, dir, dir, dir),
+               sql.params);
       page.total = ids.size();
       ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(std::min(offset, ids.size())));
       ids.resize(std::min(ids.size(), limit));
+    } else if (!alone) {
+      // Many pass the search: beside one run_tags term, that term's index with each entry's text by key; else each
+      // run's text by key as the other terms pass it (runs_query).
+      const auto like = std::get<std::string>(text->params.front());
+      return keyed_runs_page(rest, offset, limit, &like);
     } else {
-      // Many pass (the walk above stopped early, at a few hundred rows of run_text where a run in ten passes)
+      // Many pass (the walk above stopped early, at a few thousand rows of run_text where a run in five passes)
       ids.clear();
       page.total = count("SELECT COUNT(*) FROM run_text" + text->where, text->params);
       if (offset >= page.total || limit == 0) return page;
-      const auto figure = kept_figure_column(f.sort);
-      if (!figure.empty() && has_run_column(kDurationColumn) && offset + limit < page.total &&
+      const auto figure = figure_column(f.sort);
+      if (!figure.empty() && offset + limit < page.total &&
           walk_pays(count("SELECT COUNT(*) FROM runs", {}), page.total, offset + limit)) {
         RunsFilter by_start = f;
         by_start.sort = RunsSortKey::Start;
