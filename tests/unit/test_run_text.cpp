@@ -185,6 +185,14 @@ TEST(RunText, EveryWritersRunHasItsRowAndEverySearchIsTheScans) {
   EXPECT_EQ(count(db, "run_text"), std::to_string(kRuns) + "\n");
 }
 
+// SQLite answers a search in one statement (the count in each row of the page): the same pages as the scan.
+TEST(RunText, SqliteSearchesAreTheScans) {
+  TempDir dir;
+  const auto spec = wattscope::parse_store(dir / "search.db");
+  generate_runs(spec, kRuns);
+  expect_searches(spec);
+}
+
 // More runs pass than one walk lists (the reader's kFewMatches, 1,000): the count from run_text, then the figure's
 // index walked (where it pays) or run_text joined to the runs and sorted, in every order.
 TEST(RunText, ManyPassingRunsAreCountedThenWalkedOrJoined) {
