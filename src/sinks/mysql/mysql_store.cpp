@@ -626,9 +626,17 @@ void ensure_schema(Conn& c) {
                        kRunTagsMarkColumn));
     backfill_run_tags(c);
     const auto t0 = std::chrono::steady_clock::now();
-    fill_keyed_run_tags(c, t0);
-    mark_run_tags(c, t0);
-    fill_run_text(c, t0);
+    // The fills are for the readers' speed, not the writer's data: a batch that another writer's transaction gets in
+    // the way of (a deadlock, a lock wait past its timeout) is rolled back and the rest left for the next writer.
+    try {
+      fill_keyed_run_tags(c, t0);
+      mark_run_tags(c, t0);
+      fill_run_text(c, t0);
+    } catch (const MysqlError& e) {
+      if (e.err != 1213 /* ER_LOCK_DEADLOCK */ && e.err != 1205 /* ER_LOCK_WAIT_TIMEOUT */) throw;
+      mysql_rollback(c.get());
+      spdlog::info("MySQL {}: the runs pages' fill stopped ({}); the next writer goes on", c.url().text(), e.what());
+    }
     // issue 35: runs.j_per_unit and its index; a store that lacks the column gets it filled for every run once.
     const std::vector<std::string> run_cols = c.columns("runs");
     if (std::find(run_cols.begin(), run_cols.end(), kJPerUnitColumn) == run_cols.end()) {
