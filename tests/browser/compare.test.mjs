@@ -37,7 +37,10 @@ function record(task, power_mw, k) {
   const env = { ...process.env, WATTSCOPE_NVML_LIBRARY: FAKE, WATTSCOPE_FAKE_NVML_SCENARIO: scenario };
   delete env.CUDA_VISIBLE_DEVICES;
   const m = `'${WS}' mark`;
-  const script = `${m} begin train && sleep 0.25 && ${m} work 64 samples && ${m} end train && ${m} begin eval && sleep 0.1 && ${m} end eval`;
+  // A run's energy is its power times its length, and a loaded machine adds up to ~0.1 s to a length (each `mark` is a
+  // process started): sleeps long enough that the lengths vary by a few percent, not by a quarter (0.25 s and 0.1 s
+  // gave gpt against bert p = 0.053 once in CI: t = 3.96 over 3 and 4 runs).
+  const script = `${m} begin train && sleep 0.8 && ${m} work 64 samples && ${m} end train && ${m} begin eval && sleep 0.3 && ${m} end eval`;
   const r = spawnSync(WS, ['run', '--db', db, '--task', task, '--interval', '50ms', '--', 'sh', '-c', script], { cwd: dir, env, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(ws(['show', '--db', db, '--json'])).run_id;
