@@ -1,7 +1,6 @@
 #include "sinks/runs_query.hpp"
 
 #include <algorithm>
-#include <cctype>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -67,6 +66,18 @@ std::string regexp_contains(std::string_view text) {
     p.push_back(c);
   }
   return p;
+}
+
+// The filter's date range on the start_ms of a table that has one (run_tags' keyed rows, run_text).
+void add_date_range(KeyedRunsSql& out, const RunsFilter& f, std::string_view prefix) {
+  if (f.from_ms) {
+    out.where += fmt::format(" AND {}start_ms >= ?", prefix);
+    out.params.emplace_back(*f.from_ms);
+  }
+  if (f.to_ms) {
+    out.where += fmt::format(" AND {}start_ms < ?", prefix);
+    out.params.emplace_back(*f.to_ms);
+  }
 }
 
 } // namespace
@@ -204,14 +215,7 @@ std::optional<KeyedRunsSql> keyed_runs_sql(const RunsFilter& f, std::string_view
   if (chars(value) > key_chars) return std::nullopt;
   out.where = fmt::format(" WHERE {0}tag_key = ? AND {0}value_key = ?", prefix);
   out.params = {key, value};
-  if (f.from_ms) {
-    out.where += fmt::format(" AND {}start_ms >= ?", prefix);
-    out.params.emplace_back(*f.from_ms);
-  }
-  if (f.to_ms) {
-    out.where += fmt::format(" AND {}start_ms < ?", prefix);
-    out.params.emplace_back(*f.to_ms);
-  }
+  add_date_range(out, f, prefix);
   return out;
 }
 
@@ -222,14 +226,7 @@ std::optional<KeyedRunsSql> run_text_sql(const RunsFilter& f, std::string_view p
   KeyedRunsSql out;
   out.where = fmt::format(" WHERE {}text LIKE ? ESCAPE '!'", prefix);
   out.params.emplace_back(like_contains(ascii_lower(f.q)));
-  if (f.from_ms) {
-    out.where += fmt::format(" AND {}start_ms >= ?", prefix);
-    out.params.emplace_back(*f.from_ms);
-  }
-  if (f.to_ms) {
-    out.where += fmt::format(" AND {}start_ms < ?", prefix);
-    out.params.emplace_back(*f.to_ms);
-  }
+  add_date_range(out, f, prefix);
   return out;
 }
 

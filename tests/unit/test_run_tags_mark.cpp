@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../support/mariadb.hpp"
+#include "../support/runs_filter.hpp"
 #include "../support/runs_generator.hpp"
 #include "server/query.hpp"
 #include "sinks/runs_query.hpp"
@@ -23,30 +24,8 @@ namespace {
 constexpr int64_t kRuns = 60;
 
 RunsFilter parsed(const std::string& q) {
-  auto r = wattscope::query::parse_runs_list(q);
-  if (auto* e = std::get_if<wattscope::query::Error>(&r)) {
-    ADD_FAILURE() << q << ": " << e->message;
-    return {};
-  }
-  return std::get<wattscope::query::RunsListQuery>(r).filter;
+  return parsed_filter(q);
 }
-
-// Sets the MySQL password for the store's writers and readers while it lives.
-struct Password {
-  Password() {
-    if (const char* v = std::getenv("WATTSCOPE_MYSQL_PASSWORD")) saved = v;
-    had = std::getenv("WATTSCOPE_MYSQL_PASSWORD") != nullptr;
-    ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
-  }
-  ~Password() {
-    if (had)
-      ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved.c_str(), 1);
-    else
-      ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
-  }
-  std::string saved;
-  bool had = false;
-};
 
 // Each one-filter query the keyed pages answer, in start order and by energy: the count and the runs are those that
 // pass by the runs' own fields, in order.
@@ -106,7 +85,7 @@ void insert_as_older_writer(MariaDb& db, const std::string& id, const std::strin
 
 TEST(RunTagsMark, EveryWritersRunIsMarkedAndTheKeyedPagesAnswer) {
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   EXPECT_EQ(count(db, "runs WHERE run_tags_keyed IS NULL"), "0\n");
@@ -120,7 +99,7 @@ TEST(RunTagsMark, EveryWritersRunIsMarkedAndTheKeyedPagesAnswer) {
 // deleted by hand (its rows left behind): they took the keyed pages, counting the deleted run and missing the new one.
 TEST(RunTagsMark, AnOlderWritersRunIsReadTheOldWayUntilTheNextWriterMarksIt) {
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   db.sql("DELETE FROM wattscope.runs WHERE run_id = 'gen-000014'"); // seed 4, partition debug, method mixed
@@ -143,7 +122,7 @@ TEST(RunTagsMark, AnOlderWritersRunIsReadTheOldWayUntilTheNextWriterMarksIt) {
 // an older wattscope rewrote without keys (its @method row unkeyed) is read the old way until a writer keys it.
 TEST(RunTagsMark, UnmarkedOrUnkeyedRunsAreReadTheOldWay) {
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   db.sql("UPDATE wattscope.runs SET run_tags_keyed = NULL WHERE run_id = 'gen-000005'");
@@ -168,7 +147,7 @@ TEST(RunTagsMark, UnmarkedOrUnkeyedRunsAreReadTheOldWay) {
 // answered from the runs' JSON (its count included), not with the run missing and counted.
 TEST(RunTagsMark, APageHoldingARunDeletedByHandIsReadTheOldWay) {
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   db.sql("DELETE FROM wattscope.runs WHERE run_id = 'gen-000014'");

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "../support/mariadb.hpp"
+#include "../support/runs_filter.hpp"
 #include "../support/runs_generator.hpp"
 #include "../support/support.hpp"
 #include "server/query.hpp"
@@ -26,29 +27,8 @@ namespace {
 constexpr int64_t kRuns = 60;
 
 RunsFilter parsed(const std::string& q) {
-  auto r = wattscope::query::parse_runs_list(q);
-  if (auto* e = std::get_if<wattscope::query::Error>(&r)) {
-    ADD_FAILURE() << q << ": " << e->message;
-    return {};
-  }
-  return std::get<wattscope::query::RunsListQuery>(r).filter;
+  return parsed_filter(q);
 }
-
-struct Password {
-  Password() {
-    if (const char* v = std::getenv("WATTSCOPE_MYSQL_PASSWORD")) saved = v;
-    had = std::getenv("WATTSCOPE_MYSQL_PASSWORD") != nullptr;
-    ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
-  }
-  ~Password() {
-    if (had)
-      ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved.c_str(), 1);
-    else
-      ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
-  }
-  std::string saved;
-  bool had = false;
-};
 
 std::vector<std::string> ids_of(const std::vector<wattscope::RunInfo>& runs) {
   std::vector<std::string> out;
@@ -168,7 +148,7 @@ constexpr const char* kOddQueries[] = {
 
 TEST(RunText, EveryWritersRunHasItsRowAndEverySearchIsTheScans) {
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   EXPECT_EQ(count(db, "run_text"), std::to_string(kRuns) + "\n");
@@ -197,7 +177,7 @@ TEST(RunText, SqliteSearchesAreTheScans) {
 // index walked (where it pays) or run_text joined to the runs and sorted, in every order.
 TEST(RunText, ManyPassingRunsAreCountedThenWalkedOrJoined) {
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   constexpr int64_t kMany = 2400;
   generate_runs(spec, kMany);
@@ -227,7 +207,7 @@ TEST(RunText, ManyPassingRunsAreCountedThenWalkedOrJoined) {
 TEST(RunText, TheSearchIsAsciiCaseInsensitiveAndByteExactOnEveryStore) {
   TempDir dir;
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const std::vector<wattscope::StoreSpec> specs = {wattscope::parse_store(dir / "odd.db"),
                                                    wattscope::parse_store("csv:" + dir / "csv"),
                                                    wattscope::parse_store(db.url())};
@@ -265,7 +245,7 @@ TEST(RunText, TheSearchIsAsciiCaseInsensitiveAndByteExactOnEveryStore) {
 // way until it is filled; rows of runs deleted by hand are removed by the next writer.
 TEST(RunText, AnOlderStoreIsSearchedTheOldWayUntilItsNextWriterFillsIt) {
   MariaDb db;
-  Password pw;
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   db.sql("DROP TABLE wattscope.run_text");

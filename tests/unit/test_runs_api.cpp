@@ -18,6 +18,7 @@
 
 #include "../e2e/http_client.hpp"
 #include "../support/mariadb.hpp"
+#include "../support/runs_filter.hpp"
 #include "../support/support.hpp"
 #include "sinks/store.hpp"
 
@@ -182,14 +183,8 @@ TEST(RunsPage, EveryStoreGivesTheSliceOfItsRunsAndTheTotal) {
   }
   SCOPED_TRACE("mysql");
   MariaDb db;
-  const char* saved = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
+  MysqlPassword pw;
   expect_pages_slice_runs(wattscope::parse_store(db.url()));
-  if (saved)
-    ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
-  else
-    ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
 }
 
 } // namespace unit_runs_api

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/runs_filter.hpp"
 #include "../support/runs_generator.hpp"
 #include "../support/support.hpp"
 #include "core/schema.hpp"
@@ -36,9 +37,7 @@ std::optional<double> expected_jpu(int64_t i) {
 }
 
 wattscope::RunsFilter parsed(const std::string& q) {
-  auto r = wattscope::query::parse_runs_list(q);
-  EXPECT_TRUE(std::holds_alternative<wattscope::query::RunsListQuery>(r)) << q;
-  return std::get<wattscope::query::RunsListQuery>(r).filter;
+  return parsed_filter(q);
 }
 
 void exec(const std::string& db, const std::string& sql) {

@@ -16,6 +16,7 @@
 
 #include "../e2e/http_client.hpp"
 #include "../support/mariadb.hpp"
+#include "../support/runs_filter.hpp"
 #include "../support/runs_generator.hpp"
 #include "../support/support.hpp"
 #include "pipeline/run_view.hpp"
@@ -48,12 +49,7 @@ int64_t utc_ms(int y, int mo, int d, int h = 0, int mi = 0, int s = 0) {
 }
 
 RunsFilter parsed(const std::string& q) {
-  auto r = wattscope::query::parse_runs_list(q);
-  if (auto* e = std::get_if<wattscope::query::Error>(&r)) {
-    ADD_FAILURE() << q << ": " << e->message;
-    return {};
-  }
-  return std::get<wattscope::query::RunsListQuery>(r).filter;
+  return parsed_filter(q);
 }
 
 std::string error_of(const std::string& q) {
@@ -452,9 +448,7 @@ TEST(RunsQuery, CsvScansToTheSameAnswers) {
 
 TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
   MariaDb db;
-  const char* saved = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   expect_filters(spec, kRuns);
@@ -507,10 +501,6 @@ TEST(RunsQuery, MysqlFiltersAndOrdersAsTheGeneratorSays) {
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = '@method'"), "600\n");
   EXPECT_EQ(db.sql("SELECT COUNT(*) FROM wattscope.run_tags WHERE tag_key = 'slurm_partition' AND tag_value = 'gpu'"),
             "450\n");
-  if (saved)
-    ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
-  else
-    ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
 }
 
 namespace {
@@ -608,9 +598,7 @@ TEST(RunsQuery, TwoWalkPageIsTheSliceOfBothSides) {
 // its next writer adds it.
 TEST(RunsQuery, MysqlDurationAndEnergyOrdersWalkTheirIndexes) {
   MariaDb db;
-  const char* saved = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
+  MysqlPassword pw;
   const auto spec = wattscope::parse_store(db.url());
   generate_runs(spec, kRuns);
   EXPECT_EQ(db.sql("SELECT COUNT(DISTINCT index_name) FROM information_schema.statistics WHERE table_schema = "
@@ -680,10 +668,6 @@ TEST(RunsQuery, MysqlDurationAndEnergyOrdersWalkTheirIndexes) {
   db.sql("UPDATE wattscope.runs SET start_ms = -9000000000000000000, end_ms = 9000000000000000000 WHERE run_id = "
          "'gen-000005'");
   EXPECT_EQ(wattscope::open_reader(spec)->runs_query(parsed("sort=-duration"), 0, 1).runs.at(0).run_id, "gen-000005");
-  if (saved)
-    ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
-  else
-    ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
 }
 
 namespace {
@@ -783,18 +767,12 @@ TEST(RunsApi, ServesFiltersRunsJobsAndPagesFromSqlite) {
 
 TEST(RunsApi, ServesFiltersRunsJobsAndPagesFromMariaDb) {
   MariaDb db;
-  const char* saved = std::getenv("WATTSCOPE_MYSQL_PASSWORD");
-  const std::string saved_value = saved ? saved : "";
-  ::setenv("WATTSCOPE_MYSQL_PASSWORD", "secret", 1);
+  MysqlPassword pw;
   generate_runs(wattscope::parse_store(db.url()), 10000);
   TempDir dir;
   double slowest = 0;
   expect_serve(db.url(), dir, 10000, slowest);
   std::cout << "[ RUNS ] mariadb, 10,000 runs: slowest filtered /api/v1/runs or job answer " << slowest << " ms\n";
-  if (saved)
-    ::setenv("WATTSCOPE_MYSQL_PASSWORD", saved_value.c_str(), 1);
-  else
-    ::unsetenv("WATTSCOPE_MYSQL_PASSWORD");
 }
 
 } // namespace unit_runs_query
