@@ -26,6 +26,21 @@ SteadyClock::time_point mono_at(int64_t us) {
   return SteadyClock::time_point(std::chrono::microseconds(us));
 }
 
+// One tick of GPU 0 at `us` with its counter reading `energy_j`, through the tracker; the phases it settles to `got`.
+void tick_gpu0(PhaseTracker& t, int64_t tick, int64_t us, double energy_j, std::vector<PhaseRecord>& got) {
+  Frame f;
+  f.tick = tick;
+  f.ts_ms = kRunStartMs + us / 1000;
+  f.mono = mono_at(us);
+  GpuSample g;
+  g.gpu_index = 0;
+  g.energy_j = energy_j;
+  f.gpus.push_back(g);
+  t.process(f);
+  for (auto& p : f.phases)
+    got.push_back(std::move(p));
+}
+
 // Power, piecewise linear through (seconds, watts) knots; two knots at one time make a step. Its integral is exact:
 // the trapezoid over each linear piece.
 struct Curve {
@@ -140,17 +155,7 @@ Result run(const Scenario& s, double interval_s, bool readings, int64_t latency_
       }
       ++next;
     }
-    Frame f;
-    f.tick = tick;
-    f.ts_ms = kRunStartMs + us / 1000;
-    f.mono = mono_at(us);
-    GpuSample g;
-    g.gpu_index = 0;
-    g.energy_j = energy_at(us);
-    f.gpus.push_back(g);
-    t.process(f);
-    for (auto& p : f.phases)
-      got.push_back(std::move(p));
+    tick_gpu0(t, tick, us, energy_at(us), got);
   }
   return score(s, got);
 }
@@ -311,17 +316,7 @@ Result run_aged(const Scenario& s, double interval_s, std::chrono::nanoseconds h
       t.add_reading(mono_at(r.first), {{"gpu0", exact(r.first)}});
       return true;
     });
-    Frame f;
-    f.tick = tick;
-    f.ts_ms = kRunStartMs + us / 1000;
-    f.mono = mono_at(us);
-    GpuSample g;
-    g.gpu_index = 0;
-    g.energy_j = exact(update_before(us)); // as old as the counter's last update
-    f.gpus.push_back(g);
-    t.process(f);
-    for (auto& p : f.phases)
-      got.push_back(std::move(p));
+    tick_gpu0(t, tick, us, exact(update_before(us)), got); // as old as the counter's last update
   }
   return score(s, got);
 }
