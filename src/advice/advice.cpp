@@ -252,6 +252,19 @@ struct Straggler {
   int64_t reasons = 0;
 };
 
+// The signal the item names (forecast::straggler_signal: cause first).
+std::string straggler_metric(const Straggler& s) {
+  switch (forecast::straggler_signal(s.clock_s, s.util_s, s.power_s, s.span.seconds)) {
+  case forecast::StragglerSignal::clock:
+    return "clock_sm";
+  case forecast::StragglerSignal::util:
+    return "util";
+  case forecast::StragglerSignal::power:
+    break;
+  }
+  return "power";
+}
+
 std::vector<Straggler> find_stragglers(const std::vector<std::vector<Interval>>& per_gpu) {
   // Siblings are the GPUs that worked: one idle through the run (the idle_gpu item's case) is not part of the job.
   std::vector<size_t> part;
@@ -689,9 +702,7 @@ std::vector<Item> advise(const Input& in) {
     }
     const OptF saving = s.waited_known && idle_known ? OptF(s.waited_s * idle_sum) : std::nullopt;
     const size_t n_sib = s.siblings.size();
-    const std::string metric = s.clock_s >= s.util_s && s.clock_s >= s.power_s ? "clock_sm"
-                               : s.util_s >= s.power_s                         ? "util"
-                                                                               : "power";
+    const std::string metric = straggler_metric(s);
     nlohmann::json ev = base_evidence(g, s.span, total_s);
     ev["metric"] = metric;
     ev["siblings"] = n_sib;

@@ -138,6 +138,14 @@ struct StragglerMark {
   std::optional<double> sib_clock, sib_util, sib_power; // the siblings' medians
   bool apart() const { return clock || util || power; }
 };
+// The signal a straggler's stretch is named by, cause first: a lower SM clock makes a GPU both work and draw less, and
+// a lower utilisation makes it draw less, so power apart is a symptom of either. The first of clock, utilisation and
+// power apart for at least half the stretch (`clock`, `util`, `power`: the time or ticks each was apart, of `total`)
+// names it; where none is (the signals take turns), the one apart longest. Cause first, not longest first, because a
+// stretch's edge intervals are apart by power alone: one that straddles a cap's end averages the capped watts into its
+// power while its clock, read at its end, is back up; a late tick makes that edge longer than the clock's.
+enum class StragglerSignal { clock, util, power };
+StragglerSignal straggler_signal(double clock, double util, double power, double total);
 // NVML clock-event reasons that hold a GPU behind its siblings, in words: "SW power cap, HW thermal slowdown".
 std::string straggler_reason_names(int64_t bits);
 // `siblings` excludes the GPU itself.

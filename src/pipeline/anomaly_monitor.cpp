@@ -168,9 +168,10 @@ void AnomalyMonitor::process(Frame& f, int64_t phase_boundaries) {
 
 std::string AnomalyMonitor::straggler_message(const Gpu& g, bool ended) const {
   const Straggle& s = g.straggle;
-  const std::string metric = s.clock_ticks >= s.util_ticks && s.clock_ticks >= s.power_ticks ? "clock_sm_mhz"
-                             : s.util_ticks >= s.power_ticks                                 ? "util_gpu_pct"
-                                                                                             : "power_w";
+  const auto signal = forecast::straggler_signal(s.clock_ticks, s.util_ticks, s.power_ticks, s.apart);
+  const std::string metric = signal == forecast::StragglerSignal::clock  ? "clock_sm_mhz"
+                             : signal == forecast::StragglerSignal::util ? "util_gpu_pct"
+                                                                         : "power_w";
   const auto& mine = metric == "clock_sm_mhz" ? s.clock : metric == "util_gpu_pct" ? s.util : s.power;
   const auto& theirs = metric == "clock_sm_mhz" ? s.sib_clock : metric == "util_gpu_pct" ? s.sib_util : s.sib_power;
   const MetricInfo* m = info_of(metric);

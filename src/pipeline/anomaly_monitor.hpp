@@ -65,8 +65,7 @@ private:
     bool active = false;
     int64_t onset_ms = 0, last_ms = 0;
     int64_t reasons = 0;
-    int clock_ticks = 0, util_ticks = 0, power_ticks = 0, siblings = 0;
-    std::vector<double> mine, theirs; // of the signal that set it apart most (bounded)
+    int clock_ticks = 0, util_ticks = 0, power_ticks = 0, siblings = 0; // ticks apart by each signal, of `apart`
     std::vector<double> clock, sib_clock, util, sib_util, power, sib_power;
   };
   struct Gpu {

@@ -161,6 +161,31 @@ TEST(Straggler, UtilisationStragglerAmongFour) {
   EXPECT_NE(found[0]->text.find("50 % utilisation"), std::string::npos) << found[0]->text;
 }
 
+// A power-capped GPU whose power stays down a while after its clock is back (an edge interval that straddles the cap's
+// end, a late tick, a slow controller): apart by power longer than by its clock, it is still named by its clock, the
+// cause, and its wait is the clock's.
+TEST(Straggler, AClockStragglerWhosePowerLagsItsClockIsNamedByItsClock) {
+  constexpr int kFrom = 100, kClockTo = 200, kPowerTo = 215;
+  Input in;
+  for (int g = 0; g < 3; ++g)
+    in.gpus.push_back(
+        gpu(g, 400, 450 + static_cast<uint32_t>(g),
+            g == 1 ? std::vector<Episode>{{kFrom, kClockTo, 1410, 97, 450, 0x4}, {kClockTo, kPowerTo, 1980, 97, 450, 0}}
+                   : std::vector<Episode>{}));
+  const auto items = advise(in);
+  const auto found = of_kind(items, "straggler");
+  ASSERT_EQ(found.size(), 1u) << to_json(items).dump(2);
+  const auto& ev = found[0]->evidence;
+  EXPECT_EQ(ev["device"], "gpu1");
+  EXPECT_NEAR(ev["seconds"].get<double>(), kPowerTo - kFrom, 2); // the stretch is the power's
+  EXPECT_EQ(ev["metric"], "clock_sm");                           // its name the clock's
+  EXPECT_NEAR(ev["clock_sm_mhz"].get<double>(), 1410, 15);
+  // Waited: the clock's 100 s at 1,410 of 1,980 MHz; the 15 s at full clock waited nothing.
+  const double waited = (kClockTo - kFrom) * (1 - 1410.0 / 1980);
+  EXPECT_NEAR(ev["waited_s"].get<double>(), waited, 0.03 * waited);
+  EXPECT_NE(found[0]->text.find("at 1,410 MHz for "), std::string::npos) << found[0]->text;
+}
+
 // Power alone: a GPU that works as much but draws a quarter less (capped), its clock not reported.
 TEST(Straggler, PowerStragglerWithoutAClockIsFoundButItsWaitNotEstimated) {
   Input in;
