@@ -118,9 +118,11 @@ TEST(Sampler, TicksOnTheGridAndSkipsSlotsAfterAStall) {
   src->stall = 75ms;      // 3.75 intervals
   std::mutex mu;
   std::vector<std::pair<int64_t, SteadyClock::time_point>> ticks;
+  bool last_seen = false; // the run's last sample, taken when stop() is called (issue 29), before its slot's time
   Sampler s({src}, 20ms, [&](Frame& f) {
     std::lock_guard lock(mu);
     ticks.emplace_back(f.tick, f.mono);
+    last_seen = last_seen || f.last;
   });
   const auto before = SteadyClock::now();
   s.start();
@@ -142,10 +144,13 @@ TEST(Sampler, TicksOnTheGridAndSkipsSlotsAfterAStall) {
   // No tick runs before its grid time, and no drift accumulates: after the stall the ticks are back on the grid
   // (a schedule restarted from the stall's end would be ~15 ms late on every tick). The median, not each tick: a
   // loaded machine wakes a thread late now and then.
+  // (That tick 0 is taken at once is StopIsPromptEvenWithALongInterval's: here a loaded machine may start the thread
+  // 18 ms late, seen in CI.)
   const auto t0 = ticks[0].second;
-  EXPECT_LT(t0 - before, 20ms);
+  EXPECT_GE(t0, before);
   std::vector<SteadyClock::duration> lateness;
-  for (size_t i = 4; i < ticks.size(); ++i) {
+  const size_t on_grid = ticks.size() - (last_seen ? 1 : 0);
+  for (size_t i = 4; i < on_grid; ++i) {
     const auto due = t0 + ticks[i].first * 20ms;
     EXPECT_GE(ticks[i].second + 1ms, due) << "tick " << ticks[i].first;
     lateness.push_back(ticks[i].second - due);
