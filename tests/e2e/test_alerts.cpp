@@ -385,7 +385,9 @@ TEST(Alerts, ADeadWebhookDoesNotStallSampling) {
   // Every tick was sampled and stored: 3 s at 50 ms is ~60 ticks, and none was skipped for the webhook.
   const int samples = std::stoi(scalar(r.db, "SELECT count(*) FROM cpu_samples"));
   EXPECT_GE(samples, 45) << r.result.err;
-  EXPECT_EQ(scalar(r.db, "SELECT count(*) FROM gpu_samples"), std::to_string(samples));
+  // The GPU answered nearly every tick: a stall behind the webhook (1 s a try) would cost whole seconds of them, where
+  // a loaded machine's fake library can miss a tick's deadline now and then (48 of 52 seen at -j8 on 2 cores).
+  EXPECT_GE(std::stoi(scalar(r.db, "SELECT count(*) FROM gpu_samples")), samples - samples / 10) << r.result.err;
   EXPECT_EQ(scalar(r.db, "SELECT samples FROM runs"), std::to_string(samples));
   EXPECT_GE(std::stoi(scalar(r.db, "SELECT count(*) FROM events WHERE kind = 'alert' AND "
                                    "json_extract(detail, '$.state') = 'firing'")),

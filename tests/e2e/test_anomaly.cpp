@@ -99,9 +99,11 @@ TEST(AnomalyLive, InjectedFaultsFoundHealthyGpusQuiet) {
   const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
                                                   {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
                                                   {"CUDA_VISIBLE_DEVICES", "\x01"}};
-  // 220 samples at 50 ms. Late ticks do not move anything: the faults are placed by sample, not by time.
-  const auto r = run({wstest::wattscope(), "record", "--interval", "50ms", "--duration", "11s", "--sysfs-root",
-                      dir / "sys", "--procfs-root", dir / "proc"},
+  // 220 samples at 50 ms. Late ticks do not move anything: the faults are placed by sample, not by time. Every call
+  // is made every tick (--max-read-cost 0): on a loaded machine the quickest of a call's first reads can pass the
+  // 50 us budget, and a call then read once a second would reach its fault's call count ticks later (seen at -j8).
+  const auto r = run({wstest::wattscope(), "record", "--interval", "50ms", "--duration", "11s", "--max-read-cost", "0",
+                      "--sysfs-root", dir / "sys", "--procfs-root", dir / "proc"},
                      env, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string db = dir / "wattscope.db";
