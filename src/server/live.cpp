@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/json_opt.hpp"
 #include "core/metrics.hpp"
@@ -298,6 +299,10 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
   run_ = run;
   devices_ = std::move(devices);
   board_.reset();
+  gpu_energy_j_.clear(); // energies are since the run's start
+  cpu_package_energy_j_.reset();
+  cpu_dram_energy_j_.reset();
+  cpu_power_method_.clear();
 }
 
 void LiveState::push(const std::shared_ptr<const Frame>& f) {
@@ -318,6 +323,13 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
         devices_.push_back(d);
     }
     latest_ = f;
+    for (const auto& g : f->gpus)
+      if (g.energy_j) gpu_energy_j_[g.gpu_index] = *g.energy_j;
+    if (f->cpu.package_energy_j) {
+      cpu_package_energy_j_ = f->cpu.package_energy_j;
+      cpu_power_method_ = f->cpu.power_method ? f->cpu.power_method : "";
+    }
+    if (f->cpu.dram_energy_j) cpu_dram_energy_j_ = f->cpu.dram_energy_j;
     ++seq_;
     for (const auto& e : f->events) {
       if (e.kind == "xid" && e.source.starts_with("gpu")) // issue 32: counted per GPU for /metrics
@@ -410,20 +422,38 @@ nlohmann::json LiveState::current_json() const {
       for (const auto& dev : devices_)
         if (dev.gpu_index == s.gpu_index) d = &dev;
       gpus.push_back(gpu_json(s, d));
-      if (s.energy_j) {
-        total += *s.energy_j;
-        any_energy = true;
-      }
     }
     const auto& c = latest_->cpu;
     for (const auto& m : kCpuMetrics)
       cpu[std::string(m.info.column)] = metric_json(m, c);
     cpu["power_method"] = c.power_method ? nlohmann::json(c.power_method) : nlohmann::json();
-    if (c.package_energy_j) {
-      total += *c.package_energy_j + c.dram_energy_j.value_or(0);
-      any_energy = true;
-    }
   }
+  // The energy so far and how it was obtained, over the same devices: one method, or "mixed (counter: gpu0, gpu1;
+  // estimated: cpu_package, cpu_dram)" (the dashboard's words).
+  std::vector<std::pair<std::string, std::vector<std::string>>> methods;
+  auto add_method = [&](std::string m, std::string device) {
+    if (m.empty()) m = "unknown";
+    auto it = std::find_if(methods.begin(), methods.end(), [&](const auto& e) { return e.first == m; });
+    if (it == methods.end()) it = methods.insert(methods.end(), {m, {}});
+    it->second.push_back(std::move(device));
+  };
+  for (const auto& [gpu, j] : gpu_energy_j_) {
+    total += j, any_energy = true;
+    const auto d =
+        std::find_if(devices_.begin(), devices_.end(), [&](const GpuDevice& x) { return x.gpu_index == gpu; });
+    add_method(d != devices_.end() ? d->energy_method : "", fmt::format("gpu{}", gpu));
+  }
+  if (cpu_package_energy_j_) {
+    total += *cpu_package_energy_j_ + cpu_dram_energy_j_.value_or(0);
+    any_energy = true;
+    add_method(cpu_power_method_, "cpu_package");
+    if (cpu_dram_energy_j_) add_method(cpu_power_method_, "cpu_dram");
+  }
+  std::string energy_method = methods.empty() ? "" : methods.size() == 1 ? methods[0].first : "mixed (";
+  if (methods.size() > 1)
+    for (size_t i = 0; i < methods.size(); ++i)
+      energy_method += fmt::format("{}{}: {}{}", i ? "; " : "", methods[i].first, fmt::join(methods[i].second, ", "),
+                                   i + 1 == methods.size() ? ")" : "");
   nlohmann::json events = nlohmann::json::array();
   for (const auto& e : recent_events_)
     events.push_back({{"ts", iso_utc_ms(e.ts_ms)}, {"kind", e.kind}, {"source", e.source}, {"detail", e.detail}});
@@ -451,6 +481,7 @@ nlohmann::json LiveState::current_json() const {
           {"gpus", gpus},
           {"cpu", cpu},
           {"energy_j", any_energy ? nlohmann::json(total) : nlohmann::json()},
+          {"energy_method", any_energy ? nlohmann::json(energy_method) : nlohmann::json()},
           {"events", events},
           {"anomalies", anomalies_ ? anomalies_->json()["anomalies"] : nlohmann::json::array()}, // issue 36
           {"processes", board_ ? board_->processes : nlohmann::json::array()},

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,12 @@ private:
   // issue 36
   const AnomalyMonitor* anomalies_ = nullptr;
   std::shared_ptr<const Frame> latest_;
+  // The energy so far (/api/v1/current's energy_j): each device's latest known energy since the run's start. A device
+  // missing from a tick (a source past its deadline on a loaded machine) keeps its last figure, so the total neither
+  // dips nor reads "not measured" for that tick.
+  std::map<int, double> gpu_energy_j_;
+  std::optional<double> cpu_package_energy_j_, cpu_dram_energy_j_;
+  std::string cpu_power_method_; // of the CPU's latest energy
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;
   std::map<int, int64_t> xid_errors_;         // issue 32: Xid events per GPU index since serve started

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "accounting/accounting.hpp"
@@ -194,6 +195,46 @@ TEST(AnchoredEnergy, TheApiSaysHowOldACarriedValueIs) {
   ASSERT_TRUE(g["age_ms"].is_object()) << g.dump();
   EXPECT_EQ(g["age_ms"].size(), 1u) << g.dump();
   EXPECT_EQ(g["age_ms"]["fan_pct"], 430);
+}
+
+// /api/v1/current's energy so far is each device's latest energy: a tick that a device missed (its source past the
+// deadline on a loaded machine) neither drops that device's joules from the total nor makes it "not measured" (the
+// dashboard flickered so at 4x load).
+TEST(AnchoredEnergy, TheEnergySoFarKeepsADeviceThatMissedATick) {
+  LiveState live(60s, 100ms);
+  RunInfo run;
+  run.run_id = "r1";
+  auto devices = one_gpu();
+  devices[0].energy_method = "counter";
+  live.set_run(run, devices);
+  std::string method;
+  auto frame = [&](std::optional<double> gpu_j, std::optional<double> cpu_j) {
+    auto f = std::make_shared<Frame>();
+    f->mono = SteadyClock::now();
+    if (gpu_j) {
+      GpuSample s;
+      s.energy_j = gpu_j;
+      f->gpus.push_back(s);
+    }
+    f->cpu.package_energy_j = cpu_j;
+    if (cpu_j) f->cpu.dram_energy_j = 1.0, f->cpu.power_method = "estimated";
+    live.push(f);
+    const auto j = live.current_json();
+    method = j["energy_method"].is_string() ? j["energy_method"].get<std::string>() : "null";
+    return j["energy_j"];
+  };
+  EXPECT_TRUE(frame(std::nullopt, std::nullopt).is_null()); // nothing measured yet
+  EXPECT_DOUBLE_EQ(frame(100.0, 20.0).get<double>(), 121);
+  EXPECT_DOUBLE_EQ(frame(std::nullopt, 25.0).get<double>(), 126);  // the GPU missed the tick: its 100 J stay
+  EXPECT_DOUBLE_EQ(frame(110.0, std::nullopt).get<double>(), 136); // the CPU missed it: its 25 + 1 J stay
+  EXPECT_DOUBLE_EQ(frame(std::nullopt, std::nullopt).get<double>(), 136);
+  // ... and the method over the same devices, whichever answered the latest tick
+  EXPECT_EQ(method, "mixed (counter: gpu0; estimated: cpu_package, cpu_dram)");
+  live.set_run(run, devices); // a new run starts from nothing
+  EXPECT_TRUE(frame(std::nullopt, std::nullopt).is_null());
+  EXPECT_EQ(method, "null");
+  EXPECT_DOUBLE_EQ(frame(7.0, std::nullopt).get<double>(), 7);
+  EXPECT_EQ(method, "counter");
 }
 
 } // namespace unit_anchored_energy
