@@ -158,7 +158,8 @@ void apply_frame(HostView& h, const Frame& f, const std::vector<GpuDevice>& devi
     }
   h.cpu = f.cpu;
   h.cpu.zones.clear(); // they point into the source; top shows the sums
-  h.cpu_energy_j = add_opt(f.cpu.package_energy_j, f.cpu.dram_energy_j);
+  // A tick the CPU's source missed (past its deadline) keeps the energy so far, as a GPU that missed one does.
+  if (auto e = add_opt(f.cpu.package_energy_j, f.cpu.dram_energy_j)) h.cpu_energy_j = e;
   if (f.processes) {
     const ProcessSnapshot& snap = *f.processes;
     std::map<ProcessId, size_t> at;
@@ -205,6 +206,7 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     h.gpus.clear();
     h.procs.clear();
     h.energy_base_j.clear();
+    h.cpu_energy_j.reset();
     h.last_tick = -1;
   }
   if (const std::string host = str(run, "host"); !host.empty()) h.name = host;
@@ -265,7 +267,7 @@ void apply_current_json(HostView& h, const json& j, std::chrono::steady_clock::t
     // issue 29: the CPU's method, as one of the fixed words a CpuSample points to (never into the document)
     const std::string pm = str(*c, "power_method");
     h.cpu.power_method = pm == "estimated" ? "estimated" : pm == "counter" ? "counter" : nullptr;
-    h.cpu_energy_j = since_base(h, -1, add_opt(h.cpu.package_energy_j, h.cpu.dram_energy_j));
+    if (auto e = since_base(h, -1, add_opt(h.cpu.package_energy_j, h.cpu.dram_energy_j))) h.cpu_energy_j = e;
   }
   h.anomalies.clear(); // issue 36: what holds now, in words; a serve without the key has none to say
   if (const auto an = j.find("anomalies"); an != j.end() && an->is_array())

@@ -74,6 +74,19 @@ TEST(TopModel, ServeJsonFillsTheRegistryMembersAndCountsEnergyFromFirstSight) {
   EXPECT_EQ(h.gpus[0].power_hist_w.size(), 2u);
   apply_current_json(h, current("r1", 6, 1300, 160), t0); // the same frame again: no new history point
   EXPECT_EQ(h.gpus[0].power_hist_w.size(), 2u);
+  {
+    // A tick the CPU's source or the GPU missed (a loaded machine): the energy so far keeps its last figures.
+    json missed = current("r1", 7, 1400, 170);
+    missed["cpu"]["package_energy_j"] = nullptr;
+    apply_current_json(h, missed, t0);
+    EXPECT_DOUBLE_EQ(*h.energy_j(), 400 + 60);
+    missed = current("r1", 8, 1400, 180);
+    missed["gpus"] = json::array();
+    apply_current_json(h, missed, t0);
+    EXPECT_DOUBLE_EQ(*h.energy_j(), 400 + 80);
+    apply_current_json(h, current("r1", 9, 1500, 190), t0);
+    EXPECT_DOUBLE_EQ(*h.energy_j(), 500 + 90);
+  }
   ASSERT_EQ(h.procs.size(), 1u);
   EXPECT_EQ(h.procs[0].pid, 42);
   EXPECT_EQ(*h.procs[0].gpu_mem_bytes, 800);
