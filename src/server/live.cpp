@@ -300,6 +300,8 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
   devices_ = std::move(devices);
   board_.reset();
   gpu_energy_j_.clear(); // energies are since the run's start
+  for (const auto& d : devices_)
+    gpu_energy_j_[d.gpu_index] = std::nullopt;
   cpu_package_energy_j_.reset();
   cpu_dram_energy_j_.reset();
   cpu_power_method_.clear();
@@ -438,7 +440,8 @@ nlohmann::json LiveState::current_json() const {
     it->second.push_back(std::move(device));
   };
   for (const auto& [gpu, j] : gpu_energy_j_) {
-    total += j, any_energy = true;
+    if (!j) continue;
+    total += *j, any_energy = true;
     const auto d =
         std::find_if(devices_.begin(), devices_.end(), [&](const GpuDevice& x) { return x.gpu_index == gpu; });
     add_method(d != devices_.end() ? d->energy_method : "", fmt::format("gpu{}", gpu));

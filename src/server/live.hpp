@@ -131,7 +131,7 @@ private:
   // The energy so far (/api/v1/current's energy_j): each device's latest known energy since the run's start. A device
   // missing from a tick (a source past its deadline on a loaded machine) keeps its last figure, so the total neither
   // dips nor reads "not measured" for that tick.
-  std::map<int, double> gpu_energy_j_;
+  std::map<int, std::optional<double>> gpu_energy_j_; // a slot per GPU from set_run: push() allocates nothing
   std::optional<double> cpu_package_energy_j_, cpu_dram_energy_j_;
   std::string cpu_power_method_; // of the CPU's latest energy
   uint64_t seq_ = 0;

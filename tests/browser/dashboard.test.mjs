@@ -69,14 +69,20 @@ test('the advice section renders the server\'s advice', async () => {
   const page = await browser.newPage({ viewport: { width: 1300, height: 900 } });
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
-  const answered = page.waitForResponse((r) => r.url() === base + '/api/v1/advice');
+  // Every answer the page got: it polls every 15 s, and on a loaded machine the table read below may be a later
+  // poll's (the server recomputes its advice every 10 s), so the table must be one of the answers, rendered whole.
+  const answers = [];
+  page.on('response', (r) => { if (r.url() === base + '/api/v1/advice') answers.push(r.json()); });
   await page.goto(base + '/');
-  const body = await (await answered).json();
   await page.waitForFunction(() => document.body.dataset.advice !== undefined || document.body.dataset.adviceError !== undefined, null, { timeout: 60000, polling: 250 });
   assert.equal(await page.evaluate(() => document.body.dataset.adviceError), undefined, 'the advice section failed');
   const rows = await page.evaluate(() => [...document.querySelectorAll('#advice tr[data-advice]')].map((tr) => ({
     kind: tr.dataset.advice, text: tr.cells[4].textContent })));
-  assert.deepEqual(rows, body.advice.map((a) => ({ kind: a.kind, text: a.text })));
+  const bodies = await Promise.all(answers);
+  assert.ok(bodies.length >= 1, 'the page asked for no advice');
+  const rendered = bodies.map((b) => b.advice.map((a) => ({ kind: a.kind, text: a.text })));
+  if (!rendered.some((want) => JSON.stringify(want) === JSON.stringify(rows)))
+    assert.deepEqual(rows, rendered[rendered.length - 1]); // says how the table differs from the latest answer
   if (!rows.length) assert.match(await page.textContent('#advice'), /none/);
   assert.deepEqual(errors, []);
   await page.close();
