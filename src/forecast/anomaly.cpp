@@ -292,7 +292,6 @@ StragglerMark straggler_mark(const StragglerTick& mine, std::optional<double> si
   return m;
 }
 
-// A sibling capped lower than the others holds them back as surely as one that overheats, so the SW power cap counts.
 StragglerSignal straggler_signal(double clock, double util, double power, double total) {
   if (clock >= total / 2) return StragglerSignal::clock;
   if (util >= total / 2) return StragglerSignal::util;
@@ -302,6 +301,7 @@ StragglerSignal straggler_signal(double clock, double util, double power, double
                                          : StragglerSignal::power;
 }
 
+// A sibling capped lower than the others holds them back as surely as one that overheats, so the SW power cap counts.
 std::string straggler_reason_names(int64_t bits) {
   std::string out;
   auto add = [&](int64_t bit, const char* name) {
