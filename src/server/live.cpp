@@ -439,9 +439,10 @@ nlohmann::json LiveState::current_json() const {
     if (it == methods.end()) it = methods.insert(methods.end(), {m, {}});
     it->second.push_back(std::move(device));
   };
-  for (const auto& [gpu, j] : gpu_energy_j_) {
+  for (const auto& [index, j] : gpu_energy_j_) {
     if (!j) continue;
     total += *j, any_energy = true;
+    const int gpu = index; // a lambda may not capture a structured binding (clang 14)
     const auto d =
         std::find_if(devices_.begin(), devices_.end(), [&](const GpuDevice& x) { return x.gpu_index == gpu; });
     add_method(d != devices_.end() ? d->energy_method : "", fmt::format("gpu{}", gpu));
