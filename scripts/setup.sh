@@ -1,31 +1,30 @@
 #!/usr/bin/env bash
-# Installs everything wattscope needs to build, test and benchmark on Debian 12 (bookworm): Debian packages through
-# apt-get, then the npm packages pinned in package-lock.json (plotly.js, embedded into the binary; playwright-core,
-# which drives Chromium in the browser tests). Idempotent: what is already there is not fetched again.
-# Works as root or through sudo.
+# Installs what wattscope needs on Debian 12 (bookworm), as root or through sudo. Idempotent: what is already there
+# is not fetched again.
+#   scripts/setup.sh           what building and the demo need (scripts/packages/build.txt) and plotly.js from npm
+#   scripts/setup.sh --tests   that, plus what the tests, fuzzing and benchmarks need (scripts/packages/test.txt)
+#                              and the browser tests' driver (playwright-core, an npm devDependency)
+# A guest on the user's machine: it never removes or downgrades an installed package. apt is asked first
+# (scripts/apt-check.sh); where it would remove or downgrade something, setup stops, names it and changes nothing,
+# and the install itself runs with --no-remove. The test stack is installed with services held back (policy-rc.d):
+# the tests start their own private servers, so MariaDB, Prometheus, Slurm and the rest are left stopped and, where
+# systemd runs, not enabled at boot for the packages this script installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(
-  build-essential cmake ninja-build pkg-config git
-  libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev libsqlite3-dev sqlite3
-  libmariadb-dev mariadb-server mariadb-client
-  libgtest-dev libgmock-dev libbenchmark-dev
-  libboost1.81-dev zlib1g-dev prometheus wrk curl
-  time procps chromium python3 python3-psutil
-  python3-pytest python3-venv # issue 15: the Python marker helper's tests (pytest; pip install into a venv)
-  clang libclang-rt-14-dev libfuzzer-14-dev llvm
-  libncurses-dev libcurl4-openssl-dev python3-pyte # issue 16: top: ncursesw, libcurl (--connect), a VT emulator for its tests
-  # issue 14: alert rules (toml++), notifiers (libcurl), and the real endpoints the alert tests deliver to
-  libtomlplusplus-dev python3-aiosmtpd prometheus-alertmanager openssl
-  # issue 18: the Kubernetes manifests' tests (YAML), the runtime image (built with buildah; busybox for its init step)
-  python3-yaml buildah busybox-static
-  slurm-wlm munge # issue 18: the Slurm prolog/epilog tests start a private single-node Slurm
-  # issue 34: the Python reader's DataFrames, its MySQL path, a real PyTorch run, the plot in docs/python.md, the .deb
-  python3-pandas python3-pymysql python3-torch python3-matplotlib lintian
-  prometheus-pushgateway # issue 32: /metrics pushed to a real Pushgateway, which parses bodies strictly
-  libeigen3-dev # issue 36: the LSTM forecaster's matrix arithmetic (header-only)
-)
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1 ;;
+  -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "setup: unknown option '$1' (use --tests for the test stack, or nothing for the build and demo)" >&2; exit 2 ;;
+esac
+
+read_list() { sed -e 's/#.*//' -e 's/[[:space:]]//g' -e '/^$/d' "$1"; }
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+packages=($(read_list scripts/packages/build.txt))
+((tests)) && packages+=($(read_list scripts/packages/test.txt))
 # A node and npm already on the PATH (the image's, nvm's) will do; otherwise Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   packages+=(nodejs npm)
@@ -33,8 +32,16 @@ fi
 
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  if [ "$p" = libboost-dev ]; then
+    # Any Boost 1.74 or later already installed serves (Asio and Beast are header-only); asking for Debian's default
+    # beside another version would make apt remove the other one.
+    have=$(dpkg-query -W -f='${Package} ${Status}\n' 'libboost1.*-dev' 2>/dev/null |
+           sed -nE 's/^libboost(1\.[0-9]+)-dev install ok installed$/\1/p' | sort -V | tail -n 1 || true)
+    if [ -n "$have" ] && dpkg --compare-versions "$have" ge 1.74; then continue; fi
+  fi
+  installed "$p" || missing+=("$p")
 done
+
 if ((${#missing[@]})); then
   sudo=()
   if [ "$(id -u)" != 0 ]; then
@@ -43,15 +50,55 @@ if ((${#missing[@]})); then
   fi
   echo "setup: installing ${missing[*]}"
   "${sudo[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if ! verdict=$(scripts/apt-check.sh "${missing[@]}"); then
+    {
+      echo "setup: stopped before installing anything: apt would change packages you have."
+      [ -n "$verdict" ] && sed 's/^/  /' <<<"$verdict"
+      echo "  wattscope never removes or downgrades a package. Install the packages above by hand once the conflict is"
+      echo "  settled (apt-get install --no-remove ${missing[*]}), or build on a machine or container of its own."
+    } >&2
+    exit 1
+  fi
+  # Services held back while installing: invoke-rc.d asks policy-rc.d, and 101 means "not now". Only a policy-rc.d
+  # this script made is removed again; one the machine had is left alone (and already governs services).
+  policy=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# written by wattscope scripts/setup.sh while it installs; removed when it ends\nexit 101\n' |
+      "${sudo[@]}" tee "$policy" >/dev/null
+    "${sudo[@]}" chmod 755 "$policy"
+    made_policy=1
+    trap '"${sudo[@]}" rm -f "$policy"' EXIT
+  fi
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-remove --no-install-recommends "${missing[@]}"
+  if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; trap - EXIT; fi
+  # Not started now, and not at the next boot either: the units of the packages installed here are disabled where
+  # systemd runs. Units of packages the machine had before are not touched.
+  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
+    units=()
+    for p in "${missing[@]}"; do
+      while read -r f; do units+=("$(basename "$f")"); done < <(dpkg -L "$p" 2>/dev/null |
+        grep -E '^(/usr)?/lib/systemd/system/[^/@]+\.(service|socket|timer)$' || true)
+    done
+    if ((${#units[@]})); then
+      echo "setup: not starting at boot (the tests start their own): ${units[*]}"
+      "${sudo[@]}" systemctl disable --quiet "${units[@]}" 2>/dev/null || true
+    fi
+  fi
 fi
 
-# npm ci only when package-lock.json changed since the last install.
+# npm ci only when package-lock.json changed since the last install (or the test stack's driver is wanted now).
 stamp=node_modules/.wattscope-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  echo "setup: npm ci"
-  npm ci --no-audit --no-fund --loglevel=error
+want=$(sha256sum package-lock.json | cut -d' ' -f1)$( ((tests)) && echo "+dev")
+have=$(cat "$stamp" 2>/dev/null || true)
+if [ "$have" != "$want" ] && ! { ((! tests)) && [ "$have" = "$want+dev" ]; }; then
+  if ((tests)); then
+    echo "setup: npm ci (plotly.js, and playwright-core for the browser tests)"
+    npm ci --no-audit --no-fund --loglevel=error
+  else
+    echo "setup: npm ci --omit=dev (plotly.js)"
+    npm ci --omit=dev --no-audit --no-fund --loglevel=error
+  fi
   echo "$want" > "$stamp"
 fi
 echo "setup: ready"

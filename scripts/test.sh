@@ -3,7 +3,7 @@
 # fuzzing every parser of outside input (scripts/fuzz.sh; a crash fails the run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 status=0
 # No test makes a cgroup under /sys/fs/cgroup (tests write only inside their temporary directories).
 export WATTSCOPE_CGROUP_ROOT=none
