@@ -1,6 +1,9 @@
 #include "core/text.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cctype>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -165,8 +168,43 @@ std::string format_bytes(double bytes) {
   return u == 0 ? fmt::format("{:.0f} {}", bytes, units[u]) : fmt::format("{:.1f} {}", bytes, units[u]);
 }
 
+std::string format_si(double value, std::string_view unit, int digits) {
+  if (std::isnan(value)) return "-";
+  const std::string_view sep = unit.empty() ? "" : " ";
+  if (std::isinf(value)) return fmt::format("{}inf{}{}", value < 0 ? "-" : "", sep, unit);
+  if (value == 0) return fmt::format("0{}{}", sep, unit);
+  digits = std::clamp(digits, 1, 17);
+  // Prefixes from nano to peta; outside them the mantissa grows or shrinks rather than switching to exponents, so
+  // the unit stays readable ("0.0001 nJ" never happens for figures this tool makes; 3,000 PJ would read "3000 PJ").
+  static constexpr std::array<std::string_view, 9> kPrefix = {"n", "µ", "m", "", "k", "M", "G", "T", "P"};
+  const double mag = std::fabs(value);
+  int step = static_cast<int>(std::floor(std::log10(mag) / 3));
+  step = std::clamp(step, -3, 5);
+  double scaled = value / std::pow(1000.0, step);
+  // The digits after the point that keep `digits` significant ones; rounding can carry into the next prefix
+  // (999.96 -> "1000"), which then reads as 1.00 of that prefix.
+  auto decimals = [&](double v) { return std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(std::fabs(v))))); };
+  int d = decimals(scaled);
+  if (std::fabs(std::stod(fmt::format("{:.{}f}", scaled, d))) >= 1000 && step < 5) {
+    ++step;
+    scaled = value / std::pow(1000.0, step);
+    d = std::max(0, digits - 1); // it rounds to 1.00 of the new prefix
+
+  }
+  const std::string_view prefix = kPrefix[static_cast<size_t>(step + 3)];
+  return fmt::format("{:.{}f}{}{}{}", scaled, d, prefix.empty() ? sep : " ", prefix, unit);
+}
+
+std::string format_count(double value, std::string_view noun) {
+  const std::string n = std::fabs(value) < 1000 && value == std::floor(value) ? fmt::format("{:.0f}", value)
+                                                                              : format_si(value, "");
+  return noun.empty() ? n : n + " " + std::string(noun);
+}
+
 std::string format_energy(double joules) {
-  return fmt::format("{:.1f} J ({:.4g} Wh)", joules, joules / 3600.0);
+  const double wh = joules / 3600.0;
+  return fmt::format("{} ({})", format_si(joules, "J"),
+                     std::fabs(wh) >= 1000 ? format_si(wh / 1000, "kWh") : format_si(wh, "Wh"));
 }
 
 } // namespace wattscope

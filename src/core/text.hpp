@@ -32,6 +32,11 @@ std::string file_safe(std::string_view text);
 // The command as a user could paste it back into a shell.
 std::string shell_join(const std::vector<std::string>& argv);
 std::string format_bytes(double bytes);
-std::string format_energy(double joules); // "1234.5 J (0.343 Wh)"
+// A figure with at least `digits` significant digits and an SI prefix from n to P: format_si(0.0164, "J/sample") is
+// "16.4 mJ/sample", format_si(56324, "") "56.3 k", format_si(2030, "J") "2.03 kJ". NaN is "-".
+std::string format_si(double value, std::string_view unit, int digits = 3);
+// A count of things: "56.3 k parameters", "1.20 G FLOPs"; a whole number under 1,000 as it is ("64 samples").
+std::string format_count(double value, std::string_view noun);
+std::string format_energy(double joules); // "2.03 kJ (564 mWh)": format_si in J, and in Wh (kWh from 1 kWh)
 
 } // namespace wattscope

@@ -9,6 +9,7 @@
 #include "core/json_opt.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
+#include "pipeline/run_view.hpp"
 
 namespace wattscope {
 
@@ -74,6 +75,11 @@ OptF UnitFigure::energy_per_unit_j() const {
   return *energy_j / amount;
 }
 
+OptF UnitFigure::attributed_energy_per_unit_j() const {
+  if (!attributed_energy_j || !(amount > 0)) return std::nullopt;
+  return *attributed_energy_j / amount;
+}
+
 OptF UnitFigure::throughput_per_s() const {
   if (!(duration_s > 0)) return std::nullopt;
   return amount / duration_s;
@@ -106,6 +112,10 @@ std::vector<UnitFigure> unit_figures(const PhaseData& d, const RunInfo& run) {
       u.covers = "the whole run";
       u.energy_j = run.total_energy_j;
       u.duration_s = run.duration_s().value_or(0);
+      if (const auto a = run_attributed_energy(run)) {
+        u.attributed_energy_j = a->joules;
+        u.attributed_method = a->method;
+      }
       out.push_back(std::move(u));
       continue;
     }
@@ -252,11 +262,14 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
   // issue 29: each unit over the phases its work was marked in (or the whole run), saying which
   json work = {{"amount", json::object()},
                {"energy_per_unit_j", json::object()},
+               {"attributed_energy_per_unit_j", json::object()},
                {"throughput_per_s", json::object()},
                {"covers", json::object()}};
   for (const auto& u : unit_figures(d, run)) {
     work["amount"][u.unit] = u.amount;
     work["energy_per_unit_j"][u.unit] = opt(u.energy_per_unit_j());
+    // the run's own processes' share per unit: null where it is not known (work marked in phases, no attribution)
+    work["attributed_energy_per_unit_j"][u.unit] = opt(u.attributed_energy_per_unit_j());
     work["throughput_per_s"][u.unit] = opt(u.throughput_per_s());
     work["covers"][u.unit] = {
         {"description", u.covers},    {"whole_run", u.phase_ids.empty()},
@@ -282,8 +295,8 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
     std::string s;
     for (const auto& [unit, amount] : work) {
       s += fmt::format("{}{:g} {}", s.empty() ? "" : "; ", amount, unit);
-      if (energy_j && amount > 0) s += fmt::format(" · {:.4g} J/{}", *energy_j / amount, unit_singular(unit));
-      if (dur > 0) s += fmt::format(" · {:.4g} {}/s", amount / dur, unit);
+      if (energy_j && amount > 0) s += " · " + format_si(*energy_j / amount, "J/" + unit_singular(unit));
+      if (dur > 0) s += fmt::format(" · {} {}/s", format_si(amount / dur, ""), unit);
     }
     return s;
   };
@@ -300,7 +313,7 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
       if (p.index) name += fmt::format(" [{}]", *p.index);
       if (name.size() > 28) name = name.substr(0, 27) + "…";
       const double dur = static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
-      const std::string energy = p.energy_j ? fmt::format("{:.1f} J", *p.energy_j) : "not measured";
+      const std::string energy = p.energy_j ? format_si(*p.energy_j, "J") : "not measured";
       std::string coarse;
       if (phase_coarse(p, run)) {
         const OptF resolve = resolving_interval_ms(p, run);
@@ -332,10 +345,13 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
   std::string units;
   for (const auto& u : unit_figures(d, run)) {
     std::string s = fmt::format("{:g} {}{} over {}", u.amount, u.unit, incomplete, u.covers);
-    if (auto e = u.energy_per_unit_j()) s += fmt::format(" · {:.4g} J/{}", *e, unit_singular(u.unit));
-    if (auto r = u.throughput_per_s()) s += fmt::format(" · {:.4g} {}/s", *r, u.unit);
+    if (auto e = u.energy_per_unit_j()) s += " · " + format_si(*e, "J/" + unit_singular(u.unit));
+    if (auto r = u.throughput_per_s()) s += fmt::format(" · {} {}/s", format_si(*r, ""), u.unit);
     const std::string method = simulated ? "simulated" : u.energy_method;
     if (!method.empty() && method != "counter") s += " [" + method + "]";
+    if (auto a = u.attributed_energy_per_unit_j())
+      s += fmt::format(" · {} {} [{}]", run.command.empty() ? "tracked processes" : "your processes",
+                       format_si(*a, "J/" + unit_singular(u.unit)), u.attributed_method);
     units += fmt::format("{}{}\n", units.empty() ? "  work      " : "            ", s);
   }
   if (!units.empty())
@@ -345,9 +361,9 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
   if (!d.model.is_null()) {
     std::string line = fmt::format("  model     {}", d.model.value("name", std::string()));
     if (d.model.contains("parameters") && d.model["parameters"].is_number())
-      line += fmt::format(" · {:.4g} parameters", d.model["parameters"].get<double>());
+      line += " · " + format_count(d.model["parameters"].get<double>(), "parameters");
     if (d.model.contains("flops") && d.model["flops"].is_number())
-      line += fmt::format(" · {:.4g} FLOPs", d.model["flops"].get<double>());
+      line += " · " + format_count(d.model["flops"].get<double>(), "FLOPs");
     out += line + "\n";
   }
   return out;

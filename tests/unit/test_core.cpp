@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -67,6 +68,35 @@ TEST(TaskName, FileSafe) {
   EXPECT_EQ(file_safe("../etc/passwd"), "_.._etc_passwd");
   EXPECT_EQ(file_safe("a b/c"), "a_b_c");
   EXPECT_EQ(file_safe(""), "_");
+}
+
+TEST(FormatSi, KeepsThreeSignificantDigitsWithAPrefix) {
+  // Two epochs of 20.9 and 17.0 mJ per sample stay apart (a fixed two decimals made both "0.02 J").
+  EXPECT_EQ(format_si(0.0209, "J/sample"), "20.9 mJ/sample");
+  EXPECT_EQ(format_si(0.017, "J/sample"), "17.0 mJ/sample");
+  EXPECT_EQ(format_si(0.0164, "J"), "16.4 mJ");
+  EXPECT_EQ(format_si(2030, "J"), "2.03 kJ");
+  EXPECT_EQ(format_si(728.4, "J"), "728 J");
+  EXPECT_EQ(format_si(1.5, "J"), "1.50 J");
+  EXPECT_EQ(format_si(3e-4, ""), "300 µ");
+  EXPECT_EQ(format_si(-0.0164, "J"), "-16.4 mJ");
+  EXPECT_EQ(format_si(0, "J"), "0 J");
+  EXPECT_EQ(format_si(std::nan(""), "J"), "-");
+  // Rounding that carries into the next prefix reads as 1.00 of it, not 1000 of the last.
+  EXPECT_EQ(format_si(999.96, "J"), "1.00 kJ");
+  EXPECT_EQ(format_si(0.99996, "J"), "1.00 J");
+  EXPECT_EQ(format_si(1234567, "J", 5), "1.2346 MJ");
+  EXPECT_EQ(format_si(4.2e18, "J"), "4200 PJ"); // beyond the prefixes the mantissa grows
+}
+
+TEST(FormatSi, CountsAndEnergies) {
+  EXPECT_EQ(format_count(56324, "parameters"), "56.3 k parameters");
+  EXPECT_EQ(format_count(64, "samples"), "64 samples");
+  EXPECT_EQ(format_count(1.2e9, "FLOPs"), "1.20 G FLOPs");
+  EXPECT_EQ(format_count(2.5, "samples"), "2.50 samples");
+  EXPECT_EQ(format_energy(2030), "2.03 kJ (564 mWh)");
+  EXPECT_EQ(format_energy(0.0164), "16.4 mJ (4.56 µWh)");
+  EXPECT_EQ(format_energy(7.2e6), "7.20 MJ (2.00 kWh)");
 }
 
 TEST(ShellJoin, QuotesWhatAShellWouldSplit) {

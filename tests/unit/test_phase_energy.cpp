@@ -409,8 +409,8 @@ TEST(PhaseWork, EnergyPerUnitIsOverThePhasesThatUnitWasMarkedIn) {
     EXPECT_NEAR(j["work"]["covers"]["samples"]["energy_j"].get<double>(), 2400.0, 1e-9);
     EXPECT_NEAR(j["work"]["covers"]["samples"]["duration_s"].get<double>(), 24.0, 1e-9);
     const std::string text = phase_text(d, run);
-    EXPECT_NE(text.find("300 eval_samples over 3 × eval · 0.5 J/eval_sample"), std::string::npos) << text;
-    EXPECT_NE(text.find("2400 samples over 3 × train · 1 J/sample"), std::string::npos) << text;
+    EXPECT_NE(text.find("300 eval_samples over 3 × eval · 500 mJ/eval_sample"), std::string::npos) << text;
+    EXPECT_NE(text.find("2400 samples over 3 × train · 1.00 J/sample"), std::string::npos) << text;
   }
 }
 
