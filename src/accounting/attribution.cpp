@@ -27,6 +27,7 @@ void Attributor::adopt(ProcessSnapshot& snap, int64_t tick) {
     const double counted = std::min(mine, busy);
     cpu_attr_frac_ = counted / total;
     cpu_other_frac_ = (busy - counted) / total;
+    cpu_busy_frac_ = busy / total;
   }
   resolve_rows(snap.rows, tick);
   for (const auto& p : snap.procs) {
@@ -148,21 +149,25 @@ void Attributor::process(Frame& f, const char* cpu_power_method) {
     if (d.method.empty() || cpu_power_method)
       d.method = cpu_power_method && std::string_view(cpu_power_method) == "estimated" ? "attributed (estimated)"
                                                                                        : "attributed";
-    if (current_ && cpu_known_) {
-      const double a = e_cpu * cpu_attr_frac_;
-      const double o = e_cpu * cpu_other_frac_;
+    cpu_estimated_ = cpu_power_method && std::string_view(cpu_power_method) == "estimated";
+    if (current_ && cpu_known_ && (!cpu_estimated_ || cpu_busy_frac_ > 0)) {
+      const double k = cpu_scale();
+      const double a = e_cpu * cpu_attr_frac_ * k;
+      const double o = e_cpu * cpu_other_frac_ * k;
       d.attributed_j += a;
       d.other_j += o;
       d.unattributed_j += e_cpu - a - o;
-      d.idle_j += e_cpu - a - o; // the CPU's idle time in the scan window: what its utilisation calls idle
+      // The CPU's idle time in the scan window: what its utilisation calls idle. An estimate has none (k makes the
+      // busy shares add up to all of it; what is left is rounding).
+      if (!cpu_estimated_) d.idle_j += e_cpu - a - o;
       for (const auto& c : cpu_share_) {
-        c.totals->cpu_energy_j += e_cpu * c.frac;
-        if (c.unit) c.unit->cpu_energy_j += e_cpu * c.frac;
+        c.totals->cpu_energy_j += e_cpu * c.frac * k;
+        if (c.unit) c.unit->cpu_energy_j += e_cpu * c.frac * k;
       }
     } else {
       d.unattributed_j += e_cpu;
-      // No scan to split it yet: only the idle share of the tick's utilisation is idle.
-      if (f.cpu.util_pct) d.idle_j += e_cpu * std::clamp(1.0 - *f.cpu.util_pct / 100.0, 0.0, 1.0);
+      // No scan to split it yet: only the idle share of the tick's utilisation is idle (none of an estimate's).
+      if (f.cpu.util_pct && !cpu_estimated_) d.idle_j += e_cpu * std::clamp(1.0 - *f.cpu.util_pct / 100.0, 0.0, 1.0);
     }
   }
   for (const auto& s : f.gpus) {
@@ -221,7 +226,7 @@ void Attributor::fill(ProcessSnapshot& snap, const Frame& f) {
     double frac = 0;
     if (c < cpu_share_.size() && it != sum_.processes.end() && cpu_share_[c].totals == &it->second)
       frac = cpu_share_[c++].frac;
-    if (cpu_w && current_ && cpu_known_) p.cpu_power_w = *cpu_w * frac;
+    if (cpu_w && current_ && cpu_known_) p.cpu_power_w = *cpu_w * frac * cpu_scale();
     if (UnitSample* u = unit(p.unit, p.unit_kind)) {
       ++u->processes;
       u->cpu_power_w += p.cpu_power_w.value_or(0);

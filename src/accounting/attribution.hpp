@@ -98,6 +98,11 @@ private:
   // CPU: fraction of the interval's energy per process, and the run / other fractions.
   std::vector<CpuShare> cpu_share_; // in the order of the scan's procs
   double cpu_attr_frac_ = 0, cpu_other_frac_ = 0;
+  double cpu_busy_frac_ = 0; // busy CPU time / capacity in the last scan's window
+  // An estimate (TDP x utilisation) has no idle part: all of it is busy time's, so it is split over the busy time
+  // alone. Measured energy (RAPL) includes the idle package's, so it is split over the whole capacity.
+  bool cpu_estimated_ = false;
+  double cpu_scale() const { return cpu_estimated_ && cpu_busy_frac_ > 0 ? 1.0 / cpu_busy_frac_ : 1.0; }
   bool cpu_known_ = false;
   std::map<int, GpuShares> gpu_;
   OptF last_pkg_j_, last_dram_j_;

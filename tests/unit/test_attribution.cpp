@@ -389,6 +389,48 @@ TEST(Attributor, CpuPowerIsSplitAndUnitsKeepTheEnergyOfExitedProcesses) {
   EXPECT_NEAR(acc.summary().attribution.units.at("slurm job 9").cpu_energy_j, 7, 1e-9);
 }
 
+// An estimate (TDP x utilisation) is the busy time's energy alone: split over the busy time, with no idle part. Measured
+// package energy includes the idle package's: split over the whole capacity, the rest idle.
+TEST(Attributor, AnEstimatedCpuIsSplitOverItsBusyTimeAndHasNoIdleShare) {
+  for (const char* method : {"estimated", "counter"}) {
+    SCOPED_TRACE(method);
+    Accounting acc({});
+    auto cpu_frame = [&](int64_t tick, double pkg_j) {
+      Frame f;
+      f.tick = tick;
+      f.cpu.package_energy_j = pkg_j;
+      f.cpu.package_power_w = 50;
+      f.cpu.util_pct = 50;
+      f.cpu.power_method = method;
+      return f;
+    };
+    auto f0 = cpu_frame(0, 0);
+    acc.process(f0);
+    auto snap = std::make_shared<ProcessSnapshot>();
+    snap->cpu_busy_s = 4; // busy half of the 8 CPU-seconds; the run's process has 1 s of it, others 3 s
+    snap->cpu_total_s = 8;
+    ProcessSample mine;
+    mine.id = {1, 1};
+    mine.in_run = true;
+    mine.cpu_time_s = 1;
+    snap->procs = {mine};
+    auto f1 = cpu_frame(1, 50);
+    f1.processes = snap;
+    acc.process(f1);
+    auto f2 = cpu_frame(2, 100); // the next 50 J, split by the same scan
+    acc.process(f2);
+    const auto d = acc.summary().attribution.devices.at("cpu"); // a copy: summary() is a value
+    const bool est = std::string_view(method) == "estimated";
+    // 100 J in all: estimated, the run's 1 of 4 busy seconds is 25 J and the others' 75 J; measured, 1/8 and 3/8.
+    EXPECT_NEAR(d.attributed_j, est ? 25 : 12.5, 1e-9);
+    EXPECT_NEAR(d.other_j, est ? 75 : 37.5, 1e-9);
+    EXPECT_NEAR(d.idle_j, est ? 0 : 50, 1e-9);
+    EXPECT_NEAR(d.attributed_j + d.other_j + d.unattributed_j, 100, 1e-9);
+    EXPECT_NEAR(*snap->procs[0].cpu_power_w, est ? 12.5 : 6.25, 1e-9);
+    EXPECT_EQ(d.method, est ? "attributed (estimated)" : "attributed");
+  }
+}
+
 // A scan as accounting leaves it: power and energy filled.
 ProcessSample filled(int64_t pid, double cpu_w, double cpu_j, const std::string& unit = "") {
   ProcessSample p;
