@@ -6,7 +6,7 @@
 # BENCH_MYSQL_10M=0 skips the ten-million-row run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
+scripts/setup.sh --tests >/dev/null
 scripts/build.sh release >/dev/null
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

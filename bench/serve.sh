@@ -6,7 +6,7 @@
 # BENCH_LOAD_SECONDS each, default 30), and serve's CPU per dashboard page load in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
+scripts/setup.sh --tests >/dev/null
 scripts/build.sh release >/dev/null
 secs=${BENCH_SECONDS:-60}
 out=$(mktemp -d)

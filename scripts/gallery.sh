@@ -4,7 +4,7 @@
 # taken by the test suite itself, so they never drift from the product. Usage: scripts/gallery.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+scripts/setup.sh --tests
 scripts/build.sh release wattscope
 echo "gallery: recording a simulated run and serve --simulate (about 30 s), then photographing them into docs/"
 WATTSCOPE_BINARY="$PWD/build/wattscope" WATTSCOPE_GALLERY_DIR="$PWD/docs" NODE_PATH="$PWD/node_modules" \

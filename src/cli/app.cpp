@@ -37,6 +37,10 @@ int run_app(int argc, char** argv) {
   for (const auto& e : command_table()) {
     Bound b{&e, e.make(), app.add_subcommand(std::string(e.name), std::string(e.summary))};
     b.cmd->add_options(*b.sub);
+    // -q and -v after the command's name too (`wattscope run -q -- CMD`). Not CLI11's fallthrough: with it, run's
+    // command line ("run sh -c 'exit 4' --help") would lose its words to wattscope's own options.
+    b.sub->add_flag("-v,--verbose", verbose, "More detail on stderr (also before the command's name)");
+    b.sub->add_flag("-q,--quiet", quiet, "Only errors on stderr (also before the command's name)");
     commands.push_back(std::move(b));
   }
 

@@ -16,9 +16,12 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
       ->capture_default_str()
       ->each([&f](const std::string&) { f.interval_given = true; });
   sub.add_option("--db", f.db, "Store to write: FILE.db (SQLite), csv:DIR or mysql://USER@HOST[:PORT]/DB")
-      ->capture_default_str();
-  sub.add_flag("--no-db", f.no_db, "Do not write the SQLite database (use with --csv)");
-  sub.add_option("--csv", f.csv, "Also write CSV files ({task}_{start}_{id}_{table}.csv) into this directory");
+      ->capture_default_str()
+      ->each([&f](const std::string&) { f.db_given = true; });
+  sub.add_flag("--no-db", f.no_db, "Do not write the SQLite database (with --csv alone it is not written anyway)");
+  sub.add_option("--csv", f.csv,
+                 "Write CSV files ({task}_{start}_{id}_{table}.csv) into this directory, instead of the default "
+                 "wattscope.db; with --db too, both");
   sub.add_option("--commit-every", f.commit_every,
                  "Commit to the stores every N rows (e.g. 1000) or every duration (e.g. 5s)")
       ->capture_default_str();
@@ -148,7 +151,8 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
   if (o.interval < std::chrono::microseconds(100))
     throw UsageError(fmt::format("--interval {} is below the 100us minimum", f.interval));
   o.commit = flag_value("", [&] { return parse_commit_every(f.commit_every); });
-  if (!f.no_db) o.stores.push_back(store_flag("--db", f.db));
+  // --csv DIR alone writes CSV alone: the default SQLite file is written only where no other store was asked for.
+  if (!f.no_db && (f.csv.empty() || f.db_given)) o.stores.push_back(store_flag("--db", f.db));
   if (!f.csv.empty()) o.stores.push_back({StoreSpec::Kind::Csv, f.csv});
   if (o.stores.empty() && require_store) throw UsageError("--no-db without --csv would store nothing; add --csv DIR");
   for (const auto& t : f.tags) {

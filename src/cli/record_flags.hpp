@@ -30,6 +30,7 @@ struct RecordFlags {
   std::string process_interval; // "": 1s for run, 5s for record and serve (issue 12)
   // ---- simulate (issue 19) ----
   std::string simulate;        // --simulate[=SCENARIO]: "" not given, "true" (bare flag) or the scenario
+  bool db_given = false;       // --db was given (else --csv alone writes no SQLite file)
   bool interval_given = false; // --simulate samples every 250ms unless --interval says otherwise
   // ---- end simulate
   std::string alerts; // alerts (issue 14): --alerts FILE

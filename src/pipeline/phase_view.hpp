@@ -40,7 +40,12 @@ struct UnitFigure {
   std::vector<int64_t> phase_ids; // the disjoint phases it covers; empty for the whole run
   std::string covers;             // "3 × eval", "2 × epoch + 1 × warmup", or "the whole run"
   std::string energy_method;      // the covered phases' (mixed where they differ); empty for the whole run
+  // The run's own processes' energy over what it covers (run_attributed_energy), and its method: known for the whole
+  // run only, where attribution exists.
+  OptF attributed_energy_j;
+  std::string attributed_method;
   OptF energy_per_unit_j() const;
+  OptF attributed_energy_per_unit_j() const;
   OptF throughput_per_s() const;
 };
 std::vector<UnitFigure> unit_figures(const PhaseData& d, const RunInfo& run);

@@ -41,6 +41,13 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
     n.method["energy_j"] = n.run_method;
   else
     n.missing["energy_j"] = "no energy measured";
+  // The run's own processes' energy, beside the devices' (a share of a shared host's energy is its own figure).
+  if (j["attributed_energy_j"].is_number()) {
+    add("attributed_energy_j", j["attributed_energy_j"]);
+    n.method["attributed_energy_j"] = j["attributed_energy_method"].get<std::string>();
+  } else {
+    n.missing["attributed_energy_j"] = "no process attribution";
+  }
   for (const auto& g : j["gpus"])
     if (g.contains("index") && g["index"].is_number()) {
       const std::string name = fmt::format("gpu{}.energy_j", g["index"].get<int>());
@@ -89,6 +96,10 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
   // issue 29: over the phases each unit's work was marked in (or the whole run), as show and the report say
   for (const auto& u : unit_figures(d, run)) {
     if (const auto e = u.energy_per_unit_j()) f.emplace_back("work." + u.unit + ".energy_per_unit_j", *e);
+    if (const auto e = u.attributed_energy_per_unit_j()) {
+      f.emplace_back("work." + u.unit + ".attributed_energy_per_unit_j", *e);
+      n.method["work." + u.unit + ".attributed_energy_per_unit_j"] = u.attributed_method;
+    }
     if (const auto r = u.throughput_per_s()) f.emplace_back("work." + u.unit + ".throughput_per_s", *r);
   }
   // Every energy figure of the work carries the method of the energy it divides.

@@ -111,8 +111,8 @@ std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<
       fmt::format("{} run{} {} on {} node{}\n", runs.size(), runs.size() == 1 ? "" : "s",
                   RunSelection{task, filters}.text(), j["nodes"].size(), j["nodes"].size() == 1 ? "" : "s");
   out += fmt::format("  {:<20} {:<26} {:<20} {:>10} {:>5} {:>12} {:>12} {:>12} {:>12}  {}\n", "NODE", "RUN",
-                     "START (UTC)", "DURATION", "EXIT", "CPU (J)", "GPU (J)", "TOTAL (J)", "CPU JOB (J)", "METHOD");
-  auto joules = [](const nlohmann::json& v) { return v.is_number() ? fmt::format("{:.1f}", v.get<double>()) : "-"; };
+                     "START (UTC)", "DURATION", "EXIT", "CPU", "GPU", "TOTAL", "CPU JOB", "METHOD");
+  auto joules = [](const nlohmann::json& v) { return v.is_number() ? format_si(v.get<double>(), "J") : "-"; };
   for (const auto& r : j["runs"]) {
     std::string start = r["start"].get<std::string>().substr(0, 19);
     start[10] = ' ';
@@ -129,13 +129,13 @@ std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<
   if (j["total_energy_j"].is_number()) {
     out += fmt::format("  energy    {} in all [{}]", format_energy(j["total_energy_j"].get<double>()),
                        j["energy_method"].get<std::string>());
-    if (j["cpu_energy_j"].is_number()) out += fmt::format(" · CPU {:.1f} J", j["cpu_energy_j"].get<double>());
-    if (j["gpu_energy_j"].is_number()) out += fmt::format(" · GPUs {:.1f} J", j["gpu_energy_j"].get<double>());
+    if (j["cpu_energy_j"].is_number()) out += " · CPU " + format_si(j["cpu_energy_j"].get<double>(), "J");
+    if (j["gpu_energy_j"].is_number()) out += " · GPUs " + format_si(j["gpu_energy_j"].get<double>(), "J");
     out += "\n";
     if (j["cpu_attributed_j"].is_number())
-      out += fmt::format("            of the CPU energy, {:.1f} J is attributed to the runs' own processes (by CPU "
+      out += fmt::format("            of the CPU energy, {} is attributed to the runs' own processes (by CPU "
                          "time; the rest is other processes' and idle)\n",
-                         j["cpu_attributed_j"].get<double>());
+                         format_si(j["cpu_attributed_j"].get<double>(), "J"));
     const size_t measured = j["runs_measured"].get<size_t>();
     if (measured < runs.size())
       out += fmt::format("            {} of the {} runs measured no energy: the total is of the other {}\n",

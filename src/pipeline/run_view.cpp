@@ -59,6 +59,26 @@ EnergyMethod run_energy_method(const RunInfo& r) {
   return m;
 }
 
+std::optional<AttributedEnergy> run_attributed_energy(const RunInfo& r) {
+  const nlohmann::json s = parse_or_empty(r.summary);
+  auto a = s.find("attribution");
+  if (a == s.end() || !a->is_object()) return std::nullopt;
+  auto devices = a->find("devices");
+  if (devices == a->end() || !devices->is_object()) return std::nullopt;
+  AttributedEnergy out;
+  bool any = false;
+  for (const auto& [name, d] : devices->items()) {
+    if (!d.is_object() || !has_num(d, "attributed_j")) continue;
+    out.joules += num(d, "attributed_j");
+    out.measured_j += num(d, "measured_j");
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  const std::string base = run_energy_method(r).label();
+  out.method = base.empty() ? "attributed" : "attributed (" + base + ")";
+  return out;
+}
+
 std::string EnergyMethod::label() const {
   std::vector<std::pair<std::string, std::string>> by_method; // method -> "gpu0, gpu1", in first-seen order
   for (const auto& part : devices) {
@@ -153,6 +173,11 @@ nlohmann::json run_json(const RunInfo& r) {
     j["energy_devices"] = std::move(parts);
   }
   j["events"] = s.value("events", 0);
+  { // the run's own processes' share of that energy, beside it: null when no process was tracked
+    const auto a = run_attributed_energy(r);
+    j["attributed_energy_j"] = a ? nlohmann::json(a->joules) : nlohmann::json();
+    j["attributed_energy_method"] = a ? nlohmann::json(a->method) : nlohmann::json();
+  }
   j["attribution"] = s.value("attribution", nlohmann::json()); // issue 13: null when no process was tracked
   j["tags"] = parse_or_empty(r.tags);
   j["simulated"] = simulated_run(r); // issue 19: true when its GPUs were simulated (--simulate)
@@ -225,14 +250,14 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     if (has_num(cpu, "dram_energy_j")) line += fmt::format(" · DRAM {}", format_energy(num(cpu, "dram_energy_j")));
     line += fmt::format(" [{}]", cpu.value("energy_method", std::string()));
     if (has_num(cpu, "avg_package_power_w"))
-      line += fmt::format(" · package avg {:.1f} W peak {:.1f} W", num(cpu, "avg_package_power_w"),
-                          num(cpu, "peak_package_power_w"));
+      line += fmt::format(" · package avg {} peak {}", format_si(num(cpu, "avg_package_power_w"), "W"),
+                          format_si(num(cpu, "peak_package_power_w"), "W"));
     out += line + "\n";
     std::string sockets;
     for (const auto& z : cpu.value("zones", nlohmann::json::array()))
       if (z.value("zone", std::string()) == "package" && z["socket"].is_number())
-        sockets += fmt::format("{}socket {} {:.1f} J", sockets.empty() ? "" : " · ", z["socket"].get<int>(),
-                               num(z, "energy_j"));
+        sockets += fmt::format("{}socket {} {}", sockets.empty() ? "" : " · ", z["socket"].get<int>(),
+                               format_si(num(z, "energy_j"), "J"));
     if (sockets.find(" · ") != std::string::npos) out += "            " + sockets + "\n";
   }
   for (const auto& g : s.value("gpus", nlohmann::json::array())) {
@@ -247,7 +272,8 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     else
       line += " · energy not measured";
     if (has_num(g, "avg_power_w"))
-      line += fmt::format(" · power avg {:.1f} W peak {:.1f} W", num(g, "avg_power_w"), num(g, "peak_power_w"));
+      line += fmt::format(" · power avg {} peak {}", format_si(num(g, "avg_power_w"), "W"),
+                          format_si(num(g, "peak_power_w"), "W"));
     if (has_num(g, "avg_util_pct")) line += fmt::format(" · util {:.1f} %", num(g, "avg_util_pct"));
     if (has_num(g, "peak_mem_used_bytes"))
       line += fmt::format(" · mem peak {}", format_bytes(num(g, "peak_mem_used_bytes")));
@@ -278,6 +304,10 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     const EnergyMethod m = run_energy_method(r);
     out +=
         fmt::format("  energy    {} total ({}) [{}]\n", format_energy(*r.total_energy_j), m.devices_text(), m.label());
+    if (const auto a = run_attributed_energy(r); a && a->measured_j > 0)
+      out += fmt::format("            {}: {} of those devices' {}, {:.1f} % [{}]\n",
+                         r.command.empty() ? "tracked processes" : "your processes", format_energy(a->joules),
+                         format_si(a->measured_j, "J"), 100 * a->joules / a->measured_j, a->method);
   } else
     out += "  energy    not measured (no GPU or power counter found; 'wattscope doctor' says why)\n";
   if (!stores.empty()) {
@@ -291,7 +321,7 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
 
 std::string runs_table(const std::vector<RunInfo>& runs) {
   std::string out = fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}  {}\n", "RUN", "TASK", "START (UTC)",
-                                "DURATION", "SAMPLES", "EXIT", "ENERGY (J)", "METHOD");
+                                "DURATION", "SAMPLES", "EXIT", "ENERGY", "METHOD");
   for (const auto& r : runs) {
     std::string task = r.task.size() > 24 ? r.task.substr(0, 23) + "…" : r.task;
     std::string start = iso_utc_ms(r.start_ms).substr(0, 19);
@@ -301,7 +331,7 @@ std::string runs_table(const std::vector<RunInfo>& runs) {
     out += fmt::format("{:<26} {:<24} {:<20} {:>10} {:>8} {:>5} {:>12}  {}\n", r.run_id, task, start,
                        r.duration_s() ? fmt::format("{:.1f} s", *r.duration_s()) : "running?", r.samples,
                        r.exit_status ? std::to_string(*r.exit_status) : "-",
-                       r.total_energy_j ? fmt::format("{:.1f}", *r.total_energy_j) : "-", method);
+                       r.total_energy_j ? format_si(*r.total_energy_j, "J") : "-", method);
   }
   return out;
 }

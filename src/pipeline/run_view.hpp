@@ -1,6 +1,7 @@
 // How a run is shown: the printed summary and the JSON of `show --json` / `list --json`.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,17 @@ struct EnergyMethod {
   bool operator==(const EnergyMethod&) const = default;
 };
 EnergyMethod run_energy_method(const RunInfo& run);
+// The energy of the run's own processes (its command's process tree; in record and serve, every process tracked):
+// the sum over the devices attribution split of their `attributed` part. `method` is "attributed (" + the run's
+// energy method + ")": "attributed (counter)", "attributed (estimated)", "attributed (mixed (...))" (the Python
+// reader spells it the same). `measured_j` is those devices' energy, the figure it is a part of. None when no process
+// was tracked or no device with energy was split.
+struct AttributedEnergy {
+  double joules = 0;
+  double measured_j = 0;
+  std::string method;
+};
+std::optional<AttributedEnergy> run_attributed_energy(const RunInfo& run);
 // One label for several labels (a figure over runs, a sum over devices): the common one when all agree, else
 // "mixed (counter: 3 runs; estimated: 1 run)" style, counting how many of `labels` had each (empty ones skipped).
 std::string combine_method_labels(const std::vector<std::string>& labels, const std::string& what = "run");

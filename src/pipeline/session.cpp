@@ -638,7 +638,7 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
 std::vector<std::string> Session::store_names() const {
   std::vector<std::string> out;
   for (const auto& w : writers_)
-    out.push_back(w->describe());
+    out.push_back(w->stored_text());
   return out;
 }
 

@@ -32,7 +32,8 @@ constexpr SourceEntry kSources[] = {
     {"rapl",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
        // Read at least as often as a wrap needs whatever the interval in force: idle stretches (issue 18) included.
-       return std::make_unique<RaplSource>(o.sysfs_root, std::max(o.interval, o.adaptive.idle_interval));
+       return std::make_unique<RaplSource>(o.sysfs_root, std::max(o.interval, o.adaptive.idle_interval),
+                                           o.cpu_tdp_w.has_value());
      }},
     // After procfs and RAPL: it reads the utilisation they filled, and steps aside where RAPL measured.
     {"cpu-estimate",

@@ -16,6 +16,9 @@ class Sink {
 public:
   virtual ~Sink() = default;
   virtual std::string describe() const = 0; // "sqlite wattscope.db", for messages and the summary
+  // Where the run ended up, for the run's summary: describe(), unless the rows went elsewhere (MySQL's spill file).
+  // Called after the run ended, possibly while an abandoned writer thread is still inside the store.
+  virtual std::string stored_text() const { return describe(); }
   // Called once on the starting thread; throws std::runtime_error with a fix-it message when the store is unusable.
   virtual void begin_run(const RunInfo& run) = 0;
   // One batch, one transaction. Throws on failure; the caller keeps the batch and retries, so nothing is lost.

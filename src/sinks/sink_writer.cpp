@@ -100,6 +100,10 @@ std::string SinkWriter::describe() const {
   return state_->sink->describe();
 }
 
+std::string SinkWriter::stored_text() const {
+  return state_->sink->stored_text();
+}
+
 void SinkWriter::start() {
   // The thread holds the state: if it has to be left behind at the end, nothing it uses is freed under it.
   thread_ = std::thread([s = state_] {

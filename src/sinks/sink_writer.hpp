@@ -62,6 +62,7 @@ public:
   bool finish(const RunInfo& final_run) { return finish(final_run, SteadyClock::now() + kDefaultDrainTimeout); }
   const WriterStats& stats() const;
   std::string describe() const;
+  std::string stored_text() const; // Sink::stored_text
 
 private:
   // Shared with the writer thread, so a thread left behind at the end never touches freed memory.

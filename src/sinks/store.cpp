@@ -1,5 +1,6 @@
 #include "sinks/store.hpp"
 
+#include <filesystem>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -12,6 +13,13 @@
 
 namespace wattscope {
 
+namespace {
+bool is_directory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
+} // namespace
+
 std::unique_ptr<Sink> open_sink(const StoreSpec& spec, bool spill_on_outage) {
   (void)spill_on_outage; // only MySQL spills
   switch (spec.kind) {
@@ -22,6 +30,10 @@ std::unique_ptr<Sink> open_sink(const StoreSpec& spec, bool spill_on_outage) {
     return make_mysql_sink(parse_mysql_url(spec.location), spill_on_outage);
 #endif
   default:
+    if (is_directory(spec.location))
+      throw std::runtime_error(fmt::format("'{}' is a directory, and a SQLite store is a file: for CSV files in it use "
+                                           "--csv {} (or --db csv:{}); for SQLite, a file name such as {}/wattscope.db",
+                                           spec.location, spec.location, spec.location, spec.location));
     return make_sqlite_sink(spec.location);
   }
 }
@@ -35,6 +47,8 @@ std::unique_ptr<StoreReader> open_reader(const StoreSpec& spec) {
     return make_mysql_reader(parse_mysql_url(spec.location));
 #endif
   default:
+    // A directory cannot be a SQLite file: it is read as the CSV store it can be (as the Python reader does).
+    if (is_directory(spec.location)) return make_csv_reader(spec.location);
     return make_sqlite_reader(spec.location);
   }
 }

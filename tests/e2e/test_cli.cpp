@@ -110,8 +110,9 @@ TEST(Run, ChildKilledBySignalForwarded) {
 
 TEST(Run, CsvAndSqliteCopiesHoldTheSameRows) {
   TempDir dir;
-  auto r = run(ws({"run", "--task", "both", "--interval", "50ms", "--csv", "out", "--", "sleep", "0.5"}), kNoGpu,
-               dir.path());
+  auto r = run(ws({"run", "--task", "both", "--interval", "50ms", "--db", "wattscope.db", "--csv", "out", "--", "sleep",
+                   "0.5"}),
+               kNoGpu, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string db = dir / "wattscope.db";
   std::string csv_file;
@@ -141,6 +142,18 @@ TEST(Run, NoDbWithCsvOnly) {
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(std::filesystem::exists(dir / "wattscope.db"));
   EXPECT_TRUE(std::filesystem::is_directory(dir / "c"));
+  // --csv alone writes CSV alone; and a directory given to --db is read as the CSV store it is.
+  auto csv_only = run(ws({"run", "--csv", "d", "--", "true"}), kNoGpu, dir.path());
+  EXPECT_EQ(csv_only.exit_code, 0) << csv_only.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "wattscope.db"));
+  auto shown = run(ws({"show", "--db", "d", "--json"}), {}, dir.path());
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_EQ(json::parse(shown.out)["exit_status"], 0);
+  // Writing SQLite into a directory says what to pass, not "disk I/O error".
+  auto into_dir = run(ws({"run", "--db", "d", "--", "true"}), kNoGpu, dir.path());
+  EXPECT_EQ(into_dir.exit_code, 125);
+  EXPECT_NE(into_dir.err.find("'d' is a directory"), std::string::npos) << into_dir.err;
+  EXPECT_NE(into_dir.err.find("--csv d"), std::string::npos) << into_dir.err;
 }
 
 TEST(Show, JsonReportsWhatTheRunDid) {
@@ -286,7 +299,7 @@ TEST(Report, WrittenByRunAndFromStores) {
 
 TEST(Report, BadInputGetsAClearMessage) {
   TempDir dir;
-  ASSERT_EQ(run(ws({"run", "--csv", "csv", "--", "true"}), kNoGpu, dir.path()).exit_code, 0);
+  ASSERT_EQ(run(ws({"run", "--db", "wattscope.db", "--csv", "csv", "--", "true"}), kNoGpu, dir.path()).exit_code, 0);
   auto unknown = run(ws({"report", "nope", "-o", "x.html"}), {}, dir.path());
   EXPECT_NE(unknown.exit_code, 0);
   EXPECT_NE(unknown.err.find("no run 'nope'"), std::string::npos) << unknown.err;
@@ -311,5 +324,60 @@ TEST(Report, BadInputGetsAClearMessage) {
   EXPECT_FALSE(std::filesystem::exists(dir / "y.html"));
   auto not_ws = run(ws({"report", "--csv", dir / "csv/nothing.txt", "-o", "z.html"}), {}, dir.path());
   EXPECT_NE(not_ws.exit_code, 0);
+}
+// The run's own processes' energy beside the devices' total: in show --json, show's text, stats and the work's J per
+// unit, each labelled. A sysfs without RAPL makes the CPU an estimate (--cpu-tdp), so its method is known exactly.
+TEST(Run, TheRunsOwnEnergyStandsBesideTheDevicesTotal) {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "sys");
+  // -q after the command's name: the global flag is taken there too.
+  auto r = run(ws({"run", "-q", "--task", "mine", "--interval", "100ms", "--cpu-tdp", "100", "--sysfs-root",
+                   dir / "sys", "--", "sh", "-c",
+                   "timeout 1.6 sh -c 'while :; do :; done'; \"$0\" mark work 64 --unit samples", wattscope()}),
+               kNoGpu, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("wattscope: run "), std::string::npos) << "-q prints no summary: " << r.err;
+  auto shown = run(ws({"show", "--json"}), {}, dir.path());
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  const json j = json::parse(shown.out);
+  ASSERT_TRUE(j["attribution"].is_object()) << j.dump(2);
+  double sum = 0;
+  for (const auto& [name, d] : j["attribution"]["devices"].items())
+    sum += d["attributed_j"].get<double>();
+  ASSERT_TRUE(j["attributed_energy_j"].is_number()) << j.dump(2);
+  EXPECT_NEAR(j["attributed_energy_j"].get<double>(), sum, 1e-9);
+  EXPECT_GT(sum, 0);
+  EXPECT_LE(sum, j["total_energy_j"].get<double>() + 1e-9);
+  EXPECT_EQ(j["attributed_energy_method"], "attributed (estimated)");
+  EXPECT_EQ(j["energy_method"], "estimated");
+  // The work's J per unit, of the devices and of the run's own processes.
+  EXPECT_NEAR(j["work"]["energy_per_unit_j"]["samples"].get<double>(), j["total_energy_j"].get<double>() / 64, 1e-9);
+  EXPECT_NEAR(j["work"]["attributed_energy_per_unit_j"]["samples"].get<double>(), sum / 64, 1e-9);
+  auto text = run(ws({"show"}), {}, dir.path());
+  EXPECT_NE(text.out.find("your processes: "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("[attributed (estimated)]"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("J/sample [attributed (estimated)]"), std::string::npos) << text.out;
+  auto stats = run(ws({"stats", j["run_id"].get<std::string>(), "--json"}), {}, dir.path());
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const json m = json::parse(stats.out)["metrics"];
+  EXPECT_NEAR(m["attributed_energy_j"]["mean"].get<double>(), sum, 1e-9) << m.dump(2);
+  EXPECT_EQ(m["attributed_energy_j"]["energy_method"], "attributed (estimated)");
+  EXPECT_EQ(m["work.samples.attributed_energy_per_unit_j"]["energy_method"], "attributed (estimated)");
+}
+
+TEST(Report, SeveralTasksCompared) {
+  TempDir dir;
+  for (const char* task : {"alpha", "beta", "gamma"})
+    ASSERT_EQ(run(ws({"run", "--task", task, "--interval", "100ms", "--", "true"}), kNoGpu, dir.path()).exit_code, 0);
+  auto r = run(ws({"report", "--task", "alpha", "--task", "beta", "-o", "r.html"}), {}, dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("report of 2 run(s)"), std::string::npos) << r.err;
+  const std::string html = read_file(dir / "r.html");
+  EXPECT_NE(html.find("\"task\":\"alpha\""), std::string::npos);
+  EXPECT_NE(html.find("\"task\":\"beta\""), std::string::npos);
+  EXPECT_EQ(html.find("\"task\":\"gamma\""), std::string::npos);
+  auto none = run(ws({"report", "--task", "alpha", "--task", "nope", "-o", "n.html"}), {}, dir.path());
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.err.find("of task nope"), std::string::npos) << none.err;
 }
 } // namespace e2e_cli

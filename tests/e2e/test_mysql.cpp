@@ -225,6 +225,9 @@ TEST(Mysql, RunEndingWhileDownLeavesASpillFileThatExportReplays) {
       env_for(dir), dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("wattscope export --from"), std::string::npos) << r.err;
+  // The summary says where the run is: the spill file, not MySQL.
+  EXPECT_NE(r.err.find("stored    spill file "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("stored    MySQL"), std::string::npos) << r.err;
   std::vector<fs::path> spills;
   for (const auto& e : fs::directory_iterator(dir / "spill"))
     if (e.path().extension() == ".db") spills.push_back(e.path());
@@ -234,6 +237,9 @@ TEST(Mysql, RunEndingWhileDownLeavesASpillFileThatExportReplays) {
       run({wstest::wattscope(), "export", "--from", spills[0].string(), "--to", db.url()}, env_for(dir), dir.path());
   EXPECT_NE(down.exit_code, 0);
   EXPECT_NE(down.err.find("Can't connect"), std::string::npos) << down.err;
+  // The client's bare "(111)" said in words, with what to check.
+  EXPECT_NE(down.err.find("[errno "), std::string::npos) << down.err;
+  EXPECT_NE(down.err.find("is MariaDB/MySQL running there"), std::string::npos) << down.err;
   db.start();
   auto ex =
       run({wstest::wattscope(), "export", "--from", spills[0].string(), "--to", db.url()}, env_for(dir), dir.path());

@@ -124,6 +124,12 @@ TEST(Rapl, NoZonesSaysWhatToDo) {
   RaplSource src(root.path(), 1s);
   EXPECT_FALSE(src.open());
   EXPECT_NE(src.status().line().find("--cpu-tdp"), std::string::npos);
+  EXPECT_NE(src.status().line().find("not recorded unless --cpu-tdp"), std::string::npos);
+  // With --cpu-tdp given, it says the estimate stands in, not that one could be asked for.
+  RaplSource asked(root.path(), 1s, true);
+  EXPECT_FALSE(asked.open());
+  EXPECT_EQ(asked.status().line().find("unless"), std::string::npos) << asked.status().line();
+  EXPECT_NE(asked.status().line().find("estimated from --cpu-tdp instead"), std::string::npos) << asked.status().line();
 }
 
 TEST(CpuEstimate, OnlyWhereRaplMeasuredNothingAndLabelled) {

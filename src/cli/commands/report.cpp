@@ -53,9 +53,11 @@ class ReportCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
     sub.add_option("runs", runs_, "Run ids or unique prefixes (default: the latest run)");
-    sub.add_option("--task,-t", task_, "The runs of this task, compared (with --tag: those with the tags too)");
+    sub.add_option("--task,-t", tasks_,
+                   "The runs of this task, compared (with --tag: those with the tags too); repeat it to compare "
+                   "tasks: --task A --task B");
     sub.add_option("--tag", tags_, "Only the runs with this tag, KEY=VALUE (repeatable: every one must match)");
-    sub.add_option("--last,-n", last_, "Only the latest N of the runs chosen by --task / --tag");
+    sub.add_option("--last,-n", last_, "Only the latest N of the runs chosen by --task / --tag (per task)");
     sub.add_option("--db", db_, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
         ->capture_default_str();
     sub.add_option("--csv", csv_, "Read wattscope CSV files or directories instead")->expected(1, -1);
@@ -74,12 +76,18 @@ public:
                "  wattscope report 20261121-1203 20261121-1410 -o cmp.html   # two runs compared\n"
                "  wattscope report --csv results/ -o run.html --co2-intensity 56 --price 0.21 --currency EUR\n"
                "  wattscope report --task bert --tag lr=3e-4 --last 3 -o bert.html   # a task's runs compared\n"
+               "  wattscope report --task bert --task gpt --last 2 -o tasks.html    # two tasks' runs side by side\n"
                "The file opens offline in any browser: plotly.js and the data are inside it.");
   }
   int run(CLI::App& sub, const CliContext& ctx) override {
     if (out_.empty()) throw UsageError("-o FILE.html is required: where to write the report");
     // issue 29: --task / --tag choose the runs where ids would
-    const RunSelection selection{task_, flag_value("", [&] { return parse_tag_filters(tags_); })};
+    const auto filters = flag_value("", [&] { return parse_tag_filters(tags_); });
+    std::vector<RunSelection> selections; // one per --task, or the tags alone
+    for (const auto& t : tasks_)
+      selections.push_back({t, filters});
+    if (selections.empty()) selections.push_back({"", filters});
+    const RunSelection& selection = selections.front();
     if (!selection.empty() && !runs_.empty()) throw UsageError("give run ids or --task/--tag, not both");
     if (sub.count("--last") && last_ == 0) throw UsageError("--last must be at least 1");
     if (sub.count("--last") && selection.empty()) throw UsageError("--last goes with --task or --tag");
@@ -90,14 +98,18 @@ public:
         !csv_.empty() ? csv_reader_for(csv_, runs_) : open_reader(store_flag("--db", db_));
     std::vector<RunInfo> runs;
     if (!selection.empty()) {
-      auto chosen = select_runs(reader->runs(), selection);
-      if (chosen.empty())
-        throw std::runtime_error(fmt::format("{} holds no run {}; 'wattscope list' shows the runs", reader->describe(),
-                                             excerpt(selection.text(), 200)));
-      if (sub.count("--last") && chosen.size() > last_)
-        chosen.erase(chosen.begin(), chosen.end() - static_cast<std::ptrdiff_t>(last_));
-      for (const auto& r : chosen)
-        runs.push_back(as_shown(*reader, r));
+      const auto all = reader->runs();
+      for (const auto& sel : selections) {
+        auto chosen = select_runs(all, sel);
+        if (chosen.empty())
+          throw std::runtime_error(fmt::format("{} holds no run {}; 'wattscope list' shows the runs",
+                                               reader->describe(), excerpt(sel.text(), 200)));
+        if (sub.count("--last") && chosen.size() > last_)
+          chosen.erase(chosen.begin(), chosen.end() - static_cast<std::ptrdiff_t>(last_));
+        for (const auto& r : chosen)
+          if (std::none_of(runs.begin(), runs.end(), [&](const RunInfo& x) { return x.run_id == r.run_id; }))
+            runs.push_back(as_shown(*reader, r));
+      }
     } else if (runs_.empty()) {
       runs.push_back(as_shown(*reader, resolve_run(*reader, "")));
     }
@@ -113,7 +125,7 @@ public:
 
 private:
   std::vector<std::string> runs_;
-  std::string task_;              // issue 29
+  std::vector<std::string> tasks_;
   std::vector<std::string> tags_; // issue 29
   size_t last_ = 0;
   std::string db_ = kDefaultDb;

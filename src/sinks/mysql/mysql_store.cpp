@@ -11,8 +11,10 @@
 #include <atomic>
 #include <charconv>
 #include <chrono>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <map>
@@ -41,6 +43,32 @@ bool is_outage(unsigned int err) {
          err == 2006 /* CR_SERVER_GONE_ERROR */ || err == 2013 /* CR_SERVER_LOST */ ||
          err == 2055 /* CR_SERVER_LOST_EXTENDED */ || err == 1053 /* ER_SERVER_SHUTDOWN */ ||
          err == 1927 /* ER_CONNECTION_KILLED */ || err == 4031 /* ER_CLIENT_INTERACTION_TIMEOUT */;
+}
+
+// The client library ends a connection error with the system's errno in parentheses ("Can't connect to server on
+// '10.0.0.5' (115)"): said in words, with what to check, since "(115)" alone tells a user nothing.
+std::string explain_connect_error(const std::string& message, const MysqlUrl& url) {
+  const auto open = message.rfind('(');
+  if (open == std::string::npos || message.back() != ')') return message;
+  int code = 0;
+  const char* first = message.data() + open + 1;
+  const char* last = message.data() + message.size() - 1;
+  if (auto [p, ec] = std::from_chars(first, last, code); ec != std::errc() || p != last || code <= 0) return message;
+  const std::string where = url.socket.empty() ? fmt::format("{}:{}", url.host, url.port) : url.socket;
+  std::string why;
+  // The connector connects without blocking and reports EINPROGRESS for a refused connection as for a host that never
+  // answered: both are said.
+  if (code == EINPROGRESS || code == ETIMEDOUT || code == EAGAIN || code == ECONNREFUSED)
+    why = fmt::format("the connection to {} did not complete: is MariaDB/MySQL running there, on that port, and is "
+                      "the port open in the firewall?",
+                      where);
+  else if (code == ENOENT)
+    why = fmt::format("no socket {}: is the server running, and is that its socket?", where);
+  else if (code == EHOSTUNREACH || code == ENETUNREACH)
+    why = fmt::format("no route to {}: check the host name and the network", where);
+  else
+    why = std::strerror(code);
+  return fmt::format("{} [errno {}: {}]", message, code, why);
 }
 
 std::string fix_for(unsigned int err, const MysqlUrl& url) {
@@ -156,7 +184,7 @@ public:
                             url_.database.c_str(), use_socket ? 0 : url_.port,
                             use_socket ? url_.socket.c_str() : nullptr, 0)) {
       const unsigned int err = mysql_errno(db_);
-      std::string msg = fmt::format("MySQL {}: {}", url_.text(), mysql_error(db_));
+      std::string msg = fmt::format("MySQL {}: {}", url_.text(), explain_connect_error(mysql_error(db_), url_));
       close();
       if (!is_outage(err)) msg += "; " + fix_for(err, url_);
       throw MysqlError(err, msg);
@@ -783,6 +811,13 @@ public:
   MysqlSink(MysqlUrl url, bool spill_on_outage)
       : url_(std::move(url)), conn_(url_), spill_on_outage_(spill_on_outage) {}
   std::string describe() const override { return "MySQL " + url_.text(); }
+  std::string stored_text() const override {
+    std::lock_guard lock(stored_mu_);
+    return spilled_to_.empty() ? describe()
+                               : fmt::format("spill file {}, not MySQL {} (unreachable at the end; replay with: "
+                                             "wattscope export --from {} --to mysql://{})",
+                                             spilled_to_, url_.text(), spilled_to_, url_.text());
+  }
 
   void begin_run(const RunInfo& run) override {
     run_ = run;
@@ -837,6 +872,10 @@ public:
     }
     spill_->end_run(run);
     spill_.reset();
+    {
+      std::lock_guard lock(stored_mu_);
+      spilled_to_ = spill_path_;
+    }
     spdlog::error("MySQL {} {}: the rows it has not stored are kept in {}; once the server answers, replay them "
                   "with: wattscope export --from {} --to {}",
                   url_.text(), abandoned_ ? "did not answer in time at the end of the run" : "is still unreachable",
@@ -921,6 +960,8 @@ private:
   std::chrono::milliseconds backoff_{250};
   SteadyClock::time_point next_attempt_{};
   std::atomic<bool> abandoned_{false}; // set from the finishing thread (abandon)
+  mutable std::mutex stored_mu_;
+  std::string spilled_to_; // the spill file the run ended in; empty when MySQL has it all
 };
 
 class MysqlReader final : public StoreReader {

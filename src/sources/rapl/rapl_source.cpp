@@ -39,8 +39,8 @@ std::string rapl_permission_fix(const std::string& sysfs_root) {
       base);
 }
 
-RaplSource::RaplSource(std::string sysfs_root, std::chrono::nanoseconds interval)
-    : root_(std::move(sysfs_root)), interval_(interval) {}
+RaplSource::RaplSource(std::string sysfs_root, std::chrono::nanoseconds interval, bool estimate_asked)
+    : root_(std::move(sysfs_root)), interval_(interval), estimate_asked_(estimate_asked) {}
 
 RaplSource::~RaplSource() {
   {
@@ -69,11 +69,14 @@ bool RaplSource::open() {
   std::sort(dirs.begin(), dirs.end());
   if (dirs.empty()) {
     status_ = SourceStatus::missing(
-        fmt::format("no RAPL zones under {} (not an Intel/AMD CPU with powercap, or a virtual machine); CPU power is "
-                    "not recorded unless --cpu-tdp WATTS asks for an estimate",
-                    base.string()),
-        "RAPL is absent on this CPU or hidden by the hypervisor; 'wattscope run --cpu-tdp WATTS' records a "
-        "utilisation-based estimate, labelled as such");
+        fmt::format("no RAPL zones under {} (not an Intel/AMD CPU with powercap, or a virtual machine); {}",
+                    base.string(),
+                    estimate_asked_ ? "CPU power is estimated from --cpu-tdp instead (TDP x utilisation, labelled "
+                                      "estimated)"
+                                    : "CPU power is not recorded unless --cpu-tdp WATTS asks for an estimate"),
+        estimate_asked_ ? "" // nothing to fix: the estimate asked for stands in
+                        : "RAPL is absent on this CPU or hidden by the hypervisor; 'wattscope run --cpu-tdp WATTS' "
+                          "records a utilisation-based estimate, labelled as such");
     return false;
   }
   for (const auto& d : dirs) {

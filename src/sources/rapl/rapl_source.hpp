@@ -24,7 +24,8 @@ std::string rapl_permission_fix(const std::string& sysfs_root);
 
 class RaplSource final : public Source {
 public:
-  RaplSource(std::string sysfs_root, std::chrono::nanoseconds interval);
+  // estimate_asked: --cpu-tdp was given, so where RAPL is absent the status says an estimate stands in.
+  RaplSource(std::string sysfs_root, std::chrono::nanoseconds interval, bool estimate_asked = false);
   ~RaplSource() override;
   std::string_view name() const override { return "rapl"; }
   bool open() override;
@@ -60,6 +61,7 @@ private:
 
   std::string root_;
   std::chrono::nanoseconds interval_;
+  bool estimate_asked_ = false;
   std::chrono::nanoseconds keeper_period_{0};
   SourceStatus status_;
   std::vector<Zone> zones_;
