@@ -412,13 +412,13 @@ function sql(db, statement) {
 }
 
 // A CPU-only run: 0.4 s of a busy loop in an epoch of 64 samples, then an eval of 1,000 images.
-function cpuRun(db, task) {
+function cpuRun(db, task, lr) {
   mkdirSync(join(dir, 'nosys'), { recursive: true });
   const m = `'${WS}' mark`;
   const script = `${m} model mlp --parameters 56324 --flops 4.1e9; ${m} begin epoch --index 0; timeout 0.4 sh -c 'while :; do :; done'; ` +
     `${m} work 64 samples; ${m} end epoch; ${m} begin eval; sleep 0.2; ${m} work 1000 images; ${m} end eval`;
-  const r = spawnSync(WS, ['run', '--db', db, '--task', task, '--interval', '50ms', '--cpu-tdp', '100', '--sysfs-root', join(dir, 'nosys'),
-    '--', 'sh', '-c', script], { cwd: dir, env: cpuEnv, encoding: 'utf8' });
+  const r = spawnSync(WS, ['run', '--db', db, '--task', task, '--tag', `lr=${lr}`, '--interval', '50ms', '--cpu-tdp', '100',
+    '--sysfs-root', join(dir, 'nosys'), '--', 'sh', '-c', script], { cwd: dir, env: cpuEnv, encoding: 'utf8' });
   assert.equal(r.status, 0, r.stderr);
   return JSON.parse(ws(['show', '--db', db, '--json']).stdout).run_id;
 }
@@ -433,7 +433,7 @@ const texts = (page, sel) => page.$$eval(sel, (es) => es.map((e) => e.textConten
 
 test('figures keep 3 significant digits with an SI prefix, units singular after "/"', async () => {
   const db = join(dir, 'digits.db');
-  const id = cpuRun(db, 'digits');
+  const id = cpuRun(db, 'digits', '0.0003');
   setPhaseEnergy(db, id, 0.0164 * 64, 0.0209);
   // The run's figures: 1,234,567 J in all (343 Wh), 450 W on average, 2,030 J of it its own processes'.
   sql(db, `UPDATE runs SET total_energy_j = 1234567, summary = json_set(summary,
@@ -456,7 +456,11 @@ test('figures keep 3 significant digits with an SI prefix, units singular after 
   assert.equal(perSample, '16.4 mJ/sample');
   assert.match(sampleSub, /^64 samples over 1 × epoch · \d{3} samples\/s$/); // ~150 samples/s: 3 digits
   assert.match(await page.textContent('.card[data-key="work.samples.energy_per_unit_j"] .label'), /^Energy per sample/);
-  assert.equal((await card('work.images.energy_per_unit_j'))[0], '20.9 µJ/image');
+  const [perImage, imageSub] = await card('work.images.energy_per_unit_j');
+  assert.equal(perImage, '20.9 µJ/image');
+  assert.ok(imageSub.startsWith('1,000 images over 1 × eval · '), imageSub);
+  // A tag is shown as given, never as a number rounded.
+  assert.match(await page.textContent('[data-meta="tags"]'), /(^|· |: )lr=0\.0003( ·|$)/);
   assert.deepEqual(await card('model.parameters'), ['56.3 k parameters', '4.10 GFLOPs']);
   // The devices table: the CPU's energy, in Wh beside it, and its mean power.
   const cpuRow = await texts(page, '[data-table="devices"] tbody tr:first-child td');
@@ -470,7 +474,7 @@ test('figures keep 3 significant digits with an SI prefix, units singular after 
 
 test('a comparison of CPU-only runs charts their energy by device and their CPU power', async () => {
   const db = join(dir, 'cpu-cmp.db');
-  const a = cpuRun(db, 'lr-3e-4'), b = cpuRun(db, 'lr-0.02');
+  const a = cpuRun(db, 'lr-3e-4', '3e-4'), b = cpuRun(db, 'lr-0.02', '0.02');
   // Energy per sample of 20.9 and 17.0 mJ: two figures that once both read "0.02 J/sample".
   setPhaseEnergy(db, a, 0.0209 * 64, 0.5);
   setPhaseEnergy(db, b, 0.0170 * 64, 0.5);
@@ -517,5 +521,8 @@ test('a comparison of CPU-only runs charts their energy by device and their CPU 
   const perSample = await page.$$eval('[data-table="deltas"] tr[data-run-row]', (rs) => rs.map((r) => r.textContent));
   assert.ok(perSample[0].includes('20.9 mJ/sample') && perSample[1].includes('17.0 mJ/sample'), JSON.stringify(perSample));
   assert.deepEqual(await texts(page, '[data-table="tasks"] thead th:nth-last-child(1)'), ['Energy per sample, mean']);
+  // The tags that tell the runs apart, as given.
+  const tagCells = await page.$$eval('[data-table="deltas"] tr[data-run-row]', (rs) => rs.map((r) => r.cells[r.cells.length - 2].innerText.split('\n')));
+  assert.deepEqual(tagCells, [['lr=3e-4'], ['lr=0.02']]);
   await page.close();
 });
