@@ -1,10 +1,11 @@
 // The HTML report in a real browser (Debian's Chromium, driven by playwright-core): reports of runs with 0, 1 and 8
 // GPUs and a two-run comparison open with no JavaScript error and no network request, every chart draws its traces,
-// and every figure in the cards equals `wattscope show --json`.
+// and every figure in the cards equals `wattscope show --json`. Figures set to known values read exactly as a person
+// should read them (16.4 mJ/sample), and a comparison of CPU-only runs charts their stored figures.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -100,6 +101,12 @@ async function legendOverlaps(page) {
   });
 }
 
+// A figure in joules as the page spells it (for 1 mJ to 1 GJ, not a whole number): 3 significant digits, SI prefix.
+function joules(v) {
+  const e = Math.floor(Math.log10(Math.abs(v)) / 3) * 3;
+  return `${(v / 10 ** e).toPrecision(3)} ${{ [-3]: 'm', 0: '', 3: 'k', 6: 'M' }[e]}J`;
+}
+
 function expectCardsMatch(c, show) {
   const close = (key, expected) => {
     assert.ok(key in c, `card ${key} is missing`);
@@ -178,6 +185,12 @@ test('two runs compared', async () => {
   const c = cs.find((x) => x.key === 'cmp_power');
   assert.ok(c, 'chart cmp_power');
   assert.equal(c.drawn, c.want, 'cmp_power');
+  // Energy per run by device: the GPUs' bars are each run's GPU energy (1 GPU and 2), as show --json has it.
+  const e = cs.find((x) => x.key === 'cmp_energy');
+  assert.ok(e && e.drawn === e.want, `chart cmp_energy: ${JSON.stringify(e)}`);
+  const gpuBars = await page.evaluate(() => document.querySelector('[data-chart="cmp_energy"]')._fullData.find((t) => t.name === 'GPUs').y);
+  const gpuSum = (show) => show.gpus.reduce((s, g) => s + g.energy_j, 0);
+  assert.deepEqual(gpuBars, [gpuSum(a), gpuSum(b)]);
   // issue 35: the runs grouped by task (a group row before each), energy per run in a table of tasks, not bars
   assert.equal(await page.locator('[data-table="deltas"] tbody tr[data-run-row]').count(), 2);
   assert.equal(await page.locator('[data-table="tasks"] tbody tr').count(), 2);
@@ -371,7 +384,7 @@ test('advice: a table with each item, or a note that there is none', async () =>
   const idle = waste.show.advice.find((a) => a.kind === 'idle_gpu');
   const row = rows.find((r) => r.kind === 'idle_gpu');
   assert.equal(row.cells[2], 'gpu1');
-  assert.ok(row.cells[4].startsWith(`${idle.saving_j.toLocaleString('en-US', { minimumFractionDigits: 1, maximumFractionDigits: 1 })} J`), `saving cell ${row.cells[4]} vs ${idle.saving_j}`);
+  assert.ok(row.cells[4].startsWith(joules(idle.saving_j)), `saving cell ${row.cells[4]} vs ${idle.saving_j}`);
   assert.equal(row.cells[6], idle.text);
   await page.close();
 
@@ -384,3 +397,132 @@ test('advice: a table with each item, or a note that there is none', async () =>
   await page.close();
 });
 // ---- end advice ----
+
+// ---- figures as a person reads them: CPU-only runs (an estimate under --cpu-tdp, no RAPL under an empty
+// --sysfs-root, no GPU library) with phases and work, whose stored figures are then set to known values, so that every
+// string the page shows is known exactly: 3 significant digits at least, an SI prefix, a unit singular after "/".
+const cpuEnv = { ...process.env, WATTSCOPE_NVML_LIBRARY: '/nonexistent/libnvidia-ml.so.1' };
+delete cpuEnv.CUDA_VISIBLE_DEVICES;
+delete cpuEnv.WATTSCOPE_FAKE_NVML_SCENARIO;
+
+function sql(db, statement) {
+  const r = spawnSync('sqlite3', [db, statement], { encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout;
+}
+
+// A CPU-only run: 0.4 s of a busy loop in an epoch of 64 samples, then an eval of 1,000 images.
+function cpuRun(db, task, lr) {
+  mkdirSync(join(dir, 'nosys'), { recursive: true });
+  const m = `'${WS}' mark`;
+  const script = `${m} model mlp --parameters 56324 --flops 4.1e9; ${m} begin epoch --index 0; timeout 0.4 sh -c 'while :; do :; done'; ` +
+    `${m} work 64 samples; ${m} end epoch; ${m} begin eval; sleep 0.2; ${m} work 1000 images; ${m} end eval`;
+  const r = spawnSync(WS, ['run', '--db', db, '--task', task, '--tag', `lr=${lr}`, '--interval', '50ms', '--cpu-tdp', '100',
+    '--sysfs-root', join(dir, 'nosys'), '--', 'sh', '-c', script], { cwd: dir, env: cpuEnv, encoding: 'utf8' });
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(ws(['show', '--db', db, '--json']).stdout).run_id;
+}
+
+// The phases' energies, set: J per sample and J per image are then these over 64 samples and 1,000 images.
+function setPhaseEnergy(db, id, epoch_j, eval_j) {
+  sql(db, `UPDATE phases SET energy_j = ${epoch_j}, device_energy_j = '{"cpu_package":${epoch_j}}' WHERE run_id = '${id}' AND name = 'epoch';
+           UPDATE phases SET energy_j = ${eval_j}, device_energy_j = '{"cpu_package":${eval_j}}' WHERE run_id = '${id}' AND name = 'eval';`);
+}
+
+const texts = (page, sel) => page.$$eval(sel, (es) => es.map((e) => e.textContent.trim()));
+
+test('figures keep 3 significant digits with an SI prefix, units singular after "/"', async () => {
+  const db = join(dir, 'digits.db');
+  const id = cpuRun(db, 'digits', '0.0003');
+  setPhaseEnergy(db, id, 0.0164 * 64, 0.0209);
+  // The run's figures: 1,234,567 J in all (343 Wh), 450 W on average, 2,030 J of it its own processes'.
+  sql(db, `UPDATE runs SET total_energy_j = 1234567, summary = json_set(summary,
+      '$.cpu.energy_j', 1234567, '$.cpu.package_energy_j', 1234567, '$.cpu.avg_package_power_w', 450,
+      '$.attribution', json('{"devices":{"cpu":{"attributed_j":2030,"other_j":0,"unattributed_j":1232537,"idle_j":0,"measured_j":1234567,"method":"attributed (estimated)"}}}'),
+      '$.attributed_energy_j', 2030, '$.attributed_energy_method', 'attributed (estimated)') WHERE run_id = '${id}';`);
+  const file = join(dir, 'digits.html');
+  ws(['report', '--db', db, id, '-o', file]);
+  const { page, errors, requests } = await open(file);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, []);
+  const card = async (key) => (await texts(page, `.card[data-key="${key}"] .value, .card[data-key="${key}"] .sub`));
+  assert.deepEqual(await card('total_energy_j'), ['1.23 MJ', '343 Wh']);
+  assert.deepEqual(await card('attributed_energy_j'), ['2.03 kJ', 'your processes: 2.03 kJ of 1.23 MJ total (0.164 %)']);
+  assert.match(await page.textContent('.card[data-key="attributed_energy_j"] .label'), /your processes attributed \(estimated\)$/);
+  // 1,234,567 J = 0.343 kWh: 475 g/kWh and 0.15 USD/kWh (the defaults)
+  assert.deepEqual(await card('co2_g'), ['163 g', '475 gCO₂/kWh × PUE 1']);
+  assert.equal((await card('cost'))[0], '0.0514 USD');
+  const [perSample, sampleSub] = await card('work.samples.energy_per_unit_j');
+  assert.equal(perSample, '16.4 mJ/sample');
+  assert.match(sampleSub, /^64 samples over 1 × epoch · \d{3} samples\/s$/); // ~150 samples/s: 3 digits
+  assert.match(await page.textContent('.card[data-key="work.samples.energy_per_unit_j"] .label'), /^Energy per sample/);
+  const [perImage, imageSub] = await card('work.images.energy_per_unit_j');
+  assert.equal(perImage, '20.9 µJ/image');
+  assert.ok(imageSub.startsWith('1,000 images over 1 × eval · '), imageSub);
+  // A tag is shown as given, never as a number rounded.
+  assert.match(await page.textContent('[data-meta="tags"]'), /(^|· |: )lr=0\.0003( ·|$)/);
+  assert.deepEqual(await card('model.parameters'), ['56.3 k parameters', '4.10 GFLOPs']);
+  // The devices table: the CPU's energy, in Wh beside it, and its mean power.
+  const cpuRow = await texts(page, '[data-table="devices"] tbody tr:first-child td');
+  assert.deepEqual([cpuRow[0], cpuRow[3], cpuRow[4], cpuRow[6]], ['CPU', '1.23 MJ', '343 Wh', '450 W']);
+  // The phase table: each phase's energy and its J per unit.
+  const phases = await page.$$eval('[data-table="phases"] tbody tr', (rs) => rs.map((r) => [...r.cells].map((c) => c.textContent)));
+  assert.deepEqual(phases.map((r) => [r[0], r[4], r[8]]), [['epoch', '1.05 J', '16.4 mJ/sample'], ['eval', '20.9 mJ', '20.9 µJ/image']]);
+  assert.doesNotMatch(await page.textContent('main'), /J\/samples|J\/images/);
+  await page.close();
+});
+
+test('a comparison of CPU-only runs charts their energy by device and their CPU power', async () => {
+  const db = join(dir, 'cpu-cmp.db');
+  const a = cpuRun(db, 'lr-3e-4', '3e-4'), b = cpuRun(db, 'lr-0.02', '0.02');
+  // Energy per sample of 20.9 and 17.0 mJ: two figures that once both read "0.02 J/sample".
+  setPhaseEnergy(db, a, 0.0209 * 64, 0.5);
+  setPhaseEnergy(db, b, 0.0170 * 64, 0.5);
+  const show = Object.fromEntries([a, b].map((id) => [id, JSON.parse(ws(['show', '--db', db, '--json', id]).stdout)]));
+  const file = join(dir, 'cpu-cmp.html');
+  ws(['report', '--db', db, a, b, '-o', file]);
+  const { page, errors, requests } = await open(file);
+  assert.deepEqual(errors, []);
+  assert.deepEqual(requests, []);
+  const cs = await charts(page);
+  for (const key of ['cmp_energy', 'cmp_cpu_power']) {
+    const c = cs.find((x) => x.key === key);
+    assert.ok(c, `chart ${key}: ${JSON.stringify(cs.map((x) => x.key))}`);
+    assert.equal(c.drawn, c.want, key);
+  }
+  assert.ok(!cs.find((x) => x.key === 'cmp_power'), 'no GPU power chart without GPUs');
+  // Energy per run by device: the bars are the runs' stored figures, and stack up to each run's total.
+  const traces = await page.evaluate(() => document.querySelector('[data-chart="cmp_energy"]')._fullData.map((t) => ({ type: t.type, name: t.name, y: [...t.y], text: t.text })));
+  const bars = traces.filter((t) => t.type === 'bar');
+  assert.deepEqual(bars.map((t) => t.name), ['CPU package'], 'no GPU bars without GPUs, no DRAM under an estimate');
+  assert.deepEqual(bars[0].y, [a, b].map((id) => show[id].cpu.package_energy_j));
+  for (const [i, id] of [a, b].entries()) {
+    const stacked = bars.reduce((s, t) => s + (t.y[i] ?? 0), 0);
+    assert.ok(Math.abs(stacked - show[id].total_energy_j) <= 1e-9 * show[id].total_energy_j, `${id}: ${stacked} vs ${show[id].total_energy_j}`);
+  }
+  // Each run's total written over its bar, as the page spells joules.
+  assert.deepEqual(traces.find((t) => t.type === 'scatter').text, [a, b].map((id) => joules(show[id].total_energy_j)));
+  // CPU power over time: one line per run, its points the run's stored samples (4 significant digits in the report).
+  const lines = await page.evaluate(() => document.querySelector('[data-chart="cmp_cpu_power"]')._fullData.map((t) => ({ x: [...t.x], y: [...t.y] })));
+  assert.equal(lines.length, 2);
+  for (const [i, id] of [a, b].entries()) {
+    const start = Number(sql(db, `SELECT start_ms FROM runs WHERE run_id = '${id}';`));
+    const rows = sql(db, `SELECT ts_ms, package_power_w FROM cpu_samples WHERE run_id = '${id}' AND package_power_w IS NOT NULL ORDER BY tick;`)
+      .trim().split('\n').map((l) => l.split('|').map(Number));
+    assert.ok(rows.length >= 5, `${id}: ${rows.length} samples`);
+    assert.equal(lines[i].y.length, rows.length, `${id}: every sample plotted`);
+    rows.forEach(([ts, w], k) => {
+      assert.ok(Math.abs(lines[i].x[k] - (ts - start) / 1000) <= 1e-3, `${id} point ${k}: t ${lines[i].x[k]} vs ${(ts - start) / 1000}`);
+      assert.ok(Math.abs(lines[i].y[k] - w) <= 5e-4 * Math.abs(w), `${id} point ${k}: ${lines[i].y[k]} W vs ${w} W`);
+    });
+    assert.ok(Math.max(...rows.map((r) => r[1])) > 0, `${id}: the busy loop drew power`);
+  }
+  // The runs table: J per sample to 3 digits, the unit singular; the tasks' means likewise.
+  const perSample = await page.$$eval('[data-table="deltas"] tr[data-run-row]', (rs) => rs.map((r) => r.textContent));
+  assert.ok(perSample[0].includes('20.9 mJ/sample') && perSample[1].includes('17.0 mJ/sample'), JSON.stringify(perSample));
+  assert.deepEqual(await texts(page, '[data-table="tasks"] thead th:nth-last-child(1)'), ['Energy per sample, mean']);
+  // The tags that tell the runs apart, as given.
+  const tagCells = await page.$$eval('[data-table="deltas"] tr[data-run-row]', (rs) => rs.map((r) => r.cells[r.cells.length - 2].innerText.split('\n')));
+  assert.deepEqual(tagCells, [['lr=3e-4'], ['lr=0.02']]);
+  await page.close();
+});
