@@ -47,7 +47,7 @@ import time
 import warnings
 
 __all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "batch_size", "Phase", "configure",
-           "MarkerWarning", "open", "Store", "Run", "Records", "StoreError"]
+           "MarkerWarning", "open", "Store", "Run", "Records", "StoreError", "StoreWarning"]
 __version__ = "0.1.0"
 
 _ENV = "WATTSCOPE_SOCKET"
@@ -681,4 +681,4 @@ def describe_model(model, flops=None, name=None, example=None):
 
 
 # Reading the stores back (standard library only; pandas when a DataFrame is asked for).
-from .reader import Records, Run, Store, StoreError, open  # noqa: E402
+from .reader import Records, Run, Store, StoreError, StoreWarning, open  # noqa: E402
