@@ -52,7 +52,7 @@ def _package_files():
     pkg = os.path.join(_ROOT, "wattscope")
     for dirpath, _, names in os.walk(pkg):
         for n in sorted(names):
-            if n.endswith(".py") or n == "py.typed":
+            if n.endswith((".py", ".json")) or n == "py.typed":  # .json: the marker limits, read at import
                 full = os.path.join(dirpath, n)
                 yield full, os.path.relpath(full, _ROOT).replace(os.sep, "/")
 

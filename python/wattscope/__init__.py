@@ -24,6 +24,11 @@ may call work() per sample. Nothing ever blocks the program: when wattscope is g
 stays summed for the next send and a phase boundary is retried for at most ~50 ms. Without WATTSCOPE_SOCKET every
 call is a no-op, so the same program runs unchanged outside wattscope.
 
+Nor does a marker ever raise into the program: amounts and indices may be anything Python can turn into a number
+(numpy scalars, 0-d tensors, Decimal, Fraction); a marker that is still invalid (a negative amount, NaN, a name
+wattscope would refuse) is dropped with one MarkerWarning per kind of problem. `wattscope.configure(strict=True)`
+(or WATTSCOPE_STRICT=1) makes such a marker raise ValueError instead, for tests and debugging.
+
 Reading the results back (`wattscope.open("wattscope.db").runs()`) is in wattscope.reader.
 """
 
@@ -32,13 +37,17 @@ import errno
 import functools
 import json
 import math
+import operator
 import os
+import re
 import socket
+import sys
 import threading
 import time
+import warnings
 
-__all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "batch_size", "Phase", "open",
-           "Store", "Run", "Records", "StoreError"]
+__all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "batch_size", "Phase", "configure",
+           "MarkerWarning", "open", "Store", "Run", "Records", "StoreError", "StoreWarning"]
 __version__ = "0.1.0"
 
 _ENV = "WATTSCOPE_SOCKET"
@@ -57,10 +66,38 @@ def _interval_s():
 
 
 _INTERVAL_S = _interval_s()
-# The listener refuses a line over 4096 bytes and a datagram over 64 KiB; a work line is ~70 bytes, so a datagram of
-# this many bytes carries hundreds of units at once.
+
+
+class MarkerWarning(UserWarning):
+    """A marker was dropped because wattscope would refuse it (a bad amount, index, name or unit)."""
+
+
+def _limits():
+    """The protocol's limits, shared with the binary (CMake generates its constants from the same file)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marker_limits.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            limits = json.load(f)
+        return {k: int(limits[k]) for k in ("max_marker_line_bytes", "max_phase_name_bytes", "max_work_unit_bytes",
+                                            "max_amount")}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        # A broken install: markers still go out, and wattscope itself still applies its limits to them.
+        warnings.warn(f"wattscope: cannot read {path} ({e}); names and units are not checked for length here",
+                      MarkerWarning, stacklevel=2)
+        return {"max_marker_line_bytes": None, "max_phase_name_bytes": None, "max_work_unit_bytes": None,
+                "max_amount": 10**18}
+
+
+_LIMITS = _limits()
+_MAX_LINE = _LIMITS["max_marker_line_bytes"]
+_MAX_NAME = _LIMITS["max_phase_name_bytes"]
+_MAX_UNIT = _LIMITS["max_work_unit_bytes"]
+_MAX_AMOUNT = _LIMITS["max_amount"]  # per line; a larger coalesced sum goes out in several lines
+_MAX_INDEX = 2**63 - 1  # the binary keeps an index or parameter count as an int64
+_MAX_WHOLE_FLOAT = 2.0**53  # past it a float no longer holds every whole number (the binary's rule too)
+# The listener refuses a datagram over 64 KiB; a work line is ~70 bytes, so a datagram of this many bytes carries
+# hundreds of units at once.
 _MAX_DATAGRAM = 60000
-_MAX_AMOUNT = 1e18  # the protocol's largest `amount`; a larger coalesced sum goes out in several lines
 # A full queue (EAGAIN) is met by a phase boundary with a few short retries, at most this long in all: a boundary is
 # rare (per phase, not per batch), and losing one misplaces every later phase. Work never waits: it stays pending.
 _BOUNDARY_RETRY_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.02)
@@ -68,12 +105,147 @@ _BOUNDARY_RETRY_S = (0.001, 0.002, 0.004, 0.008, 0.016, 0.02)
 # Work is summed here per unit and sent at most every _INTERVAL_S (and before every begin, end, mark and model, and
 # at exit), so a loop that calls work() 100 000 times a second sends ten datagrams a second and loses nothing.
 _pending = {}
-# unit -> the total declared for it (work(..., total=N), issue 36), sent with that unit's next work line.
+# unit -> the total declared for it (work(..., total=N)), sent with that unit's next work line.
 _totals = {}
 _last_flush = 0.0
 _wake = threading.Event()
 _flusher = None
 _undelivered = 0  # phase boundaries, marks and model descriptions that could not be handed over
+
+
+_strict = None  # configure(strict=...); None: WATTSCOPE_STRICT decides
+_warned = set()  # kinds of invalid input warned about already: a loop that repeats a mistake warns once
+_good_units = set()  # units checked already: work() is called per batch, the unit rarely changes
+
+
+def configure(strict=None):
+    """`strict=True`: an invalid marker (a negative or NaN amount, a bad index, a name or unit wattscope would refuse)
+    raises ValueError (TypeError for a describe_model or count argument of the wrong kind) instead of being dropped
+    with a MarkerWarning. The default is WATTSCOPE_STRICT=1 in the environment, else False: a mistake in
+    instrumentation should not end a training run. Returns the settings now in force."""
+    global _strict
+    if strict is not None:
+        _strict = bool(strict)
+    return {"strict": _is_strict()}
+
+
+def _is_strict():
+    return _strict if _strict is not None else os.environ.get("WATTSCOPE_STRICT") == "1"
+
+
+def _caller_stacklevel():
+    # The warning points at the user's line, however deep in this package it was raised.
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _reject(kind, message, error=ValueError):
+    """Invalid input: raised under strict; else warned once per kind, and the marker dropped. Returns None."""
+    if _is_strict():
+        raise error(message)
+    if kind in _warned:
+        return None
+    _warned.add(kind)
+    text = (f"wattscope: {message}; the marker is dropped (later ones with a bad {kind} are dropped without a "
+            "word; wattscope.configure(strict=True) raises instead)")
+    try:
+        warnings.warn(text, MarkerWarning, stacklevel=_caller_stacklevel())
+    except Exception:  # a filter that turns warnings into errors: the program still runs on
+        try:
+            sys.stderr.write(text + "\n")
+        except Exception:
+            pass
+    return None
+
+
+def _excerpt(value):
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _boolean(value):
+    # True counts as 1 everywhere in Python, but work(True) or index=False is a mistake, not a count.
+    return isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
+def _number(value, kind, maximum=None):
+    """`value` as an int (exact, when it is a whole number type: numpy integers, integer tensors) or a float (numpy
+    floats, 0-d tensors, Decimal, Fraction), finite, >= 0 and <= maximum; None (after _reject) when it is not."""
+    if type(value) is int or type(value) is float:  # the common case, quickly
+        v = value
+    elif isinstance(value, (str, bytes, bytearray)) or _boolean(value):
+        return _reject(kind, f"{kind} must be a number, not {_excerpt(value)}")
+    else:
+        try:
+            v = operator.index(value)
+        except Exception:
+            try:
+                v = float(value)
+            except Exception:
+                return _reject(kind, f"{kind} must be a number, not {_excerpt(value)}")
+    if v != v or v < 0 or v == math.inf or (maximum is not None and v > maximum):
+        limit = f"from 0 to {maximum:.0e}" if maximum is not None else ">= 0"
+        return _reject(kind, f"{kind} must be a finite number {limit}, not {_excerpt(value)}")
+    return v
+
+
+def _whole(value, kind):
+    """`value` as an int from 0 to 2^63-1: anything operator.index takes (numpy integers, integer tensors), or a
+    float holding a whole number (3.0), as the binary takes it; None (after _reject) otherwise."""
+    if type(value) is int:
+        v = value
+    elif isinstance(value, (str, bytes, bytearray)) or _boolean(value):
+        return _reject(kind, f"{kind} must be a whole number, not {_excerpt(value)}")
+    else:
+        try:
+            v = operator.index(value)
+        except Exception:
+            try:
+                f = float(value)
+            except Exception:
+                f = math.nan
+            if not (math.isfinite(f) and f == math.floor(f) and abs(f) <= _MAX_WHOLE_FLOAT):
+                return _reject(kind, f"{kind} must be a whole number, not {_excerpt(value)}")
+            v = int(f)
+    if not 0 <= v <= _MAX_INDEX:
+        return _reject(kind, f"{kind} must be a whole number from 0 to 2^63-1, not {_excerpt(value)}")
+    return v
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _text(value, kind, max_bytes):
+    """`value` if wattscope takes it as a name or unit: a non-empty str of printable UTF-8 (no byte below 0x20, no
+    DEL: the binary's own rule) of at most max_bytes bytes; None (after _reject) otherwise."""
+    if not isinstance(value, str) or not value:
+        return _reject(kind, f"a {kind} must be a non-empty string, not {_excerpt(value)}")
+    if _CONTROL.search(value):
+        return _reject(kind, f"a {kind} must be printable text (no control characters such as a newline), not "
+                             f"{_excerpt(value)}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate
+        return _reject(kind, f"a {kind} must be valid Unicode, not {_excerpt(value)}")
+    if max_bytes is not None and size > max_bytes:
+        return _reject(kind, f"a {kind} is at most {max_bytes} bytes of UTF-8, not {size} ({_excerpt(value)})")
+    return value
+
+
+def _unit(unit):
+    if type(unit) is str and unit in _good_units:
+        return unit
+    if _text(unit, "work unit", _MAX_UNIT) is None:
+        return None
+    if len(_good_units) < 1024:
+        _good_units.add(unit)
+    return unit
 
 
 def enabled():
@@ -194,6 +366,9 @@ def _send(message):
         tail = _line(message) if message is not None else None
     except (ValueError, TypeError):
         return False
+    if tail is not None and _MAX_LINE is not None and len(tail) - 1 > _MAX_LINE:
+        _reject("marker line", f"a marker line of {len(tail) - 1} bytes; wattscope refuses lines over {_MAX_LINE}")
+        tail = None  # the work pending before it still goes
     with _lock:
         return _flush_locked(path, tail)
 
@@ -234,37 +409,36 @@ def flush():
 atexit.register(flush)
 
 
-def _name(name):
-    if not isinstance(name, str) or not name:
-        raise ValueError("a phase or mark name must be a non-empty string")
-    return name
-
-
 class Phase:
-    """A named phase: a context manager (`with phase("epoch", index=3):`) and a decorator (`@phase("eval")`)."""
+    """A named phase: a context manager (`with phase("epoch", index=3):`) and a decorator (`@phase("eval")`). With
+    a name or index wattscope would refuse, the body still runs, and neither its begin nor its end is sent (an end
+    alone could close an enclosing phase of the same name)."""
 
     def __init__(self, name, index=None):
-        self.name = _name(name)
-        if index is not None and (isinstance(index, bool) or not isinstance(index, int) or index < 0):
-            raise ValueError("index must be a whole number >= 0")
-        self.index = index
+        self.name, self.index = name, index
+        self._valid = _text(name, "phase name", _MAX_NAME) is not None
+        if self._valid and index is not None:
+            self.index = _whole(index, "phase index")
+            self._valid = self.index is not None
 
     def __enter__(self):
-        msg = {"kind": "begin", "name": self.name}
-        if self.index is not None:
-            msg["index"] = self.index
+        msg = None
+        if self._valid and _primary():
+            msg = {"kind": "begin", "name": self.name}
+            if self.index is not None:
+                msg["index"] = self.index
         # Every rank sends its work summed so far before the boundary, so it counts towards the phase it was done in.
-        _send(msg if _primary() else None)
+        _send(msg)
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _send({"kind": "end", "name": self.name} if _primary() else None)
+        _send({"kind": "end", "name": self.name} if self._valid and _primary() else None)
         return False
 
     def __call__(self, func):
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            with Phase(self.name, self.index):
+            with self:  # no state of its own: one Phase serves every call, recursive ones included
                 return func(*args, **kwargs)
 
         return wrapper
@@ -284,19 +458,17 @@ def work(amount, unit="samples", total=None):
 
     Calls are summed here per unit and sent at most every 100 ms (WATTSCOPE_MARKER_INTERVAL_MS), and always before
     a phase begins or ends, a mark, and at exit (or `wattscope.flush()`): a loop may call it per sample without
-    flooding wattscope, and no amount is lost. Returns True when the amount was taken (under wattscope), False
-    outside it."""
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or not math.isfinite(amount) or amount < 0:
-        raise ValueError("work amount must be a finite number >= 0")
-    if not isinstance(unit, str) or not unit:
-        raise ValueError("work unit must be a non-empty string such as 'samples' or 'tokens'")
-    if total is not None and (
-        isinstance(total, bool)
-        or not isinstance(total, (int, float))
-        or not math.isfinite(total)
-        or not 0 <= total <= _MAX_AMOUNT
-    ):
-        raise ValueError("work total must be a finite number from 0 to 1e18")
+    flooding wattscope, and no amount is lost. `amount` and `total` may be any number Python can convert: an int, a
+    float, a numpy scalar, a one-element tensor (`mask.sum()`), a Decimal or a Fraction. Returns True when the amount
+    was taken (under wattscope); False outside it, or when the call was dropped as invalid (a MarkerWarning says
+    why)."""
+    amount = _number(amount, "work amount", _MAX_AMOUNT)
+    if amount is None or _unit(unit) is None:
+        return False
+    if total is not None:
+        total = _number(total, "work total", _MAX_AMOUNT)
+        if total is None:
+            return False
     path = os.environ.get(_ENV)
     if not path:
         return False
@@ -348,12 +520,27 @@ class _Counted:
     def __iter__(self):
         # A batch counts once the loop asks for the next one, or leaves the loop (break: GeneratorExit here).
         for item in self._iterable:
-            n = self._size(item)
+            n = self._measure(item)
             try:
                 yield item
             except GeneratorExit:
-                work(n, self._unit)
+                self._work(n)
                 raise
+            self._work(n)
+
+    def _measure(self, item):
+        if self._unit is None:
+            return None  # counting was refused (a bad unit or size); the batches still pass through
+        try:
+            return self._size(item)
+        except Exception as e:
+            if _is_strict():
+                raise
+            _reject("batch size", f"count() could not size a batch of type {type(item).__name__}: {e!r}")
+            return None
+
+    def _work(self, n):
+        if n is not None:
             work(n, self._unit)
 
     def __getattr__(self, name):  # loader.dataset, loader.batch_size, ... as before
@@ -363,17 +550,22 @@ class _Counted:
 def count(iterable, unit="samples", size=batch_size):
     """Wraps a DataLoader (any iterable of batches) so that each batch is marked as work once the loop body has
     processed it: `for x, y in wattscope.count(loader): ...`. `size(batch)` says how much work a batch is (default:
-    its first dimension, see batch_size; `size=len` for plain lists). Work is coalesced as work() does."""
+    its first dimension, see batch_size; `size=len` for plain lists). Work is coalesced as work() does. With a bad
+    unit or size, the batches pass through uncounted (a MarkerWarning says why)."""
     if not callable(size):
-        raise TypeError("size must be a function of a batch, such as len")
-    if not isinstance(unit, str) or not unit:
-        raise ValueError("work unit must be a non-empty string such as 'samples' or 'tokens'")
+        unit = _reject("count size", f"size must be a function of a batch, such as len, not {_excerpt(size)}",
+                       TypeError)
+    else:
+        unit = _unit(unit)
     return _Counted(iterable, unit, size)
 
 
 def mark(name):
-    """A point in time worth seeing on the charts, e.g. `wattscope.mark("checkpoint")`."""
-    msg = {"kind": "mark", "name": _name(name)}
+    """A point in time worth seeing on the charts, e.g. `wattscope.mark("checkpoint")`. True when it was handed to
+    wattscope."""
+    if _text(name, "mark name", _MAX_NAME) is None:
+        return False
+    msg = {"kind": "mark", "name": name}
     if not _primary():
         flush()
         return False
@@ -450,19 +642,38 @@ def describe_model(model, flops=None, name=None, example=None):
     """Records the model's parameter count (summed over `model.parameters()`, each parameter's numel(); torch is not
     imported) and its FLOPs: as given (`flops`, per forward pass of one sample, as you count them), or counted from
     one forward pass of `example` (a batch of inputs, run without gradients) over the model's linear and
-    convolution layers, per sample. Returns the parameter count. `name` defaults to the model's class name."""
+    convolution layers, per sample. Returns the parameter count; None when the description was dropped as invalid
+    (a MarkerWarning says why). `name` defaults to the model's class name."""
     params_fn = getattr(model, "parameters", None)
     if not callable(params_fn):
-        raise TypeError("describe_model needs an object with a parameters() method (a torch.nn.Module, say)")
-    count = sum(_count(p) for p in params_fn())
-    msg = {"kind": "model", "name": name or type(model).__name__, "parameters": count}
+        return _reject("model", "describe_model needs an object with a parameters() method (a torch.nn.Module, say), "
+                                f"not {_excerpt(model)}", TypeError)
+    try:
+        count = sum(_count(p) for p in params_fn())
+    except Exception as e:
+        if _is_strict():
+            raise
+        return _reject("model", f"describe_model could not count the parameters of {type(model).__name__}: {e!r}")
+    if _whole(count, "parameter count") is None:
+        return None
+    model_name = name if name is not None else type(model).__name__
+    if _text(model_name, "model name", _MAX_NAME) is None:
+        return None
+    msg = {"kind": "model", "name": model_name, "parameters": count}
     if flops is None and example is not None:
         if not callable(getattr(model, "modules", None)):
-            raise TypeError("counting FLOPs from an example needs a torch.nn.Module (modules(), forward hooks)")
-        flops = _flops_per_sample(model, example)
+            return _reject("model", "counting FLOPs from an example needs a torch.nn.Module (modules(), forward "
+                                    f"hooks), not {type(model).__name__}", TypeError)
+        try:
+            flops = _flops_per_sample(model, example)
+        except Exception as e:
+            if _is_strict():
+                raise
+            return _reject("model", f"describe_model's forward pass of the example failed: {e!r}")
     if flops is not None:
-        if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not math.isfinite(flops) or flops < 0:
-            raise ValueError("flops must be a finite number >= 0")
+        flops = _number(flops, "flops", _MAX_AMOUNT)
+        if flops is None:
+            return None
         msg["flops"] = float(flops)
     if _primary():
         _send(msg)
@@ -470,4 +681,4 @@ def describe_model(model, flops=None, name=None, example=None):
 
 
 # Reading the stores back (standard library only; pandas when a DataFrame is asked for).
-from .reader import Records, Run, Store, StoreError, open  # noqa: E402
+from .reader import Records, Run, Store, StoreError, StoreWarning, open  # noqa: E402

@@ -14,22 +14,30 @@ mysql.connector, whichever is installed) by a mysql:// store alone.
 Records are dicts whose keys are the stores' column names (units in the names: `energy_j`, `ts_ms`), times also as
 timezone-aware datetimes (`start`, `end`, `time`), missing values None. Nested objects (a phase's per-device
 energies and work, a run's tags) are dicts as in `wattscope show --json`; `.df()` flattens them into columns with
-dots, as pandas.json_normalize does (`devices.gpu0`, `work.samples`, `energy_per_unit_j.samples`, `tags.lr`).
+dots, as pandas.json_normalize does (`devices.gpu0`, `work.samples`, `energy_per_unit_j.samples`, `tags.lr`), and
+writes missing numbers as NaN, missing times as NaT. A DataFrame of no rows still has its columns.
+
+A damaged store never raises anything but StoreError, which names the store, and the run, table and column where it
+can. A listing (runs(), phases(), samples(), ...) skips a damaged row with a StoreWarning that names it; asking for
+that run by id (`store.run(id)`) raises StoreError.
 """
 
 import builtins
 import csv
 import datetime as _dt
 import json
+import operator
 import os
 import re
 import shutil
+import sqlite3
 import subprocess
 import urllib.parse
+import warnings
 
 # The store schema this reader knows (src/core/schema.hpp, kSchemaVersion). A store with a newer one is refused, as
 # the binary refuses it: its columns may mean something this reader does not know.
-SCHEMA_VERSION = 5  # 5: work.total (issue 36), a number: nothing for this reader to change
+SCHEMA_VERSION = 5  # 5: work.total, a number: nothing for this reader to change
 
 # Columns that hold text in every store (src/core/schema.cpp, ColType Text); CSV cells of any other column are
 # numbers. tests check this list against schema.cpp, so the two cannot drift apart.
@@ -51,27 +59,150 @@ _ORDER = {
     "phases": ("phase_id",),
     "work": ("seq",),
 }
+# The columns of the tables the reader offers, as the binary writes them (src/core/schema.cpp; tests compare the two),
+# so that a listing of no rows still has them where the store cannot say: a CSV directory has no file of a table that
+# has no rows. Where the store has the table, its own columns come first.
+_STORED_COLUMNS = {t: tuple(cols.split()) for t, cols in {
+    "phases": "run_id phase_id name index parent start_ms end_ms start_tick end_tick energy_j energy_method "
+              "device_energy_j attributed_energy_j closed_by_run_end",
+    "work": "run_id seq ts_ms amount unit phase_id total",
+    "events": "run_id seq ts_ms kind source detail",
+    "processes": "run_id pid start_time ppid comm cmdline uid unit unit_kind first_tick last_tick",
+    "cpu_samples": "run_id tick ts_ms util_pct mem_used_bytes mem_total_bytes package_power_w dram_power_w "
+                   "package_energy_j dram_energy_j busy_s power_method",
+    "cpu_power_samples": "run_id tick ts_ms zone socket domain power_w energy_j",
+    "gpu_samples": "run_id tick ts_ms gpu_index uuid name vendor power_w power_avg_w energy_j util_gpu_pct "
+                   "util_mem_pct mem_used_bytes mem_total_bytes temp_gpu_c temp_mem_c clock_sm_mhz clock_gfx_mhz "
+                   "clock_mem_mhz pcie_link_width pcie_link_width_max pcie_tx_bytes_per_s pcie_rx_bytes_per_s fan_pct "
+                   "pstate power_limit_w throttle_reasons util_enc_pct util_dec_pct mem_reserved_bytes mem_free_bytes "
+                   "clock_video_mhz mig_mode ecc_corrected_errors ecc_uncorrected_errors remapped_rows_correctable "
+                   "remapped_rows_uncorrectable remap_pending remap_failed pcie_replays nvlink_tx_bytes_per_s "
+                   "nvlink_rx_bytes_per_s throttle_power_s throttle_thermal_s",
+}.items()}
+# What a Run record holds, in this order (Run.as_dict; its nested devices and tags follow).
+_RUN_FIELDS = ("run_id", "task", "command", "host", "start", "end", "start_ms", "end_ms", "duration_s", "exit_status",
+               "interval_s", "samples", "energy_j", "energy_method", "attributed_energy_j", "attributed_energy_method",
+               "simulated", "wattscope_version")
 _MAX_CSV_FIELD = 64 << 20  # as the binary's CSV reader: a longer record is not a wattscope CSV file
+# A JSON cell (runs.tags, runs.summary, phases.device_energy_j, events.detail) is parsed only within these bounds:
+# Python's json recurses once per level and ends in RecursionError (or, with a raised recursion limit, a crash) on a
+# cell nested a few thousand deep. wattscope writes a few levels and a few KiB.
+_MAX_JSON_BYTES = 1 << 20
+_MAX_JSON_DEPTH = 64
+_WARN_ROWS = 5  # damaged rows named one by one in a listing's warning; the rest are counted
 
 
 class StoreError(RuntimeError):
     """A store that cannot be read: missing, not wattscope's, damaged, or of a newer schema."""
 
 
-def _utc(ms):
+class StoreWarning(UserWarning):
+    """A listing skipped damaged rows; the message names the store and, for each row, its run, table and column."""
+
+
+class _Damage(Exception):
+    """A row the reader cannot use: `column` says where, the message what; `over_bounds` when it is a JSON cell past
+    the parser's bounds (rather than text that is not JSON)."""
+
+    def __init__(self, column, reason, over_bounds=False):
+        super().__init__(reason)
+        self.column, self.over_bounds = column, over_bounds
+
+
+def _short(value):
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _utc(ms, column="ts_ms"):
     if ms is None:
         return None
-    return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)
+    try:
+        return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)
+    except (OverflowError, OSError, ValueError, TypeError):
+        raise _Damage(column, f"{_short(ms)} is not a time (UTC ms)") from None
 
 
-def _json_object(text):
-    if not text:
+_JSON_SPECIAL = re.compile(r'[\\"\[\]{}]')
+
+
+def _json_nesting_within(text, limit):
+    """True when no array or object in `text` nests deeper than `limit`: one pass over its brackets and quotes, none
+    of them recursive, so a hostile cell costs its length and nothing more."""
+    depth, in_string, skip = 0, False, -1
+    for m in _JSON_SPECIAL.finditer(text):
+        i = m.start()
+        if i == skip:  # the character after a backslash in a string
+            continue
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                skip = i + 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif c in "]}":
+            depth -= 1
+    return True
+
+
+def _json_object(text, column):
+    """A stored JSON object ({} for an empty cell). Raises _Damage for one that is not text, not a JSON object, over
+    _MAX_JSON_BYTES or nested deeper than _MAX_JSON_DEPTH."""
+    if text is None or text == "":
         return {}
+    if not isinstance(text, str):
+        raise _Damage(column, f"{type(text).__name__} where JSON text belongs")
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > _MAX_JSON_BYTES:
+        raise _Damage(column, f"{size} bytes of JSON; the reader's limit is {_MAX_JSON_BYTES}", over_bounds=True)
+    if not _json_nesting_within(text, _MAX_JSON_DEPTH):
+        raise _Damage(column, f"JSON nested deeper than {_MAX_JSON_DEPTH} levels", over_bounds=True)
     try:
         value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    except (ValueError, RecursionError) as e:
+        raise _Damage(column, f"not JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise _Damage(column, f"JSON {type(value).__name__} where an object belongs")
+    return value
+
+
+def _check_row(row, required=()):
+    """Raises _Damage at the first cell of the wrong type: text where a number belongs (SQLite keeps what it is
+    given), a number or blob where text belongs, or nothing in a key column."""
+    for column, value in row.items():
+        if value is None:
+            if column in required:
+                raise _Damage(column, "missing")
+        elif column in TEXT_COLUMNS:
+            if not isinstance(value, str):
+                raise _Damage(column, f"{_short(value)} where text belongs")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _Damage(column, f"{_short(value)} where a number belongs")
+
+
+def _order_key(value):
+    # Sorting rows of a damaged store must not raise: numbers in order, anything else first.
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return (1, value)
+    return (0, 0)
+
+
+class _BadText(bytes):
+    """Text from SQLite that is not UTF-8: kept apart so that _check_row names its row, instead of sqlite3 failing
+    the whole query."""
+
+
+def _sqlite_text(data):
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _BadText(data)
 
 
 def _check_version(stored, what):
@@ -108,14 +239,21 @@ class Records(list):
                 converted = pd.to_numeric(frame[col], errors="coerce")
                 if converted.notna().sum() == frame[col].notna().sum():
                     frame[col] = converted
-            elif frame[col].dtype == object and frame[col].map(lambda v: v is None or isinstance(v, _dt.datetime)).all() \
-                    and frame[col].notna().any():
+            elif col in _TIME_FIELDS:
                 frame[col] = pd.to_datetime(frame[col], utc=True)
-            elif frame[col].dtype == object and frame[col].map(
-                    lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))).all() \
-                    and frame[col].notna().any():
-                frame[col] = pd.to_numeric(frame[col])  # a number column with gaps: NaN, not None
+            elif frame[col].dtype == object and not _is_text_field(col) and frame[col].map(
+                    lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))).all():
+                # A number column with gaps, or with nothing at all (energy_j of runs that measured none): NaN.
+                frame[col] = pd.to_numeric(frame[col]).astype("float64")
         return frame
+
+
+_TIME_FIELDS = frozenset(("start", "end", "time"))
+_TEXT_FIELDS = TEXT_COLUMNS | {"attributed_energy_method"}
+
+
+def _is_text_field(column):
+    return column in _TEXT_FIELDS or column.startswith("device_methods.")
 
 
 def _columns(flat, preferred):
@@ -155,32 +293,42 @@ class _Sqlite:
         try:
             # Read-only, so that reading never creates a file or takes a write lock; quoted: a path may hold ? or #.
             self.db = sqlite3.connect("file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro", uri=True)
+            self.db.text_factory = _sqlite_text
             names = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        except sqlite3.DatabaseError as e:
+        except sqlite3.Error as e:
             raise StoreError(f"'{path}' is not a SQLite database: {e}") from None
         self.describe = f"database '{path}'"
         if "runs" not in names:
             raise StoreError(f"{self.describe} holds no wattscope runs (no table 'runs')")
         stored = None
         if "meta" in names:
-            row = self.db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            stored = row[0] if row else None
+            rows = self._select("SELECT value FROM meta WHERE key = 'schema_version'", what="table 'meta'")
+            stored = rows[0]["value"] if rows else None
         _check_version(stored, self.describe)
         self.tables = names
 
-    def _select(self, sql, args=()):
-        cur = self.db.execute(sql, args)
-        cols = [d[0] for d in cur.description]
-        return [dict(zip(cols, row)) for row in cur.fetchall()]
+    def _select(self, sql, args=(), what=""):
+        try:
+            cur = self.db.execute(sql, args)
+            cols = [d[0] for d in cur.description]
+            return [dict(zip(cols, row)) for row in cur.fetchall()]
+        except sqlite3.Error as e:  # a damaged file: "database disk image is malformed", "file is not a database"
+            raise StoreError(f"{self.describe}: {what}: {e}") from None
 
     def runs(self):
-        return self._select("SELECT * FROM runs ORDER BY start_ms, run_id")
+        return self._select("SELECT * FROM runs ORDER BY start_ms, run_id", what="table 'runs'")
 
     def table(self, name, run):
         if name not in self.tables:
             return []
         order = ", ".join(f'"{c}"' for c in _ORDER[name])
-        return self._select(f'SELECT * FROM "{name}" WHERE run_id = ? ORDER BY {order}', (run["run_id"],))
+        return self._select(f'SELECT * FROM "{name}" WHERE run_id = ? ORDER BY {order}', (run["run_id"],),
+                            what=f"run '{run['run_id']}', table '{name}'")
+
+    def columns(self, name):
+        if name not in self.tables:
+            return None
+        return [r["name"] for r in self._select(f'PRAGMA table_info("{name}")', what=f"table '{name}'")]
 
 
 class _Mysql:
@@ -275,27 +423,55 @@ class _Mysql:
         raise StoreError("reading a mysql:// store needs a MySQL connector for Python: MySQLdb (Debian: apt install "
                          "python3-mysqldb), pymysql (python3-pymysql) or mysql-connector-python; none is installed")
 
-    def _select(self, sql, args=()):
-        cur = self.db.cursor()
+    def _select(self, sql, args=(), what=""):
+        try:
+            cur = self.db.cursor()
+        except Exception as e:  # each connector's own error types
+            raise StoreError(f"{self.describe}: {what}: {e}") from None
         try:
             cur.execute(sql, args)
             cols = [d[0] for d in cur.description]
             out = []
             for row in cur.fetchall():
-                out.append({c: (v.decode("utf-8") if isinstance(v, (bytes, bytearray)) else
+                out.append({c: (_mysql_text(v) if isinstance(v, (bytes, bytearray)) else
                                 float(v) if type(v).__name__ == "Decimal" else v) for c, v in zip(cols, row)})
             return out
+        except StoreError:
+            raise
+        except Exception as e:
+            raise StoreError(f"{self.describe}: {what}: {e}") from None
         finally:
             cur.close()
 
     def runs(self):
-        return self._select("SELECT * FROM `runs` ORDER BY `start_ms`, `run_id`")
+        return self._select("SELECT * FROM `runs` ORDER BY `start_ms`, `run_id`", what="table 'runs'")
 
     def table(self, name, run):
         if name not in self.tables:
             return []
         order = ", ".join(f"`{c}`" for c in _ORDER[name])
-        return self._select(f"SELECT * FROM `{name}` WHERE `run_id` = {self.param} ORDER BY {order}", (run["run_id"],))
+        return self._select(f"SELECT * FROM `{name}` WHERE `run_id` = {self.param} ORDER BY {order}", (run["run_id"],),
+                            what=f"run '{run['run_id']}', table '{name}'")
+
+    def columns(self, name):
+        if name not in self.tables:
+            return None
+        cur = self.db.cursor()
+        try:
+            cur.execute(f"SELECT * FROM `{name}` LIMIT 0")
+            cur.fetchall()
+            return [d[0] for d in cur.description]
+        except Exception as e:
+            raise StoreError(f"{self.describe}: table '{name}': {e}") from None
+        finally:
+            cur.close()
+
+
+def _mysql_text(data):
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return _BadText(data)
 
 
 class _CsvDir:
@@ -319,21 +495,25 @@ class _CsvDir:
                 rows = []
                 for n, fields in enumerate(reader, start=2):
                     if len(fields) != len(header):
-                        raise StoreError(f"{path}:{n}: {len(fields)} fields, the header has {len(header)}")
-                    rows.append({c: _cell(c, v, path, n) for c, v in zip(header, fields)})
-                return rows
+                        # The file itself is cut or garbled (a short last line: its writer was killed): every row
+                        # after it would be read into the wrong columns.
+                        raise StoreError(f"{self.describe}: {path}, line {n}: {len(fields)} fields, the header has "
+                                         f"{len(header)}")
+                    rows.append({c: _cell(c, v) for c, v in zip(header, fields)})
+                return header, rows
         except (OSError, UnicodeDecodeError, csv.Error) as e:
-            raise StoreError(f"{path}: {e}") from None
+            raise StoreError(f"{self.describe}: {path}: {e}") from None
 
     def runs(self):
         out = []
         for name in sorted(os.listdir(self.dir)):
             if not name.endswith("_runs.csv"):
                 continue
-            for row in self._read(os.path.join(self.dir, name)):
-                self.prefix[row["run_id"]] = name[: -len("runs.csv")]
+            for row in self._read(os.path.join(self.dir, name))[1]:
+                if isinstance(row.get("run_id"), str):
+                    self.prefix[row["run_id"]] = name[: -len("runs.csv")]
                 out.append(row)
-        out.sort(key=lambda r: (r.get("start_ms") or 0, r["run_id"]))
+        out.sort(key=lambda r: (_order_key(r.get("start_ms")), str(r.get("run_id"))))
         return out
 
     def table(self, name, run):
@@ -344,13 +524,27 @@ class _CsvDir:
         path = os.path.join(self.dir, f"{prefix}{name}.csv")
         if prefix is None or not os.path.exists(path):
             return []  # a table with no rows for this run has no file
-        rows = [r for r in self._read(path) if r.get("run_id") == run["run_id"]]
+        rows = [r for r in self._read(path)[1] if r.get("run_id") == run["run_id"]]
         keys = _ORDER[name]
-        rows.sort(key=lambda r: tuple((r.get(k) is not None, r.get(k) if r.get(k) is not None else 0) for k in keys))
+        rows.sort(key=lambda r: tuple(_order_key(r.get(k)) for k in keys))
         return rows
 
+    def columns(self, name):
+        # A run with no rows of a table has no file of it; another run's file has the header.
+        if not self.prefix:
+            self.runs()
+        for prefix in sorted(set(self.prefix.values())):
+            path = os.path.join(self.dir, f"{prefix}{name}.csv")
+            if os.path.exists(path):
+                try:
+                    with builtins.open(path, newline="", encoding="utf-8") as f:
+                        return next(csv.reader(f), None)
+                except (OSError, UnicodeDecodeError, csv.Error) as e:
+                    raise StoreError(f"{self.describe}: {path}: {e}") from None
+        return None
 
-def _cell(column, text, path, line):
+
+def _cell(column, text):
     if text == "":
         return None  # a missing value (the writer quotes an empty text, which csv cannot tell apart; rare)
     if column in TEXT_COLUMNS:
@@ -362,10 +556,18 @@ def _cell(column, text, path, line):
     try:
         return float(text)
     except ValueError:
-        raise StoreError(f"{path}:{line}: column '{column}': '{text[:40]}' is not a number") from None
+        return text  # not a number where one belongs: _check_row names the row
 
 
 # ---------------------------------------------------------------- what the reader gives
+
+
+def _num(value):
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _str(value):
+    return value if isinstance(value, str) else None
 
 
 class Run:
@@ -373,16 +575,18 @@ class Run:
     first use, its phases, work and advice."""
 
     def __init__(self, store, row):
+        """Raises _Damage for a row it cannot read (Store turns that into a StoreWarning or a StoreError)."""
+        _check_row(row, required=("run_id",))
         self._store, self._row = store, row
-        self.summary = _json_object(row.get("summary"))
-        self.tags = {k: v for k, v in _json_object(row.get("tags")).items()}
+        self.summary = _json_object(row.get("summary"), "summary")
+        self.tags = _json_object(row.get("tags"), "tags")
         self.run_id = row["run_id"]
         self.task = row.get("task")
         self.command = row.get("command")
         self.host = row.get("host")
         self.start_ms = row.get("start_ms")
         self.end_ms = row.get("end_ms")
-        self.start, self.end = _utc(self.start_ms), _utc(self.end_ms)
+        self.start, self.end = _utc(self.start_ms, "start_ms"), _utc(self.end_ms, "end_ms")
         self.duration_s = row.get("duration_s")
         self.exit_status = row.get("exit_status")
         self.interval_s = row["interval_ms"] / 1000.0 if row.get("interval_ms") is not None else None
@@ -392,23 +596,40 @@ class Run:
         self.simulated = self.tags.get("simulated") == "true"
         self.devices, self.device_methods = self._devices()
         self.energy_method = self._method()
+        self.attributed_energy_j = self._attributed()
+        # The run's own processes' share, measured as the run's total is (show --json has the same two keys).
+        self.attributed_energy_method = (None if self.attributed_energy_j is None else
+                                         f"attributed ({self.energy_method})" if self.energy_method else "attributed")
         self._phases = self._work = None
 
     def _devices(self):
         energy, method = {}, {}
-        for g in self.summary.get("gpus") or []:
+        gpus = self.summary.get("gpus")
+        for g in gpus if isinstance(gpus, list) else []:
             if not isinstance(g, dict):
                 continue
             name = f"gpu{g.get('index', g.get('gpu_index', len(energy)))}"
-            energy[name] = g.get("energy_j") if isinstance(g.get("energy_j"), (int, float)) else None
-            method[name] = g.get("energy_method")
-        cpu = self.summary.get("cpu") or {}
+            energy[name] = _num(g.get("energy_j"))
+            method[name] = _str(g.get("energy_method"))
+        cpu = self.summary.get("cpu")
+        cpu = cpu if isinstance(cpu, dict) else {}
         for part in ("package", "dram"):
-            v = cpu.get(f"{part}_energy_j")
-            if isinstance(v, (int, float)):
+            v = _num(cpu.get(f"{part}_energy_j"))
+            if v is not None:
                 energy[f"cpu_{part}"] = v
-                method[f"cpu_{part}"] = cpu.get("energy_method")
+                method[f"cpu_{part}"] = _str(cpu.get("energy_method"))
         return energy, method
+
+    def _attributed(self):
+        """Energy attributed to the run's processes: attributed_j summed over the summary's attribution devices (GPUs
+        and CPU); None where the run has no attribution (no process was tracked) or no device in it (nothing measured
+        energy: 0 J would read as "your processes used none")."""
+        attribution = self.summary.get("attribution")
+        devices = attribution.get("devices") if isinstance(attribution, dict) else None
+        found = [_num(d.get("attributed_j")) for d in devices.values() if isinstance(d, dict)] \
+            if isinstance(devices, dict) else []
+        found = [v for v in found if v is not None]
+        return float(sum(found)) if found else None
 
     def _method(self):
         # The summary's own label where it has one (a newer wattscope); else the devices' labels: one kind for all,
@@ -449,9 +670,7 @@ class Run:
         return self._store._advice(self)
 
     def as_dict(self):
-        d = {k: getattr(self, k) for k in ("run_id", "task", "command", "host", "start", "end", "start_ms", "end_ms",
-                                           "duration_s", "exit_status", "interval_s", "samples", "energy_j",
-                                           "energy_method", "simulated", "wattscope_version")}
+        d = {k: getattr(self, k) for k in _RUN_FIELDS}
         d["devices"] = dict(self.devices)
         d["device_methods"] = dict(self.device_methods)
         d["tags"] = dict(self.tags)
@@ -472,36 +691,65 @@ class Store:
     def __repr__(self):
         return f"<wattscope store {self.describe}>"
 
+    # -- damaged rows
+    @staticmethod
+    def _damage(table, run_id, damage):
+        where = f"run '{_short(run_id)}', " if run_id is not None else ""
+        return f"{where}table '{table}', column '{damage.column}': {damage}"
+
+    def _warn_skipped(self, skipped):
+        if not skipped:
+            return
+        more = len(skipped) - _WARN_ROWS
+        text = "; ".join(skipped[:_WARN_ROWS]) + (f"; and {more} more" if more > 0 else "")
+        from . import _caller_stacklevel  # the package's, loaded by now
+
+        warnings.warn(f"{self.describe}: skipped {len(skipped)} damaged row{'s' if len(skipped) > 1 else ''}: {text}",
+                      StoreWarning, stacklevel=_caller_stacklevel())
+
+    def _run(self, row):
+        try:
+            return Run(self, row)
+        except _Damage as d:
+            raise StoreError(f"{self.describe}: {self._damage('runs', row.get('run_id'), d)}") from None
+
     # -- runs
     def runs(self, task=None, tags=None, since=None):
         """Runs in start order, those of `task` (a name or a list of names), with every tag in `tags` (a dict; a
-        value None means "has the key"), started at or after `since` (a datetime, ISO text or UTC ms)."""
+        value None means "has the key"; a number matches a tag of that numeric value, as the DataFrame shows it:
+        0.001 matches "1e-3"; text matches text), started at or after `since` (a datetime, ISO text or UTC ms)."""
         since_ms = _as_ms(since)
         tasks = {task} if isinstance(task, str) else set(task) if task is not None else None
-        out = Records()
+        out, skipped = Records(columns=_RUN_FIELDS), []
         for row in self._impl.runs():
-            run = Run(self, row)
-            if tasks is not None and run.task not in tasks:
+            if tasks is not None and row.get("task") not in tasks:
+                continue
+            try:
+                run = Run(self, row)
+            except _Damage as d:
+                skipped.append(self._damage("runs", row.get("run_id"), d))
                 continue
             if since_ms is not None and (run.start_ms or 0) < since_ms:
                 continue
-            if tags and not all(k in run.tags and (v is None or run.tags[k] == str(v)) for k, v in tags.items()):
+            if tags and not all(k in run.tags and _tag_matches(run.tags[k], v) for k, v in tags.items()):
                 continue
             out.append(run)
+        self._warn_skipped(skipped)
         return out
 
     def run(self, run_id=None):
-        """One run: by id, or a unique prefix or suffix of it (as the binary takes them); the latest without one."""
-        runs = self._impl.runs()
+        """One run: by id, or a unique prefix or suffix of it (as the binary takes them); the latest without one.
+        StoreError when its row is damaged."""
+        runs = [r for r in self._impl.runs() if isinstance(r.get("run_id"), str)]
         if not runs:
             raise StoreError(f"{self.describe} holds no runs")
         if run_id is None:
-            return Run(self, max(runs, key=lambda r: (r.get("start_ms") or 0, r["run_id"])))
+            return self._run(max(runs, key=lambda r: (_order_key(r.get("start_ms")), r["run_id"])))
         exact = [r for r in runs if r["run_id"] == run_id]
         match = exact or [r for r in runs if r["run_id"].startswith(run_id) or r["run_id"].endswith(run_id)]
         if len(match) != 1:
             raise StoreError(f"{self.describe}: {'no run' if not match else 'several runs'} match '{run_id}'")
-        return Run(self, match[0])
+        return self._run(match[0])
 
     def _select_runs(self, run=None, task=None, tags=None, since=None):
         if run is None:
@@ -510,15 +758,43 @@ class Store:
         return [r if isinstance(r, Run) else self.run(r) for r in items]
 
     # -- per run tables
+    def _columns(self, table, drop=(), add=()):
+        """A listing's columns, so that a DataFrame of no rows still has them: the table's as the store has it."""
+        stored = list(self._impl.columns(table) or [])
+        stored += [c for c in _STORED_COLUMNS.get(table, ("run_id",) + _ORDER[table]) if c not in stored]
+        return [c for c in stored if c not in drop] + [c for c in add if c not in stored]
+
+    def _table(self, table, run, skipped):
+        """A run's rows of `table`, those of a damaged row left out (and named in `skipped`)."""
+        good = []
+        for row in self._impl.table(table, run._row):
+            try:
+                _check_row(row, required=_ORDER[table])
+            except _Damage as d:
+                skipped.append(self._damage(table, run.run_id, d))
+                continue
+            good.append(row)
+        return good
+
     def phases(self, run=None, task=None, tags=None, since=None):
         """Phases of a run (a Run, an id, or a list of them) or of the runs that match: per phase its energy (and per
         device), method, duration and the work marked while it was open (its nested phases included) with J per unit
         and throughput per second, as `wattscope show --json` gives them."""
-        out = Records()
+        out = Records(columns=["run_id", "task"] + self._columns("phases", drop=("run_id", "device_energy_j"),
+                                                                 add=("start", "end", "duration_s")))
+        skipped = []
         for r in self._select_runs(run, task, tags, since):
-            rows = self._impl.table("phases", r._row)
-            work = self._impl.table("work", r._row)
-            parent_of = {p["phase_id"]: p.get("parent") for p in rows}
+            rows = []  # (phase row, its devices' energies)
+            for p in self._table("phases", r, skipped):
+                try:
+                    devices = _json_object(p.get("device_energy_j"), "device_energy_j")
+                    _utc(p.get("start_ms"), "start_ms"), _utc(p.get("end_ms"), "end_ms")
+                except _Damage as d:
+                    skipped.append(self._damage("phases", r.run_id, d))
+                    continue
+                rows.append((p, devices))
+            work = self._table("work", r, skipped)
+            parent_of = {p["phase_id"]: p.get("parent") for p, _ in rows}
             inside = {pid: {pid} for pid in parent_of}  # phase_id -> it and every phase nested in it
             for pid in parent_of:
                 up, hops = parent_of[pid], 0
@@ -529,7 +805,7 @@ class Store:
             for w in work:
                 units = by_phase.setdefault(w.get("phase_id"), {})
                 units[w["unit"]] = units.get(w["unit"], 0) + (w["amount"] or 0)
-            for p in rows:
+            for p, devices in rows:
                 rec = {"run_id": r.run_id, "task": r.task}
                 rec.update({k: v for k, v in p.items() if k not in ("run_id", "device_energy_j")})
                 start, end = p.get("start_ms"), p.get("end_ms")
@@ -540,8 +816,7 @@ class Store:
                 rec["duration_s"] = (end - start) / 1000.0 if start is not None else None
                 if "closed_by_run_end" in rec:
                     rec["closed_by_run_end"] = bool(rec["closed_by_run_end"])
-                rec["devices"] = {k: v for k, v in _json_object(p.get("device_energy_j")).items()
-                                  if isinstance(v, (int, float))}
+                rec["devices"] = {k: v for k, v in devices.items() if _num(v) is not None}
                 amounts = {}
                 for pid in sorted(inside[p["phase_id"]]):
                     for unit, amount in by_phase.get(pid, {}).items():
@@ -551,6 +826,7 @@ class Store:
                 rec["energy_per_unit_j"] = {u: (e / a if e is not None and a > 0 else None) for u, a in amounts.items()}
                 rec["throughput_per_s"] = {u: (a / dur if dur else None) for u, a in amounts.items()}
                 out.append(rec)
+        self._warn_skipped(skipped)
         return out
 
     def work(self, run=None, task=None, tags=None, since=None):
@@ -581,24 +857,28 @@ class Store:
         return self._rows("processes", run)
 
     def events(self, run, kind=None):
-        """A run's events (marks, model descriptions, late sources, alerts), `kind` to keep one kind."""
-        rows = self._rows("events", run, time_col="ts_ms", keep=(lambda e: e.get("kind") == kind) if kind else None)
-        for e in rows:
-            if isinstance(e.get("detail"), str) and e["detail"].startswith("{"):
-                parsed = _json_object(e["detail"])
-                if parsed:
-                    e["detail"] = parsed
-        return rows
+        """A run's events (marks, model descriptions, late sources, alerts), `kind` to keep one kind; a `detail`
+        that is a JSON object is parsed."""
+        return self._rows("events", run, time_col="ts_ms", keep=(lambda e: e.get("kind") == kind) if kind else None,
+                          parse=_event_detail)
 
-    def _rows(self, table, run=None, task=None, tags=None, since=None, time_col=None, keep=None):
-        out = Records()
+    def _rows(self, table, run=None, task=None, tags=None, since=None, time_col=None, keep=None, parse=None):
+        out = Records(columns=self._columns(table, add=("time",) if time_col else ()))
+        skipped = []
         for r in self._select_runs(run, task, tags, since):
-            for row in self._impl.table(table, r._row):
+            for row in self._table(table, r, skipped):
                 if keep is not None and not keep(row):
                     continue
-                if time_col is not None:
-                    row["time"] = _utc(row.get(time_col))
+                try:
+                    if time_col is not None:
+                        row["time"] = _utc(row.get(time_col), time_col)
+                    if parse is not None:
+                        parse(row)
+                except _Damage as d:
+                    skipped.append(self._damage(table, r.run_id, d))
+                    continue
                 out.append(row)
+        self._warn_skipped(skipped)
         return out
 
     # -- advice, through the binary
@@ -616,9 +896,67 @@ class Store:
         if out.returncode != 0:
             return None
         try:
-            return json.loads(out.stdout).get("advice")
-        except ValueError:
+            shown = json.loads(out.stdout)
+        except (ValueError, RecursionError):
             return None
+        return shown.get("advice") if isinstance(shown, dict) else None
+
+
+def _event_detail(row):
+    # Details are text; those wattscope writes as a JSON object (a model's parameters and FLOPs) are parsed.
+    detail = row.get("detail")
+    if isinstance(detail, str) and detail.startswith("{"):
+        try:
+            parsed = _json_object(detail, "detail")
+        except _Damage as d:
+            if d.over_bounds:
+                raise
+            return  # free text that happens to start with a brace
+        if parsed:
+            row["detail"] = parsed
+
+
+def _tag_matches(stored, wanted):
+    """A tag as stored (text) against what runs(tags=...) was given: a number by its numeric value, as .df() shows
+    the tag (64 matches "64" and "64.0", 0.001 matches "1e-3"); True and False as "true" and "false"; text as text."""
+    if wanted is None:
+        return True
+    if isinstance(wanted, bool):
+        return isinstance(stored, str) and stored.lower() == str(wanted).lower()
+    if isinstance(wanted, str):
+        return stored == wanted
+    number = _user_number(wanted)
+    if number is None:
+        return stored == str(wanted)
+    value = _stored_number(stored)
+    return value is not None and value == number
+
+
+def _user_number(value):
+    # numpy scalars, Decimal and Fraction too, as the helper takes them; an int stays exact.
+    try:
+        return operator.index(value)
+    except TypeError:
+        pass
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _stored_number(text):
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return text
+    if not isinstance(text, str) or "_" in text:  # float() takes 1_000; pandas does not
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return None
 
 
 def _as_ms(since):

@@ -35,8 +35,8 @@ std::optional<int64_t> integer(const json& j, std::string_view field) {
 double nonnegative(const json& j, std::string_view field) {
   if (!j.is_number()) throw std::invalid_argument(fmt::format("'{}' must be a number", field));
   const double d = j.get<double>();
-  if (!std::isfinite(d) || d < 0 || d > 1e18)
-    throw std::invalid_argument(fmt::format("'{}' must be a number from 0 to 1e18", field));
+  if (!std::isfinite(d) || d < 0 || d > kMaxMarkerAmount)
+    throw std::invalid_argument(fmt::format("'{}' must be a number from 0 to {:g}", field, kMaxMarkerAmount));
   return d;
 }
 
@@ -107,7 +107,7 @@ Marker parse_marker(std::string_view line) {
     if (it == j.end()) throw std::invalid_argument("'amount' is missing");
     m.amount = nonnegative(*it, "amount");
     m.unit = text_field(j, "unit", kMaxWorkUnitBytes, true);
-    // Optional (issue 36): older senders leave it out, and older listeners ignore it as an unknown field.
+    // Optional: older senders leave it out, and older listeners ignore it as an unknown field.
     if (auto t = j.find("total"); t != j.end() && !t->is_null()) m.total = nonnegative(*t, "total");
   } else if (kind == "model") {
     m.kind = Marker::Kind::Model;

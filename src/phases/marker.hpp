@@ -8,12 +8,12 @@
 #include <string_view>
 #include <vector>
 
-namespace wattscope {
+// kMaxMarkerLineBytes (a longer line is refused whole; a datagram may hold several lines, each checked),
+// kMaxPhaseNameBytes, kMaxWorkUnitBytes and kMaxMarkerAmount (the largest amount, total or flops), generated from
+// python/wattscope/marker_limits.json, which the Python helper reads too.
+#include "wattscope/marker_limits.hpp"
 
-// A line longer than this is refused whole (a datagram may hold several lines; each is checked).
-inline constexpr size_t kMaxMarkerLineBytes = 4096;
-inline constexpr size_t kMaxPhaseNameBytes = 128;
-inline constexpr size_t kMaxWorkUnitBytes = 32;
+namespace wattscope {
 
 struct Marker {
   enum class Kind { Begin, End, Point, Work, Model };
@@ -22,7 +22,7 @@ struct Marker {
   std::optional<int64_t> index;      // begin: e.g. the epoch number
   double amount = 0;                 // work
   std::string unit;                  // work: samples, tokens, images, steps, ...
-  std::optional<double> total;       // work: the run's declared total of this unit (issue 36), for time to finish
+  std::optional<double> total;       // work: the run's declared total of this unit, for time to finish
   std::optional<int64_t> parameters; // model
   std::optional<double> flops;       // model: per forward pass / sample, as the caller counts them
 };

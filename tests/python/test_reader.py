@@ -1,7 +1,11 @@
-"""wattscope.open(): the reader in the Python package (issue 34.1) against `wattscope show --json` of the same runs,
-for runs written by `run`, `record` and `import`, in SQLite, CSV and MariaDB; with and without pandas."""
+"""wattscope.open(): the reader in the Python package against `wattscope show --json` of the same runs, for runs
+written by `run`, `record` and `import`, in SQLite, CSV and MariaDB; with and without pandas; and against damaged
+and hostile stores, which give StoreError or StoreWarning and nothing else."""
 
+import csv
 import datetime
+import glob
+import json
 import math
 import os
 import re
@@ -10,6 +14,7 @@ import sqlite3
 import subprocess
 import tempfile
 import time
+import warnings
 
 import pytest
 
@@ -75,6 +80,9 @@ def check_against_show(world, store, run, store_flags):
         same_map(mine["throughput_per_s"], theirs["work"]["throughput_per_s"])
         assert mine["start"] == datetime.datetime.fromisoformat(theirs["start"].replace("Z", "+00:00"))
     same_map(run.work, shown["work"]["amount"])
+    if "attributed_energy_j" in shown:  # the binary's show --json gives the same two figures, by the same rule
+        assert close(run.attributed_energy_j, shown["attributed_energy_j"])
+        assert run.attributed_energy_method == shown["attributed_energy_method"]
     assert len(store.work(run)) == shown["work"]["records"]
     marks = [e for e in store.events(run, kind="mark")]
     assert [(e["source"], e["ts_ms"]) for e in marks] == [(m["name"], m["ts_ms"]) for m in shown["marks"]]
@@ -190,6 +198,13 @@ def test_the_schema_knowledge_matches_the_binarys():
     with open(os.path.join(SOURCE_DIR, "src", "core", "schema.cpp")) as f:
         text_cols = set(re.findall(r'\{"(\w+)",\s*T\}', f.read()))
     assert text_cols and text_cols == set(reader.TEXT_COLUMNS)
+
+
+def test_the_readers_columns_are_the_binarys(trained):
+    # A listing of no rows takes its columns from this list where the store has no file of the table (CSV).
+    with sqlite3.connect(os.path.join(trained.path, "wattscope.db")) as c:
+        for table, columns in reader._STORED_COLUMNS.items():
+            assert tuple(r[1] for r in c.execute(f'PRAGMA table_info("{table}")')) == columns, table
 
 
 def test_pandas_frames_are_typed(trained):
@@ -325,3 +340,195 @@ def _importable(name):
         return True
     except ImportError:
         return False
+
+
+# ---- tags, empty listings, missing numbers, the run's own processes' energy
+
+
+def test_a_tag_filter_matches_numbers_as_the_frame_shows_them(world):
+    world.run("import wattscope\n", "--tag", "lr=1e-3", "--tag", "batch_size=64", "--tag", "warmup=0.10",
+              "--tag", "opt=adam", task="t")
+    store = wattscope.open(os.path.join(world.path, "wattscope.db"))
+    hits = lambda tags: len(store.runs(tags=tags))  # noqa: E731
+    assert hits({"lr": 0.001}) == hits({"lr": 1e-3}) == hits({"lr": "1e-3"}) == 1
+    assert hits({"lr": "0.001"}) == 0  # text is compared as text
+    assert hits({"batch_size": 64}) == hits({"batch_size": 64.0}) == hits({"batch_size": "64"}) == 1
+    assert hits({"batch_size": 65}) == hits({"batch_size": "64.0"}) == hits({"opt": 1}) == 0
+    assert hits({"warmup": 0.1}) == 1 and hits({"warmup": "0.1"}) == 0
+    assert hits({"lr": 0.001, "batch_size": 64, "opt": "adam"}) == 1 and hits({"lr": 0.001, "opt": "sgd"}) == 0
+    np = pytest.importorskip("numpy", reason="python3-numpy is not installed (scripts/setup.sh installs it)")
+    assert hits({"batch_size": np.int64(64), "lr": np.float64(0.001)}) == 1
+    pd = pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
+    frame = store.runs().df()
+    assert frame["tags.lr"].iloc[0] == 0.001 and frame["tags.warmup"].iloc[0] == 0.1  # as the filter reads them
+    assert pd.api.types.is_numeric_dtype(frame["tags.batch_size"])
+
+
+def no_energy_world(world):
+    """No GPU library and no RAPL: what a VM without GPUs looks like to wattscope."""
+    for var in ("WATTSCOPE_NVML_LIBRARY", "WATTSCOPE_ROCM_SMI_LIBRARY", "WATTSCOPE_LEVEL_ZERO_LIBRARY"):
+        world.env[var] = os.path.join(world.path, "absent", "lib.so")
+    return world
+
+
+def test_an_empty_listing_keeps_its_columns_and_missing_numbers_are_nan(world):
+    pd = pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
+    no_energy_world(world).run("import wattscope\n", "--csv", "csv", task="bare")  # no markers, no energy
+    for spec in ("wattscope.db", "csv"):
+        store = wattscope.open(os.path.join(world.path, spec))
+        run = store.run()
+        assert run.energy_j is None and run.energy_method is None  # records: None
+        assert run.attributed_energy_j is None and run.attributed_energy_method is None  # nothing was measured
+        runs = store.runs().df()
+        assert str(runs["energy_j"].dtype) == "float64" and math.isnan(runs["energy_j"].iloc[0])  # frames: NaN
+        assert math.isnan(runs["attributed_energy_j"].iloc[0])
+        phases = store.phases(run).df()
+        assert len(phases) == 0
+        for col in ("run_id", "task", "phase_id", "name", "index", "parent", "energy_j", "energy_method",
+                    "start", "end", "duration_s", "closed_by_run_end"):
+            assert col in phases.columns, (spec, col, list(phases.columns))
+        assert len(phases[phases["name"] == "epoch"]) == 0  # what the guide's analysis does
+        assert {"amount", "unit", "phase_id", "ts_ms", "time"} <= set(store.work(run).df().columns)
+        assert {"kind", "source", "detail", "time"} <= set(store.events(run, kind="no-such-kind").df().columns)
+        assert {"gpu_index", "power_w", "energy_j", "time"} <= set(store.samples(run, device="gpu3").df().columns)
+        assert {"run_id", "energy_j", "energy_method", "attributed_energy_j", "start"} <= set(
+            store.runs(task="no-such-task").df().columns)
+
+
+def test_the_runs_own_processes_energy_is_summed_from_its_attribution(trained):
+    db = os.path.join(trained.path, "wattscope.db")
+    store = wattscope.open(db)
+    run = store.run()
+    attribution = run.summary["attribution"]
+    assert set(attribution["devices"]) == {"gpu0", "gpu1", "cpu"}
+    assert close(run.attributed_energy_j, sum(d["attributed_j"] for d in attribution["devices"].values()))
+    assert run.attributed_energy_method == "attributed (mixed)"
+    summary = dict(run.summary, attribution={"devices": {"gpu0": {"attributed_j": 10.0, "method": "counter"},
+                                                         "gpu1": {"attributed_j": 2.5}, "cpu": {"other_j": 4.0}}})
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE runs SET summary = ?", (json.dumps(summary),))
+    run = wattscope.open(db).run()
+    assert run.attributed_energy_j == 12.5 and run.as_dict()["attributed_energy_method"] == "attributed (mixed)"
+    with sqlite3.connect(db) as c:
+        c.execute("UPDATE runs SET summary = ?", (json.dumps(dict(summary, attribution=None)),))
+    run = wattscope.open(db).run()
+    assert run.attributed_energy_j is None and run.attributed_energy_method is None
+
+
+# ---- damaged and hostile stores: StoreError or StoreWarning, never sqlite3, Type, Value or RecursionError
+
+
+def every_call(store):
+    """Everything the reader offers, on every run the store lists."""
+    runs = store.runs()
+    store.phases(), store.work()
+    for r in runs:
+        store.run(r.run_id), r.work, store.samples(r), store.samples(r, "cpu"), store.processes(r), store.events(r)
+    return runs
+
+
+def test_a_damaged_sqlite_file_is_a_store_error(trained):
+    good = os.path.join(trained.path, "wattscope.db")
+    size = os.path.getsize(good)
+    assert size > 8 * 4096
+    for name, damage in (("truncated", lambda f: f.truncate(size // 3)),
+                         ("garbled", lambda f: (f.seek(2 * 4096), f.write(os.urandom(size - 2 * 4096))))):
+        path = os.path.join(trained.path, name + ".db")
+        shutil.copy(good, path)
+        with open(path, "r+b") as f:
+            damage(f)
+        with pytest.raises(wattscope.StoreError) as e:
+            every_call(wattscope.open(path))
+        assert path in str(e.value) and ("malformed" in str(e.value) or "not a database" in str(e.value))
+
+
+def damaged_copy(world, name, statements):
+    path = os.path.join(world.path, name)
+    shutil.copy(os.path.join(world.path, "wattscope.db"), path)
+    with sqlite3.connect(path) as c:
+        for sql, *args in statements:
+            c.execute(sql, *args)
+    return path
+
+
+def test_a_damaged_row_is_skipped_in_listings_and_an_error_when_asked_for(trained):
+    trained.run("import wattscope\n", task="other")  # a second, sound run
+    store = wattscope.open(os.path.join(trained.path, "wattscope.db"))
+    victim = store.runs(task="train")[0].run_id
+    deep = "[" * 200000 + "]" * 200000
+    cases = {
+        "tags": ('{"a": ' + deep + "}", "nested deeper than 64"),
+        "summary": ('{"pad": "' + "x" * (2 << 20) + '"}', "bytes of JSON"),
+        "start_ms": (10**17, "not a time"),
+        "total_energy_j": ("lots", "where a number belongs"),
+        "command": (b"\xff\xfe", "where text belongs"),
+    }
+    for column, (value, why) in cases.items():
+        sql = f'UPDATE runs SET "{column}" = ? WHERE run_id = ?'
+        if isinstance(value, bytes):
+            sql = f'UPDATE runs SET "{column}" = CAST(? AS TEXT) WHERE run_id = ?'  # text, not UTF-8
+        path = damaged_copy(trained, f"bad_{column}.db", [(sql, (value, victim))])
+        store = wattscope.open(path)
+        with pytest.warns(wattscope.StoreWarning) as caught:
+            runs = store.runs()
+        assert [r.task for r in runs] == ["other"]
+        message = str(caught[0].message)
+        for part in (path, victim, "table 'runs'", f"column '{column}'", why):
+            assert part in message, (part, message)
+        with pytest.raises(wattscope.StoreError) as e:
+            store.run(victim)
+        assert victim in str(e.value) and f"column '{column}'" in str(e.value) and why in str(e.value)
+        with pytest.raises(wattscope.StoreError):
+            store.phases(victim)
+        if column == "start_ms":  # the damaged run claims to be the latest: asked for, it is an error
+            with pytest.raises(wattscope.StoreError, match=victim):
+                store.run()
+        else:
+            assert store.run().task == "other"
+
+
+def test_a_damaged_row_of_a_runs_table_is_skipped_with_a_warning(trained):
+    run_id = wattscope.open(os.path.join(trained.path, "wattscope.db")).run().run_id
+    path = damaged_copy(trained, "bad_rows.db", [
+        ("UPDATE phases SET energy_j = 'x' WHERE phase_id = 1",),
+        ("UPDATE phases SET device_energy_j = ? WHERE phase_id = 2", ("[" * 100000,)),
+        ("UPDATE work SET amount = 'many' WHERE seq = (SELECT min(seq) FROM work)",),
+        ("UPDATE gpu_samples SET ts_ms = 1e300 WHERE tick = 1",),
+        ("UPDATE events SET detail = ? WHERE kind = 'mark'", ('{"a":' * 70 + "1" + "}" * 70,)),
+    ])
+    store = wattscope.open(path)
+    run = store.run(run_id)
+    with pytest.warns(wattscope.StoreWarning, match=r"skipped 3 damaged rows: .*table 'phases', column 'energy_j'.*"
+                                                    r"column 'device_energy_j': JSON nested deeper than 64.*"
+                                                    r"table 'work', column 'amount'"):
+        assert [p["phase_id"] for p in store.phases(run)] == [0, 3, 4]
+    with pytest.warns(wattscope.StoreWarning, match="table 'work', column 'amount'"):
+        assert len(store.work(run)) == len(wattscope.open(os.path.join(trained.path, "wattscope.db")).work(run)) - 1
+    with pytest.warns(wattscope.StoreWarning, match="table 'gpu_samples', column 'ts_ms'"):
+        store.samples(run)
+    with pytest.warns(wattscope.StoreWarning, match="table 'events', column 'detail'"):
+        assert store.events(run, kind="mark") == []
+    assert store.events(run, kind="model") == []  # the train script describes no model; the others pass
+
+
+def test_a_damaged_csv_store_is_a_store_error_or_a_skipped_row(trained):
+    source = os.path.join(trained.path, "csv")
+    (phases_file,) = glob.glob(os.path.join(source, "*_phases.csv"))
+    short = os.path.join(trained.path, "short")
+    shutil.copytree(source, short)
+    with open(os.path.join(short, os.path.basename(phases_file)), "a") as f:
+        f.write("r,1,epoch\n")  # a writer killed mid-line
+    store = wattscope.open(short)
+    with pytest.raises(wattscope.StoreError, match=r"phases.csv, line \d+: 3 fields, the header has \d+"):
+        store.phases(store.run())
+    text = os.path.join(trained.path, "text")
+    shutil.copytree(source, text)
+    path = os.path.join(text, os.path.basename(phases_file))
+    with open(path, newline="") as f:
+        rows = list(csv.reader(f))
+    rows[1][rows[0].index("energy_j")] = "lots"
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    store = wattscope.open(text)
+    with pytest.warns(wattscope.StoreWarning, match="table 'phases', column 'energy_j': lots where a number belongs"):
+        assert len(store.phases(store.run())) == 4
