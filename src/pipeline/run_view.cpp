@@ -74,7 +74,9 @@ std::optional<AttributedEnergy> run_attributed_energy(const RunInfo& r) {
     any = true;
   }
   if (!any) return std::nullopt;
-  const std::string base = run_energy_method(r).label();
+  // Which devices had which method is the total's label to say; this one names the kind: "attributed (mixed)".
+  std::string base = run_energy_method(r).label();
+  if (base.starts_with("mixed")) base = "mixed";
   out.method = base.empty() ? "attributed" : "attributed (" + base + ")";
   return out;
 }

@@ -70,26 +70,6 @@ nlohmann::json series_json(MinMaxDownsampler& d) {
 
 nlohmann::json process_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts, bool cpu_energy_known);
 
-// The energy of the run's own processes, shown beside the devices' total: the sum over devices of what attribution
-// gave them (summary.attribution.devices[*].attributed_j), with the devices' methods as one label; both null when no
-// process was tracked. run_json carries the two keys itself where its version computes them; they are filled here
-// only where it does not, so the page reads them the same from either.
-void add_attributed_energy(nlohmann::json& summary) {
-  if (summary.contains("attributed_energy_j")) return;
-  std::optional<double> sum;
-  std::vector<std::string> methods;
-  if (const auto a = summary.find("attribution"); a != summary.end() && a->is_object())
-    if (const auto devices = a->find("devices"); devices != a->end() && devices->is_object())
-      for (const auto& [name, d] : devices->items()) {
-        if (!d.is_object() || !d.contains("attributed_j") || !d["attributed_j"].is_number()) continue;
-        sum = sum.value_or(0) + d["attributed_j"].get<double>();
-        methods.push_back(d.value("method", std::string()));
-      }
-  const std::string method = sum ? combine_method_labels(methods, "device") : "";
-  summary["attributed_energy_j"] = sum ? nlohmann::json(*sum) : nlohmann::json();
-  summary["attributed_energy_method"] = method.empty() ? nlohmann::json() : nlohmann::json(method);
-}
-
 nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts) {
   const double t_end = run.end_ms ? static_cast<double>(*run.end_ms - run.start_ms) / 1000.0
                                   : static_cast<double>(run.samples) * run.interval_ms / 1000.0;
@@ -138,8 +118,7 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   });
   flush_total();
 
-  nlohmann::json summary = run_json(run);
-  add_attributed_energy(summary);
+  nlohmann::json summary = run_json(run); // attributed_energy_j/_method included (run_attributed_energy)
   nlohmann::json gpus = nlohmann::json::array();
   for (auto& [idx, downs] : gpu) {
     nlohmann::json series = nlohmann::json::object();

@@ -85,7 +85,7 @@ TEST(Sysfs, RecordsRaplZonesAndHwmonGpusWithExactEnergy) {
   EXPECT_NEAR(j["total_energy_j"].get<double>(), 36.5 + gpus, 1e-9);
   const std::string err = read_file(dir / "err");
   EXPECT_NE(err.find("CPU power package 32.0 J"), std::string::npos) << err;
-  EXPECT_NE(err.find("socket 0 25.0 J · socket 1 7.0 J"), std::string::npos) << err;
+  EXPECT_NE(err.find("socket 0 25.0 J · socket 1 7.00 J"), std::string::npos) << err;
 }
 
 TEST(Sysfs, UnreadableCountersAreReportedWithTheFixAndNoZeroIsStored) {

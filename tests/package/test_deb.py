@@ -38,7 +38,8 @@ def deb(tmp_path_factory):
 def test_the_package_holds_what_a_user_needs(deb):
     files = {line.split()[-1].lstrip(".") for line in sh(["dpkg-deb", "-c", deb]).stdout.splitlines()}
     for want in ("/usr/bin/wattscope", "/usr/lib/python3/dist-packages/wattscope/__init__.py",
-                 "/usr/lib/python3/dist-packages/wattscope/reader.py", "/lib/systemd/system/wattscope.service",
+                 "/usr/lib/python3/dist-packages/wattscope/reader.py",
+                 "/usr/lib/python3/dist-packages/wattscope/marker_limits.json", "/lib/systemd/system/wattscope.service",
                  "/usr/lib/sysusers.d/wattscope.conf", "/usr/share/man/man1/wattscope.1.gz",
                  "/usr/share/bash-completion/completions/wattscope", "/usr/share/doc/wattscope/copyright",
                  "/usr/share/doc/wattscope/changelog.gz", "/usr/share/wattscope/alerts.example.toml",

@@ -93,8 +93,8 @@ def check_against_show(world, store, run, store_flags):
 def trained(world):
     """One run with nested phases, three work units, marks, two GPUs and an estimated CPU (a `mixed` total), in a
     SQLite database and a CSV directory at once."""
-    world.run(TRAIN, "--cpu-tdp", "65", "--csv", "csv", "--tag", "lr=0.001", "--tag", "batch_size=64",
-              task="train")
+    world.run(TRAIN, "--cpu-tdp", "65", "--db", "wattscope.db", "--csv", "csv", "--tag", "lr=0.001", "--tag",
+              "batch_size=64", task="train")
     return world
 
 
@@ -373,7 +373,8 @@ def no_energy_world(world):
 
 def test_an_empty_listing_keeps_its_columns_and_missing_numbers_are_nan(world):
     pd = pytest.importorskip("pandas", reason="python3-pandas is not installed (scripts/setup.sh installs it)")
-    no_energy_world(world).run("import wattscope\n", "--csv", "csv", task="bare")  # no markers, no energy
+    # no markers, no energy
+    no_energy_world(world).run("import wattscope\n", "--db", "wattscope.db", "--csv", "csv", task="bare")
     for spec in ("wattscope.db", "csv"):
         store = wattscope.open(os.path.join(world.path, spec))
         run = store.run()

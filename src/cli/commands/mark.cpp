@@ -188,7 +188,7 @@ private:
         Marker w;
         w.kind = Marker::Kind::Work;
         w.unit = unit;
-        w.amount = std::min(amount, 1e18);
+        w.amount = std::min(amount, kMaxMarkerAmount);
         amount -= w.amount;
         if (total != totals.end()) w.total = total->second;
         const std::string line = encode_marker(w);

@@ -55,7 +55,8 @@ public:
     sub.add_option("runs", runs_, "Run ids or unique prefixes (default: the latest run)");
     sub.add_option("--task,-t", tasks_,
                    "The runs of this task, compared (with --tag: those with the tags too); repeat it to compare "
-                   "tasks: --task A --task B");
+                   "tasks: --task A --task B")
+        ->allow_extra_args(false); // one task per --task: `--task a RUN` is a task and a run id, not two tasks
     sub.add_option("--tag", tags_, "Only the runs with this tag, KEY=VALUE (repeatable: every one must match)");
     sub.add_option("--last,-n", last_, "Only the latest N of the runs chosen by --task / --tag (per task)");
     sub.add_option("--db", db_, "Store to read: FILE.db, csv:DIR or mysql://USER@HOST[:PORT]/DB")
