@@ -17,6 +17,12 @@ say "Building the wattscope binary only, unoptimised for a quick start (build-de
 start=$(date +%s)
 scripts/build.sh demo wattscope
 echo "built build-demo/wattscope in $(($(date +%s) - start)) s"
+# The binary is what the demo needs; the objects it was linked from (and the precompiled header) are about 200 MB of
+# a first look's disk. A later `scripts/build.sh demo` builds them again (a minute); WATTSCOPE_DEMO_KEEP_OBJECTS=1
+# keeps them.
+if [ "${WATTSCOPE_DEMO_KEEP_OBJECTS:-0}" != 1 ]; then
+  find build-demo -type f \( -name '*.o' -o -name '*.a' -o -name '*.gch' -o -name '*.pch' \) -delete
+fi
 
 mkdir -p demo
 cd demo

@@ -70,7 +70,9 @@ if ((${#missing[@]})); then
     made_policy=1
     trap '"${sudo[@]}" rm -f "$policy"' EXIT
   fi
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-remove --no-install-recommends "${missing[@]}"
+  # The .deb files fetched here are deleted once installed (what the machine's apt cache held before stays).
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-remove --no-install-recommends \
+    -o APT::Keep-Downloaded-Packages=false "${missing[@]}"
   if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; trap - EXIT; fi
   # Not started now, and not at the next boot either: the units of the packages installed here are disabled where
   # systemd runs. Units of packages the machine had before are not touched.
@@ -89,7 +91,8 @@ fi
 
 # npm ci only when package-lock.json changed since the last install (or the test stack's driver is wanted now).
 stamp=node_modules/.wattscope-lock.sha256
-want=$(sha256sum package-lock.json | cut -d' ' -f1)$( ((tests)) && echo "+dev")
+want=$(sha256sum package-lock.json | cut -d' ' -f1)
+if ((tests)); then want+="+dev"; fi
 have=$(cat "$stamp" 2>/dev/null || true)
 if [ "$have" != "$want" ] && ! { ((! tests)) && [ "$have" = "$want+dev" ]; }; then
   if ((tests)); then
