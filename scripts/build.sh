@@ -11,7 +11,7 @@ targets=("$@")
 jobs=${WATTSCOPE_JOBS:-2}
 # clang compiles unoptimised code about twice as fast as GCC (one batch of 8 core files with ASan: 32 s of CPU against
 # 61 s; at -O0 without it: 16 s against 23 s); at -O2 they are even (46 s against 44 s). So the builds that are not
-# optimised use clang when it is there (scripts/setup.sh installs it, for the fuzz targets).
+# optimised use clang when it is there (scripts/setup.sh installs it: scripts/packages/build.txt).
 fast_cxx=(); command -v clang++ >/dev/null && fast_cxx=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 case "$kind" in
   release) dir=build; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
