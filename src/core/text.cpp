@@ -183,21 +183,22 @@ std::string format_si(double value, std::string_view unit, int digits) {
   double scaled = value / std::pow(1000.0, step);
   // The digits after the point that keep `digits` significant ones; rounding can carry into the next prefix
   // (999.96 -> "1000"), which then reads as 1.00 of that prefix.
-  auto decimals = [&](double v) { return std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(std::fabs(v))))); };
+  auto decimals = [&](double v) {
+    return std::max(0, digits - 1 - static_cast<int>(std::floor(std::log10(std::fabs(v)))));
+  };
   int d = decimals(scaled);
   if (std::fabs(std::stod(fmt::format("{:.{}f}", scaled, d))) >= 1000 && step < 5) {
     ++step;
     scaled = value / std::pow(1000.0, step);
     d = std::max(0, digits - 1); // it rounds to 1.00 of the new prefix
-
   }
   const std::string_view prefix = kPrefix[static_cast<size_t>(step + 3)];
   return fmt::format("{:.{}f}{}{}{}", scaled, d, prefix.empty() ? sep : " ", prefix, unit);
 }
 
 std::string format_count(double value, std::string_view noun) {
-  const std::string n = std::fabs(value) < 1000 && value == std::floor(value) ? fmt::format("{:.0f}", value)
-                                                                              : format_si(value, "");
+  const std::string n =
+      std::fabs(value) < 1000 && value == std::floor(value) ? fmt::format("{:.0f}", value) : format_si(value, "");
   return noun.empty() ? n : n + " " + std::string(noun);
 }
 

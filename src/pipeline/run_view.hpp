@@ -37,8 +37,8 @@ EnergyMethod run_energy_method(const RunInfo& run);
 // The energy of the run's own processes (its command's process tree; in record and serve, every process tracked):
 // the sum over the devices attribution split of their `attributed` part. `method` is "attributed (" + the run's
 // energy method + ")": "attributed (counter)", "attributed (estimated)", "attributed (mixed)" (the total's label
-// says which device had which; the Python reader spells it the same). `measured_j` is those devices' energy, the figure it is a part of. None when no process
-// was tracked or no device with energy was split.
+// says which device had which; the Python reader spells it the same). `measured_j` is those devices' energy, the figure
+// it is a part of. None when no process was tracked or no device with energy was split.
 struct AttributedEnergy {
   double joules = 0;
   double measured_j = 0;

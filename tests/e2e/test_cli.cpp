@@ -110,9 +110,9 @@ TEST(Run, ChildKilledBySignalForwarded) {
 
 TEST(Run, CsvAndSqliteCopiesHoldTheSameRows) {
   TempDir dir;
-  auto r = run(ws({"run", "--task", "both", "--interval", "50ms", "--db", "wattscope.db", "--csv", "out", "--", "sleep",
-                   "0.5"}),
-               kNoGpu, dir.path());
+  auto r = run(
+      ws({"run", "--task", "both", "--interval", "50ms", "--db", "wattscope.db", "--csv", "out", "--", "sleep", "0.5"}),
+      kNoGpu, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string db = dir / "wattscope.db";
   std::string csv_file;
@@ -331,10 +331,10 @@ TEST(Run, TheRunsOwnEnergyStandsBesideTheDevicesTotal) {
   TempDir dir;
   std::filesystem::create_directories(dir / "sys");
   // -q after the command's name: the global flag is taken there too.
-  auto r = run(ws({"run", "-q", "--task", "mine", "--interval", "100ms", "--cpu-tdp", "100", "--sysfs-root",
-                   dir / "sys", "--", "sh", "-c",
-                   "timeout 1.6 sh -c 'while :; do :; done'; \"$0\" mark work 64 --unit samples", wattscope()}),
-               kNoGpu, dir.path());
+  auto r = run(
+      ws({"run", "-q", "--task", "mine", "--interval", "100ms", "--cpu-tdp", "100", "--sysfs-root", dir / "sys", "--",
+          "sh", "-c", "timeout 1.6 sh -c 'while :; do :; done'; \"$0\" mark work 64 --unit samples", wattscope()}),
+      kNoGpu, dir.path());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("wattscope: run "), std::string::npos) << "-q prints no summary: " << r.err;
   auto shown = run(ws({"show", "--json"}), {}, dir.path());

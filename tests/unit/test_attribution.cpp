@@ -389,8 +389,8 @@ TEST(Attributor, CpuPowerIsSplitAndUnitsKeepTheEnergyOfExitedProcesses) {
   EXPECT_NEAR(acc.summary().attribution.units.at("slurm job 9").cpu_energy_j, 7, 1e-9);
 }
 
-// An estimate (TDP x utilisation) is the busy time's energy alone: split over the busy time, with no idle part. Measured
-// package energy includes the idle package's: split over the whole capacity, the rest idle.
+// An estimate (TDP x utilisation) is the busy time's energy alone: split over the busy time, with no idle part.
+// Measured package energy includes the idle package's: split over the whole capacity, the rest idle.
 TEST(Attributor, AnEstimatedCpuIsSplitOverItsBusyTimeAndHasNoIdleShare) {
   for (const char* method : {"estimated", "counter"}) {
     SCOPED_TRACE(method);
