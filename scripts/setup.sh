@@ -60,25 +60,30 @@ if ((${#missing[@]})); then
     exit 1
   fi
   # Services held back while installing: invoke-rc.d asks policy-rc.d, and 101 means "not now". Only a policy-rc.d
-  # this script made is removed again; one the machine had is left alone (and already governs services).
+  # this script made is removed again (also one an earlier, killed run left: it says so in its second line); one the
+  # machine had is left alone (and already governs services).
   policy=/usr/sbin/policy-rc.d
+  mark="# written by wattscope scripts/setup.sh while it installs; removed when it ends"
   made_policy=0
-  if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\n# written by wattscope scripts/setup.sh while it installs; removed when it ends\nexit 101\n' |
-      "${sudo[@]}" tee "$policy" >/dev/null
+  if [ ! -e "$policy" ] || [ "$(sed -n 2p "$policy" 2>/dev/null)" = "$mark" ]; then
+    printf '#!/bin/sh\n%s\nexit 101\n' "$mark" | "${sudo[@]}" tee "$policy" >/dev/null
     "${sudo[@]}" chmod 755 "$policy"
     made_policy=1
     trap '"${sudo[@]}" rm -f "$policy"' EXIT
+    trap 'exit 130' INT TERM HUP # through the EXIT trap: never leave the machine's services held back
   fi
+  installed_now() { dpkg-query -W -f='${Package} ${Status}\n' 2>/dev/null | sed -n 's/ install ok installed$//p' | sort; }
+  before=$(installed_now)
   # The .deb files fetched here are deleted once installed (what the machine's apt cache held before stays).
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-remove --no-install-recommends \
     -o APT::Keep-Downloaded-Packages=false "${missing[@]}"
-  if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; trap - EXIT; fi
-  # Not started now, and not at the next boot either: the units of the packages installed here are disabled where
-  # systemd runs. Units of packages the machine had before are not touched.
+  if ((made_policy)); then "${sudo[@]}" rm -f "$policy"; trap - EXIT INT TERM HUP; fi
+  # Not started now, and not at the next boot either: the units of every package installed here, the ones pulled in
+  # as dependencies too (slurm-wlm brings slurmd and slurmctld), are disabled where systemd runs. Units of packages
+  # the machine had before are not touched.
   if [ -d /run/systemd/system ] && command -v systemctl >/dev/null; then
     units=()
-    for p in "${missing[@]}"; do
+    for p in $(comm -13 <(echo "$before") <(installed_now)); do
       while read -r f; do units+=("$(basename "$f")"); done < <(dpkg -L "$p" 2>/dev/null |
         grep -E '^(/usr)?/lib/systemd/system/[^/@]+\.(service|socket|timer)$' || true)
     done

@@ -38,8 +38,9 @@ bool simulated_run(const RunInfo& r) {
   return it != tags.end() && it->is_string() && *it == "true";
 }
 
-EnergyMethod run_energy_method(const RunInfo& r) {
-  const nlohmann::json s = parse_or_empty(r.summary);
+namespace {
+// From a summary parsed once: run_json and run_text take several figures from one parse (a runs page shows 50 runs).
+EnergyMethod energy_method_of(const RunInfo& r, const nlohmann::json& s) {
   EnergyMethod m;
   auto method_of = [](const nlohmann::json& part) {
     auto it = part.find("energy_method");
@@ -59,8 +60,7 @@ EnergyMethod run_energy_method(const RunInfo& r) {
   return m;
 }
 
-std::optional<AttributedEnergy> run_attributed_energy(const RunInfo& r) {
-  const nlohmann::json s = parse_or_empty(r.summary);
+std::optional<AttributedEnergy> attributed_energy_of(const nlohmann::json& s, const EnergyMethod& total) {
   auto a = s.find("attribution");
   if (a == s.end() || !a->is_object()) return std::nullopt;
   auto devices = a->find("devices");
@@ -75,10 +75,20 @@ std::optional<AttributedEnergy> run_attributed_energy(const RunInfo& r) {
   }
   if (!any) return std::nullopt;
   // Which devices had which method is the total's label to say; this one names the kind: "attributed (mixed)".
-  std::string base = run_energy_method(r).label();
+  std::string base = total.label();
   if (base.starts_with("mixed")) base = "mixed";
   out.method = base.empty() ? "attributed" : "attributed (" + base + ")";
   return out;
+}
+} // namespace
+
+EnergyMethod run_energy_method(const RunInfo& r) {
+  return energy_method_of(r, parse_or_empty(r.summary));
+}
+
+std::optional<AttributedEnergy> run_attributed_energy(const RunInfo& r) {
+  const nlohmann::json s = parse_or_empty(r.summary);
+  return attributed_energy_of(s, energy_method_of(r, s));
 }
 
 std::string EnergyMethod::label() const {
@@ -167,19 +177,18 @@ nlohmann::json run_json(const RunInfo& r) {
   j["gpus"] = s.value("gpus", nlohmann::json::array());
   j["total_energy_j"] = r.total_energy_j ? nlohmann::json(*r.total_energy_j) : nlohmann::json();
   { // issue 29: the total's method, and what it is the total of
-    const EnergyMethod m = run_energy_method(r);
+    const EnergyMethod m = energy_method_of(r, s);
     j["energy_method"] = m.devices.empty() ? nlohmann::json() : nlohmann::json(m.label());
     nlohmann::json parts = nlohmann::json::object();
     for (const auto& [device, method] : m.devices)
       parts[device] = method;
     j["energy_devices"] = std::move(parts);
-  }
-  j["events"] = s.value("events", 0);
-  { // the run's own processes' share of that energy, beside it: null when no process was tracked
-    const auto a = run_attributed_energy(r);
+    // the run's own processes' share of that energy, beside it: null when no process was tracked
+    const auto a = attributed_energy_of(s, m);
     j["attributed_energy_j"] = a ? nlohmann::json(a->joules) : nlohmann::json();
     j["attributed_energy_method"] = a ? nlohmann::json(a->method) : nlohmann::json();
   }
+  j["events"] = s.value("events", 0);
   j["attribution"] = s.value("attribution", nlohmann::json()); // issue 13: null when no process was tracked
   j["tags"] = parse_or_empty(r.tags);
   j["simulated"] = simulated_run(r); // issue 19: true when its GPUs were simulated (--simulate)
@@ -303,10 +312,10 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   // ---- end attribution ----
   if (r.total_energy_j) {
     // issue 29: the total names the devices that measured it, and how, never the ones that did not
-    const EnergyMethod m = run_energy_method(r);
+    const EnergyMethod m = energy_method_of(r, s);
     out +=
         fmt::format("  energy    {} total ({}) [{}]\n", format_energy(*r.total_energy_j), m.devices_text(), m.label());
-    if (const auto a = run_attributed_energy(r); a && a->measured_j > 0)
+    if (const auto a = attributed_energy_of(s, m); a && a->measured_j > 0)
       out += fmt::format("            {}: {} of those devices' {}, {:.1f} % [{}]\n",
                          r.command.empty() ? "tracked processes" : "your processes", format_energy(a->joules),
                          format_si(a->measured_j, "J"), 100 * a->joules / a->measured_j, a->method);
