@@ -64,7 +64,8 @@ _ORDER = {
 # has no rows. Where the store has the table, its own columns come first.
 _STORED_COLUMNS = {t: tuple(cols.split()) for t, cols in {
     "phases": "run_id phase_id name index parent start_ms end_ms start_tick end_tick energy_j energy_method "
-              "device_energy_j attributed_energy_j closed_by_run_end",
+              "device_energy_j attributed_energy_j closed_by_run_end start_edge end_edge energy_bound_j "
+              "closed_by_repair",
     "work": "run_id seq ts_ms amount unit phase_id total",
     "events": "run_id seq ts_ms kind source detail",
     "processes": "run_id pid start_time ppid comm cmdline uid unit unit_kind first_tick last_tick",
@@ -814,8 +815,9 @@ class Store:
                 rec["end_ms"] = end
                 rec["start"], rec["end"] = _utc(start), _utc(end)
                 rec["duration_s"] = (end - start) / 1000.0 if start is not None else None
-                if "closed_by_run_end" in rec:
-                    rec["closed_by_run_end"] = bool(rec["closed_by_run_end"])
+                for flag in ("closed_by_run_end", "closed_by_repair"):
+                    if flag in rec:
+                        rec[flag] = bool(rec[flag])
                 rec["devices"] = {k: v for k, v in devices.items() if _num(v) is not None}
                 amounts = {}
                 for pid in sorted(inside[p["phase_id"]]):

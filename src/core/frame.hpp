@@ -159,6 +159,15 @@ struct PhaseRecord {
   OptF energy_j;                  // sum of device_energy_j; missing when no device measured energy
   std::string energy_method;      // counter | integrated | mixed (as the devices' methods are) | simulated (any part)
   bool closed_by_run_end = false; // no `end` arrived: the run's end closed it
+  // How each edge's energy position was found, over its devices (docs/markers.md, "How true a phase is"): `reading`
+  // (every device has a reading at the edge), `interpolated` (some device between known points around it), `none`
+  // (some device has no known point after it: its last value is held). Empty on rows of older versions.
+  std::string start_edge;
+  std::string end_edge;
+  // The most energy_j can be off by, in J, from its edges' gaps and the energy seen across them (summed over devices
+  // and both edges); missing where the phase has no energy.
+  OptF energy_bound_j;
+  bool closed_by_repair = false; // the recorder died with it open (or its end not yet stored): `repair` closed it
 };
 struct WorkRecord {
   int64_t seq = 0; // per run, in arrival order
@@ -210,6 +219,9 @@ struct Frame {
   std::vector<WorkRecord> work;
   // A frame that carries only phase/work rows (the run's end closing open phases): no sample rows.
   bool markers_only = false;
+  // Phases begun and settled at this tick, still open (end_ms 0, no energy): a store keeps them at once, so that a
+  // recorder killed with phases open leaves them for `repair` to close. Their closed row comes in `phases` later.
+  std::vector<PhaseRecord> phases_begun;
   // issue 36: (gpu_index, registry column) of each series the anomaly detector holds anomalous at this tick, for the
   // alert rules with `anomaly = true` (pipeline/anomaly_monitor.hpp).
   std::vector<std::pair<int, std::string_view>> anomalies;

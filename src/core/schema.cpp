@@ -109,7 +109,11 @@ constexpr C kPhaseCols[] = {{"run_id", T},
                             {"energy_method", T},
                             {"device_energy_j", T},
                             {"attributed_energy_j", R},
-                            {"closed_by_run_end", I}};
+                            {"closed_by_run_end", I},
+                            {"start_edge", T},
+                            {"end_edge", T},
+                            {"energy_bound_j", R},
+                            {"closed_by_repair", I}};
 constexpr std::string_view kPhaseKey[] = {"run_id", "phase_id"};
 // issue 36: total, the run's declared total of the unit (`work(n, unit, total=N)`); NULL when none was declared.
 constexpr C kWorkCols[] = {{"run_id", T}, {"seq", I},      {"ts_ms", I}, {"amount", R},
@@ -332,6 +336,10 @@ static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch
     p.emplace_back(device_energy_json(ph.device_energy_j));
     p.emplace_back(); // attributed_energy_j: attribution (issue 13) fills it where it runs
     p.emplace_back(int64_t{ph.closed_by_run_end ? 1 : 0});
+    p.push_back(text_or_null(ph.start_edge));
+    p.push_back(text_or_null(ph.end_edge));
+    p.push_back(to_value(ph.energy_bound_j));
+    p.emplace_back(int64_t{ph.closed_by_repair ? 1 : 0});
   }
   auto& w = out.tables[static_cast<size_t>(TableId::Work)].cells;
   for (const auto& wr : f.work) {

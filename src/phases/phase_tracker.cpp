@@ -228,6 +228,7 @@ void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
     o.rec.start_ms = p.ts_ms;
     o.rec.start_tick = pos.tick_before;
     o.start_energy = pos.energies();
+    out.phases_begun.push_back(o.rec);
     open_.push_back(std::move(o));
     return;
   }

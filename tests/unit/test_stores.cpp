@@ -179,6 +179,8 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
       "pid", "start_time", "ppid", "comm", "cmdline", "uid", "unit", "unit_kind", "first_tick", "last_tick",
       // issue 15: phases and work
       "phase_id", "index", "parent", "start_tick", "end_tick", "closed_by_run_end", "amount",
+      // how a phase's edges were placed, and whether repair closed it
+      "start_edge", "end_edge", "closed_by_repair",
       // issue 36: a declared total of work, in the row's `unit` as `amount` is
       "total"};
   auto check = [&](std::string_view column, std::string_view unit) {
