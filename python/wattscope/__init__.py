@@ -424,7 +424,8 @@ class Phase:
     def __enter__(self):
         msg = None
         if self._valid and _primary():
-            msg = {"kind": "begin", "name": self.name}
+            # The program's own time (CLOCK_MONOTONIC, wattscope's clock): a marker late in a queue keeps its edge.
+            msg = {"kind": "begin", "name": self.name, "mono_ns": time.monotonic_ns()}
             if self.index is not None:
                 msg["index"] = self.index
         # Every rank sends its work summed so far before the boundary, so it counts towards the phase it was done in.
@@ -432,7 +433,8 @@ class Phase:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        _send({"kind": "end", "name": self.name} if self._valid and _primary() else None)
+        end = {"kind": "end", "name": self.name, "mono_ns": time.monotonic_ns()}
+        _send(end if self._valid and _primary() else None)
         return False
 
     def __call__(self, func):
@@ -565,7 +567,7 @@ def mark(name):
     wattscope."""
     if _text(name, "mark name", _MAX_NAME) is None:
         return False
-    msg = {"kind": "mark", "name": name}
+    msg = {"kind": "mark", "name": name, "mono_ns": time.monotonic_ns()}
     if not _primary():
         flush()
         return False

@@ -101,6 +101,11 @@ struct GpuSample {
   // issue 33: members carried from an earlier read (a costly call read on a schedule), each with that read's age in
   // ms: {index in the GPU metric registry (core/metrics.hpp), age}. Empty when every value is this tick's.
   std::vector<std::pair<uint16_t, int32_t>> age_ms;
+  // When energy_j was the energy: the middle of this GPU's own counter read (GPUs are read one after another, each
+  // later in the tick), or the counter's update it stands for; unset: the tick's time. A counter that moves on a
+  // period holds a value up to energy_stale old (its update times unknown). For phase edges; not stored.
+  std::optional<SteadyClock::time_point> energy_at;
+  std::chrono::nanoseconds energy_stale{0};
 };
 
 // ---- issue 17: one MIG compute instance of a GPU (NVML), as last read (once a second, on the source's slow thread).
@@ -191,6 +196,7 @@ struct CounterReading {
   SteadyClock::time_point at{}; // when the value was the energy: the middle of the call, or the update it stands for
   std::optional<SteadyClock::time_point> edge_at;
   int64_t edge_back_uj = 0;
+  int64_t edge_err_uj = 0; // how far edge_back_uj may be off: the power's steps between its reads, and the update's time
 };
 
 struct Frame {

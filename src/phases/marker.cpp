@@ -121,6 +121,10 @@ Marker parse_marker(std::string_view line) {
   } else {
     throw std::invalid_argument(fmt::format("unknown kind '{}' (begin, end, mark, work, model)", excerpt(kind)));
   }
+  if (auto it = j.find("mono_ns"); it != j.end() && !it->is_null()) {
+    m.mono_ns = integer(*it, "mono_ns");
+    if (*m.mono_ns < 0) throw std::invalid_argument("'mono_ns' must not be negative");
+  }
   return m;
 }
 
@@ -136,6 +140,7 @@ std::string encode_marker(const Marker& m) {
   }
   if (m.parameters) j["parameters"] = *m.parameters;
   if (m.flops) j["flops"] = *m.flops;
+  if (m.mono_ns) j["mono_ns"] = *m.mono_ns;
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -25,6 +25,10 @@ struct Marker {
   std::optional<double> total;       // work: the run's declared total of this unit, for time to finish
   std::optional<int64_t> parameters; // model
   std::optional<double> flops;       // model: per forward pass / sample, as the caller counts them
+  // When the program marked it: CLOCK_MONOTONIC in ns (Python's time.monotonic_ns(), C++'s steady_clock on Linux),
+  // the clock wattscope measures on. A marker waits in queues before it arrives; this is its own time. Missing from
+  // older senders: then it is placed at its arrival.
+  std::optional<int64_t> mono_ns;
 };
 
 std::string_view kind_name(Marker::Kind k);

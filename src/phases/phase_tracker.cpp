@@ -1,6 +1,8 @@
 #include "phases/phase_tracker.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -14,62 +16,24 @@ std::string gpu_key(int index) {
 } // namespace
 
 namespace {
-// How far from a marker a reading still counts as a known point around it (PhaseTracker::Position::near_readings)
+// How far from a marker a reading still counts as its known point: a counter period and a read of it
 constexpr auto kNearReadings = std::chrono::milliseconds(150);
+constexpr double kInf = std::numeric_limits<double>::infinity();
+double secs(std::chrono::nanoseconds d) {
+  return std::chrono::duration<double>(d).count();
+}
 } // namespace
 
-PhaseTracker::Energies PhaseTracker::Position::energies() const {
-  Energies out = ticks_energies();
-  // A device with a reading on each side of the marker, close by, is interpolated between those
-  for (auto& [device, e] : out) {
-    const Point* r0 = nullptr;
-    const Point* r1 = nullptr;
-    for (const auto& p : near_readings) {
-      if (p.energies->find(device) == p.energies->end()) continue;
-      if (p.at <= at) r0 = &p;
-      if (p.at >= at && !r1) r1 = &p;
-    }
-    if (!r0 || !r1) continue;
-    const double e0 = r0->energies->at(device), e1 = r1->energies->at(device);
-    const double span = std::chrono::duration<double>(r1->at - r0->at).count();
-    e = span > 0 ? e0 + (e1 - e0) * std::chrono::duration<double>(at - r0->at).count() / span : e0;
-  }
-  return out;
-}
-
-PhaseTracker::Energies PhaseTracker::Position::ticks_energies() const {
-  if (at <= points.front().at) return *points.front().energies;
-  if (at >= points.back().at) return *points.back().energies;
-  Energies out;
-  for (const auto& [device, e_last] : *points.back().energies) {
-    // The nearest known points at or before and at or after `at` that have the device; one that first answered later
-    // counts from 0 at the first point (energy_j counts from its first answer).
-    SteadyClock::time_point t0 = points.front().at, t1 = points.back().at;
-    double e0 = 0, e1 = e_last;
-    bool have_after = false;
-    for (const auto& p : points) {
-      auto it = p.energies->find(device);
-      if (it == p.energies->end()) continue;
-      if (p.at <= at) {
-        t0 = p.at;
-        e0 = it->second;
-      }
-      if (p.at >= at && !have_after) {
-        t1 = p.at;
-        e1 = it->second;
-        have_after = true;
-      }
-    }
-    const double span = std::chrono::duration<double>(t1 - t0).count();
-    const double fraction = span > 0 ? std::clamp(std::chrono::duration<double>(at - t0).count() / span, 0.0, 1.0) : 0;
-    out.emplace(device, e0 + (e1 - e0) * fraction);
-  }
-  return out;
-}
-
 void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
+  push(std::move(m), ts_ms, at, at);
+}
+
+void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at, SteadyClock::time_point arrived) {
   if (m.kind != Marker::Kind::Begin && m.kind != Marker::Kind::End && m.kind != Marker::Kind::Work) return;
   const bool phase = m.kind != Marker::Kind::Work;
+  // The reading is asked for the marker's own time; for one that came late it is read now (the power's integral back
+  // to a time already past would rest on power not seen), and the marker is interpolated up to it.
+  const SteadyClock::time_point edge = arrived - at > kLateMarker ? arrived : at;
   {
     std::lock_guard lock(mu_);
     // Begin and end may use the last kReservedForPhases places: a flood of work cannot push a phase's end out.
@@ -82,37 +46,36 @@ void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
       (phase ? dropped_.phase : dropped_.work)++;
       return;
     }
-    pending_.push_back({std::move(m), ts_ms, at});
+    pending_.push_back({std::move(m), ts_ms, at, arrived, std::nullopt});
     if (!phase) return;
-    // issue 33: a reading per edge, within the edge gap and the budget; the phase markers refused are interpolated.
-    if (last_edge_ && at - *last_edge_ < edge_gap_) return;
+    // A reading per edge, within the edge gap and the budget; the phase markers refused are interpolated. One close
+    // after the last edge asked for shares its reading, and waits for it.
+    if (last_edge_ && edge >= *last_edge_ && edge - *last_edge_ < edge_gap_) {
+      pending_.back().reading_for = *last_edge_;
+      return;
+    }
     if (edge_period_.count() > 0) {
-      if (edge_refilled_ && at > *edge_refilled_)
+      if (edge_refilled_ && edge > *edge_refilled_)
         edge_tokens_ =
-            std::min<double>(edge_burst_, edge_tokens_ + std::chrono::duration<double>(at - *edge_refilled_) /
+            std::min<double>(edge_burst_, edge_tokens_ + std::chrono::duration<double>(edge - *edge_refilled_) /
                                                              std::chrono::duration<double>(edge_period_));
-      if (!edge_refilled_ || at > *edge_refilled_) edge_refilled_ = at;
+      if (!edge_refilled_ || edge > *edge_refilled_) edge_refilled_ = edge;
       if (edge_tokens_ < 1) return;
       edge_tokens_ -= 1;
     }
-    last_edge_ = at;
+    last_edge_ = edge;
     ++edge_requests_;
+    pending_.back().reading_for = edge;
   }
-  if (edge_hook_) edge_hook_(at);
+  if (!edge_hook_ || edge_hook_(edge)) return;
+  std::lock_guard lock(mu_); // no reading was asked: nothing to wait for
+  for (auto& p : pending_)
+    if (p.reading_for == edge) p.reading_for.reset();
 }
 
 int64_t PhaseTracker::edge_requests() const {
   std::lock_guard lock(mu_);
   return edge_requests_;
-}
-
-void PhaseTracker::add_reading(SteadyClock::time_point at, Energies energies) {
-  if (readings_.size() >= kMaxReadings || energies.empty()) return;
-  readings_.emplace_back(at, std::move(energies));
-}
-
-void PhaseTracker::add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j) {
-  add_reading(at, Energies{{gpu_key(gpu_index), energy_j}});
 }
 
 bool PhaseTracker::admit_event_marker() {
@@ -139,74 +102,198 @@ PhaseTracker::Dropped PhaseTracker::dropped_counts() const {
   return dropped_;
 }
 
+namespace {
+const char* kind_text(int k) {
+  return k == 0 ? "reading" : k == 1 ? "interpolated" : "none";
+}
+} // namespace
+
+void PhaseTracker::add_point(const std::string& device, Known k) {
+  Line& line = lines_[device];
+  line.any_hard = line.any_hard || k.hard;
+  line.any_reading = line.any_reading || k.reading;
+  auto& pts = line.pts;
+  // Mostly in order (a tick after the last); a reading made in steps may stand for a time before the last tick.
+  auto it = pts.end();
+  while (it != pts.begin() && std::prev(it)->at > k.at)
+    --it;
+  pts.insert(it, k);
+  if (pts.size() > kMaxPoints) pts.pop_front();
+}
+
+void PhaseTracker::add_reading(SteadyClock::time_point at, Energies energies) {
+  for (auto& [device, e] : energies)
+    add_point(device, {at, at, at, e, true, true, 0});
+}
+
+void PhaseTracker::add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j, double err_j) {
+  add_point(gpu_key(gpu_index), {at, at, at, energy_j, err_j < 0, true, std::max(0.0, err_j)});
+}
+
+PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_point at) const {
+  using K = Edge::Kind;
+  const auto& pts = line.pts;
+  Edge out;
+  if (pts.empty()) return out;
+  // Where a device never gives a counter value (its energy is an estimate throughout), its estimates are its facts.
+  const auto hard = [&](const Known& k) { return k.hard || !line.any_hard; };
+  auto next = std::lower_bound(pts.begin(), pts.end(), at, [](const Known& k, auto t) { return k.at < t; });
+  if (next == pts.begin()) { // before the device's first value: it counts from there (energy_j starts at 0)
+    out.e = next->e;
+    out.kind = next->reading && next->at - at <= kNearReadings ? K::reading : K::interpolated;
+    return out;
+  }
+  auto prev = std::prev(next);
+  // A reading soon after the marker is preferred to ticks between them (a tick's value may be older than its time).
+  for (auto r = next; r != pts.end() && r->at - at <= kNearReadings; ++r)
+    if (r->reading) {
+      next = r;
+      break;
+    }
+  bool used_reading = false;
+  double soft_err = kInf;
+  if (next == pts.end()) {
+    out.e = prev->e; // nothing after it yet: the last value, held
+  } else {
+    const double span = secs(next->at - prev->at);
+    const double f = span > 0 ? secs(at - prev->at) / span : 1;
+    out.e = prev->e + (next->e - prev->e) * f;
+    used_reading = next->reading;
+    // A worked-out point at (almost) the marker's own time carries its own error.
+    if (next->reading && !next->hard && next->at - at <= std::chrono::milliseconds(1)) soft_err = next->err_j;
+    if (prev->reading && !prev->hard && at - prev->at <= std::chrono::milliseconds(1)) soft_err = prev->err_j;
+  }
+  // What the counter values around it make certain: E rises, and by no more than the device's cap per second.
+  const Known* h0 = nullptr;
+  const Known* h1 = nullptr;
+  for (auto it = std::make_reverse_iterator(next == pts.end() ? pts.end() : std::next(next)); it != pts.rend(); ++it)
+    if (hard(*it) && (it->hard ? it->hi : it->at) <= at) {
+      h0 = &*it;
+      break;
+    }
+  for (auto it = prev; it != pts.end(); ++it)
+    if (hard(*it) && (it->hard ? it->lo : it->at) >= at) {
+      h1 = &*it;
+      break;
+    }
+  double lo = h0 ? h0->e : 0, hi = h1 ? h1->e : kInf;
+  if (line.cap_w > 0) {
+    if (h1) lo = std::max(lo, h1->e - line.cap_w * secs((h1->hard ? h1->hi : h1->at) - at));
+    if (h0) hi = std::min(hi, h0->e + line.cap_w * secs(at - (h0->hard ? h0->lo : h0->at)));
+  }
+  if (std::isfinite(soft_err) && out.e - soft_err <= hi && out.e + soft_err >= lo) {
+    lo = std::max(lo, out.e - soft_err);
+    hi = std::min(hi, out.e + soft_err);
+  }
+  if (lo <= hi) {
+    out.e = std::clamp(out.e, lo, hi);
+    out.bound_j = std::max(out.e - lo, hi - out.e);
+  } else { // the facts disagree (a counter reset): say nothing certain
+    out.bound_j = kInf;
+  }
+  out.kind = !h1 && line.any_hard ? K::none : used_reading ? K::reading : K::interpolated;
+  if (next == pts.end()) out.kind = K::none;
+  return out;
+}
+
+std::map<std::string, PhaseTracker::Edge> PhaseTracker::edges_at(SteadyClock::time_point at) const {
+  std::map<std::string, Edge> out;
+  for (const auto& [device, line] : lines_)
+    if (!line.pts.empty()) out.emplace(device, edge_at(line, at));
+  return out;
+}
+
+std::pair<int64_t, int64_t> PhaseTracker::ticks_around(SteadyClock::time_point at) const {
+  if (ticks_.empty()) return {0, 0};
+  auto after = std::lower_bound(ticks_.begin(), ticks_.end(), at, [](const auto& t, auto a) { return t.second < a; });
+  if (after == ticks_.end()) return {ticks_.back().first, ticks_.back().first};
+  if (after->second == at || after == ticks_.begin()) return {after->first, after->first};
+  return {std::prev(after)->first, after->first};
+}
+
+bool PhaseTracker::ready(const Pending& p, SteadyClock::time_point now, SteadyClock::time_point served) const {
+  if (now - p.arrived >= kMaxEdgeWait) return true;
+  if (now - p.arrived < hold_ || p.at > now) return false;
+  if (p.m.kind == Marker::Kind::Work) return true; // its phase is what matters, not its energy
+  if (p.reading_for && served < *p.reading_for) return false;
+  for (const auto& [device, line] : lines_) {
+    bool after = false;
+    for (auto it = line.pts.rbegin(); it != line.pts.rend() && !after; ++it) {
+      if (it->at < p.at) break;
+      after = (it->hard || !line.any_hard) && (it->hard ? it->lo : it->at) >= p.at;
+    }
+    if (!after) return false;
+  }
+  return true;
+}
+
+void PhaseTracker::prune(SteadyClock::time_point horizon) {
+  for (auto& [device, line] : lines_) {
+    auto& pts = line.pts;
+    // Keep the last point, and the last hard one, before the horizon: a marker after it lies between them and later.
+    size_t keep = 0;
+    for (size_t i = 0; i < pts.size() && pts[i].at < horizon; ++i)
+      keep = i;
+    for (size_t i = keep + 1; i-- > 0;)
+      if (pts[i].hard || !line.any_hard) {
+        keep = std::min(keep, i);
+        break;
+      }
+    pts.erase(pts.begin(), pts.begin() + static_cast<std::ptrdiff_t>(keep));
+  }
+  while (ticks_.size() > 2 && ticks_[1].second <= horizon)
+    ticks_.pop_front();
+  while (ticks_.size() > kMaxPoints)
+    ticks_.pop_front();
+}
+
 void PhaseTracker::process(Frame& f) {
-  // This tick's energies: every device that answered, merged over the last known values of those that did not (a
-  // late source keeps its devices' previous reading; the difference over a gap stays exact at the next answer).
-  Energies now = history_.empty() ? Energies{} : history_.back().energies;
+  // Each device's value at its own time: a GPU read its counter at its own moment of the tick (one after another on
+  // a node of eight), and one that did not answer has no point here: it is interpolated across the gap when it does.
   for (const auto& d : f.device_rows)
     energy_method_[gpu_key(d.gpu_index)] = d.energy_method;
-  for (const auto& s : f.gpus)
-    if (s.energy_j) now[gpu_key(s.gpu_index)] = *s.energy_j;
-  if (f.cpu.package_energy_j) now["cpu_package"] = *f.cpu.package_energy_j;
-  if (f.cpu.dram_energy_j) now["cpu_dram"] = *f.cpu.dram_energy_j;
+  for (const auto& s : f.gpus) {
+    const std::string key = gpu_key(s.gpu_index);
+    Line& line = lines_[key];
+    if (s.power_limit_w && *s.power_limit_w > 0) line.cap_w = std::max(line.cap_w, 1.5 * *s.power_limit_w);
+    if (s.power_w && *s.power_w > 0) line.cap_w = std::max(line.cap_w, 1.5 * *s.power_w);
+    if (!s.energy_j) continue;
+    const auto at = s.energy_at.value_or(f.mono);
+    add_point(key, {at, at - s.energy_stale, at, *s.energy_j, s.energy_counter_uj.has_value(), false, 0});
+  }
+  const bool cpu_counter = f.cpu.power_method && std::string_view(f.cpu.power_method) == "counter";
+  const auto cpu_point = [&](const char* key, const OptF& e, const OptF& w) {
+    if (!e) return;
+    Line& line = lines_[key];
+    if (w && *w > 0) line.cap_w = std::max(line.cap_w, 1.5 * *w);
+    // RAPL's counters move about every millisecond
+    add_point(key, {f.mono, f.mono - std::chrono::milliseconds(1), f.mono, *e, cpu_counter, false, 0});
+  };
+  cpu_point("cpu_package", f.cpu.package_energy_j, f.cpu.package_power_w);
+  cpu_point("cpu_dram", f.cpu.dram_energy_j, f.cpu.dram_power_w);
   if (f.cpu.power_method) energy_method_["cpu_package"] = energy_method_["cpu_dram"] = f.cpu.power_method;
+  ticks_.emplace_back(f.tick, f.mono);
+  last_tick_mono_ = f.mono;
 
-  history_.push_back({f.tick, f.mono, std::move(now)});
-  // In arrival order; a marker that arrived after this tick began waits for the next tick, the one after it (and,
-  // with a hold, for the reading at its edge: issue 33).
-  const SteadyClock::time_point cutoff = f.mono - hold_;
+  // In arrival order; a marker waits for the known points around it (ready()), and those behind it with it.
+  const SteadyClock::time_point served = served_ ? served_() : SteadyClock::time_point::max();
   std::deque<Pending> due;
+  SteadyClock::time_point horizon = f.mono - kNearReadings;
   {
     std::lock_guard lock(mu_);
-    while (!pending_.empty() && pending_.front().at <= cutoff) {
+    while (!pending_.empty() && ready(pending_.front(), f.mono, served)) {
       due.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
     events_this_tick_ = 0;
+    for (const auto& p : pending_)
+      horizon = std::min(horizon, p.at - kNearReadings);
   }
-  // issue 33: the readings taken at phase edges, known points between the ticks around them
-  std::stable_sort(readings_.begin(), readings_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (const auto& p : due)
-    settle(p, position_at(p.at), f);
-  // What a marker still waiting can lie between: the last tick at or before the cutoff, and every one since.
-  while (history_.size() > 2 && (history_[1].mono <= cutoff || history_.size() > kMaxHeldTicks))
-    history_.pop_front();
-  std::erase_if(readings_, [&](const auto& r) { return r.first < history_.front().mono - kNearReadings; });
+    settle(p, p.m.kind == Marker::Kind::Work ? std::map<std::string, Edge>{} : edges_at(p.at), f);
+  prune(horizon);
 }
-
-PhaseTracker::Position PhaseTracker::position_at(SteadyClock::time_point at) const {
-  Position pos;
-  pos.at = at;
-  // The kept tick at or before `at` and the one at or after it (history_ is in time order, never empty here).
-  auto after = std::lower_bound(history_.begin(), history_.end(), at,
-                                [](const TickPoint& t, SteadyClock::time_point a) { return t.mono < a; });
-  if (after == history_.end()) --after; // after the newest tick (the run's end): it sits there
-  auto before = after;
-  if (after->mono > at && after != history_.begin()) --before;
-  if (before->mono > at) { // before the oldest kept tick: the run's first tick (energy 0), or a bound's loss
-    pos.tick_before = pos.tick_after = before->tick;
-    pos.points.push_back({before->mono, &before->energies});
-    return pos; // no readings either: the run's start is 0 whatever they say
-  }
-  pos.tick_before = before->tick;
-  pos.tick_after = after->tick;
-  pos.points.push_back({before->mono, &before->energies});
-  if (after != before) {
-    auto r = std::upper_bound(readings_.begin(), readings_.end(), before->mono,
-                              [](SteadyClock::time_point a, const auto& x) { return a < x.first; });
-    for (; r != readings_.end() && r->first < after->mono; ++r)
-      pos.points.push_back({r->first, &r->second});
-    pos.points.push_back({after->mono, &after->energies});
-  }
-  // The readings around the marker, within a counter period and a read of it on either side
-  auto r = std::lower_bound(readings_.begin(), readings_.end(), at - kNearReadings,
-                            [](const auto& x, SteadyClock::time_point a) { return x.first < a; });
-  for (; r != readings_.end() && r->first <= at + kNearReadings; ++r)
-    pos.near_readings.push_back({r->first, &r->second});
-  return pos;
-}
-
-void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
+void PhaseTracker::settle(const Pending& p, const std::map<std::string, Edge>& edges, Frame& out) {
   const Marker& m = p.m;
   if (m.kind == Marker::Kind::Begin || m.kind == Marker::Kind::End) ++boundaries_; // issue 36
   switch (m.kind) {
@@ -226,8 +313,10 @@ void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
     o.rec.index = m.index;
     if (!open_.empty()) o.rec.parent = open_.back().rec.phase_id;
     o.rec.start_ms = p.ts_ms;
-    o.rec.start_tick = pos.tick_before;
-    o.start_energy = pos.energies();
+    o.rec.start_tick = ticks_around(p.at).first;
+    for (const auto& [device, e] : edges)
+      o.start_energy[device] = e.e;
+    o.start_edges = edges;
     out.phases_begun.push_back(o.rec);
     open_.push_back(std::move(o));
     return;
@@ -262,9 +351,9 @@ void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
         spdlog::warn("marker 'end{}{}' ignored: no such phase is open", m.name.empty() ? "" : " ", m.name);
       return;
     }
-    const Energies end = pos.energies();
+    const int64_t end_tick = ticks_around(p.at).second;
     while (open_.end() != it) {
-      close(open_.back(), p.ts_ms, pos.tick_after, end, out);
+      close(open_.back(), p.ts_ms, end_tick, edges, out);
       open_.pop_back();
     }
     return;
@@ -285,22 +374,39 @@ void PhaseTracker::settle(const Pending& p, const Position& pos, Frame& out) {
   }
 }
 
-void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const Energies& end, Frame& out) {
+void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const std::map<std::string, Edge>& end,
+                         Frame& out) {
   PhaseRecord r = std::move(o.rec);
   r.end_ms = std::max(ts_ms, r.start_ms);
   r.end_tick = tick;
   std::string method;
   bool any_simulated = false;
-  for (const auto& [device, end_j] : end) {
+  // Edges over the devices that give readings at edges (the GPUs); over all where none does.
+  bool any_reading = false;
+  for (const auto& [device, e] : end)
+    any_reading = any_reading || lines_[device].any_reading;
+  int start_kind = 0, end_kind = 0;
+  double bound = 0;
+  for (const auto& [device, e] : end) {
     // A device that had not answered yet when the phase began starts from 0: energy_j counts from its first answer.
     auto s = o.start_energy.find(device);
     const double start_j = s == o.start_energy.end() ? 0.0 : s->second;
-    r.device_energy_j.emplace_back(device, end_j - start_j);
-    r.energy_j = r.energy_j.value_or(0) + (end_j - start_j);
+    r.device_energy_j.emplace_back(device, e.e - start_j);
+    r.energy_j = r.energy_j.value_or(0) + (e.e - start_j);
     auto m = energy_method_.find(device);
     const std::string dm = m == energy_method_.end() ? std::string("integrated") : m->second;
     method = method.empty() || method == dm ? dm : "mixed";
     any_simulated = any_simulated || dm == "simulated";
+    auto se = o.start_edges.find(device);
+    bound += e.bound_j + (se == o.start_edges.end() ? 0.0 : se->second.bound_j);
+    if (any_reading && !lines_[device].any_reading) continue;
+    end_kind = std::max(end_kind, static_cast<int>(e.kind));
+    if (se != o.start_edges.end()) start_kind = std::max(start_kind, static_cast<int>(se->second.kind));
+  }
+  if (!end.empty()) {
+    r.start_edge = kind_text(start_kind);
+    r.end_edge = kind_text(end_kind);
+    if (std::isfinite(bound)) r.energy_bound_j = bound;
   }
   // issue 19: a total with any simulated part in it is no measurement, and says so
   r.energy_method = any_simulated ? "simulated" : method;
@@ -316,35 +422,22 @@ Frame PhaseTracker::finish(int64_t end_ms) {
     std::lock_guard lock(mu_);
     rest.swap(pending_);
   }
-  // The last tick (none: a run that ended before its first, energy 0 everywhere)
-  static const Energies kNone;
-  const int64_t tick = history_.empty() ? 0 : history_.back().tick;
-  const SteadyClock::time_point last_mono = history_.empty() ? SteadyClock::time_point{} : history_.back().mono;
-  const Energies& last_energy = history_.empty() ? kNone : history_.back().energies;
+  const int64_t tick = ticks_.empty() ? 0 : ticks_.back().first;
   out.tick = tick;
-  // Markers after the last tick have no later tick: they sit at the last one, where the run's own total ends too.
-  // Those held for a reading (issue 33) lie between the kept ticks, with the readings that came.
-  Position pos;
-  pos.tick_before = pos.tick_after = tick;
-  pos.points.push_back({last_mono, &last_energy});
-  std::erase_if(readings_, [&](const auto& r) { return r.first >= last_mono; }); // the run's total ends there
-  std::stable_sort(readings_.begin(), readings_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& p : rest) {
-    if (p.at < last_mono && !history_.empty()) {
-      settle(p, position_at(p.at), out);
-      continue;
-    }
-    pos.at = p.at;
-    settle(p, pos, out);
+  // Markers after the last tick sit at it, where the run's own total ends too; those before it lie between the
+  // points known, the readings that came included.
+  for (auto& p : rest) {
+    if (last_tick_mono_ && p.at > *last_tick_mono_) p.at = *last_tick_mono_;
+    settle(p, p.m.kind == Marker::Kind::Work ? std::map<std::string, Edge>{} : edges_at(p.at), out);
   }
+  const auto last = last_tick_mono_ ? edges_at(*last_tick_mono_) : std::map<std::string, Edge>{};
   while (!open_.empty()) {
     open_.back().rec.closed_by_run_end = true;
-    close(open_.back(), end_ms, tick, last_energy, out);
+    close(open_.back(), end_ms, tick, last, out);
     open_.pop_back();
   }
   return out;
 }
-
 std::optional<PhaseTracker::IndexedPhase> PhaseTracker::open_indexed_phase() const {
   for (auto it = open_.rbegin(); it != open_.rend(); ++it)
     if (it->rec.index) return IndexedPhase{it->rec.name, *it->rec.index, it->rec.start_ms};

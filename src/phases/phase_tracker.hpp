@@ -31,6 +31,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -67,6 +68,7 @@ public:
   // (wall clock) is what is stored; `at` (steady clock) decides which tick settles it and where between the ticks
   // around it its energy position lies, so a wall-clock step (NTP) can neither hold markers back nor move them.
   void push(Marker m, int64_t ts_ms, SteadyClock::time_point at = SteadyClock::now());
+  void push(Marker m, int64_t ts_ms, SteadyClock::time_point at, SteadyClock::time_point arrived);
   // Thread-safe: a point or model marker (stored as an event, not queued here) takes a place of this tick's budget.
   // False when it is to be dropped (counted).
   bool admit_event_marker();
@@ -77,20 +79,27 @@ public:
   // (closed_by_run_end). Returns a markers-only frame (empty phases/work when there is nothing).
   Frame finish(int64_t end_ms);
 
-  // ---- issue 33: readings at the phase edges
+  // ---- readings at the phase edges
   using Energies = std::map<std::string, double>; // device -> energy_j since run start
-  // Default: phase markers closer than this to the last requested reading are interpolated (the sampler sets a quarter
-  // of its interval when that is longer).
+  // Default: phase markers closer than this to the last requested reading share it (the sampler sets a quarter of
+  // its interval when that is longer).
   static constexpr std::chrono::nanoseconds kMinEdgeGap = std::chrono::milliseconds(5);
-  // Readings kept between two ticks (a bound whatever the gap: the rest wait for the tick).
-  static constexpr size_t kMaxReadings = 256;
+  // Known points kept per device (a bound whatever the interval and however long markers wait).
+  static constexpr size_t kMaxPoints = 8192;
+  // A marker waits at most this long after its arrival for the known points around it: a reading asked for it, and
+  // every device's first counter value past it (a device that hangs is interpolated across its gap when it answers
+  // again). Past it, what is known is used and the edge says so (`none` for a device with nothing after it).
+  static constexpr std::chrono::nanoseconds kMaxEdgeWait = std::chrono::seconds(10);
+  // A marker that arrives later than this after its own time gets its reading at its arrival (and is interpolated
+  // up to it), not worked back to a time already past.
+  static constexpr std::chrono::nanoseconds kLateMarker = std::chrono::milliseconds(20);
   // Thread-safe.
   void set_edge_gap(std::chrono::nanoseconds gap) {
     std::lock_guard lock(mu_);
     edge_gap_ = std::max(gap, kMinEdgeGap);
   }
   // Thread-safe: besides the gap, at most `burst` readings back to back, then one per `period` (a token bucket), so a
-  // phase per training step costs at most one reading per period however fast the steps go. A period of 0: no bound
+  // phase per training step costs a bounded number of readings however fast the steps go. A period of 0: no bound
   // but the gap.
   void set_edge_budget(std::chrono::nanoseconds period, int burst) {
     std::lock_guard lock(mu_);
@@ -99,20 +108,24 @@ public:
     edge_tokens_ = edge_burst_;
   }
   // Before the run: called (on the marker's thread, outside the tracker's lock) when a begin or end asks for a reading,
-  // with the marker's arrival.
-  void set_edge_hook(std::function<void(SteadyClock::time_point)> hook) { edge_hook_ = std::move(hook); }
-  // Before the run: markers wait this long after their arrival before they are settled, for a reading that is made
-  // after the counter's next update (up to a period and the read later, sources/counter_clock.hpp) to reach the
-  // tracker. 0: settled at the first tick after them.
+  // with the edge's time; returns whether a reading was asked (false: one for an earlier edge is still waiting to
+  // start, or nothing reads counters).
+  void set_edge_hook(std::function<bool(SteadyClock::time_point)> hook) { edge_hook_ = std::move(hook); }
+  // Before the run: the latest edge whose readings have all reached the tracker (Sampler::counter_readings_served); a
+  // marker that asked for a reading waits for it (up to kMaxEdgeWait). Unset: nothing is waited for.
+  void set_readings_served(std::function<SteadyClock::time_point()> served) { served_ = std::move(served); }
+  // Before the run: markers wait at least this long after their arrival before they are settled.
   void set_hold(std::chrono::nanoseconds hold) { hold_ = hold; }
-  // The ticks kept for markers that wait (a bound whatever the interval).
-  static constexpr size_t kMaxHeldTicks = 2048;
-  // Sampler thread, before the next tick's process(): the devices' energy_j read at `at` (a device absent: no reading).
+  // Sampler thread, before the next tick's process(): the devices' energy_j read at `at`, exact there (a device
+  // absent: no reading).
   void add_reading(SteadyClock::time_point at, Energies energies);
-  // The same for one GPU (its energy_j, keyed as the ticks key it).
-  void add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j);
+  // One GPU's energy_j at `at` (keyed as the ticks key it). err_j < 0: read there, exact; else worked out (a counter
+  // read at its next update less the instant power's integral back to the edge) and off by at most err_j.
+  void add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j, double err_j = -1);
   int64_t edge_requests() const;
-  // ---- end issue 33
+  // Markers that carried no time of their own (placed at their arrival), and those whose time was refused.
+  int64_t at_arrival() const { return at_arrival_.load(std::memory_order_relaxed); }
+  void count_at_arrival() { at_arrival_.fetch_add(1, std::memory_order_relaxed); }
 
   int64_t dropped() const { return dropped_counts().total(); }
   Dropped dropped_counts() const;
@@ -130,45 +143,49 @@ public:
   std::optional<IndexedPhase> open_indexed_phase() const;
 
 private:
+  // Where E(t) of one device stands at one edge: the best estimate, and how far the truth can be from it.
+  struct Edge {
+    double e = 0;
+    double bound_j = 0; // infinite: nothing bounds it
+    enum class Kind { reading, interpolated, none } kind = Kind::interpolated;
+  };
   struct Open {
     PhaseRecord rec;
     Energies start_energy;
+    std::map<std::string, Edge> start_edges;
   };
   struct Pending {
     Marker m;
     int64_t ts_ms;
-    SteadyClock::time_point at;
+    SteadyClock::time_point at;      // the marker's own time (or its arrival)
+    SteadyClock::time_point arrived; // when it reached wattscope
+    std::optional<SteadyClock::time_point> reading_for; // the edge whose reading it waits for
   };
-  // A known point of E(t): a tick, or a reading at a phase edge.
-  struct Point {
-    SteadyClock::time_point at;
-    const Energies* energies = nullptr;
+  // A known point of one device's cumulative energy. A hard point is a counter's value: E was exactly `e` at some
+  // time in [lo, hi] (a counter that moves on a period holds an older value), so E is at least `e` after hi and at
+  // most `e` before lo. A soft one is an estimate (the instant power's integral between counter reads), off by at
+  // most err_j where that is known (infinite where not).
+  struct Known {
+    SteadyClock::time_point at, lo, hi;
+    double e = 0;
+    bool hard = true;
+    bool reading = false; // read for a phase's edge, not at a tick
+    double err_j = 0;
   };
-  // Where the marker lies: the ticks around it and the known points from the tick before it to the tick after it (in
-  // time order); E is interpolated at `at` between the nearest two that have the device.
-  struct Position {
-    int64_t tick_before = 0;
-    int64_t tick_after = 0;
-    std::vector<Point> points;
-    // The readings within kNearReadings of `at`, before and after it (past the ticks around it too): a device that
-    // has one on each side is interpolated between those, not the ticks between, whose figures may be older than their
-    // time (a counter that moves every 100 ms is up to that old at every tick; a reading is placed at the counter's
-    // update, sources/counter_clock.hpp).
-    std::vector<Point> near_readings;
-    SteadyClock::time_point at{};
-    Energies energies() const;
-    Energies ticks_energies() const; // between the known points alone
+  struct Line {
+    std::deque<Known> pts; // in time order
+    bool any_hard = false;
+    bool any_reading = false;
+    double cap_w = 0; // the most power the device can draw over a few ms (0: unknown)
   };
-  // A tick as a known point (the ticks a waiting marker may lie between are kept, history_).
-  struct TickPoint {
-    int64_t tick = 0;
-    SteadyClock::time_point mono{};
-    Energies energies;
-  };
-  // The marker at `at` between the kept ticks around it and the readings between those.
-  Position position_at(SteadyClock::time_point at) const;
-  void settle(const Pending& p, const Position& pos, Frame& out);
-  void close(Open& o, int64_t ts_ms, int64_t tick, const Energies& end, Frame& out);
+  void add_point(const std::string& device, Known k);
+  Edge edge_at(const Line& line, SteadyClock::time_point at) const;
+  std::map<std::string, Edge> edges_at(SteadyClock::time_point at) const;
+  bool ready(const Pending& p, SteadyClock::time_point now, SteadyClock::time_point served) const;
+  std::pair<int64_t, int64_t> ticks_around(SteadyClock::time_point at) const;
+  void settle(const Pending& p, const std::map<std::string, Edge>& edges, Frame& out);
+  void close(Open& o, int64_t ts_ms, int64_t tick, const std::map<std::string, Edge>& end, Frame& out);
+  void prune(SteadyClock::time_point horizon);
 
   mutable std::mutex mu_;
   std::deque<Pending> pending_;
@@ -183,21 +200,22 @@ private:
   int64_t unmatched_ends_ = 0;
   int64_t boundaries_ = 0;                           // issue 36
   std::map<std::string, std::string> energy_method_; // device -> counter | integrated | estimated
-  // issue 33: readings at phase edges
+  // readings at phase edges
   std::chrono::nanoseconds edge_gap_ = kMinEdgeGap;
   std::chrono::nanoseconds edge_period_{0};              // guarded by mu_: the budget's refill period
   int edge_burst_ = 1;                                   // guarded by mu_
   double edge_tokens_ = 1;                               // guarded by mu_
   std::optional<SteadyClock::time_point> edge_refilled_; // guarded by mu_
-  std::function<void(SteadyClock::time_point)> edge_hook_;
+  std::function<bool(SteadyClock::time_point)> edge_hook_;
+  std::function<SteadyClock::time_point()> served_;
   std::chrono::nanoseconds hold_{0};
-  // sampler thread: the last ticks, oldest first; the newest is the last tick's (its energies are what a device that
-  // does not answer keeps)
-  std::deque<TickPoint> history_;
-  std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the arrival that last asked for a reading
+  std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the edge that last asked for a reading
   int64_t edge_requests_ = 0;                        // guarded by mu_
-  // sampler thread, in time order: from kNearReadings before history_'s oldest tick on
-  std::vector<std::pair<SteadyClock::time_point, Energies>> readings_;
+  std::atomic<int64_t> at_arrival_{0};
+  // sampler thread: each device's known points, and the ticks (number, time) markers may still lie between
+  std::map<std::string, Line> lines_;
+  std::deque<std::pair<int64_t, SteadyClock::time_point>> ticks_;
+  std::optional<SteadyClock::time_point> last_tick_mono_;
 };
 
 } // namespace wattscope

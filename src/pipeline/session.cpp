@@ -272,9 +272,31 @@ void Session::open() {
   // issue 33: a phase's begin or end asks the GPUs for their energy counters at once (set on below once the sampler
   // exists, where the interval is long enough for it to matter)
   phases_->set_edge_hook([this](SteadyClock::time_point at) {
-    if (Sampler* s = edge_sampler_.load(std::memory_order_acquire)) s->request_counter_reading(at);
+    Sampler* s = edge_sampler_.load(std::memory_order_acquire);
+    return s && s->request_counter_reading(at);
+  });
+  phases_->set_readings_served([this] {
+    Sampler* s = edge_sampler_.load(std::memory_order_acquire);
+    return s ? s->counter_readings_served() : SteadyClock::time_point::max();
   });
   on_marker_ = [this](Marker m, int64_t ts_ms) {
+    // The marker's own time, where it carries one that can be this machine's monotonic clock (not after its arrival,
+    // not older than a marker can wait in a queue): a marker late in the queue keeps its edge. Else its arrival.
+    const SteadyClock::time_point arrived = SteadyClock::now();
+    SteadyClock::time_point at = arrived;
+    if (m.mono_ns) {
+      const SteadyClock::time_point own{std::chrono::duration_cast<SteadyClock::duration>(
+          std::chrono::nanoseconds(*m.mono_ns))};
+      if (own <= arrived + kMarkerClockSlack && arrived - own <= kMaxMarkerDelay) {
+        at = std::min(own, arrived);
+        ts_ms -= std::chrono::duration_cast<std::chrono::milliseconds>(arrived - at).count();
+      } else if (markers_clock_refused_++ == 0) {
+        spdlog::warn("a marker's own time is {:.1f} s from its arrival: not this machine's monotonic clock (another "
+                     "machine or time namespace?); such markers are placed at their arrival",
+                     std::chrono::duration<double>(own - arrived).count());
+      }
+    }
+    if (!m.mono_ns || at == arrived) phases_->count_at_arrival();
     // issue 31: points and model descriptions share the per-tick budget of the markers the tracker queues
     if ((m.kind == Marker::Kind::Point || m.kind == Marker::Kind::Model) && !phases_->admit_event_marker()) return;
     if (m.kind == Marker::Kind::Point) {
@@ -285,7 +307,7 @@ void Session::open() {
       if (m.flops) d["flops"] = *m.flops;
       acc_->add_event({0, ts_ms, "model", m.name, d.dump()});
     } else {
-      phases_->push(std::move(m), ts_ms);
+      phases_->push(std::move(m), ts_ms, at, arrived);
     }
   };
   // issue 29: `run --simulate` keeps the scenario's phases and work apart until the command shows whether it sends
@@ -351,9 +373,10 @@ void Session::start() {
           if (auto e = acc_->counter_energy_j(r.gpu_index, r.counter_uj)) {
             phases_->add_gpu_reading(r.gpu_index, r.at, *e);
             // a counter that moves on a period: the reading followed the edge's next update; the energy at the edge
-            // is the reading less the power's integral back to it (CounterReading)
+            // is the reading less the power's integral back to it (CounterReading), off by at most its error
             if (r.edge_at && *r.edge_at < r.at)
-              phases_->add_gpu_reading(r.gpu_index, *r.edge_at, *e - static_cast<double>(r.edge_back_uj) / 1e6);
+              phases_->add_gpu_reading(r.gpu_index, *r.edge_at, *e - static_cast<double>(r.edge_back_uj) / 1e6,
+                                       static_cast<double>(r.edge_err_uj) / 1e6);
           }
         acc_->process(f);
         phases_->process(f);
@@ -380,16 +403,13 @@ void Session::start() {
     for (auto& e : opening_->pending)
       if (e->done && !e->taken) join_late(*e);
   }
-  // issue 33: readings at phase edges, so that an edge between two ticks does not cost a phase its truth (a power
-  // step inside the tick misplaces up to a quarter of it times the interval). Markers within 5 ms of a reading share
-  // it, and a budget of 4 back to back then one per interval bounds a phase-per-step loop to the ticks' own counter
-  // reads again (docs/nvidia.md).
-  // Below 100 ms the budget's period stays 100 ms, and NVML reads only a counter that moves on a period (ticks that
-  // close hold an edge on a continuous counter within a fraction of a percent, but one that moves every 100 ms is up to
-  // that old at every tick). A counter that moves every 100 ms is read just after its first update past the edge (and,
-  // the first time, learnt for up to 0.3 s): the markers wait that long for the reading (sources/counter_clock.hpp).
-  phases_->set_edge_budget(std::max(opts_.interval, kEdgeReadingsFrom), kEdgeReadingBurst);
-  phases_->set_hold(kEdgeReadingHold);
+  // Readings at phase edges, so that an edge between two ticks does not cost a phase its truth (docs/markers.md, "How
+  // true a phase is"). Markers within 5 ms of a reading share it; the budget (8 back to back, then one per 200 ms)
+  // bounds a phase-per-step loop. Below 100 ms NVML reads only a counter that moves on a period (ticks that close hold
+  // an edge on a continuous counter); one that moves every 100 ms is read just after its first update past the edge
+  // (sources/counter_clock.hpp). Each marker waits for its reading and for every device's next counter value past it
+  // (PhaseTracker::kMaxEdgeWait at most).
+  phases_->set_edge_budget(kEdgeReadingPeriod, kEdgeReadingBurst);
   edge_sampler_.store(sampler_.get(), std::memory_order_release);
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
@@ -625,6 +645,8 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
                           {"dropped_work", markers_dropped.work},
                           {"dropped_phase", markers_dropped.phase + markers_dropped.open_phases},
                           {"dropped_points", markers_dropped.points}};
+  // Markers placed at their arrival (an older helper, or a time refused): their edges are up to a queue's delay late
+  if (phases_ && phases_->at_arrival() > 0) summary["markers"]["at_arrival"] = phases_->at_arrival();
   run_.summary = summary.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   // Every store drains side by side under one deadline; past it, rows go to a spill file (MySQL) and the run ends.
   const auto drain_deadline = SteadyClock::now() + opts_.drain_timeout;

@@ -133,12 +133,15 @@ private:
   std::unique_ptr<Sampler> sampler_;
   // issue 33: the sampler that phase edges ask for counter readings (null: none asked); the marker thread reads it
   std::atomic<Sampler*> edge_sampler_{nullptr};
-  // the edge budget's least period (and below it NVML reads only a counter that moves on a period)
-  static constexpr std::chrono::nanoseconds kEdgeReadingsFrom = std::chrono::milliseconds(100);
-  static constexpr int kEdgeReadingBurst = 4; // then one reading per interval: at most the ticks' own counter reads
-  // issue 33: how long markers wait for the reading at their edge (a period of an H100's counter and the read, or a
-  // first learning of it: CounterClock::Options::max_learn)
-  static constexpr std::chrono::nanoseconds kEdgeReadingHold = std::chrono::milliseconds(450);
+  // The edge budget: 8 readings back to back, then one per 200 ms, whatever the interval: a phase of a second or two,
+  // several edges a second, always gets them; a phase per training step gets five a second, the rest interpolated.
+  static constexpr int kEdgeReadingBurst = 8;
+  static constexpr std::chrono::nanoseconds kEdgeReadingPeriod = std::chrono::milliseconds(200);
+  // A marker's own time (Marker::mono_ns) is taken when it is at most this far after its arrival (clocks read on two
+  // CPUs), and at most kMaxMarkerDelay before it; other times are no time of this machine's clock.
+  static constexpr std::chrono::nanoseconds kMarkerClockSlack = std::chrono::milliseconds(1);
+  static constexpr std::chrono::nanoseconds kMaxMarkerDelay = std::chrono::seconds(5);
+  std::atomic<int64_t> markers_clock_refused_{0};
   std::unique_ptr<ProcessTracker> tracker_;
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15

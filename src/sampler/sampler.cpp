@@ -44,6 +44,7 @@ struct Sampler::Worker {
   bool reading_busy = false;               // guarded by mu
   SteadyClock::time_point reading_asked{}; // guarded by mu: the edge the wanted reading is for
   bool reading_steps = false;              // guarded by mu: a reading in steps is under way
+  SteadyClock::time_point serving_for{};   // guarded by mu: the edge of the reading under way
   std::vector<CounterReading> readings;    // guarded by mu
   Frame scratch;
   // Sampler thread only.
@@ -95,6 +96,7 @@ void Sampler::start_worker(const std::shared_ptr<Worker>& w) {
         if (!step_at) {
           w->reading_wanted = false;
           step_for = w->reading_asked;
+          w->serving_for = step_for;
         } else if (SteadyClock::now() < *step_at) {
           continue; // woken early, with nothing to do
         }
@@ -159,13 +161,14 @@ void Sampler::take_adopted() {
   }
 }
 
-void Sampler::request_counter_reading(SteadyClock::time_point at) {
+bool Sampler::request_counter_reading(SteadyClock::time_point at) {
   std::vector<std::shared_ptr<Worker>> asked;
   {
     std::lock_guard lock(mu_);
-    if (stop_) return;
+    if (stop_) return false;
     asked = counter_workers_;
   }
+  bool any = false;
   for (auto& w : asked) {
     {
       std::lock_guard lock(w->mu);
@@ -173,8 +176,27 @@ void Sampler::request_counter_reading(SteadyClock::time_point at) {
       w->reading_wanted = true;
       w->reading_asked = at;
     }
+    any = true;
     w->wake.notify_one();
   }
+  return any;
+}
+
+SteadyClock::time_point Sampler::counter_readings_served() const {
+  std::vector<std::shared_ptr<Worker>> workers;
+  {
+    std::lock_guard lock(mu_);
+    workers = counter_workers_;
+  }
+  auto served = SteadyClock::time_point::max();
+  const auto before = [](SteadyClock::time_point t) { return t - SteadyClock::duration(1); };
+  for (auto& w : workers) {
+    std::lock_guard lock(w->mu);
+    if (w->quit) continue;
+    if (w->reading_wanted) served = std::min(served, before(std::min(w->reading_asked, w->serving_for)));
+    else if (w->reading_busy || w->reading_steps || !w->readings.empty()) served = std::min(served, before(w->serving_for));
+  }
+  return served;
 }
 
 void Sampler::start() {

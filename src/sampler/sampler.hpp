@@ -92,7 +92,11 @@ public:
   // budget).
   // `at`: when the edge was marked (a source whose counter moves on a period reads it just after the next update
   // and works the energy back to `at`, sources/counter_clock.hpp).
-  void request_counter_reading(SteadyClock::time_point at = SteadyClock::now());
+  // False when no reading was asked (every reader has one for an earlier edge still waiting to start, or none reads).
+  bool request_counter_reading(SteadyClock::time_point at = SteadyClock::now());
+  // Sampler thread (in the frame handler): the latest edge every reading asked up to has been handed over for, in
+  // this frame or an earlier one; time_point::max() when none is under way.
+  SteadyClock::time_point counter_readings_served() const;
   int64_t counter_readings() const { return counter_readings_.load(std::memory_order_relaxed); }
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
   // waited for: it is detached and ends when the call returns.
@@ -120,7 +124,7 @@ private:
   std::function<bool()> activity_hint_;
   ActivityRule::ScopeCores cpu_scope_;
   std::thread thread_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
   std::vector<std::shared_ptr<Source>> adopted_; // guarded by mu_: sources to join at the next tick

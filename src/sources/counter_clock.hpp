@@ -32,7 +32,7 @@ public:
     Dur max_learn = std::chrono::milliseconds(300);      // a learning gives up after this long...
     int max_learn_reads = 200;                           // ...or this many reads
     Dur retry_after = std::chrono::seconds(30);          // an undecided learning is tried again no sooner
-    Dur relearn_after = std::chrono::seconds(10);        // nor a missed prediction learnt again
+    Dur relearn_after = std::chrono::seconds(1);         // nor a missed prediction learnt again
     double drift_ppm = 100; // the counter's clock against this one, allowed for in a period taken as the nominal
   };
 

@@ -249,8 +249,21 @@ TEST(PhaseTracker, AMissingDeviceKeepsItsLastCounterAndNoEnergyIsMissingNotZero)
   t.push(end("a"), 2100, at(2100));
   Frame f2 = frame(2, 3000, std::nullopt);
   t.process(f2);
-  ASSERT_EQ(f2.phases.size(), 1u);
-  EXPECT_DOUBLE_EQ(*f2.phases[0].energy_j, 0.0); // counter unchanged as far as anyone knows
+  EXPECT_TRUE(f2.phases.empty()); // the end waits for the device's next value (PhaseTracker::kMaxEdgeWait at most)
+  Frame f3 = frame(3, 4000, 6.0);
+  t.process(f3);
+  ASSERT_EQ(f3.phases.size(), 1u);
+  // Interpolated across its gap: 1 J a second from 1.0 s (3 J) to 4.0 s (6 J), not its last value held
+  EXPECT_NEAR(*f3.phases[0].energy_j, 1.0, 1e-9);
+  EXPECT_EQ(f3.phases[0].end_edge, "interpolated");
+  // One that never answers again: at the run's end its last value is held, and the edge says it has none
+  t.push(begin("c"), 4100, at(4100));
+  Frame f4 = frame(4, 5000, std::nullopt);
+  t.process(f4);
+  t.push(end("c"), 5100, at(5100));
+  Frame last = t.finish(5200);
+  ASSERT_EQ(last.phases.size(), 1u);
+  EXPECT_EQ(last.phases[0].end_edge, "none");
   // No device measuring energy at all: the phase has no energy figure, not 0.
   PhaseTracker t2;
   Frame g0 = frame(0, 1000, std::nullopt);

@@ -25,6 +25,12 @@ namespace wattscope {
 
 namespace {
 
+// The marker's own time on the clock wattscope measures on (CLOCK_MONOTONIC: steady_clock on Linux).
+int64_t mono_now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 // ---- issue 29.5: `wattscope mark --stdin`, the shell's way to report work per item without flooding wattscope ----
 // One process per `wattscope mark work 1` cannot sum across calls; a loop that pipes its markers into one
 // `wattscope mark --stdin` can. Work is summed per unit and sent at most every 100 ms, and always before a begin,
@@ -86,6 +92,7 @@ private:
     Marker m;
     try {
       m = raw.front() == '{' ? parse_marker(raw) : from_words(raw);
+      if (!m.mono_ns) m.mono_ns = mono_now_ns(); // the line's own time, not when its datagram goes
       const std::string line = encode_marker(m);
       parse_marker(std::string_view(line).substr(0, line.size() - 1)); // the listener's own rules
     } catch (const std::exception& e) {
@@ -244,6 +251,7 @@ public:
     if (stdin_) return run_stdin();
     if (action_.empty()) throw UsageError("give a marker (begin, end, point, work or model), or --stdin");
     Marker m = build(sub);
+    m.mono_ns = mono_now_ns();
     const std::string line = encode_marker(m);
     // The listener's own rules, applied here too, so a mistake is an error now rather than a warning in the run.
     flag_value("", [&] { return parse_marker(std::string_view(line).substr(0, line.size() - 1)); });

@@ -961,11 +961,16 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
       continue;
     }
     const bool timing = sched && rc_cost.timed < kTimedReads;
-    const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
+    const auto t0 = timing || c.call == cEnergy ? SteadyClock::now() : SteadyClock::time_point{};
     const Return rc = c.read(ctx, d, s);
-    // issue 33: whether the counter moves at every tick or holds its value across some (ticks close together)
-    if (c.call == cEnergy && rc == kSuccess && s.energy_counter_uj)
-      d.clock.observe_tick(frame.mono, *s.energy_counter_uj);
+    if (c.call == cEnergy && rc == kSuccess && s.energy_counter_uj) {
+      // The value at this GPU's own read (GPUs are read one after another: the eighth some 20 ms into the tick on an
+      // H100 node), or at the counter's update it stands for where its updates' times are known.
+      const auto t1 = SteadyClock::now();
+      const auto mid = t0 + (t1 - t0) / 2;
+      d.clock.observe_tick(mid, *s.energy_counter_uj); // moves at every read, or holds; ticks close together confirm
+      place_energy(d, mid, s);
+    }
     if (sched && rc == kSuccess) {
       if (timing) time_read(d, c.call, SteadyClock::now() - t0, frame.mono);
       if (frame.mono >= rc_cost.recheck && rc_cost.timed >= kTimedReads) { // a new round: the driver may have changed
@@ -1086,6 +1091,47 @@ double power_integral_j(const std::vector<std::pair<SteadyClock::time_point, dou
 }
 } // namespace
 
+// How far power_integral_j may be off: a step of the power between two reads is anywhere between them (half the
+// step times their spacing, each), the power before the first read is not seen (the spread of what was seen, over that
+// stretch), and the instant field's calibration against the counter (3 % of the integral).
+double power_integral_err_j(const std::vector<std::pair<SteadyClock::time_point, double>>& p,
+                            SteadyClock::time_point from, SteadyClock::time_point to) {
+  if (p.empty() || to <= from) return 0;
+  const auto secs = [](auto d) { return std::chrono::duration<double>(d).count(); };
+  double err = 0, lo = p.front().second, hi = p.front().second;
+  for (size_t i = 1; i < p.size(); ++i) {
+    lo = std::min(lo, p[i].second);
+    hi = std::max(hi, p[i].second);
+    const auto a = std::max(p[i - 1].first, from), b = std::min(p[i].first, to);
+    if (b > a) err += 0.5 * std::abs(p[i].second - p[i - 1].second) * secs(b - a);
+  }
+  if (p.front().first > from) err += (hi - lo + 0.25 * hi) * secs(std::min(p.front().first, to) - from);
+  if (p.back().first < to) err += (hi - lo) * secs(to - std::max(p.back().first, from));
+  return err + 0.03 * std::abs(power_integral_j(p, from, to));
+}
+
+void NvmlSource::place_energy(const Dev& d, SteadyClock::time_point mid, GpuSample& s) const {
+  s.energy_at = mid;
+  switch (d.clock.state()) {
+  case CounterClock::State::continuous:
+    return;
+  case CounterClock::State::periodic:
+    if (!d.clock.stale(mid)) {
+      const auto u = d.clock.next_update(mid) - d.clock.period(); // the last update predicted at or before the read
+      const auto h = d.clock.uncertainty(u);
+      if (mid - u > h + kUpdateGuard) { // past it for sure: the value is the energy at that update
+        s.energy_at = u;
+        s.energy_stale = h;
+        return;
+      }
+    }
+    s.energy_stale = d.clock.period();
+    return;
+  default: // not known: as old as an H100's period may make it
+    s.energy_stale = CounterClock::Options{}.nominal_period;
+  }
+}
+
 void NvmlSource::sample_edge_power(Dev& d) {
   auto& p = d.edge.power;
   if (p.size() >= kEdgePowerReads) return;
@@ -1152,6 +1198,13 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
     if (!e.power.empty() && update > e.edge) {
       r.edge_at = e.edge;
       r.edge_back_uj = std::llround(power_integral_j(e.power, e.edge, update) * 1e6);
+      double peak = 0;
+      for (const auto& [t, w] : e.power)
+        peak = std::max(peak, w);
+      const double placed = d.clock.state() == CounterClock::State::periodic
+                                ? std::chrono::duration<double>(d.clock.uncertainty(update)).count()
+                                : 0;
+      r.edge_err_uj = std::llround((power_integral_err_j(e.power, e.edge, update) + peak * placed) * 1e6);
     }
     out.push_back(r);
   };
@@ -1191,17 +1244,25 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
       return false;
     }
     if (e.have_prev && mid > e.scan_end) {
-      // No change seen: a miss, unless the first read came late (the update may have come before it), which says
-      // nothing. Either way this reading stands for its own time.
-      if (!e.late) {
-        spdlog::debug("GPU {}: its energy counter did not move when expected; learnt again within 10 s",
-                      d.info.gpu_index);
-        d.clock.miss(t1);
+      // No change seen across the window: the update came before the first read (a late read on a loaded machine) or
+      // the prediction is off. Either way the reads before the next predicted update are its reference: watch that
+      // one too. Nothing across two windows is a miss, learnt again at a later edge; no reading then (the edge is
+      // interpolated between the counter values around it, and says so).
+      if (e.rescans++ == 0) {
+        e.update = d.clock.next_update(e.update);
+        const auto delta = d.clock.uncertainty(e.update);
+        const auto cost = d.cost[cEnergy].measured.count() > 0 ? d.cost[cEnergy].measured : std::chrono::nanoseconds{0};
+        e.due = std::max(t1, e.update - delta - kUpdateGuard - cost);
+        e.scan_end = e.update + delta + kUpdateGuard + cost;
+        e.prev_mid = mid;
+        e.prev_uj = uj;
+        return true;
       }
-      out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
+      spdlog::debug("GPU {}: its energy counter did not move when expected; learnt again at a later edge",
+                    d.info.gpu_index);
+      d.clock.miss(t1);
       return false;
     }
-    if (!e.have_prev) e.late = t0 > e.due + kUpdateGuard;
     e.have_prev = true;
     e.prev_mid = mid;
     e.prev_uj = uj;

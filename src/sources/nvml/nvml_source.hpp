@@ -180,7 +180,7 @@ public:
       std::chrono::nanoseconds spacing{};
       int64_t prev_uj = 0;
       bool have_prev = false;
-      bool late = false; // the scan's first read began after the window had opened (a tick, a loaded machine)
+      int rescans = 0; // windows watched again after one where the value did not change
       std::optional<std::pair<SteadyClock::time_point, int64_t>> first_read; // learning: the one nearest the edge
     } edge;
   };
@@ -234,6 +234,8 @@ private:
   // One step of an off-grid reading on `d` (its edge.due has come); false once the reading is done.
   bool edge_step(Dev& d, std::vector<CounterReading>& out);
   OptF instant_power_w(Dev& d); // the instant power field alone (1-2 us on an H100), or nothing
+  // When a tick's counter value was the energy (GpuSample::energy_at, energy_stale): its read, or its update.
+  void place_energy(const Dev& d, SteadyClock::time_point mid, GpuSample& s) const;
   void sample_edge_power(Dev& d);
   // Ticks under 100 ms apart that read a counter exact at every instant hold a phase's edge within a fraction of a
   // percent: no reading at edges (read on a schedule, shaped by the instant power between, they do not: it is read)
