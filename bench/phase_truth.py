@@ -17,21 +17,25 @@ summed over the GPUs; the stored figure is the GPUs' part of the phase's device_
 steps all count as error, as they do for a user.
 
     bench/phase_truth.py [--build DIR] [--intervals 10,100,1000] [--gpus 1,8] [--busy | --quiet]
-                         [--profile steps37|sawtooth|square] [--seed N] [--hang] [--quick] [--json OUT]
+                         [--profile steps37|sawtooth|square] [--seed N] [--phases N] [--hang] [--tail S]
+                         [--quick] [--json OUT]
 
 Cases are every interval x GPU count x load: `quiet`, or `busy` with two `while True: pass` processes beside the run.
 --hang makes GPU 0's reads hang twice: 3 s starting 0.7 s into a phase stretched to 4.5 s for it, and 5 s starting
 0.5 s before another phase's begin (placed on the fake's clock from the child's schedule; the child starts about
 the probe's and nvmlInit's time later than planned, so "0.7 s" is give or take ~0.1 s). --quick is a smoke run:
-100 ms, 1 GPU, 6 phases (under a minute with both loads). The full default (12 cases) takes about 7 minutes.
+100 ms, 1 GPU, 8 phases (under a minute with both loads). The full default (12 cases) takes about 7 minutes.
+The child exits as soon as its last phase ends, as a script does; --tail S makes it wait S seconds first, which
+tells the run's end apart from the rest where the last phase is the worst.
 
 How to read a row: phases of 1 s or more (`>= 1 s`) by count, median and worst |error| in %, how many are over 1 %,
 and `unflagged`: those over 1 % whose |error| in J is not within the stored energy_bound_j (NULL counts as not
 within) -- the goal is 0 there: every phase of 1 s or more within 1 % or flagged by a bound that holds. Shorter
 phases (`< 1 s`): count, median and worst. `edges` counts the stored start_edge and end_edge values over the case's
-phases (r: reading, i: interpolated, n: none, -: NULL); `bounds` how many phases carry energy_bound_j and how many
-of those the true error broke. `load` is the machine's 1-minute load average when the case began: other work on a
-shared machine loads the `quiet` cases too.
+phases (r: reading, i: interpolated, n: none, -: NULL); `energy_bound_j` how many phases carry one and how many of
+those the true error broke. `load` is the machine's 1-minute load average when the case began: other work on a
+shared machine loads the `quiet` cases too. --json writes every phase (its edges on the fake's clock, the truth and
+the stored figure per GPU) and each case's summary.
 """
 import argparse
 import atexit
@@ -141,6 +145,7 @@ def child(sched_path, out_path):
             time.sleep(max(0.0, begin + secs - time.monotonic()))
             end = time.monotonic()
         edges.append([name, begin, end])
+    time.sleep(s["tail_s"])
     with open(out_path, "w") as f:
         json.dump(edges, f)
 
@@ -155,6 +160,7 @@ def stored_phases(db):
         dev = json.loads(d["device_energy_j"] or "{}")
         gpu = [v for k, v in dev.items() if k.startswith("gpu") and v is not None]
         d["gpu_j"] = sum(gpu) if gpu else None
+        d["devices"] = {k: v for k, v in dev.items() if k.startswith("gpu")}
         rows[d["name"]] = d
     con.close()
     return rows
@@ -184,7 +190,7 @@ def run_case(args, tmp, ms, gpus, load, sched):
             busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BUSY_LOOPS)]
             time.sleep(0.2)
         with open(paths["schedule.json"], "w") as f:
-            json.dump({"origin": time.monotonic() + LEAD_S, "phases": sched}, f)
+            json.dump({"origin": time.monotonic() + LEAD_S, "phases": sched, "tail_s": args.tail}, f)
         argv = [w, "-q", "run", "--interval", f"{ms}ms", "--db", paths["wattscope.db"], "--top-processes", "0", "--",
                 sys.executable, os.path.abspath(__file__), "--child", paths["schedule.json"], paths["edges.json"]]
         p = subprocess.run(argv, env=env, stderr=subprocess.PIPE, text=True)
@@ -203,7 +209,8 @@ def run_case(args, tmp, ms, gpus, load, sched):
     for name, begin, end in edges:
         if begin < t0:
             print(f"{tag}: {name} began before nvmlInit; its truth misses the time before", file=sys.stderr)
-        truth = sum(c.energy_at(end - t0) - c.energy_at(begin - t0) for c in curves)
+        by_gpu = {f"gpu{g}": c.energy_at(end - t0) - c.energy_at(begin - t0) for g, c in enumerate(curves)}
+        truth = sum(by_gpu.values())
         s = stored.get(name, {})
         got = s.get("gpu_j")
         err = None if got is None else got - truth
@@ -211,7 +218,8 @@ def run_case(args, tmp, ms, gpus, load, sched):
                        "truth_j": truth, "stored_j": got, "error_j": err,
                        "error_pct": None if err is None else 100 * err / truth,
                        "start_edge": s.get("start_edge"), "end_edge": s.get("end_edge"),
-                       "energy_bound_j": s.get("energy_bound_j")})
+                       "energy_bound_j": s.get("energy_bound_j"), "device_truth_j": by_gpu,
+                       "device_stored_j": s.get("devices")})
     case = {"interval_ms": ms, "gpus": gpus, "load": load, "profile": args.profile, "hang": bool(hangs),
             "hangs_at_s": [h["at_s"] for h in hangs], "load1_before": load1, "phases": phases}
     case["summary"] = summarise(phases)
@@ -261,23 +269,26 @@ HEADER = ("case                  load |  >= 1 s: n median% worst%  >1% unflagged
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--intervals", default="10,100,1000", help="milliseconds, comma-separated")
-    ap.add_argument("--gpus", default="1,8", help="GPU counts, comma-separated")
+    ap.add_argument("--intervals", help="milliseconds, comma-separated (default 10,100,1000)")
+    ap.add_argument("--gpus", help="GPU counts, comma-separated (default 1,8)")
     loads = ap.add_mutually_exclusive_group()
     loads.add_argument("--busy", action="store_true", help="only with two busy loops beside the run")
     loads.add_argument("--quiet", action="store_true", help="only without them")
     ap.add_argument("--profile", choices=("steps37", "sawtooth", "square"), default="steps37")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--phases", type=int, default=18)
+    ap.add_argument("--phases", type=int, help="default 18")
     ap.add_argument("--hang", action="store_true", help="GPU 0's reads hang 3 s inside a phase and 5 s at an edge")
-    ap.add_argument("--quick", action="store_true", help="smoke run: 100 ms, 1 GPU, 6 phases")
+    ap.add_argument("--tail", type=float, default=0.0,
+                    help="seconds the child waits after its last phase before it exits (default 0: at once)")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 100 ms, 1 GPU, 8 phases unless given")
     ap.add_argument("--json", help="write every phase's figures and each case's summary here")
     ap.add_argument("--child", nargs=2, metavar=("SCHEDULE", "EDGES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(*args.child)
-    if args.quick:
-        args.intervals, args.gpus, args.phases = "100", "1", 6
+    args.intervals = args.intervals or ("100" if args.quick else "10,100,1000")
+    args.gpus = args.gpus or ("1" if args.quick else "1,8")
+    args.phases = args.phases or (8 if args.quick else 18)
     if args.hang and args.phases <= HANG_EDGE:
         sys.exit(f"--hang needs at least {HANG_EDGE + 1} phases")
     intervals = [int(x) for x in args.intervals.split(",")]
