@@ -281,6 +281,7 @@ def main():
     ap.add_argument("--tail", type=float, default=0.0,
                     help="seconds the child waits after its last phase before it exits (default 0: at once)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 100 ms, 1 GPU, 8 phases unless given")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (each case's wattscope.db)")
     ap.add_argument("--json", help="write every phase's figures and each case's summary here")
     ap.add_argument("--child", nargs=2, metavar=("SCHEDULE", "EDGES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -296,7 +297,10 @@ def main():
     load_list = ["busy"] if args.busy else ["quiet"] if args.quiet else ["quiet", "busy"]
     sched = schedule(args.phases, args.seed, args.hang)
     tmp = tempfile.mkdtemp(prefix="wattscope-phase-truth-")
-    atexit.register(shutil.rmtree, tmp, True)
+    if args.keep:
+        print(f"keeping each case's scenario, schedule, edges and wattscope.db in {tmp}")
+    else:
+        atexit.register(shutil.rmtree, tmp, True)
     print(f"profile {args.profile}, seed {args.seed}, {args.phases} phases "
           f"({sum(p[2] >= 1 for p in sched)} of 1 s or more), H100 call costs, counter every "
           f"{COUNTER_UPDATE_S * 1000:.0f} ms{', GPU 0 hangs 3 s + 5 s' if args.hang else ''}; "
