@@ -15,12 +15,15 @@
 // NVML_ERROR_NOT_SUPPORTED. From call k = lost_at_tick on, every per-tick call on that device answers
 // NVML_ERROR_GPU_IS_LOST. At nvmlShutdown the call count of every entry point is written as JSON to
 // WATTSCOPE_FAKE_NVML_CALLS, if set; issue 33: the first and last energy counter readings answered per device (mJ) to
-// WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the wall clock, "0": {"first_mj": …, "last_mj":
-// …}}, the exact truth for a run's energy (and, with t0_wall_ms, for a phase's).
+// WATTSCOPE_FAKE_NVML_ENERGY, if set, as {"t0_wall_ms": nvmlInit on the wall clock, "t0_monotonic_s": nvmlInit on
+// CLOCK_MONOTONIC (seconds; Python's time.monotonic() on Linux), "0": {"first_mj": …, "last_mj": …}}, the exact truth
+// for a run's energy (and, with t0_wall_ms, for a phase's stored times; with t0_monotonic_s, for times the measured
+// program took itself, bench/phase_truth.py).
 //
 // A driver that hangs (a GPU falling off the bus): "hang": {"at_tick": 10, "ms": 3000}, or a list of them. On a
 // device, the first per-tick call with k = at_tick on that device blocks for `ms` before it answers; at the top level,
-// the first such call on any device does (NVML as a whole). Each entry hangs once.
+// the first such call on any device does (NVML as a whole). "at_s": 4.5 instead of "at_tick" picks the first such call
+// made 4.5 s or more after nvmlInit (a hang at a known time, whatever the interval). Each entry hangs once.
 //
 // What calls cost (bench/overhead.py's driver-like runs): "call_cost_us": 20 gives every entry point that cost, or
 // {"default": 20, "nvmlDeviceGetPcieThroughput": 20000} per symbol. A cost under 1 ms is spent on the CPU (like an
@@ -140,8 +143,8 @@ struct State {
   std::vector<std::vector<FakeDevice>> migs; // per device: its MIG instances ({"uuid": …} specs)
   std::map<std::string, long long, std::less<>> symbol_calls;
   std::vector<bool> hung; // per entry of the scenario's top-level "hang"
-  double t0 = 0;
-  double t0_wall_ms = 0; // issue 33: nvmlInit on the wall clock, so a phase's stored times map onto the scenario's
+  double t0 = 0;          // nvmlInit on CLOCK_MONOTONIC (s): the scenario's time origin
+  double t0_wall_ms = 0;  // issue 33: nvmlInit on the wall clock, so a phase's stored times map onto the scenario's
   Cost default_cost;
   std::map<std::string, Cost, std::less<>> cost_us;      // per symbol
   std::vector<std::unique_ptr<FakeEventSet>> event_sets; // issue 17
@@ -154,8 +157,9 @@ struct State {
   // ---- end simulate
 } g;
 
-// Milliseconds a call with count k should block for, per a "hang" spec (an object or a list); each entry once.
-long long hang_ms(const json& owner, std::vector<bool>& hung, long long k) {
+// Milliseconds a call with count k, t seconds after nvmlInit, should block for, per a "hang" spec (an object or a
+// list); each entry once.
+long long hang_ms(const json& owner, std::vector<bool>& hung, long long k, double t) {
   auto h = owner.find("hang");
   if (h == owner.end()) return 0;
   const size_t n = h->is_array() ? h->size() : 1;
@@ -163,7 +167,8 @@ long long hang_ms(const json& owner, std::vector<bool>& hung, long long k) {
   long long ms = 0;
   for (size_t i = 0; i < n; ++i) {
     const json& e = h->is_array() ? (*h)[i] : *h;
-    if (hung[i] || e.value("at_tick", -1LL) != k) continue;
+    const bool due = e.contains("at_s") ? t >= e.value("at_s", 0.0) : e.value("at_tick", -1LL) == k;
+    if (hung[i] || !due) continue;
     hung[i] = true;
     ms += e.value("ms", 0LL);
   }
@@ -342,7 +347,8 @@ Return metric(Device d, std::string_view name, double& out) {
   if (c == fd->calls.end()) c = fd->calls.emplace(std::string(name), 0).first;
   const long long k = c->second++;
   const json& spec = fd->spec;
-  if (const long long ms = hang_ms(spec, fd->hung, k) + hang_ms(g.scenario, g.hung, k); ms > 0) {
+  const double t = now_s() - g.t0;
+  if (const long long ms = hang_ms(spec, fd->hung, k, t) + hang_ms(g.scenario, g.hung, k, t); ms > 0) {
     lock.unlock(); // like the driver: this caller waits, the fake stays usable from other threads
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     lock.lock();
@@ -471,7 +477,7 @@ Return shutdown() {
     std::ofstream(out) << j.dump(2);
   }
   if (const char* out = std::getenv("WATTSCOPE_FAKE_NVML_ENERGY")) { // issue 33: {"0": {"first_mj", "last_mj"}}
-    json j = {{"t0_wall_ms", g.t0_wall_ms}};
+    json j = {{"t0_wall_ms", g.t0_wall_ms}, {"t0_monotonic_s", g.t0}};
     for (size_t i = 0; i < g.devices.size(); ++i)
       if (g.devices[i].energy_first_mj)
         j[std::to_string(i)] = {{"first_mj", *g.devices[i].energy_first_mj}, {"last_mj", *g.devices[i].energy_last_mj}};
