@@ -149,6 +149,7 @@ void Accounting::energy(GpuSample& s, const Frame& f, EnergyState& st) {
       // The counter itself at every reading; a stretch's estimate that ran ahead of it is held, not taken back (a
       // stored total never goes down), except on the run's last tick, which is the counter's exactly.
       s.energy_j = f.last ? e : std::max(e, st.emitted_j);
+      s.counter_energy_j = e;
       st.emitted_j = *s.energy_j;
       return;
     }

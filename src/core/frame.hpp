@@ -106,6 +106,9 @@ struct GpuSample {
   // period holds a value up to energy_stale old (its update times unknown). For phase edges; not stored.
   std::optional<SteadyClock::time_point> energy_at;
   std::chrono::nanoseconds energy_stale{0};
+  // The counter's own rise since the run's first reading where this tick read it (accounting): energy_j may be an
+  // estimate held above it (a stored total never goes down). Not stored.
+  OptF counter_energy_j;
 };
 
 // ---- issue 17: one MIG compute instance of a GPU (NVML), as last read (once a second, on the source's slow thread).

@@ -158,7 +158,7 @@ PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_poi
     const double span = secs(next->at - prev->at);
     const double f = span > 0 ? secs(at - prev->at) / span : 1;
     out.e = prev->e + (next->e - prev->e) * f;
-    used_reading = next->reading;
+    used_reading = next->reading && next->at - at <= kLateMarker; // one made later is a point to interpolate to
     // A worked-out point at (almost) the marker's own time carries its own error.
     if (next->reading && !next->hard && next->at - at <= std::chrono::milliseconds(1)) soft_err = next->err_j;
     if (prev->reading && !prev->hard && at - prev->at <= std::chrono::milliseconds(1)) soft_err = prev->err_j;
@@ -259,7 +259,10 @@ void PhaseTracker::process(Frame& f) {
     if (s.power_w && *s.power_w > 0) line.cap_w = std::max(line.cap_w, 1.5 * *s.power_w);
     if (!s.energy_j) continue;
     const auto at = s.energy_at.value_or(f.mono);
-    add_point(key, {at, at - s.energy_stale, at, *s.energy_j, s.energy_counter_uj.has_value(), false, 0});
+    // The counter's own value where it was read (the stored energy_j may be an estimate held above it); else the
+    // estimate, soft.
+    const bool counter = s.energy_counter_uj.has_value() && s.counter_energy_j.has_value();
+    add_point(key, {at, at - s.energy_stale, at, counter ? *s.counter_energy_j : *s.energy_j, counter, false, 0});
   }
   const bool cpu_counter = f.cpu.power_method && std::string_view(f.cpu.power_method) == "counter";
   const auto cpu_point = [&](const char* key, const OptF& e, const OptF& w) {

@@ -68,6 +68,7 @@ GpuSample gpu(int index, double energy_j, std::optional<int64_t> read_us = std::
   g.gpu_index = index;
   g.energy_j = energy_j;
   g.energy_counter_uj = static_cast<int64_t>(energy_j * 1e6);
+  g.counter_energy_j = energy_j; // as accounting sets it
   g.power_limit_w = 700;
   if (read_us) g.energy_at = mono_at(*read_us);
   return g;
@@ -145,6 +146,7 @@ TEST(PhaseTruth, AReadingAfterAnEdgeWinsOverATickBetween) {
   Frame f1 = tick(1, 1'000'000);
   GpuSample estimate = gpu(0, e(1'000'000) * 0.94); // an estimate 6 % low, no counter read
   estimate.energy_counter_uj.reset();
+  estimate.counter_energy_j.reset();
   f1.gpus.push_back(estimate);
   t.process(f1);
   Frame f2 = tick(2, 2'000'000);
