@@ -211,7 +211,8 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
                        "totals that include them, are not measurements\n",
                        scenario_of(r));
   // issue 17: where MIG was on, the GPU figures are the whole GPU's (NVML measures power per GPU, not per instance)
-  if (const auto& mig = json_member(run_tags_json(r), "mig"); mig.is_string())
+  const nlohmann::json tags = run_tags_json(r);
+  if (const auto& mig = json_member(tags, "mig"); mig.is_string())
     out += fmt::format("  MIG       {}\n            energy and power are per GPU: shared by all its MIG instances, "
                        "not measured per instance\n",
                        mig.get<std::string>());
