@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "core/stored_json.hpp"
 #include "core/time_util.hpp"
 
 namespace wattscope::advice {
@@ -107,11 +108,8 @@ Input load_input(StoreReader& store, const RunInfo& run) {
   std::stable_sort(in.cpu.begin(), in.cpu.end(),
                    [](const CpuPoint& a, const CpuPoint& b) { return a.ts_ms < b.ts_ms; });
   // issue 33: a run sampled at --idle-interval while idle has steps that long by design
-  const auto summary = nlohmann::json::parse(run.summary, nullptr, false);
-  if (summary.is_object() && summary.contains("sampling") && summary["sampling"].is_object()) {
-    const auto& idle_s = summary["sampling"]["idle_interval_s"];
-    if (idle_s.is_number() && idle_s.get<double>() > 0) in.idle_interval_ms = idle_s.get<double>() * 1000;
-  }
+  const double idle_s = json_number(json_member(run_summary_json(run), "sampling"), "idle_interval_s");
+  if (idle_s > 0) in.idle_interval_ms = idle_s * 1000;
   return in;
 }
 

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/stored_json.hpp"
 #include "core/text.hpp"
 
 namespace wattscope {
@@ -16,8 +17,7 @@ std::string tag_text(const nlohmann::json& v) {
 } // namespace
 
 nlohmann::json run_tags_json(const RunInfo& run) {
-  auto j = nlohmann::json::parse(run.tags, nullptr, false);
-  return j.is_discarded() || !j.is_object() ? nlohmann::json::object() : j;
+  return read_stored_object(run.tags, run.run_id, "runs.tags");
 }
 
 std::vector<TagFilter> parse_tag_filters(const std::vector<std::string>& texts) {

@@ -25,7 +25,7 @@ std::vector<TagFilter> parse_tag_filters(const std::vector<std::string>& texts);
 bool run_matches(const RunInfo& run, const std::vector<TagFilter>& filters);
 std::vector<RunInfo> filter_runs(std::vector<RunInfo> runs, const std::vector<TagFilter>& filters);
 
-// The run's tags as a JSON object ({} when they are not one).
+// The run's tags as a JSON object ({} when they are not one, or refused: core/stored_json.hpp).
 nlohmann::json run_tags_json(const RunInfo& run);
 
 } // namespace wattscope

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/json_opt.hpp"
+#include "core/stored_json.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 #include "pipeline/run_view.hpp"
@@ -155,7 +156,7 @@ std::vector<UnitFigure> unit_figures(const PhaseData& d, const RunInfo& run) {
 }
 
 int64_t markers_dropped(const RunInfo& run) {
-  const json s = json::parse(run.summary, nullptr, false);
+  const json s = run_summary_json(run);
   if (!s.is_object()) return 0;
   auto m = s.find("markers");
   if (m == s.end() || !m->is_object()) return 0;
@@ -190,7 +191,7 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
     p.energy_j = value_real(row[pc("energy_j")]);
     p.energy_method = value_text(row[pc("energy_method")]);
     p.closed_by_run_end = value_int(row[pc("closed_by_run_end")]).value_or(0) != 0;
-    const json dev = json::parse(value_text(row[pc("device_energy_j")]), nullptr, false);
+    const json dev = read_stored_object(value_text(row[pc("device_energy_j")]), run.run_id, "phases.device_energy_j");
     if (dev.is_object())
       for (const auto& [k, v] : dev.items())
         if (v.is_number()) p.device_energy_j.emplace_back(k, v.get<double>());
@@ -219,7 +220,7 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
       e.source = value_text(row[ec("source")]);
       d.marks.push_back(std::move(e));
     } else if (kind == "model") {
-      json m = json::parse(value_text(row[ec("detail")]), nullptr, false);
+      json m = read_stored_object(value_text(row[ec("detail")]), run.run_id, "events.detail");
       if (!m.is_object()) m = json::object();
       m["name"] = value_text(row[ec("source")]);
       d.model = m;
@@ -337,10 +338,7 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
   if (dropped > 0 && !d.phases.empty())
     out += fmt::format("            phases{}: the run's phases and work may be missing some\n", incomplete);
   // issue 19: energy per unit of work from a simulated run is simulated too
-  const bool simulated = [&] {
-    const auto tags = json::parse(run.tags, nullptr, false);
-    return tags.is_object() && tags.value("simulated", std::string()) == "true";
-  }();
+  const bool simulated = simulated_run(run);
   // issue 29: each unit over the phases its work was marked in, saying which
   std::string units;
   for (const auto& u : unit_figures(d, run)) {

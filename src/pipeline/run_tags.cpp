@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "core/stored_json.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 #include "pipeline/run_view.hpp"
@@ -13,9 +14,8 @@ namespace wattscope {
 
 namespace {
 std::string node_of(const RunInfo& run, const nlohmann::json& tags) {
-  if (auto it = tags.find("slurm_node"); it != tags.end() && it->is_string() && !it->get<std::string>().empty())
-    return it->get<std::string>();
-  return run.host;
+  std::string node = json_string(tags, "slurm_node");
+  return node.empty() ? run.host : node;
 }
 std::string filters_text(const std::vector<TagFilter>& filters) {
   std::string out;
@@ -25,8 +25,8 @@ std::string filters_text(const std::vector<TagFilter>& filters) {
 }
 // Energy of one part of a run's summary (the CPU's, a GPU's), when measured.
 std::optional<double> energy_in(const nlohmann::json& part) {
-  auto it = part.find("energy_j");
-  return it != part.end() && it->is_number() ? std::optional<double>(it->get<double>()) : std::nullopt;
+  const auto& e = json_member(part, "energy_j");
+  return e.is_number() ? std::optional<double>(e.get<double>()) : std::nullopt;
 }
 } // namespace
 
@@ -61,22 +61,17 @@ nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vect
     const nlohmann::json tags = run_tags_json(r);
     nlohmann::json one = run_json(r);
     one["node"] = node_of(r, tags);
-    const nlohmann::json summary = nlohmann::json::parse(r.summary, nullptr, false);
+    const nlohmann::json summary = run_summary_json(r);
     std::optional<double> cpu_j, gpu_j, cpu_attr_j;
-    if (summary.is_object()) {
-      if (auto c = summary.find("cpu"); c != summary.end() && c->is_object()) cpu_j = energy_in(*c);
-      if (auto g = summary.find("gpus"); g != summary.end() && g->is_array())
-        for (const auto& d : *g)
-          if (auto e = energy_in(d)) gpu_j = gpu_j.value_or(0) + *e;
-      // The CPU is the node's whole package: the job's processes' share of it is the attributed part.
-      if (auto a = summary.find("attribution"); a != summary.end() && a->is_object() && a->contains("devices")) {
-        const auto& d = (*a)["devices"];
-        if (auto c = d.find("cpu"); c != d.end() && c->is_object()) {
-          auto at = c->find("attributed_j");
-          if (at != c->end() && at->is_number()) cpu_attr_j = at->get<double>();
-        }
-      }
-    }
+    cpu_j = energy_in(json_member(summary, "cpu"));
+    if (const auto& g = json_member(summary, "gpus"); g.is_array())
+      for (const auto& d : g)
+        if (auto e = energy_in(d)) gpu_j = gpu_j.value_or(0) + *e;
+    // The CPU is the node's whole package: the job's processes' share of it is the attributed part.
+    if (const auto& at = json_member(json_member(json_member(json_member(summary, "attribution"), "devices"), "cpu"),
+                                     "attributed_j");
+        at.is_number())
+      cpu_attr_j = at.get<double>();
     one["cpu_attributed_j"] = cpu_attr_j ? nlohmann::json(*cpu_attr_j) : nlohmann::json();
     if (cpu_attr_j) cpu_attr += *cpu_attr_j, cpu_attr_seen = true;
     one["cpu_energy_j"] = cpu_j ? nlohmann::json(*cpu_j) : nlohmann::json();

@@ -5,37 +5,31 @@
 #include <fmt/format.h>
 
 #include "core/duration.hpp"
+#include "core/stored_json.hpp"
+#include "core/tag_filter.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 
 namespace wattscope {
 
 namespace {
-nlohmann::json parse_or_empty(const std::string& text) {
-  auto j = nlohmann::json::parse(text, nullptr, false);
-  return j.is_discarded() || !j.is_object() ? nlohmann::json::object() : j;
-}
+// The run's tags and summary come from a store: read through core/stored_json, whose caps and typed reads keep a
+// hostile row from crashing a view or throwing from it.
 double num(const nlohmann::json& j, const char* key, double fallback = 0) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number() ? it->get<double>() : fallback;
+  return json_number(j, key, fallback);
 }
 bool has_num(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  return it != j.end() && it->is_number();
+  return json_has_number(j, key);
 }
 // ---- simulate (issue 19)
 std::string scenario_of(const RunInfo& r) {
-  const nlohmann::json tags = parse_or_empty(r.tags);
-  auto it = tags.find("simulate_scenario");
-  return it != tags.end() && it->is_string() ? it->get<std::string>() : std::string("?");
+  return json_string(run_tags_json(r), "simulate_scenario", "?");
 }
 // ---- end simulate
 } // namespace
 
 bool simulated_run(const RunInfo& r) {
-  const nlohmann::json tags = parse_or_empty(r.tags);
-  auto it = tags.find("simulated");
-  return it != tags.end() && it->is_string() && *it == "true";
+  return json_string(run_tags_json(r), "simulated") == "true";
 }
 
 namespace {
@@ -43,17 +37,16 @@ namespace {
 EnergyMethod energy_method_of(const RunInfo& r, const nlohmann::json& s) {
   EnergyMethod m;
   auto method_of = [](const nlohmann::json& part) {
-    auto it = part.find("energy_method");
-    return it != part.end() && it->is_string() && !it->get<std::string>().empty() ? it->get<std::string>()
-                                                                                  : std::string("unknown");
+    std::string m = json_string(part, "energy_method");
+    return m.empty() ? std::string("unknown") : m;
   };
-  if (auto g = s.find("gpus"); g != s.end() && g->is_array())
-    for (const auto& gpu : *g)
-      if (gpu.is_object() && has_num(gpu, "energy_j") && has_num(gpu, "index"))
-        m.devices.emplace_back(fmt::format("gpu{}", gpu["index"].get<int64_t>()), method_of(gpu));
-  if (auto c = s.find("cpu"); c != s.end() && c->is_object()) {
-    if (has_num(*c, "package_energy_j")) m.devices.emplace_back("cpu_package", method_of(*c));
-    if (has_num(*c, "dram_energy_j")) m.devices.emplace_back("cpu_dram", method_of(*c));
+  if (const auto& g = json_member(s, "gpus"); g.is_array())
+    for (const auto& gpu : g)
+      if (const auto index = json_int(json_member(gpu, "index")); index && has_num(gpu, "energy_j"))
+        m.devices.emplace_back(fmt::format("gpu{}", *index), method_of(gpu));
+  if (const auto& c = json_member(s, "cpu"); c.is_object()) {
+    if (has_num(c, "package_energy_j")) m.devices.emplace_back("cpu_package", method_of(c));
+    if (has_num(c, "dram_energy_j")) m.devices.emplace_back("cpu_dram", method_of(c));
   }
   // A run stored by a version without per-device summaries still has its total: its method is not known.
   if (m.devices.empty() && r.total_energy_j) m.devices.emplace_back("total", "unknown");
@@ -61,14 +54,12 @@ EnergyMethod energy_method_of(const RunInfo& r, const nlohmann::json& s) {
 }
 
 std::optional<AttributedEnergy> attributed_energy_of(const nlohmann::json& s, const EnergyMethod& total) {
-  auto a = s.find("attribution");
-  if (a == s.end() || !a->is_object()) return std::nullopt;
-  auto devices = a->find("devices");
-  if (devices == a->end() || !devices->is_object()) return std::nullopt;
+  const auto& devices = json_member(json_member(s, "attribution"), "devices");
+  if (!devices.is_object()) return std::nullopt;
   AttributedEnergy out;
   bool any = false;
-  for (const auto& [name, d] : devices->items()) {
-    if (!d.is_object() || !has_num(d, "attributed_j")) continue;
+  for (const auto& [name, d] : devices.items()) {
+    if (!has_num(d, "attributed_j")) continue;
     out.joules += num(d, "attributed_j");
     out.measured_j += num(d, "measured_j");
     any = true;
@@ -83,11 +74,11 @@ std::optional<AttributedEnergy> attributed_energy_of(const nlohmann::json& s, co
 } // namespace
 
 EnergyMethod run_energy_method(const RunInfo& r) {
-  return energy_method_of(r, parse_or_empty(r.summary));
+  return energy_method_of(r, run_summary_json(r));
 }
 
 std::optional<AttributedEnergy> run_attributed_energy(const RunInfo& r) {
-  const nlohmann::json s = parse_or_empty(r.summary);
+  const nlohmann::json s = run_summary_json(r);
   return attributed_energy_of(s, energy_method_of(r, s));
 }
 
@@ -148,7 +139,7 @@ std::string combine_method_labels(const std::vector<std::string>& labels, const 
 }
 
 nlohmann::json run_json(const RunInfo& r) {
-  const nlohmann::json s = parse_or_empty(r.summary);
+  const nlohmann::json s = run_summary_json(r);
   nlohmann::json j;
   j["run_id"] = r.run_id;
   j["task"] = r.task;
@@ -161,20 +152,22 @@ nlohmann::json run_json(const RunInfo& r) {
   j["exit_status"] = r.exit_status ? nlohmann::json(*r.exit_status) : nlohmann::json();
   j["samples"] = r.samples;
   j["interval_s"] = r.interval_ms / 1000.0;
-  j["skipped_ticks"] = s.value("skipped_ticks", 0);
-  j["sampling"] = s.value("sampling", nlohmann::json()); // issue 18: null unless --idle-interval was given
+  j["skipped_ticks"] = json_int(s, "skipped_ticks", 0);
+  j["sampling"] = json_member(s, "sampling"); // issue 18: null unless --idle-interval was given
   j["finished"] = r.end_ms.has_value();
-  if (s.value("rebuilt_from_samples", false)) {
+  if (json_bool(s, "rebuilt_from_samples", false)) {
     // An unfinished run, or one `wattscope repair` finalised: its figures come from its stored samples.
     j["rebuilt_from_samples"] = true;
-    if (!r.end_ms && has_num(s, "last_sample_ms")) {
-      j["last_sample"] = iso_utc_ms(static_cast<int64_t>(num(s, "last_sample_ms")));
-      j["duration_s"] = (num(s, "last_sample_ms") - static_cast<double>(r.start_ms)) / 1000.0;
+    if (const auto last = json_int(json_member(s, "last_sample_ms")); !r.end_ms && last) {
+      j["last_sample"] = iso_utc_ms(*last);
+      j["duration_s"] = (static_cast<double>(*last) - static_cast<double>(r.start_ms)) / 1000.0;
     }
     if (s.contains("last_event")) j["last_event"] = s["last_event"];
   }
-  j["cpu"] = s.value("cpu", nlohmann::json::object());
-  j["gpus"] = s.value("gpus", nlohmann::json::array());
+  const auto& cpu = json_member(s, "cpu");
+  j["cpu"] = cpu.is_object() ? cpu : nlohmann::json::object();
+  const auto& gpus = json_member(s, "gpus");
+  j["gpus"] = gpus.is_array() ? gpus : nlohmann::json::array();
   j["total_energy_j"] = r.total_energy_j ? nlohmann::json(*r.total_energy_j) : nlohmann::json();
   { // issue 29: the total's method, and what it is the total of
     const EnergyMethod m = energy_method_of(r, s);
@@ -188,18 +181,18 @@ nlohmann::json run_json(const RunInfo& r) {
     j["attributed_energy_j"] = a ? nlohmann::json(a->joules) : nlohmann::json();
     j["attributed_energy_method"] = a ? nlohmann::json(a->method) : nlohmann::json();
   }
-  j["events"] = s.value("events", 0);
-  j["attribution"] = s.value("attribution", nlohmann::json()); // issue 13: null when no process was tracked
-  j["tags"] = parse_or_empty(r.tags);
+  j["events"] = json_int(s, "events", 0);
+  j["attribution"] = json_member(s, "attribution"); // issue 13: null when no process was tracked
+  j["tags"] = run_tags_json(r);
   j["simulated"] = simulated_run(r); // issue 19: true when its GPUs were simulated (--simulate)
   j["wattscope_version"] = r.version;
   return j;
 }
 
 std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
-  const nlohmann::json s = parse_or_empty(r.summary);
+  const nlohmann::json s = run_summary_json(r);
   std::string out = fmt::format("run {}  task {}", r.run_id, r.task);
-  const bool rebuilt = s.value("rebuilt_from_samples", false);
+  const bool rebuilt = json_bool(s, "rebuilt_from_samples", false);
   if (r.exit_status)
     out += fmt::format("  exit {}", *r.exit_status);
   else if (!r.end_ms)
@@ -218,16 +211,17 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
                        "totals that include them, are not measurements\n",
                        scenario_of(r));
   // issue 17: where MIG was on, the GPU figures are the whole GPU's (NVML measures power per GPU, not per instance)
-  if (const auto tags = parse_or_empty(r.tags); tags.contains("mig") && tags["mig"].is_string())
+  const nlohmann::json tags = run_tags_json(r);
+  if (const auto& mig = json_member(tags, "mig"); mig.is_string())
     out += fmt::format("  MIG       {}\n            energy and power are per GPU: shared by all its MIG instances, "
                        "not measured per instance\n",
-                       tags["mig"].get<std::string>());
-  if (rebuilt && s.contains("last_event") && s["last_event"].is_string())
-    out += fmt::format("  last event {}\n", s["last_event"].get<std::string>());
+                       mig.get<std::string>());
+  if (const auto& last_event = json_member(s, "last_event"); rebuilt && last_event.is_string())
+    out += fmt::format("  last event {}\n", last_event.get<std::string>());
   if (!r.command.empty()) out += fmt::format("  command   {}\n", r.command);
   out += fmt::format("  host      {}{}\n", r.host, r.cpu_model.empty() ? "" : " · " + r.cpu_model);
   out += fmt::format("  started   {}\n", iso_utc_ms(r.start_ms));
-  const int64_t skipped = s.value("skipped_ticks", int64_t{0});
+  const int64_t skipped = json_int(s, "skipped_ticks", 0);
   std::string duration = r.duration_s() ? fmt::format("{:.2f} s", *r.duration_s()) : "?";
   if (!r.end_ms && has_num(s, "last_sample_ms"))
     duration = fmt::format("at least {:.2f} s", (num(s, "last_sample_ms") - static_cast<double>(r.start_ms)) / 1000.0);
@@ -235,19 +229,19 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
                      format_duration(std::chrono::nanoseconds(static_cast<int64_t>(r.interval_ms * 1e6))),
                      skipped ? fmt::format(" ({} late ticks skipped)", skipped) : "");
   // ---- adaptive sampling (issue 18) ----
-  const nlohmann::json sampling = s.value("sampling", nlohmann::json());
-  const bool idle_stretches = sampling.is_object() && sampling.value("idle_stretches", int64_t{0}) > 0;
+  const nlohmann::json& sampling = json_member(s, "sampling");
+  const int64_t stretches = json_int(sampling, "idle_stretches", 0);
+  const bool idle_stretches = stretches > 0;
   if (idle_stretches)
     out += fmt::format("  sampling  {} idle stretch{} ({:.0f} s in all) sampled at {:g} s instead of {:g} s "
                        "(--idle-interval; a probe kept every {:g} s); energy counters span them\n",
-                       sampling.value("idle_stretches", int64_t{0}),
-                       sampling.value("idle_stretches", int64_t{0}) == 1 ? "" : "es", num(sampling, "idle_s"),
-                       num(sampling, "idle_interval_s"), num(sampling, "interval_s"), num(sampling, "interval_s"));
-  else if (sampling.is_object() && sampling.value("adaptive", false))
+                       stretches, stretches == 1 ? "" : "es", num(sampling, "idle_s"), num(sampling, "idle_interval_s"),
+                       num(sampling, "interval_s"), num(sampling, "interval_s"));
+  else if (json_bool(sampling, "adaptive", false))
     out += fmt::format("  sampling  never idle for {:g} s: every sample at {:g} s (--idle-interval {:g} s unused)\n",
                        num(sampling, "idle_after_s"), num(sampling, "interval_s"), num(sampling, "idle_interval_s"));
   // ---- end adaptive sampling
-  const auto cpu = s.value("cpu", nlohmann::json::object());
+  const nlohmann::json& cpu = json_member(s, "cpu");
   std::string cpu_line = "  CPU      ";
   cpu_line += has_num(cpu, "avg_util_pct") ? fmt::format(" util avg {:.1f} % · peak {:.1f} %", num(cpu, "avg_util_pct"),
                                                          num(cpu, "peak_util_pct"))
@@ -259,23 +253,25 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   if (has_num(cpu, "energy_j")) {
     std::string line = fmt::format("  CPU power package {}", format_energy(num(cpu, "package_energy_j")));
     if (has_num(cpu, "dram_energy_j")) line += fmt::format(" · DRAM {}", format_energy(num(cpu, "dram_energy_j")));
-    line += fmt::format(" [{}]", cpu.value("energy_method", std::string()));
+    line += fmt::format(" [{}]", json_string(cpu, "energy_method"));
     if (has_num(cpu, "avg_package_power_w"))
       line += fmt::format(" · package avg {} peak {}", format_si(num(cpu, "avg_package_power_w"), "W"),
                           format_si(num(cpu, "peak_package_power_w"), "W"));
     out += line + "\n";
     std::string sockets;
-    for (const auto& z : cpu.value("zones", nlohmann::json::array()))
-      if (z.value("zone", std::string()) == "package" && z["socket"].is_number())
-        sockets += fmt::format("{}socket {} {}", sockets.empty() ? "" : " · ", z["socket"].get<int>(),
-                               format_si(num(z, "energy_j"), "J"));
+    if (const auto& zones = json_member(cpu, "zones"); zones.is_array())
+      for (const auto& z : zones)
+        if (const auto socket = json_int(json_member(z, "socket")); socket && json_string(z, "zone") == "package")
+          sockets +=
+              fmt::format("{}socket {} {}", sockets.empty() ? "" : " · ", *socket, format_si(num(z, "energy_j"), "J"));
     if (sockets.find(" · ") != std::string::npos) out += "            " + sockets + "\n";
   }
-  for (const auto& g : s.value("gpus", nlohmann::json::array())) {
-    std::string line = fmt::format("  GPU {:<5} {}", g.value("index", 0), g.value("name", std::string("?")));
+  const auto& gpus = json_member(s, "gpus");
+  for (const auto& g : gpus.is_array() ? gpus : nlohmann::json::array()) {
+    std::string line = fmt::format("  GPU {:<5} {}", json_int(g, "index", 0), json_string(g, "name", "?"));
     if (has_num(g, "energy_j"))
       line +=
-          fmt::format(" · {} [{}{}]", format_energy(num(g, "energy_j")), g.value("energy_method", std::string()),
+          fmt::format(" · {} [{}{}]", format_energy(num(g, "energy_j")), json_string(g, "energy_method"),
                       // issue 18: an integral over idle stretches is coarser, and says so
                       idle_stretches && has_num(g, "max_integration_step_s")
                           ? fmt::format(", steps up to {:.0f} s in idle stretches", num(g, "max_integration_step_s"))
@@ -288,25 +284,27 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
     if (has_num(g, "avg_util_pct")) line += fmt::format(" · util {:.1f} %", num(g, "avg_util_pct"));
     if (has_num(g, "peak_mem_used_bytes"))
       line += fmt::format(" · mem peak {}", format_bytes(num(g, "peak_mem_used_bytes")));
-    if (g.value("lost", false)) line += " · LOST during the run";
+    if (json_bool(g, "lost", false)) line += " · LOST during the run";
     out += line + "\n";
   }
   // ---- attribution (issue 13) ----
-  if (auto a = s.find("attribution"); a != s.end() && a->is_object() && a->contains("devices")) {
-    for (const auto& [name, d] : (*a)["devices"].items()) {
+  if (const auto& devices = json_member(json_member(s, "attribution"), "devices"); devices.is_object()) {
+    for (const auto& [name, d] : devices.items()) {
       const double total = num(d, "measured_j");
       if (!(total > 0)) continue;
-      const std::string dev = name == "cpu" ? "the CPU" : "GPU " + name.substr(3);
+      // "gpu0" is GPU 0; a name the store made up is shown as it is
+      const std::string gpu = name.starts_with("gpu") ? "GPU " + name.substr(3) : name;
+      const std::string dev = name == "cpu" ? "the CPU" : gpu;
       const bool run_mode = !r.command.empty();
       // issue 29: energy no process took is `unattributed`; only the part the device's utilisation called idle is
       // `idle` (idle_j, a part of unattributed_j; stores from before it have none).
       const double idle = std::min(num(d, "idle_j"), num(d, "unattributed_j"));
       out += fmt::format(
           "  {:<9} {}: {} of {}'s {}, {:.1f} %; other processes {:.1f} %; unattributed {:.1f} %{} [{}]\n",
-          name == "cpu" ? "CPU" : "GPU " + name.substr(3), run_mode ? "your processes" : "processes",
-          format_energy(num(d, "attributed_j")), dev, format_energy(total), 100 * num(d, "attributed_j") / total,
-          100 * num(d, "other_j") / total, 100 * (num(d, "unattributed_j") - idle) / total,
-          idle > 0 ? fmt::format("; idle {:.1f} %", 100 * idle / total) : "", d.value("method", std::string()));
+          name == "cpu" ? "CPU" : gpu, run_mode ? "your processes" : "processes", format_energy(num(d, "attributed_j")),
+          dev, format_energy(total), 100 * num(d, "attributed_j") / total, 100 * num(d, "other_j") / total,
+          100 * (num(d, "unattributed_j") - idle) / total,
+          idle > 0 ? fmt::format("; idle {:.1f} %", 100 * idle / total) : "", json_string(d, "method"));
     }
   }
   // ---- end attribution ----

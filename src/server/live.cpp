@@ -13,6 +13,8 @@
 
 #include "core/json_opt.hpp"
 #include "core/metrics.hpp"
+#include "core/stored_json.hpp"
+#include "core/tag_filter.hpp"
 #include "core/time_util.hpp"
 #include "pipeline/run_view.hpp"
 #include "server/static_files.hpp" // gzip_compress (issue 32)
@@ -24,10 +26,7 @@ namespace {
 
 // ---- simulate (issue 19): the run's tags say whether its GPUs are simulated (--simulate), and by what scenario
 std::string run_tag(const RunInfo& r, const char* key) {
-  const auto tags = nlohmann::json::parse(r.tags, nullptr, false);
-  if (!tags.is_object()) return {};
-  auto it = tags.find(key);
-  return it != tags.end() && it->is_string() ? it->get<std::string>() : std::string();
+  return json_string(run_tags_json(r), key);
 }
 // ---- end simulate
 

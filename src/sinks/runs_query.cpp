@@ -84,12 +84,11 @@ void add_date_range(KeyedRunsSql& out, const RunsFilter& f, std::string_view pre
 
 std::vector<RunTagRow> run_tag_rows(const RunInfo& run) {
   std::vector<RunTagRow> out;
-  const auto tags = nlohmann::json::parse(run.tags, nullptr, false);
-  if (tags.is_object())
-    for (const auto& [k, v] : tags.items())
-      if (valid_tag_key(k))
-        out.push_back({k, v.is_string() ? v.get<std::string>()
-                                        : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
+  const auto tags = run_tags_json(run);
+  for (const auto& [k, v] : tags.items())
+    if (valid_tag_key(k))
+      out.push_back(
+          {k, v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)});
   out.push_back({std::string(kRunTagsMethodKey), run_method_word(run)});
   // One text for the search, its fields apart by a newline: a q holds no control byte when answered from this row
   // (runs_sql), so a match never spans two fields. Lower case, as q is made before it is compared.

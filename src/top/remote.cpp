@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/stored_json.hpp"
 #include "core/thread_name.hpp"
 
 namespace wattscope::top {
@@ -173,10 +174,14 @@ HostView RemoteHost::snapshot(std::chrono::steady_clock::time_point now) const {
 }
 
 void RemoteHost::on_event(const std::string& data) {
-  const auto j = nlohmann::json::parse(data, nullptr, false);
+  // Any host can answer: its JSON is bounded in depth as a store's is (the size is bounded as it arrives).
+  const BoundedJson b = parse_bounded_json(data, kMaxEventBytes);
+  const auto& j = b.value;
   const auto now = std::chrono::steady_clock::now();
-  if (j.is_discarded()) {
+  if (b.refusal == JsonRefusal::NotJson) {
     stream_view_.problem = "an event that is not JSON";
+  } else if (!b.ok()) {
+    stream_view_.problem = "an event refused: " + b.why;
   } else {
     try {
       apply_current_json(stream_view_, j, now);
@@ -261,7 +266,7 @@ RemoteHost::Reply RemoteHost::get(const std::string& url) {
 // issue 36: /api/v1/forecast's one-line summary; an older serve (404) or a bad answer shows none.
 void RemoteHost::fetch_forecast() {
   const Reply r = get(opts_.url + "/api/v1/forecast");
-  const auto j = nlohmann::json::parse(r.body, nullptr, false);
+  const auto j = parse_bounded_json(r.body, kMaxAlertsBytes).value;
   std::string line;
   if (r.ok && r.code == 200 && j.is_object() && j.contains("line") && j["line"].is_string())
     line = j["line"].get<std::string>().substr(0, 400);
@@ -278,7 +283,7 @@ void RemoteHost::alerts_loop() {
       std::lock_guard lock(mu_);
       view_.alerts_asked = true;
       if (r.ok) {
-        const auto j = nlohmann::json::parse(r.body, nullptr, false);
+        const auto j = parse_bounded_json(r.body, kMaxAlertsBytes).value;
         try {
           view_.alerts = parse_alerts(j);
           view_.alerts_supported = true;
