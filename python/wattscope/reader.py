@@ -43,7 +43,8 @@ SCHEMA_VERSION = 5  # 5: work.total, a number: nothing for this reader to change
 # numbers. tests check this list against schema.cpp, so the two cannot drift apart.
 TEXT_COLUMNS = frozenset(
     "run_id task command host cpu_model tags wattscope_version summary vendor uuid name pci_bus_id energy_method "
-    "power_source power_method zone domain kind source detail comm cmdline unit unit_kind device_energy_j".split())
+    "power_source power_method zone domain kind source detail comm cmdline unit unit_kind device_energy_j start_edge "
+    "end_edge".split())
 
 # The tables of one run, in the stores' key order.
 _ORDER = {
@@ -526,6 +527,10 @@ class _CsvDir:
         if prefix is None or not os.path.exists(path):
             return []  # a table with no rows for this run has no file
         rows = [r for r in self._read(path)[1] if r.get("run_id") == run["run_id"]]
+        if name == "phases":
+            # A phase has a row when it begins (open: no end) and another when it ends or `wattscope repair` closes
+            # it, appended: the last row of a phase_id is the phase as it stands (the SQL stores keep only that one).
+            rows = list({r.get("phase_id"): r for r in rows}.values())
         keys = _ORDER[name]
         rows.sort(key=lambda r: tuple(_order_key(r.get(k)) for k in keys))
         return rows
@@ -809,12 +814,11 @@ class Store:
             for p, devices in rows:
                 rec = {"run_id": r.run_id, "task": r.task}
                 rec.update({k: v for k, v in p.items() if k not in ("run_id", "device_energy_j")})
+                # end_ms None: open, no end stored yet (the run still records, or died and awaits `wattscope repair`)
                 start, end = p.get("start_ms"), p.get("end_ms")
-                if end is None:
-                    end = start
                 rec["end_ms"] = end
                 rec["start"], rec["end"] = _utc(start), _utc(end)
-                rec["duration_s"] = (end - start) / 1000.0 if start is not None else None
+                rec["duration_s"] = (end - start) / 1000.0 if start is not None and end is not None else None
                 for flag in ("closed_by_run_end", "closed_by_repair"):
                     if flag in rec:
                         rec[flag] = bool(rec[flag])

@@ -1,5 +1,6 @@
 #include "core/schema.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <random>
@@ -321,6 +322,32 @@ static std::string device_energy_json(const std::vector<std::pair<std::string, d
 static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch& out) {
   const Value rid(run_id);
   auto& p = out.tables[static_cast<size_t>(TableId::Phases)].cells;
+  // A begun phase is stored at once as an open row (end, energy and method NULL), so that a recorder killed with it
+  // open leaves it for `repair`; its closed row comes later under the same key (run_id, phase_id) and replaces it (SQL
+  // stores: INSERT OR REPLACE / ON DUPLICATE KEY; CSV: the later row of a key wins, docs/storage.md). Open rows go
+  // before the closed ones, and one closed in the same frame needs none.
+  for (const auto& ph : f.phases_begun) {
+    if (std::any_of(f.phases.begin(), f.phases.end(), [&](const PhaseRecord& c) { return c.phase_id == ph.phase_id; }))
+      continue;
+    p.push_back(rid);
+    p.emplace_back(ph.phase_id);
+    p.emplace_back(ph.name);
+    p.push_back(to_value(ph.index));
+    p.push_back(to_value(ph.parent));
+    p.emplace_back(ph.start_ms);
+    p.emplace_back(); // end_ms: open
+    p.emplace_back(ph.start_tick);
+    p.emplace_back(); // end_tick
+    p.emplace_back(); // energy_j
+    p.emplace_back(); // energy_method
+    p.emplace_back(); // device_energy_j
+    p.emplace_back(); // attributed_energy_j
+    p.emplace_back(int64_t{0});
+    p.push_back(text_or_null(ph.start_edge));
+    p.emplace_back(); // end_edge
+    p.emplace_back(); // energy_bound_j
+    p.emplace_back(int64_t{0});
+  }
   for (const auto& ph : f.phases) {
     p.push_back(rid);
     p.emplace_back(ph.phase_id);

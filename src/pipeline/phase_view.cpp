@@ -136,7 +136,7 @@ std::vector<UnitFigure> unit_figures(const PhaseData& d, const RunInfo& run) {
       if (nested) continue;
       u.phase_ids.push_back(id);
       u.energy_j = p->energy_j && u.energy_j ? OptF(*u.energy_j + *p->energy_j) : std::nullopt;
-      u.duration_s += static_cast<double>(p->end_ms - p->start_ms) / 1000.0;
+      if (!phase_open(*p)) u.duration_s += static_cast<double>(p->end_ms - p->start_ms) / 1000.0;
       const std::string m = p->energy_method;
       if (u.energy_method.empty())
         u.energy_method = m;
@@ -165,7 +165,7 @@ int64_t markers_dropped(const RunInfo& run) {
 }
 
 bool phase_coarse(const PhaseRecord& p, const RunInfo& run) {
-  return run.interval_ms > 0 && static_cast<double>(p.end_ms - p.start_ms) < 2 * run.interval_ms;
+  return !phase_open(p) && run.interval_ms > 0 && static_cast<double>(p.end_ms - p.start_ms) < 2 * run.interval_ms;
 }
 
 OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run) {
@@ -185,12 +185,16 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
     p.index = value_int(row[pc("index")]);
     p.parent = value_int(row[pc("parent")]);
     p.start_ms = value_int(row[pc("start_ms")]).value_or(0);
-    p.end_ms = value_int(row[pc("end_ms")]).value_or(p.start_ms);
+    p.end_ms = value_int(row[pc("end_ms")]).value_or(0); // NULL: open (phase_open)
     p.start_tick = value_int(row[pc("start_tick")]).value_or(0);
     p.end_tick = value_int(row[pc("end_tick")]).value_or(0);
     p.energy_j = value_real(row[pc("energy_j")]);
     p.energy_method = value_text(row[pc("energy_method")]);
     p.closed_by_run_end = value_int(row[pc("closed_by_run_end")]).value_or(0) != 0;
+    p.closed_by_repair = value_int(row[pc("closed_by_repair")]).value_or(0) != 0;
+    p.start_edge = value_text(row[pc("start_edge")]);
+    p.end_edge = value_text(row[pc("end_edge")]);
+    p.energy_bound_j = value_real(row[pc("energy_bound_j")]);
     const json dev = read_stored_object(value_text(row[pc("device_energy_j")]), run.run_id, "phases.device_energy_j");
     if (dev.is_object())
       for (const auto& [k, v] : dev.items())
@@ -236,22 +240,25 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
     json dev = json::object();
     for (const auto& [k, v] : p.device_energy_j)
       dev[k] = v;
-    const double dur = static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
+    const bool open = phase_open(p);
+    const double dur = open ? 0.0 : static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
     json j = {{"phase_id", p.phase_id},
               {"name", p.name},
               {"index", opt(p.index)},
               {"parent", opt(p.parent)},
               {"start", iso_utc_ms(p.start_ms)},
-              {"end", iso_utc_ms(p.end_ms)},
+              {"end", open ? json() : json(iso_utc_ms(p.end_ms))},
               {"start_ms", p.start_ms},
-              {"end_ms", p.end_ms},
-              {"duration_s", dur},
+              {"end_ms", open ? json() : json(p.end_ms)},
+              {"duration_s", open ? json() : json(dur)},
+              {"open", open}, // no end stored yet: the run still records, or died and awaits `repair`
               {"start_tick", p.start_tick},
               {"end_tick", p.end_tick},
               {"energy_j", opt(p.energy_j)},
               {"energy_method", p.energy_method.empty() ? json() : json(p.energy_method)},
               {"devices", dev},
               {"closed_by_run_end", p.closed_by_run_end},
+              {"closed_by_repair", p.closed_by_repair}, // its recorder died: ended at the last stored sample
               // issue 29: shorter than two sampling intervals, its energy rests on interpolation across one tick
               {"coarse", phase_coarse(p, run)},
               {"resolving_interval_ms", opt(resolving_interval_ms(p, run))},
@@ -313,8 +320,9 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
       std::string name = std::string(static_cast<size_t>(2 * std::min(dep, 6)), ' ') + p.name;
       if (p.index) name += fmt::format(" [{}]", *p.index);
       if (name.size() > 28) name = name.substr(0, 27) + "…";
-      const double dur = static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
-      const std::string energy = p.energy_j ? format_si(*p.energy_j, "J") : "not measured";
+      const bool open = phase_open(p);
+      const double dur = open ? 0.0 : static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
+      const std::string energy = open ? "–" : p.energy_j ? format_si(*p.energy_j, "J") : "not measured";
       std::string coarse;
       if (phase_coarse(p, run)) {
         const OptF resolve = resolving_interval_ms(p, run);
@@ -322,11 +330,17 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
                                        std::floor(*resolve * 10) / 10)
                          : " (coarse: under 2 sampling intervals)";
       }
-      out += fmt::format("            {:<28} {:>9.2f} {:>8.2f} s {:>14}  {}{}{}{}\n", name,
-                         static_cast<double>(p.start_ms - run.start_ms) / 1000.0, dur, energy,
+      const std::string duration = open ? "open" : fmt::format("{:.2f} s", dur);
+      out += fmt::format("            {:<28} {:>9.2f} {:>10} {:>14}  {}{}{}{}\n", name,
+                         static_cast<double>(p.start_ms - run.start_ms) / 1000.0, duration, energy,
                          p.energy_method.empty() || p.energy_method == "counter" ? "" : "[" + p.energy_method + "] ",
                          work_cell(d.phase_work(p.phase_id), p.energy_j, dur),
-                         p.closed_by_run_end ? " (no end: closed by the run's end)" : "", coarse);
+                         p.closed_by_run_end ? " (no end: closed by the run's end)"
+                         : p.closed_by_repair
+                             ? " (closed by repair: the recorder died; its energy up to the last stored sample)"
+                         : open ? " (open: no end stored yet)"
+                                : "",
+                         coarse);
     }
     if (d.phases.size() > max_rows)
       out += fmt::format("            … {} more phases ('wattscope show --json' lists them all)\n",

@@ -29,6 +29,12 @@ struct PhaseData {
 
 PhaseData load_phase_data(StoreReader& store, const RunInfo& run);
 
+// A phase whose end is not stored (yet): its run still records, or its recorder died and `repair` has not closed it.
+// Stored with end_ms NULL and read with end_ms 0, as Frame::phases_begun holds it: it has no duration or energy.
+inline bool phase_open(const PhaseRecord& p) {
+  return p.end_ms == 0;
+}
+
 // Energy per unit of work over the stretch of the run where that unit's work was done (issue 29): the phases that
 // hold work of the unit as their innermost phase, less those nested inside another of them (so they are disjoint),
 // summed; work marked outside any phase makes it the whole run. One per unit, in unit order.

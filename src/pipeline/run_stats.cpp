@@ -65,6 +65,7 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
   std::vector<std::string> order;
   std::map<std::string, PhaseSums> by_name;
   for (const auto& p : d.phases) {
+    if (phase_open(p)) continue; // no end stored yet (a run still recording, or not repaired): no figures to count
     auto [it, fresh] = by_name.try_emplace(p.name);
     if (fresh) order.push_back(p.name);
     PhaseSums& ps = it->second;

@@ -169,7 +169,9 @@ nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOpti
   nlohmann::json ph = phase_json(load_phase_data(store, run), run);
   for (auto& p : ph["phases"]) {
     p["t0"] = round_t(static_cast<double>(p["start_ms"].get<int64_t>() - run.start_ms) / 1000.0);
-    p["t1"] = round_t(static_cast<double>(p["end_ms"].get<int64_t>() - run.start_ms) / 1000.0);
+    // An open phase (no end stored yet) reaches to the end of the data
+    p["t1"] = p["end_ms"].is_number() ? round_t(static_cast<double>(p["end_ms"].get<int64_t>() - run.start_ms) / 1000.0)
+                                      : round_t(t_end);
   }
   out["phases"] = std::move(ph["phases"]);
   out["work"] = std::move(ph["work"]);

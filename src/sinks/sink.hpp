@@ -25,9 +25,14 @@ public:
   virtual void write(const RowBatch& batch) = 0;
   // Writes the final runs row (end time, exit status, totals).
   virtual void end_run(const RunInfo& run) = 0;
-  // Finalises a run already in the store (`wattscope repair`): rewrites its runs row, touches no sample.
-  virtual void finalise_run(const RunInfo& run) {
-    begin_run(run);
+  // Finalises a run already in the store (`wattscope repair`): stores `rows` (the phases repair closed, each replacing
+  // its open row by key), then rewrites its runs row; touches no sample. The runs row goes last: a repair cut short
+  // leaves the run unfinished, to be repaired again.
+  virtual void finalise_run(const RunInfo& run, const RowBatch& rows) {
+    RunInfo unfinished = run;
+    unfinished.end_ms.reset();
+    begin_run(unfinished);
+    if (!rows.empty()) write(rows);
     end_run(run);
   }
   // Called from another thread when the end-of-run drain is out of time: make the call in progress, and every later

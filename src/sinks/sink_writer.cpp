@@ -17,6 +17,15 @@ constexpr auto kRetryDelay = std::chrono::milliseconds(500);
 // timeout is 3 s; against a frozen server it gave up after 3.0 s, measured with the mariadb client).
 constexpr auto kAbandonGrace = std::chrono::milliseconds(3500);
 
+// A frame that carries a phase's begin or end is committed at most kPhaseEdgeCommit after it reaches the writer, and
+// at once where the last commit is that long ago: a recorder killed with -9 leaves the phase behind for `repair`. The
+// floor keeps the cost bounded: a phase per training step at 10 ms ticks makes at most 10 commits a second, not 100.
+constexpr auto kPhaseEdgeCommit = std::chrono::milliseconds(100);
+
+bool has_phase_edge(const Frame& f) {
+  return !f.phases_begun.empty() || !f.phases.empty();
+}
+
 // Memory one queued frame holds, for the backlog warning.
 size_t frame_bytes(const Frame& f) {
   size_t n = sizeof(Frame) + 2 * sizeof(void*) * 2; // the frame and its shared_ptr control block and queue slot
@@ -41,7 +50,8 @@ struct SinkWriter::State {
   // Guarded by mu.
   std::deque<FramePtr> queue;
   size_t warn_at = kBacklogWarnFrames;
-  bool idle = false; // the writer sleeps until a frame or the end arrives
+  bool idle = false;        // the writer sleeps until a frame or the end arrives
+  bool edge_queued = false; // a queued frame carries a phase edge (kPhaseEdgeCommit)
   bool stopping = false;
   bool abandoned = false;
   bool done = false;
@@ -124,9 +134,12 @@ void SinkWriter::push(FramePtr frame) {
       bytes = warn * frame_bytes(*frame);
       s.warn_at *= 2;
     }
+    const bool edge = !s.edge_queued && has_phase_edge(*frame);
+    s.edge_queued = s.edge_queued || edge;
     s.queue.push_back(std::move(frame));
-    // Woken for the first frame after an idle spell, or when a commit by row count falls due; not for every frame.
-    wake = s.idle || (s.policy.rows > 0 && static_cast<int64_t>(s.queue.size()) >= s.policy.rows);
+    // Woken for the first frame after an idle spell, when a commit by row count falls due, or for a phase edge (its
+    // commit may fall due sooner than the next one by the policy); not for every frame.
+    wake = s.idle || edge || (s.policy.rows > 0 && static_cast<int64_t>(s.queue.size()) >= s.policy.rows);
   }
   if (warn)
     spdlog::warn("{} is falling behind: {} samples (about {} MiB) wait in memory; none is dropped", s.sink->describe(),
@@ -163,8 +176,9 @@ void SinkWriter::loop(State& s) {
   // writer started, just before the second frame: every later frame arrived just after a commit and waited for the
   // next one, a second later, woken by its own timer (2 wake-ups a tick, and each row stored a second late).
   const auto commit_slack = std::min<std::chrono::nanoseconds>(s.policy.interval / 20, std::chrono::milliseconds(25));
-  auto last_commit = SteadyClock::now() - s.policy.interval;
+  auto last_commit = SteadyClock::now() - std::max<std::chrono::nanoseconds>(s.policy.interval, kPhaseEdgeCommit);
   auto last_attempt = last_commit;
+  bool batch_edge = false; // the batch holds a phase edge: due kPhaseEdgeCommit after the last commit
   auto finished = [&](bool stored) {
     std::lock_guard lock(s.mu);
     s.stored = s.stored && stored;
@@ -186,16 +200,23 @@ void SinkWriter::loop(State& s) {
         s.idle = true; // nothing to store: sleep until a frame or the end arrives, without periodic wake-ups
         s.cv.wait(lock, [&] { return s.stopping || !s.queue.empty(); });
         s.idle = false;
-      } else if (s.failing || s.policy.interval.count() > 0) {
-        const auto wake_at = s.failing ? last_attempt + kRetryDelay : last_commit + s.policy.interval - commit_slack;
-        s.cv.wait_until(lock, wake_at, [&] { return s.stopping || rows_due(); });
+      } else if (s.failing || s.policy.interval.count() > 0 || batch_edge || s.edge_queued) {
+        auto wake_at = s.failing                       ? last_attempt + kRetryDelay
+                       : s.policy.interval.count() > 0 ? last_commit + s.policy.interval - commit_slack
+                                                       : SteadyClock::time_point::max();
+        const bool edge = batch_edge || s.edge_queued;
+        if (!s.failing && edge) wake_at = std::min(wake_at, last_commit + kPhaseEdgeCommit);
+        // An edge arriving while the wait was set without one sets it again, earlier.
+        s.cv.wait_until(lock, wake_at, [&] { return s.stopping || rows_due() || (!edge && s.edge_queued); });
       } else {
-        s.cv.wait(lock, [&] { return s.stopping || rows_due(); });
+        s.cv.wait(lock, [&] { return s.stopping || rows_due() || s.edge_queued; });
       }
       stopping = s.stopping;
       abandoned = s.abandoned;
       taken.assign(std::make_move_iterator(s.queue.begin()), std::make_move_iterator(s.queue.end()));
       s.queue.clear();
+      batch_edge = batch_edge || s.edge_queued;
+      s.edge_queued = false;
     }
     // Rows reference device strings owned by `devices` and the run id owned by the state: both outlive the batch.
     for (const auto& f : taken) {
@@ -206,15 +227,16 @@ void SinkWriter::loop(State& s) {
     taken.clear();
     const auto now = SteadyClock::now();
     const bool due =
-        s.failing
-            ? now - last_attempt >= kRetryDelay || abandoned
-            : (s.policy.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= s.policy.rows) ||
-                  (s.policy.interval.count() > 0 && now - last_commit + commit_slack >= s.policy.interval) || stopping;
+        s.failing ? now - last_attempt >= kRetryDelay || abandoned
+                  : (s.policy.rows > 0 && static_cast<int64_t>(batch.sample_rows()) >= s.policy.rows) ||
+                        (s.policy.interval.count() > 0 && now - last_commit + commit_slack >= s.policy.interval) ||
+                        (batch_edge && now - last_commit >= kPhaseEdgeCommit) || stopping;
     if (!batch.empty() && due) {
       last_attempt = now;
       if (try_commit(s, batch, batch_frames)) {
         last_commit = now;
         batch_frames = 0;
+        batch_edge = false;
       }
     }
     if (!stopping) continue;

@@ -6,10 +6,14 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "../support/mariadb.hpp"
 #include "../support/support.hpp"
 
 namespace e2e_repair { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
@@ -41,7 +45,10 @@ struct Killed {
   std::map<std::string, std::string> env() const {
     return {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
             {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-            {"CUDA_VISIBLE_DEVICES", "\x01"}};
+            {"CUDA_VISIBLE_DEVICES", "\x01"},
+            // a private MariaDB server's (tests/support/mariadb.hpp), and its spill file kept in this directory
+            {"WATTSCOPE_MYSQL_PASSWORD", "secret"},
+            {"WATTSCOPE_SPILL_DIR", dir / "spill"}};
   }
   Result ws(std::vector<std::string> args) const {
     args.insert(args.begin(), wattscope());
@@ -136,4 +143,194 @@ TEST(Repair, UnfinishedRunIsShownFromItsSamplesThenFinalised) {
   EXPECT_EQ(csv_after["samples"], csv_before["samples"]);
   EXPECT_TRUE(csv_after["total_energy_j"].is_number());
 }
+
+namespace {
+
+// One GPU at a constant 100 W: its counter (mJ) is 100 W times the seconds since nvmlInit.
+json constant_power() {
+  return {{"driver_version", "550.54.15"},
+          {"devices",
+           {{{"name", "NVIDIA H100"},
+             {"uuid", "GPU-7"},
+             {"pci_bus_id", "00000000:17:00.0"},
+             {"metrics",
+              {{"power_mw", 100000},
+               {"energy_mj", {{"sine_integral", {{"base", 100000}, {"amp", 0}, {"period_s", 1}}}}},
+               {"util_gpu", 50},
+               {"mem_used_bytes", 1 << 30},
+               {"mem_total_bytes", 85899345920LL}}}}}}};
+}
+
+int count(const std::string& db, const std::string& where) {
+  try {
+    const std::string n = scalar(db, "SELECT count(*) FROM phases WHERE " + where);
+    return n.empty() ? 0 : std::stoi(n);
+  } catch (...) {
+    return 0; // the store or its table is not there yet
+  }
+}
+
+// Polls until the condition holds: what the recorder has made durable, as another process sees it.
+bool eventually(const std::function<bool()>& ok) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!ok()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+} // namespace
+
+namespace {
+
+// Records into `stores` (the flags naming them) with phase markers, and SIGKILLs the recorder with two nested phases
+// open and a third one's end just sent (not yet stored: a marker waits for its edge reading before it is settled),
+// after a phase that ended earlier. `open_rows` counts the open phase rows the store holds, as another process sees
+// them: every begin had reached the store before the kill.
+void kill_with_phases_open(Killed& k, const std::vector<std::string>& stores,
+                           const std::function<int(const std::string& where)>& open_rows) {
+  write_file(k.dir / "scenario.json", constant_power().dump());
+  const std::string sock = k.dir / "m.sock";
+  std::vector<std::string> argv = {wattscope(), "record", "--task", "killed", "--interval", "50ms", "--socket", sock};
+  argv.insert(argv.end(), stores.begin(), stores.end());
+  const int pid = start(argv, k.env(), k.dir.path(), k.dir / "out", k.dir / "err");
+  auto mark = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {wattscope(), "mark", "--socket", sock, "--strict"});
+    EXPECT_EQ(run(args, k.env(), k.dir.path()).exit_code, 0);
+  };
+  ASSERT_TRUE(eventually([&] { return std::filesystem::exists(sock); })) << read_file(k.dir / "err");
+  mark({"begin", "warmup"});
+  mark({"end", "warmup"});
+  mark({"begin", "train"});
+  mark({"begin", "epoch", "--index", "0"});
+  ASSERT_TRUE(eventually([&] { return open_rows("end_ms IS NULL") == 2; })) << read_file(k.dir / "err");
+  mark({"begin", "step"});
+  ASSERT_TRUE(eventually([&] { return open_rows("end_ms IS NULL") == 3; }));
+  EXPECT_EQ(open_rows("name = 'warmup' AND end_ms IS NOT NULL AND closed_by_repair = 0"), 1);
+  mark({"end", "step"});
+  ::kill(pid, SIGKILL);
+  wait_exit(pid);
+}
+
+// `show` of the store says the phases are open; `repair` closes them.
+void show_open_then_repair(const Killed& k, const std::string& store) {
+  SCOPED_TRACE(store);
+  auto before = json::parse(k.ws({"show", "--db", store, "--json"}).out);
+  ASSERT_EQ(before["phases"].size(), 4u);
+  EXPECT_TRUE(before["phases"][1]["open"].get<bool>());
+  EXPECT_TRUE(before["phases"][1]["end_ms"].is_null());
+  auto text = k.ws({"show", "--db", store});
+  EXPECT_NE(text.out.find("open: no end stored yet"), std::string::npos) << text.out;
+  auto repaired = k.ws({"repair", "--db", store});
+  ASSERT_EQ(repaired.exit_code, 0) << repaired.err;
+  EXPECT_NE(repaired.err.find("phases left open"), std::string::npos) << repaired.err;
+}
+
+// The repaired phases as `show --json` gives them: warmup as recorded, the three others closed by repair at
+// `last_ms` with the fake's 100 W over their time. Nested as they were.
+void expect_closed_by_repair(const json& view, int64_t last_ms) {
+  const json& ph = view["phases"];
+  ASSERT_EQ(ph.size(), 4u);
+  EXPECT_TRUE(view["finished"].get<bool>());
+  EXPECT_EQ(ph[0]["name"], "warmup");
+  EXPECT_FALSE(ph[0]["closed_by_repair"].get<bool>());
+  EXPECT_EQ(ph[1]["name"], "train");
+  EXPECT_EQ(ph[2]["parent"], ph[1]["phase_id"]);
+  EXPECT_EQ(ph[3]["name"], "step");
+  EXPECT_EQ(ph[3]["parent"], ph[2]["phase_id"]);
+  for (size_t i = 1; i < 4; ++i) {
+    const json& p = ph[i];
+    SCOPED_TRACE(p.dump());
+    EXPECT_TRUE(p["closed_by_repair"].get<bool>());
+    EXPECT_FALSE(p["closed_by_run_end"].get<bool>());
+    EXPECT_FALSE(p["open"].get<bool>());
+    EXPECT_EQ(p["end_ms"].get<int64_t>(), last_ms);
+    EXPECT_EQ(p["energy_method"], "counter");
+    // 100 W over its time to the last sample: the ms stamps and the sample times' jitter within a few ms
+    EXPECT_NEAR(p["devices"]["gpu0"].get<double>(), 100.0 * p["duration_s"].get<double>(), 1.0);
+    double sum = 0; // with the CPU's where this host has RAPL
+    for (const auto& [device, j] : p["devices"].items())
+      sum += j.get<double>();
+    EXPECT_NEAR(p["energy_j"].get<double>(), sum, 1e-9);
+  }
+}
+
+void expect_same_phases(const json& a, const json& b) {
+  ASSERT_EQ(a["phases"].size(), b["phases"].size());
+  for (size_t i = 0; i < a["phases"].size(); ++i)
+    for (const char* key : {"start_ms", "end_ms", "energy_j", "devices", "closed_by_repair", "parent"})
+      EXPECT_EQ(a["phases"][i][key], b["phases"][i][key]) << i << " " << key;
+}
+
+} // namespace
+
+// Every begin had reached the store as an open row; `repair` closes the open ones at the last sample with the energy
+// the stored samples say, in SQLite and CSV alike; the phase that ended earlier is left as recorded.
+TEST(Repair, PhasesLeftOpenByAKilledRecorderAreClosedFromTheStoredSamples) {
+  Killed k;
+  const std::string csv = k.dir / "csv";
+  kill_with_phases_open(k, {"--db", k.db(), "--csv", csv},
+                        [&](const std::string& where) { return count(k.db(), where); });
+  for (const std::string store : {k.db(), "csv:" + csv})
+    show_open_then_repair(k, store);
+
+  // Against the stored samples: the counter at the last sample less the counter interpolated at each start.
+  const auto samples = query(k.db(), "SELECT ts_ms, energy_j FROM gpu_samples WHERE gpu_index = 0 ORDER BY tick");
+  ASSERT_GE(samples.size(), 4u);
+  auto energy_at = [&](int64_t t) { // the stored counter, linear between the samples around t
+    double e0 = std::stod(*samples[0][1]);
+    int64_t t0 = std::stoll(*samples[0][0]);
+    if (t <= t0) return e0;
+    for (const auto& s : samples) {
+      const int64_t t1 = std::stoll(*s[0]);
+      const double e1 = std::stod(*s[1]);
+      if (t1 >= t) return t1 == t0 ? e1 : e0 + (e1 - e0) * static_cast<double>(t - t0) / static_cast<double>(t1 - t0);
+      t0 = t1;
+      e0 = e1;
+    }
+    return e0;
+  };
+  const int64_t last_ms = std::stoll(*samples.back()[0]);
+  const json sqlite_view = json::parse(k.ws({"show", "--db", k.db(), "--json"}).out);
+  const json csv_view = json::parse(k.ws({"show", "--csv", csv, "--json"}).out);
+  for (const json* view : {&sqlite_view, &csv_view}) {
+    expect_closed_by_repair(*view, last_ms);
+    for (size_t i = 1; i < 4; ++i) {
+      const json& p = (*view)["phases"][i];
+      const double stored = energy_at(last_ms) - energy_at(p["start_ms"].get<int64_t>());
+      EXPECT_NEAR(p["devices"]["gpu0"].get<double>(), stored, 1e-6) << p.dump();
+    }
+  }
+  expect_same_phases(sqlite_view, csv_view);
+  EXPECT_EQ(scalar(k.db(), "SELECT count(*) FROM phases WHERE end_edge = 'none' AND closed_by_repair = 1"), "3");
+  auto text = k.ws({"show", "--db", k.db()});
+  EXPECT_NE(text.out.find("(closed by repair"), std::string::npos) << text.out;
+}
+
+#ifdef WATTSCOPE_HAVE_MYSQL
+// The same through a private MariaDB server: the open rows are there at the kill, repair replaces them by key, and the
+// figures equal those of the CSV copy of the same run.
+TEST(Repair, PhasesLeftOpenInMysqlAreClosedLikeTheCsvCopy) {
+  MariaDb db;
+  Killed k;
+  const std::string csv = k.dir / "csv";
+  kill_with_phases_open(k, {"--db", db.url(), "--csv", csv}, [&](const std::string& where) {
+    try {
+      return std::atoi(db.sql("SELECT count(*) FROM wattscope.phases WHERE " + where).c_str());
+    } catch (const std::exception&) {
+      return 0; // the recorder has not made the table yet
+    }
+  });
+  show_open_then_repair(k, db.url());
+  show_open_then_repair(k, "csv:" + csv);
+  const json mysql_view = json::parse(k.ws({"show", "--db", db.url(), "--json"}).out);
+  const json csv_view = json::parse(k.ws({"show", "--csv", csv, "--json"}).out);
+  ASSERT_EQ(mysql_view["phases"].size(), 4u);
+  expect_closed_by_repair(mysql_view, mysql_view["phases"][1]["end_ms"].get<int64_t>());
+  expect_same_phases(mysql_view, csv_view);
+  EXPECT_EQ(std::atoi(db.sql("SELECT count(*) FROM wattscope.phases").c_str()), 4); // replaced, never doubled
+}
+#endif
+
 } // namespace e2e_repair

@@ -71,7 +71,7 @@ def check_against_show(world, store, run, store_flags):
     assert len(phases) == len(shown["phases"])
     for mine, theirs in zip(phases, shown["phases"]):
         for key in ("phase_id", "name", "index", "parent", "start_ms", "end_ms", "start_tick", "end_tick",
-                    "energy_method", "closed_by_run_end"):
+                    "energy_method", "closed_by_run_end", "closed_by_repair"):
             assert mine[key] == theirs[key], (key, mine[key], theirs[key])
         assert close(mine["energy_j"], theirs["energy_j"]) and close(mine["duration_s"], theirs["duration_s"])
         same_map(mine["devices"], theirs["devices"])
@@ -116,6 +116,39 @@ def test_sqlite_and_csv_read_as_show_says(trained):
         assert gpu0[0]["time"].tzinfo is datetime.timezone.utc
         assert any(p["pid"] for p in store.processes(run))
         assert {e["kind"] for e in store.events(run)} >= {"mark"}
+
+
+KILLED = """
+import os, signal, time, wattscope
+with wattscope.phase("train"):
+    with wattscope.phase("epoch", index=0):
+        time.sleep(1.0)  # both begins stored: the tracker settles a marker within half a second, the writer commits it
+        os.kill(os.getppid(), signal.SIGKILL)  # wattscope, as the OOM killer would
+        time.sleep(0.2)
+"""
+
+
+def test_phases_a_killed_recorder_left_open_read_as_open_then_as_repair_closed_them(world):
+    prog = world.file("killed.py", KILLED)
+    r = world.wattscope("run", "--interval", "50ms", "--task", "killed", "--sysfs-root", os.path.join(world.path, "sys"),
+                        "--db", "wattscope.db", "--csv", "csv", "--", PYTHON, prog, check=False)
+    assert r.returncode != 0
+    for spec, flags in (("wattscope.db", ("--db", "wattscope.db")), ("csv:csv", ("--csv", "csv"))):
+        store = wattscope.open(os.path.join(world.path, spec) if spec.endswith(".db") else
+                               "csv:" + os.path.join(world.path, "csv"))
+        phases = store.phases(store.run())
+        assert [p["name"] for p in phases] == ["train", "epoch"], spec
+        for p in phases:  # open: no end yet, and nothing computed from one
+            assert p["end_ms"] is None and p["end"] is None and p["duration_s"] is None and p["energy_j"] is None
+            assert p["closed_by_repair"] is False
+        world.wattscope("repair", "--db", spec)
+        store = wattscope.open(os.path.join(world.path, spec) if spec.endswith(".db") else
+                               "csv:" + os.path.join(world.path, "csv"))
+        run = store.run()
+        phases = check_against_show(world, store, run, flags)["phases"]
+        assert [p["closed_by_repair"] for p in store.phases(run)] == [True, True]
+        assert phases[1]["parent"] == phases[0]["phase_id"]
+        assert all(p["energy_j"] > 0 and p["end_ms"] == run.end_ms for p in phases)
 
 
 def test_filters_by_task_tags_and_time(trained):
@@ -527,7 +560,7 @@ def test_a_damaged_csv_store_is_a_store_error_or_a_skipped_row(trained):
     path = os.path.join(text, os.path.basename(phases_file))
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    rows[1][rows[0].index("energy_j")] = "lots"
+    rows[-1][rows[0].index("energy_j")] = "lots"  # the last row of its phase_id: the one that stands for it
     with open(path, "w", newline="") as f:
         csv.writer(f).writerows(rows)
     store = wattscope.open(text)

@@ -5,6 +5,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "sinks/sink_writer.hpp"
 
@@ -160,4 +162,101 @@ TEST(SinkWriter, FailingStoreIsRetriedUntilTheDeadlineThenReported) {
   EXPECT_LT(took, 3s);
   EXPECT_GE(w.stats().failures.load(), 2);
 }
+
+namespace {
+// Records when each batch was written, and whether it held a phase row.
+struct Commits {
+  std::mutex mu;
+  std::vector<std::pair<SteadyClock::time_point, bool>> at;
+  size_t count() {
+    std::lock_guard lock(mu);
+    return at.size();
+  }
+};
+class RecordingSink final : public Sink {
+public:
+  explicit RecordingSink(std::shared_ptr<Commits> c) : c_(std::move(c)) {}
+  std::string describe() const override { return "recording"; }
+  void begin_run(const RunInfo&) override {}
+  void write(const RowBatch& batch) override {
+    std::lock_guard lock(c_->mu);
+    c_->at.emplace_back(SteadyClock::now(), batch.tables[static_cast<size_t>(TableId::Phases)].rows() > 0);
+  }
+  void end_run(const RunInfo&) override {}
+
+private:
+  std::shared_ptr<Commits> c_;
+};
+
+FramePtr frame_with_begin(int64_t tick, int64_t phase_id) {
+  auto f = std::make_shared<Frame>(*frame(tick));
+  PhaseRecord p;
+  p.phase_id = phase_id;
+  p.name = "step";
+  p.start_ms = f->ts_ms;
+  f->phases_begun.push_back(p);
+  return f;
+}
+
+// Waits until `n` commits happened or `limit` passed; true when they did.
+bool commits_reach(Commits& c, size_t n, std::chrono::milliseconds limit) {
+  const auto until = SteadyClock::now() + limit;
+  while (c.count() < n && SteadyClock::now() < until)
+    std::this_thread::sleep_for(2ms);
+  return c.count() >= n;
+}
+} // namespace
+
+// A phase's begin (or end) is committed promptly however long the commit period, so that a recorder killed with -9
+// leaves it in the store; frames without one wait for the period.
+TEST(SinkWriter, AFrameWithAPhaseEdgeIsCommittedWithinTheEdgeBoundNotThePeriod) {
+  auto commits = std::make_shared<Commits>();
+  SinkWriter w(std::make_unique<RecordingSink>(commits), CommitPolicy{0, 60s}, "r1", devices());
+  w.start();
+  w.push(frame(0)); // the first frame is committed as it arrives
+  ASSERT_TRUE(commits_reach(*commits, 1, 2s));
+  w.push(frame(1));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(commits->count(), 1u) << "a plain frame waits for the 60 s period";
+  const auto sent = SteadyClock::now();
+  w.push(frame_with_begin(2, 0));
+  ASSERT_TRUE(commits_reach(*commits, 2, 2s));
+  {
+    std::lock_guard lock(commits->mu);
+    EXPECT_TRUE(commits->at[1].second);
+    EXPECT_LT(commits->at[1].first - sent, 150ms); // at once: the last commit is over 100 ms ago
+  }
+  // Rows-only policy: the same bound.
+  auto by_rows = std::make_shared<Commits>();
+  SinkWriter r(std::make_unique<RecordingSink>(by_rows), CommitPolicy{100000, 0ns}, "r2", devices());
+  r.start();
+  r.push(frame_with_begin(0, 0));
+  EXPECT_TRUE(commits_reach(*by_rows, 1, 2s));
+  EXPECT_TRUE(w.finish(final_run()));
+  EXPECT_TRUE(r.finish(final_run()));
+}
+
+// A phase per tick at 10 ms (a training step each) costs at most one commit per 100 ms, not one per tick, and no edge
+// waits longer than that.
+TEST(SinkWriter, PhaseEdgesEveryTickMakeAtMostTenCommitsASecond) {
+  auto commits = std::make_shared<Commits>();
+  SinkWriter w(std::make_unique<RecordingSink>(commits), CommitPolicy{0, 60s}, "r1", devices());
+  w.start();
+  const auto t0 = SteadyClock::now();
+  for (int i = 0; i < 100; ++i) { // 1 s of ticks
+    w.push(frame_with_begin(i, i));
+    std::this_thread::sleep_until(t0 + (i + 1) * 10ms);
+  }
+  const auto last_push = SteadyClock::now();
+  ASSERT_TRUE(commits_reach(*commits, 2, 2s));
+  std::this_thread::sleep_for(200ms);
+  std::lock_guard lock(commits->mu);
+  const auto span = std::chrono::duration<double>(last_push - t0).count();
+  EXPECT_LE(static_cast<double>(commits->at.size()), span * 10 + 2) << commits->at.size() << " commits";
+  EXPECT_GE(commits->at.size(), 5u); // yet every 100 ms or so, not once a minute
+  EXPECT_LT(commits->at.back().first - last_push, 150ms);
+  for (size_t i = 1; i < commits->at.size(); ++i)
+    EXPECT_GE(commits->at[i].first - commits->at[i - 1].first, 90ms) << i;
+}
+
 } // namespace unit_sink_writer

@@ -1,6 +1,7 @@
 #include "sinks/csv/csv_store.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/compile.h>
@@ -137,9 +139,12 @@ public:
       if (touched[i]) files_[i].committed = end[i];
   }
 
-  // `wattscope repair`: the run's files are already here; only its runs file is rewritten.
-  void finalise_run(const RunInfo& run) override {
+  // `wattscope repair`: the run's files are already here. The rows (phases repair closed) are appended to their
+  // table's file, where the later row of a key wins; then the runs file is rewritten.
+  void finalise_run(const RunInfo& run, const RowBatch& rows) override {
     run_ = run;
+    for (const auto& t : rows.tables)
+      if (!t.cells.empty() && t.table != TableId::Runs) append_to_existing(t);
     write_runs_file(run);
   }
 
@@ -178,6 +183,45 @@ private:
       bytes.remove_prefix(static_cast<size_t>(n));
       at += n;
     }
+  }
+
+  // Appends rows to a table file of this run that a recorder left. A last line cut short (the recorder killed inside a
+  // write) was never a whole batch: it is cut off first, as the writer would have. A file that is not there gets its
+  // header; one that is not a regular file is refused.
+  void append_to_existing(const TableRows& rows) {
+    const std::string p = path(rows.table);
+    UniqueFd fd(::open(p.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0666));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0)
+      throw std::runtime_error(fmt::format("cannot open '{}': {}", p, std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) throw std::runtime_error(fmt::format("'{}' is not a regular file", p));
+    off_t end = st.st_size;
+    char last = '\n';
+    while (end > 0 && ::pread(fd.get(), &last, 1, end - 1) == 1 && last != '\n')
+      --end;
+    const std::string head = header(table(rows.table));
+    if (end > 0) { // rows in this version's columns go only under this version's header
+      std::string have(head.size(), '\0');
+      if (::pread(fd.get(), have.data(), have.size(), 0) != static_cast<ssize_t>(have.size()) || have != head)
+        throw std::runtime_error(fmt::format("'{}' has other columns than this wattscope writes; not appended to", p));
+    }
+    std::string text = end == 0 ? head : std::string();
+    const size_t ncol = rows.columns();
+    for (size_t i = 0; i < rows.cells.size(); ++i) {
+      append_csv_cell(text, rows.cells[i]);
+      text.push_back((i + 1) % ncol == 0 ? '\n' : ',');
+    }
+    if (end != st.st_size && ::ftruncate(fd.get(), end) != 0)
+      throw std::runtime_error(fmt::format("cannot cut '{}' back to its last whole line: {}", p, std::strerror(errno)));
+    std::string_view bytes = text;
+    for (off_t at = end; !bytes.empty();) {
+      const ssize_t n = ::pwrite(fd.get(), bytes.data(), bytes.size(), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw std::runtime_error(fmt::format("writing {}: {}", p, std::strerror(errno)));
+      bytes.remove_prefix(static_cast<size_t>(n));
+      at += n;
+    }
+    if (::fdatasync(fd.get()) != 0) throw std::runtime_error(fmt::format("writing {}: {}", p, std::strerror(errno)));
   }
 
   bool try_cut_back(TableId t) {
@@ -234,11 +278,32 @@ public:
 
   void scan(TableId t, const RunInfo& run, const RowFn& fn) override {
     const std::string p = dir_ + "/" + csv_file_name(run, t);
-    if (!fs::exists(p)) return;    // a table with no rows for this run has no file
-    if (t != TableId::Processes) { // appended in key order (time order): streamed as read
+    if (!fs::exists(p)) return;                            // a table with no rows for this run has no file
+    if (t != TableId::Processes && t != TableId::Phases) { // appended in key order (time order): streamed as read
       read_table_csv(p, t, [&](std::span<const Value> row) {
         if (value_text(row[0]) == run.run_id) fn(row);
       });
+      return;
+    }
+    const auto owned = [](std::span<const Value> row) {
+      std::vector<Value> copy;
+      copy.reserve(row.size());
+      for (const auto& v : row) // owned: the reader's buffer does not outlive the call
+        copy.push_back(std::holds_alternative<std::string_view>(v) ? Value(std::string(std::get<std::string_view>(v)))
+                                                                   : v);
+      return copy;
+    };
+    if (t == TableId::Phases) {
+      // A phase has a row when it begins (open) and another when it ends (or `repair` closes it), appended: the last
+      // row of a phase_id is the phase as it stands, as the SQL stores' upsert keeps it. In phase_id order, as they
+      // return it.
+      const size_t id = column_index(t, "phase_id");
+      std::map<int64_t, std::vector<Value>> latest;
+      read_table_csv(p, t, [&](std::span<const Value> row) {
+        if (value_text(row[0]) == run.run_id) latest[value_int(row[id]).value_or(0)] = owned(row);
+      });
+      for (const auto& [_, r] : latest)
+        fn(r);
       return;
     }
     // A process's row is written when it is gone, so the file is in order of leaving, not of key: sorted here, as
@@ -247,12 +312,7 @@ public:
     std::vector<std::vector<Value>> rows;
     read_table_csv(p, t, [&](std::span<const Value> row) {
       if (value_text(row[0]) != run.run_id) return;
-      std::vector<Value> copy;
-      copy.reserve(row.size());
-      for (const auto& v : row) // owned: the reader's buffer does not outlive the call
-        copy.push_back(std::holds_alternative<std::string_view>(v) ? Value(std::string(std::get<std::string_view>(v)))
-                                                                   : v);
-      rows.push_back(std::move(copy));
+      rows.push_back(owned(row));
     });
     auto key = [&](const std::vector<Value>& r) {
       auto num = [](const Value& v) {
