@@ -93,6 +93,7 @@ bool PhaseTracker::admit_event_marker() {
 }
 
 bool PhaseTracker::has_pending() const {
+  if (unplaced_.load(std::memory_order_relaxed) > 0) return true;
   std::lock_guard lock(mu_);
   return !pending_.empty();
 }
@@ -211,20 +212,49 @@ std::pair<int64_t, int64_t> PhaseTracker::ticks_around(SteadyClock::time_point a
   return {std::prev(after)->first, after->first};
 }
 
-bool PhaseTracker::ready(const Pending& p, SteadyClock::time_point now, SteadyClock::time_point served) const {
-  if (now - p.arrived >= kMaxEdgeWait) return true;
-  if (now - p.arrived < hold_ || p.at > now) return false;
-  if (p.m.kind == Marker::Kind::Work) return true; // its phase is what matters, not its energy
-  if (p.reading_for && served < *p.reading_for) return false;
+bool PhaseTracker::ready(const EdgeWait& e, SteadyClock::time_point now, SteadyClock::time_point served) const {
+  if (now - e.arrived >= kMaxEdgeWait) return true;
+  if (now - e.arrived < hold_ || e.at > now) return false;
+  if (e.reading_for && served < *e.reading_for) return false;
   for (const auto& [device, line] : lines_) {
     bool after = false;
     for (auto it = line.pts.rbegin(); it != line.pts.rend() && !after; ++it) {
-      if (it->at < p.at) break;
-      after = (it->hard || !line.any_hard) && (it->hard ? it->lo : it->at) >= p.at;
+      if (it->at < e.at) break;
+      after = (it->hard || !line.any_hard) && (it->hard ? it->lo : it->at) >= e.at;
     }
     if (!after) return false;
   }
   return true;
+}
+
+void PhaseTracker::place(Frame& out, SteadyClock::time_point now, SteadyClock::time_point served, bool force) {
+  const auto place_one = [&](EdgeWait& e, bool now_or_never) {
+    if (e.edges || !(now_or_never || ready(e, now, served))) return;
+    if (force && last_tick_mono_ && e.at > *last_tick_mono_) e.at = *last_tick_mono_; // the run's total ends there
+    e.edges = edges_at(e.at);
+  };
+  // A bound whatever the markers' rate while a device is away: past kMaxPending phases waiting, the oldest are placed
+  // with what is known.
+  size_t crowded = closing_.size() > kMaxPending ? closing_.size() - kMaxPending : 0;
+  int64_t unplaced = 0;
+  for (auto& o : open_) {
+    place_one(o.start, force);
+    unplaced += o.start.edges ? 0 : 1;
+  }
+  for (auto it = closing_.begin(); it != closing_.end();) {
+    const bool now_or_never = force || crowded > 0;
+    crowded -= crowded > 0 ? 1 : 0;
+    place_one(it->o.start, now_or_never);
+    place_one(it->end, now_or_never);
+    if (it->o.start.edges && it->end.edges) {
+      close(*it, out);
+      it = closing_.erase(it);
+    } else {
+      unplaced += (it->o.start.edges ? 0 : 1) + (it->end.edges ? 0 : 1);
+      ++it;
+    }
+  }
+  unplaced_.store(unplaced, std::memory_order_relaxed);
 }
 
 void PhaseTracker::prune(SteadyClock::time_point horizon) {
@@ -278,25 +308,35 @@ void PhaseTracker::process(Frame& f) {
   ticks_.emplace_back(f.tick, f.mono);
   last_tick_mono_ = f.mono;
 
-  // In arrival order; a marker waits for the known points around it (ready()), and those behind it with it.
+  // Every marker that arrived before this tick began is settled now, in arrival order (a phase's row begins, an end
+  // closes it, work counts to the innermost open phase); their edges are placed once the points around them came.
   const SteadyClock::time_point served = served_ ? served_() : SteadyClock::time_point::max();
   std::deque<Pending> due;
-  SteadyClock::time_point horizon = f.mono - kNearReadings;
   {
     std::lock_guard lock(mu_);
-    while (!pending_.empty() && ready(pending_.front(), f.mono, served)) {
+    while (!pending_.empty() && pending_.front().arrived <= f.mono) {
       due.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
     events_this_tick_ = 0;
+  }
+  for (const auto& p : due)
+    settle(p, f);
+  place(f, f.mono, served, false);
+  SteadyClock::time_point horizon = f.mono - kNearReadings;
+  {
+    std::lock_guard lock(mu_);
     for (const auto& p : pending_)
       horizon = std::min(horizon, p.at - kNearReadings);
   }
-  for (const auto& p : due)
-    settle(p, p.m.kind == Marker::Kind::Work ? std::map<std::string, Edge>{} : edges_at(p.at), f);
+  for (const auto& o : open_)
+    if (!o.start.edges) horizon = std::min(horizon, o.start.at - kNearReadings);
+  for (const auto& c : closing_)
+    horizon = std::min({horizon, c.o.start.at - kNearReadings, c.end.at - kNearReadings});
   prune(horizon);
 }
-void PhaseTracker::settle(const Pending& p, const std::map<std::string, Edge>& edges, Frame& out) {
+
+void PhaseTracker::settle(const Pending& p, Frame& out) {
   const Marker& m = p.m;
   if (m.kind == Marker::Kind::Begin || m.kind == Marker::Kind::End) ++boundaries_; // issue 36
   switch (m.kind) {
@@ -317,9 +357,7 @@ void PhaseTracker::settle(const Pending& p, const std::map<std::string, Edge>& e
     if (!open_.empty()) o.rec.parent = open_.back().rec.phase_id;
     o.rec.start_ms = p.ts_ms;
     o.rec.start_tick = ticks_around(p.at).first;
-    for (const auto& [device, e] : edges)
-      o.start_energy[device] = e.e;
-    o.start_edges = edges;
+    o.start = {p.at, p.arrived, p.reading_for, std::nullopt};
     out.phases_begun.push_back(o.rec);
     open_.push_back(std::move(o));
     return;
@@ -354,9 +392,9 @@ void PhaseTracker::settle(const Pending& p, const std::map<std::string, Edge>& e
         spdlog::warn("marker 'end{}{}' ignored: no such phase is open", m.name.empty() ? "" : " ", m.name);
       return;
     }
-    const int64_t end_tick = ticks_around(p.at).second;
+
     while (open_.end() != it) {
-      close(open_.back(), p.ts_ms, end_tick, edges, out);
+      closing_.push_back({std::move(open_.back()), {p.at, p.arrived, p.reading_for, std::nullopt}, p.ts_ms});
       open_.pop_back();
     }
     return;
@@ -377,11 +415,12 @@ void PhaseTracker::settle(const Pending& p, const std::map<std::string, Edge>& e
   }
 }
 
-void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const std::map<std::string, Edge>& end,
-                         Frame& out) {
-  PhaseRecord r = std::move(o.rec);
-  r.end_ms = std::max(ts_ms, r.start_ms);
-  r.end_tick = tick;
+void PhaseTracker::close(Closing& c, Frame& out) {
+  PhaseRecord r = std::move(c.o.rec);
+  const auto& end = *c.end.edges;
+  const auto& start = *c.o.start.edges;
+  r.end_ms = std::max(c.end_ms, r.start_ms);
+  r.end_tick = ticks_around(c.end.at).second;
   std::string method;
   bool any_simulated = false;
   // Edges over the devices that give readings at edges (the GPUs); over all where none does.
@@ -392,19 +431,18 @@ void PhaseTracker::close(Open& o, int64_t ts_ms, int64_t tick, const std::map<st
   double bound = 0;
   for (const auto& [device, e] : end) {
     // A device that had not answered yet when the phase began starts from 0: energy_j counts from its first answer.
-    auto s = o.start_energy.find(device);
-    const double start_j = s == o.start_energy.end() ? 0.0 : s->second;
+    auto se = start.find(device);
+    const double start_j = se == start.end() ? 0.0 : se->second.e;
     r.device_energy_j.emplace_back(device, e.e - start_j);
     r.energy_j = r.energy_j.value_or(0) + (e.e - start_j);
     auto m = energy_method_.find(device);
     const std::string dm = m == energy_method_.end() ? std::string("integrated") : m->second;
     method = method.empty() || method == dm ? dm : "mixed";
     any_simulated = any_simulated || dm == "simulated";
-    auto se = o.start_edges.find(device);
-    bound += e.bound_j + (se == o.start_edges.end() ? 0.0 : se->second.bound_j);
+    bound += e.bound_j + (se == start.end() ? 0.0 : se->second.bound_j);
     if (any_reading && !lines_[device].any_reading) continue;
     end_kind = std::max(end_kind, static_cast<int>(e.kind));
-    if (se != o.start_edges.end()) start_kind = std::max(start_kind, static_cast<int>(se->second.kind));
+    if (se != start.end()) start_kind = std::max(start_kind, static_cast<int>(se->second.kind));
   }
   if (!end.empty()) {
     r.start_edge = kind_text(start_kind);
@@ -425,22 +463,21 @@ Frame PhaseTracker::finish(int64_t end_ms) {
     std::lock_guard lock(mu_);
     rest.swap(pending_);
   }
-  const int64_t tick = ticks_.empty() ? 0 : ticks_.back().first;
-  out.tick = tick;
-  // Markers after the last tick sit at it, where the run's own total ends too; those before it lie between the
-  // points known, the readings that came included.
-  for (auto& p : rest) {
-    if (last_tick_mono_ && p.at > *last_tick_mono_) p.at = *last_tick_mono_;
-    settle(p, p.m.kind == Marker::Kind::Work ? std::map<std::string, Edge>{} : edges_at(p.at), out);
-  }
-  const auto last = last_tick_mono_ ? edges_at(*last_tick_mono_) : std::map<std::string, Edge>{};
+  out.tick = ticks_.empty() ? 0 : ticks_.back().first;
+  for (const auto& p : rest)
+    settle(p, out);
+  // Phases still open end with the run, at its last tick, where the run's own total ends too; every edge is placed
+  // with the points that came (those after the last tick sit at it).
+  const SteadyClock::time_point last = last_tick_mono_.value_or(SteadyClock::time_point{});
   while (!open_.empty()) {
     open_.back().rec.closed_by_run_end = true;
-    close(open_.back(), end_ms, tick, last, out);
+    closing_.push_back({std::move(open_.back()), {last, last, std::nullopt, std::nullopt}, end_ms});
     open_.pop_back();
   }
+  place(out, last, SteadyClock::time_point::max(), true);
   return out;
 }
+
 std::optional<PhaseTracker::IndexedPhase> PhaseTracker::open_indexed_phase() const {
   for (auto it = open_.rbegin(); it != open_.rend(); ++it)
     if (it->rec.index) return IndexedPhase{it->rec.name, *it->rec.index, it->rec.start_ms};

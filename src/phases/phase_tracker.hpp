@@ -149,10 +149,22 @@ private:
     double bound_j = 0; // infinite: nothing bounds it
     enum class Kind { reading, interpolated, none } kind = Kind::interpolated;
   };
+  // An edge waiting for the known points around it (its reading, every device's next counter value): a phase is
+  // settled at the first tick after its markers (its row begun, its work counted to it), its energy once both edges
+  // are placed.
+  struct EdgeWait {
+    SteadyClock::time_point at{}, arrived{};
+    std::optional<SteadyClock::time_point> reading_for;
+    std::optional<std::map<std::string, Edge>> edges; // once placed
+  };
   struct Open {
     PhaseRecord rec;
-    Energies start_energy;
-    std::map<std::string, Edge> start_edges;
+    EdgeWait start;
+  };
+  struct Closing {
+    Open o;
+    EdgeWait end;
+    int64_t end_ms = 0;
   };
   struct Pending {
     Marker m;
@@ -181,10 +193,13 @@ private:
   void add_point(const std::string& device, Known k);
   Edge edge_at(const Line& line, SteadyClock::time_point at) const;
   std::map<std::string, Edge> edges_at(SteadyClock::time_point at) const;
-  bool ready(const Pending& p, SteadyClock::time_point now, SteadyClock::time_point served) const;
+  bool ready(const EdgeWait& e, SteadyClock::time_point now, SteadyClock::time_point served) const;
+  // Places the edges whose points have come (all of them when `force`: the run's end) and closes the phases whose
+  // both edges are placed, into `out`.
+  void place(Frame& out, SteadyClock::time_point now, SteadyClock::time_point served, bool force);
   std::pair<int64_t, int64_t> ticks_around(SteadyClock::time_point at) const;
-  void settle(const Pending& p, const std::map<std::string, Edge>& edges, Frame& out);
-  void close(Open& o, int64_t ts_ms, int64_t tick, const std::map<std::string, Edge>& end, Frame& out);
+  void settle(const Pending& p, Frame& out);
+  void close(Closing& c, Frame& out);
   void prune(SteadyClock::time_point horizon);
 
   mutable std::mutex mu_;
@@ -193,7 +208,9 @@ private:
   Dropped dropped_;
 
   // Sampler-thread state.
-  std::vector<Open> open_; // innermost last
+  std::vector<Open> open_;    // innermost last
+  std::deque<Closing> closing_; // ended, an edge not yet placed
+  std::atomic<int64_t> unplaced_{0};
   int64_t lost_depth_ = 0; // begins dropped past kMaxOpenPhases and not yet ended
   int64_t next_phase_id_ = 0;
   int64_t next_work_seq_ = 0;

@@ -481,11 +481,15 @@ void Session::hold_simulated(Frame& f) {
   // Bounds for a `run` of days: a scenario loop of ~20 s has a handful of phases; work (every half second) is summed
   // into the previous row of the same phase and unit past kCoalesceWorkFrom rows, so no amount is lost.
   constexpr size_t kMaxHeldPhases = 100000, kCoalesceWorkFrom = 10000;
-  std::vector<PhaseRecord> own_phases;
+  std::vector<PhaseRecord> own_phases, own_begun;
   std::vector<WorkRecord> own_work;
   own_phases.swap(f.phases);
+  own_begun.swap(f.phases_begun);
   own_work.swap(f.work);
   sim_phases_->process(f);
+  // The scenario's begun phases are no rows of the run's: its phases are stored, closed, at the run's end (their ids
+  // would collide with the command's own open rows)
+  f.phases_begun.swap(own_begun);
   for (auto& p : f.phases) {
     if (sim_held_phases_.size() < kMaxHeldPhases)
       sim_held_phases_.push_back(std::move(p));
