@@ -168,6 +168,11 @@ bool phase_coarse(const PhaseRecord& p, const RunInfo& run) {
   return !phase_open(p) && run.interval_ms > 0 && static_cast<double>(p.end_ms - p.start_ms) < 2 * run.interval_ms;
 }
 
+OptF phase_bound_pct(const PhaseRecord& p) {
+  if (!p.energy_bound_j || !p.energy_j || *p.energy_j <= 0) return std::nullopt;
+  return 100 * *p.energy_bound_j / *p.energy_j;
+}
+
 OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run) {
   if (!phase_coarse(p, run)) return std::nullopt;
   const double half = static_cast<double>(p.end_ms - p.start_ms) / 2;
@@ -262,6 +267,12 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
               // issue 29: shorter than two sampling intervals, its energy rests on interpolation across one tick
               {"coarse", phase_coarse(p, run)},
               {"resolving_interval_ms", opt(resolving_interval_ms(p, run))},
+              // how its edges were placed, and the most its energy can be off by (docs/markers.md)
+              {"start_edge", p.start_edge.empty() ? json() : json(p.start_edge)},
+              {"end_edge", p.end_edge.empty() ? json() : json(p.end_edge)},
+              {"energy_bound_j", opt(p.energy_bound_j)},
+              {"energy_bound_pct", opt(phase_bound_pct(p))},
+              {"uncertain", phase_bound_pct(p).value_or(0) > kPhaseBoundFlagPct},
               {"incomplete", dropped > 0}};
     if (dropped > 0) j["markers_dropped"] = dropped;
     j["work"] = work_figures(d.phase_work(p.phase_id), p.energy_j, dur);
@@ -312,7 +323,7 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
     out += fmt::format("  phases    {:<28} {:>9} {:>10} {:>14}  {}\n", "NAME [INDEX]", "START s", "DURATION", "ENERGY",
                        "WORK");
     std::map<int64_t, int> depth;
-    size_t shown = 0;
+    size_t shown = 0, uncertain = 0;
     for (const auto& p : d.phases) {
       const int dep = p.parent && depth.count(*p.parent) ? depth[*p.parent] + 1 : 0;
       depth[p.phase_id] = dep;
@@ -324,9 +335,17 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
       const double dur = open ? 0.0 : static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
       const std::string energy = open ? "–" : p.energy_j ? format_si(*p.energy_j, "J") : "not measured";
       std::string coarse;
+      // A stated bound says how true the phase is; only rows without one (older versions) fall back to `coarse`.
+      if (const OptF pct = phase_bound_pct(p)) {
+        if (*pct > kPhaseBoundFlagPct) {
+          ++uncertain;
+          coarse = fmt::format(" (± {} = {:.3g} %: edges {} / {})", format_si(*p.energy_bound_j, "J"), *pct,
+                               p.start_edge.empty() ? "?" : p.start_edge, p.end_edge.empty() ? "?" : p.end_edge);
+        }
+      }
       if (phase_coarse(p, run)) {
         const OptF resolve = resolving_interval_ms(p, run);
-        coarse = resolve ? fmt::format(" (coarse: under 2 sampling intervals; --interval {:g}ms resolves it)",
+        coarse += resolve ? fmt::format(" (coarse: under 2 sampling intervals; --interval {:g}ms resolves it)",
                                        std::floor(*resolve * 10) / 10)
                          : " (coarse: under 2 sampling intervals)";
       }
@@ -345,6 +364,10 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
     if (d.phases.size() > max_rows)
       out += fmt::format("            … {} more phases ('wattscope show --json' lists them all)\n",
                          d.phases.size() - max_rows);
+    if (uncertain > 0)
+      out += fmt::format("            {} phase{} may be off by more than {:g} %: an edge without a reading (a marker "
+                         "late or in a flood, a device that did not answer); docs/markers.md, \"How true a phase is\"\n",
+                         uncertain, uncertain == 1 ? "" : "s", kPhaseBoundFlagPct);
   }
   const int64_t dropped = markers_dropped(run);
   const std::string incomplete =

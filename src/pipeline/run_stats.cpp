@@ -18,6 +18,7 @@ namespace {
 struct PhaseSums {
   size_t instances = 0;
   size_t with_energy = 0;
+  OptF bound_pct; // the largest stated bound of its instances, in % of their energy
   double energy_j = 0, duration_s = 0;
   std::vector<std::string> methods;
 };
@@ -71,6 +72,7 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
     PhaseSums& ps = it->second;
     ++ps.instances;
     ps.duration_s += static_cast<double>(p.end_ms - p.start_ms) / 1000.0;
+    if (const OptF pct = phase_bound_pct(p)) ps.bound_pct = std::max(ps.bound_pct.value_or(0), *pct);
     if (p.energy_j) {
       ++ps.with_energy;
       ps.energy_j += *p.energy_j;
@@ -81,6 +83,9 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
     const PhaseSums& ps = by_name[name];
     const std::string key = "phase." + name;
     const double count = static_cast<double>(ps.instances);
+    // How true its energy is, as a figure of its own beside it: a run whose phases rest on edges without readings
+    // stands out in the statistics (docs/markers.md, "How true a phase is")
+    if (ps.bound_pct) f.emplace_back(key + ".energy_bound_pct", *ps.bound_pct);
     if (ps.with_energy == ps.instances) {
       f.emplace_back(key + ".energy_j", ps.energy_j / count);
       f.emplace_back(key + ".run_total_energy_j", ps.energy_j);
