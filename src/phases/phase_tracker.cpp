@@ -127,8 +127,9 @@ void PhaseTracker::add_reading(SteadyClock::time_point at, Energies energies) {
     add_point(device, {at, at, at, e, true, true, 0});
 }
 
-void PhaseTracker::add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j, double err_j) {
-  add_point(gpu_key(gpu_index), {at, at, at, energy_j, err_j < 0, true, std::max(0.0, err_j)});
+void PhaseTracker::add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j, double err_j,
+                                   std::chrono::nanoseconds stale) {
+  add_point(gpu_key(gpu_index), {at, at - stale, at, energy_j, err_j < 0, true, std::max(0.0, err_j)});
 }
 
 PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_point at) const {
@@ -159,7 +160,8 @@ PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_poi
     const double span = secs(next->at - prev->at);
     const double f = span > 0 ? secs(at - prev->at) / span : 1;
     out.e = prev->e + (next->e - prev->e) * f;
-    used_reading = next->reading && next->at - at <= kLateMarker; // one made later is a point to interpolate to
+    // One made later, or whose value may be older than its read, is a point to interpolate to
+    used_reading = next->reading && next->at - at <= kLateMarker && next->at - next->lo <= std::chrono::milliseconds(5);
     // A worked-out point at (almost) the marker's own time carries its own error.
     if (next->reading && !next->hard && next->at - at <= std::chrono::milliseconds(1)) soft_err = next->err_j;
     if (prev->reading && !prev->hard && at - prev->at <= std::chrono::milliseconds(1)) soft_err = prev->err_j;

@@ -121,7 +121,9 @@ public:
   void add_reading(SteadyClock::time_point at, Energies energies);
   // One GPU's energy_j at `at` (keyed as the ticks key it). err_j < 0: read there, exact; else worked out (a counter
   // read at its next update less the instant power's integral back to the edge) and off by at most err_j.
-  void add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j, double err_j = -1);
+  // `stale`: the value may be that much older than `at` (a counter whose updates are not timed).
+  void add_gpu_reading(int gpu_index, SteadyClock::time_point at, double energy_j, double err_j = -1,
+                       std::chrono::nanoseconds stale = {});
   int64_t edge_requests() const;
   // Markers that carried no time of their own (placed at their arrival), and those whose time was refused.
   int64_t at_arrival() const { return at_arrival_.load(std::memory_order_relaxed); }

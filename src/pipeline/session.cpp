@@ -371,7 +371,7 @@ void Session::start() {
         // issue 33: the counters read at phase edges, as energy_j by the ticks' rule (before this tick moves it on)
         for (const auto& r : f.counter_readings)
           if (auto e = acc_->counter_energy_j(r.gpu_index, r.counter_uj)) {
-            phases_->add_gpu_reading(r.gpu_index, r.at, *e);
+            phases_->add_gpu_reading(r.gpu_index, r.at, *e, -1, r.stale);
             // a counter that moves on a period: the reading followed the edge's next update; the energy at the edge
             // is the reading less the power's integral back to it (CounterReading), off by at most its error
             if (r.edge_at && *r.edge_at < r.at)

@@ -1110,6 +1110,11 @@ double power_integral_err_j(const std::vector<std::pair<SteadyClock::time_point,
   return err + 0.03 * std::abs(power_integral_j(p, from, to));
 }
 
+std::chrono::nanoseconds NvmlSource::plain_stale(const Dev& d) {
+  return d.clock.state() == CounterClock::State::continuous ? std::chrono::nanoseconds{0}
+                                                            : std::chrono::nanoseconds(CounterClock::Options{}.nominal_period);
+}
+
 void NvmlSource::place_energy(const Dev& d, SteadyClock::time_point mid, GpuSample& s) const {
   s.energy_at = mid;
   switch (d.clock.state()) {
@@ -1210,7 +1215,7 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
   };
   switch (e.step) {
   case Step::plain:
-    out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0});
+    out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0, 0, plain_stale(d)});
     return false;
   case Step::learn: {
     if (!e.first_read) e.first_read = std::make_pair(mid, uj);
@@ -1234,7 +1239,7 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
                     d.info.gpu_index);
     // A counter exact at every instant (or one not learnt): the learning's first read, the one nearest the edge
     if (!ticks_hold_edges(d))
-      out.push_back({d.info.gpu_index, e.first_read->second, e.first_read->first, std::nullopt, 0});
+      out.push_back({d.info.gpu_index, e.first_read->second, e.first_read->first, std::nullopt, 0, 0, plain_stale(d)});
     return false;
   }
   case Step::scan:
@@ -1311,8 +1316,20 @@ std::optional<SteadyClock::time_point> NvmlSource::read_energy_counters(std::vec
           e.active = false;
         }
       }
-      while (e.active && e.due <= SteadyClock::now())
-        e.active = edge_step(d, out);
+    }
+    // The steps that are due, earliest first across the GPUs: one GPU's reads back to back (a learning, a scan) must
+    // not hold the others' past their own (eight H100s learnt one after another each saw its second update some
+    // 100 ms late, and none learnt).
+    for (;;) {
+      Dev* due_dev = nullptr;
+      const auto now = SteadyClock::now();
+      for (auto& d : devs_)
+        if (d.edge.active && d.edge.due <= now && (!due_dev || d.edge.due < due_dev->edge.due)) due_dev = &d;
+      if (!due_dev) break;
+      due_dev->edge.active = edge_step(*due_dev, out);
+    }
+    for (auto& d : devs_) {
+      auto& e = d.edge;
       if (!e.active) continue;
       auto due = e.due;
       if (!e.power.empty() && e.power.size() < kEdgePowerReads) { // waiting for the update: the power's shape

@@ -236,6 +236,8 @@ private:
   OptF instant_power_w(Dev& d); // the instant power field alone (1-2 us on an H100), or nothing
   // When a tick's counter value was the energy (GpuSample::energy_at, energy_stale): its read, or its update.
   void place_energy(const Dev& d, SteadyClock::time_point mid, GpuSample& s) const;
+  // How old a value read now may be where the updates' times are not used: a period, unless it moves at every read.
+  static std::chrono::nanoseconds plain_stale(const Dev& d);
   void sample_edge_power(Dev& d);
   // Ticks under 100 ms apart that read a counter exact at every instant hold a phase's edge within a fraction of a
   // percent: no reading at edges (read on a schedule, shaped by the instant power between, they do not: it is read)
