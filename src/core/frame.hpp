@@ -199,7 +199,8 @@ struct CounterReading {
   SteadyClock::time_point at{}; // when the value was the energy: the middle of the call, or the update it stands for
   std::optional<SteadyClock::time_point> edge_at;
   int64_t edge_back_uj = 0;
-  int64_t edge_err_uj = 0; // how far edge_back_uj may be off: the power's steps between its reads, and the update's time
+  int64_t edge_err_uj =
+      0; // how far edge_back_uj may be off: the power's steps between its reads, and the update's time
   // How much older than `at` the value may be: a counter not known to move at every read holds its last update's
   // value (an H100's: up to 100 ms).
   std::chrono::nanoseconds stale{0};

@@ -171,8 +171,8 @@ private:
   struct Pending {
     Marker m;
     int64_t ts_ms;
-    SteadyClock::time_point at;      // the marker's own time (or its arrival)
-    SteadyClock::time_point arrived; // when it reached wattscope
+    SteadyClock::time_point at;                         // the marker's own time (or its arrival)
+    SteadyClock::time_point arrived;                    // when it reached wattscope
     std::optional<SteadyClock::time_point> reading_for; // the edge whose reading it waits for
   };
   // A known point of one device's cumulative energy. A hard point is a counter's value: E was exactly `e` at some
@@ -210,7 +210,7 @@ private:
   Dropped dropped_;
 
   // Sampler-thread state.
-  std::vector<Open> open_;    // innermost last
+  std::vector<Open> open_;      // innermost last
   std::deque<Closing> closing_; // ended, an edge not yet placed
   std::atomic<int64_t> unplaced_{0};
   int64_t lost_depth_ = 0; // begins dropped past kMaxOpenPhases and not yet ended

@@ -346,8 +346,8 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
       if (phase_coarse(p, run)) {
         const OptF resolve = resolving_interval_ms(p, run);
         coarse += resolve ? fmt::format(" (coarse: under 2 sampling intervals; --interval {:g}ms resolves it)",
-                                       std::floor(*resolve * 10) / 10)
-                         : " (coarse: under 2 sampling intervals)";
+                                        std::floor(*resolve * 10) / 10)
+                          : " (coarse: under 2 sampling intervals)";
       }
       const std::string duration = open ? "open" : fmt::format("{:.2f} s", dur);
       out += fmt::format("            {:<28} {:>9.2f} {:>10} {:>14}  {}{}{}{}\n", name,
@@ -365,9 +365,10 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
       out += fmt::format("            … {} more phases ('wattscope show --json' lists them all)\n",
                          d.phases.size() - max_rows);
     if (uncertain > 0)
-      out += fmt::format("            {} phase{} may be off by more than {:g} %: an edge without a reading (a marker "
-                         "late or in a flood, a device that did not answer); docs/markers.md, \"How true a phase is\"\n",
-                         uncertain, uncertain == 1 ? "" : "s", kPhaseBoundFlagPct);
+      out +=
+          fmt::format("            {} phase{} may be off by more than {:g} %: an edge without a reading (a marker "
+                      "late or in a flood, a device that did not answer); docs/markers.md, \"How true a phase is\"\n",
+                      uncertain, uncertain == 1 ? "" : "s", kPhaseBoundFlagPct);
   }
   const int64_t dropped = markers_dropped(run);
   const std::string incomplete =

@@ -65,8 +65,8 @@ bool phase_coarse(const PhaseRecord& p, const RunInfo& run);
 // How far a phase's energy can be off (energy_bound_j, docs/markers.md "How true a phase is"), in % of its energy;
 // nullopt where it is not stated (rows of older versions, no energy).
 OptF phase_bound_pct(const PhaseRecord& p);
-// `show` and the report flag a phase stated as uncertain beyond this; `stats` gives each phase name's largest bound as a
-// figure of its own (phase.NAME.energy_bound_pct).
+// `show` and the report flag a phase stated as uncertain beyond this; `stats` gives each phase name's largest bound as
+// a figure of its own (phase.NAME.energy_bound_pct).
 inline constexpr double kPhaseBoundFlagPct = 1;
 OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run);
 

@@ -285,8 +285,8 @@ void Session::open() {
     const SteadyClock::time_point arrived = SteadyClock::now();
     SteadyClock::time_point at = arrived;
     if (m.mono_ns) {
-      const SteadyClock::time_point own{std::chrono::duration_cast<SteadyClock::duration>(
-          std::chrono::nanoseconds(*m.mono_ns))};
+      const SteadyClock::time_point own{
+          std::chrono::duration_cast<SteadyClock::duration>(std::chrono::nanoseconds(*m.mono_ns))};
       if (own <= arrived + kMarkerClockSlack && arrived - own <= kMaxMarkerDelay) {
         at = std::min(own, arrived);
         ts_ms -= std::chrono::duration_cast<std::chrono::milliseconds>(arrived - at).count();

@@ -193,8 +193,10 @@ SteadyClock::time_point Sampler::counter_readings_served() const {
   for (auto& w : workers) {
     std::lock_guard lock(w->mu);
     if (w->quit) continue;
-    if (w->reading_wanted) served = std::min(served, before(std::min(w->reading_asked, w->serving_for)));
-    else if (w->reading_busy || w->reading_steps || !w->readings.empty()) served = std::min(served, before(w->serving_for));
+    if (w->reading_wanted)
+      served = std::min(served, before(std::min(w->reading_asked, w->serving_for)));
+    else if (w->reading_busy || w->reading_steps || !w->readings.empty())
+      served = std::min(served, before(w->serving_for));
   }
   return served;
 }

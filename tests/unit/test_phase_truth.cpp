@@ -88,8 +88,8 @@ TEST(PhaseTruth, ALateMarkerKeepsItsOwnTime) {
   for (int64_t us = 0; us <= 3'000'000; us += 10'000, ++n) {
     if (us == 220'000) t.push(marker(Marker::Kind::Begin, "a"), kRunStartMs + 210, mono_at(begin_us), mono_at(us));
     if (!ended && us >= end_us + late_us) // arrives between ticks, its own time 163 ms before
-      ended = (t.push(marker(Marker::Kind::End, "a"), kRunStartMs + 850, mono_at(end_us), mono_at(end_us + late_us)),
-               true);
+      ended =
+          (t.push(marker(Marker::Kind::End, "a"), kRunStartMs + 850, mono_at(end_us), mono_at(end_us + late_us)), true);
     Frame f = tick(n, us);
     f.gpus.push_back(gpu(0, p.energy(us)));
     t.process(f);

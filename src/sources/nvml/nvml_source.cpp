@@ -1111,8 +1111,9 @@ double power_integral_err_j(const std::vector<std::pair<SteadyClock::time_point,
 }
 
 std::chrono::nanoseconds NvmlSource::plain_stale(const Dev& d) {
-  return d.clock.state() == CounterClock::State::continuous ? std::chrono::nanoseconds{0}
-                                                            : std::chrono::nanoseconds(CounterClock::Options{}.nominal_period);
+  return d.clock.state() == CounterClock::State::continuous
+             ? std::chrono::nanoseconds{0}
+             : std::chrono::nanoseconds(CounterClock::Options{}.nominal_period);
 }
 
 void NvmlSource::place_energy(const Dev& d, SteadyClock::time_point mid, GpuSample& s) const {
