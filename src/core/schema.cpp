@@ -326,48 +326,32 @@ static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch
   // open leaves it for `repair`; its closed row comes later under the same key (run_id, phase_id) and replaces it (SQL
   // stores: INSERT OR REPLACE / ON DUPLICATE KEY; CSV: the later row of a key wins, docs/storage.md). Open rows go
   // before the closed ones, and one closed in the same frame needs none.
-  for (const auto& ph : f.phases_begun) {
-    if (std::any_of(f.phases.begin(), f.phases.end(), [&](const PhaseRecord& c) { return c.phase_id == ph.phase_id; }))
-      continue;
+  // One row per phase; an open one (begun, not yet closed) leaves what only its end knows NULL.
+  const auto row = [&](const PhaseRecord& ph, bool open) {
     p.push_back(rid);
     p.emplace_back(ph.phase_id);
     p.emplace_back(ph.name);
     p.push_back(to_value(ph.index));
     p.push_back(to_value(ph.parent));
     p.emplace_back(ph.start_ms);
-    p.emplace_back(); // end_ms: open
+    p.push_back(open ? Value() : Value(ph.end_ms));
     p.emplace_back(ph.start_tick);
-    p.emplace_back(); // end_tick
-    p.emplace_back(); // energy_j
-    p.emplace_back(); // energy_method
-    p.emplace_back(); // device_energy_j
-    p.emplace_back(); // attributed_energy_j
-    p.emplace_back(int64_t{0});
-    p.push_back(text_or_null(ph.start_edge));
-    p.emplace_back(); // end_edge
-    p.emplace_back(); // energy_bound_j
-    p.emplace_back(int64_t{0});
-  }
-  for (const auto& ph : f.phases) {
-    p.push_back(rid);
-    p.emplace_back(ph.phase_id);
-    p.emplace_back(ph.name);
-    p.push_back(to_value(ph.index));
-    p.push_back(to_value(ph.parent));
-    p.emplace_back(ph.start_ms);
-    p.emplace_back(ph.end_ms);
-    p.emplace_back(ph.start_tick);
-    p.emplace_back(ph.end_tick);
-    p.push_back(to_value(ph.energy_j));
-    p.push_back(text_or_null(ph.energy_method));
-    p.emplace_back(device_energy_json(ph.device_energy_j));
+    p.push_back(open ? Value() : Value(ph.end_tick));
+    p.push_back(open ? Value() : to_value(ph.energy_j));
+    p.push_back(open ? Value() : text_or_null(ph.energy_method));
+    p.push_back(open ? Value() : Value(device_energy_json(ph.device_energy_j)));
     p.emplace_back(); // attributed_energy_j: attribution (issue 13) fills it where it runs
     p.emplace_back(int64_t{ph.closed_by_run_end ? 1 : 0});
     p.push_back(text_or_null(ph.start_edge));
     p.push_back(text_or_null(ph.end_edge));
     p.push_back(to_value(ph.energy_bound_j));
     p.emplace_back(int64_t{ph.closed_by_repair ? 1 : 0});
-  }
+  };
+  for (const auto& ph : f.phases_begun)
+    if (std::none_of(f.phases.begin(), f.phases.end(), [&](const PhaseRecord& c) { return c.phase_id == ph.phase_id; }))
+      row(ph, true);
+  for (const auto& ph : f.phases)
+    row(ph, false);
   auto& w = out.tables[static_cast<size_t>(TableId::Work)].cells;
   for (const auto& wr : f.work) {
     w.push_back(rid);
