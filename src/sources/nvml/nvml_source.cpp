@@ -1062,6 +1062,7 @@ constexpr auto kTrustWithin = std::chrono::microseconds(2500);
 // While a reading waits for the update, the instant power is read this often (a power step between the edge and the
 // update is then placed within this), at most kEdgePowerReads times.
 constexpr auto kEdgePowerStep = std::chrono::milliseconds(4);
+constexpr auto kLateEdgeStart = std::chrono::milliseconds(20);
 constexpr size_t kEdgePowerReads = 128;
 
 // J from `from` to `to` of the power read at the times given (trapezoids; held flat beyond the first and the last)
@@ -1299,7 +1300,9 @@ std::optional<SteadyClock::time_point> NvmlSource::read_energy_counters(std::vec
         const auto now = SteadyClock::now();
         e = Dev::EdgeRead{};
         e.active = true;
-        e.edge = requested;
+        // A reading that starts late (a worker stuck in a hanging call, a loaded machine) works back only to its own
+        // start: the power before it was not seen, and the marker is interpolated up to it instead.
+        e.edge = now - requested > kLateEdgeStart ? now : requested;
         e.due = now;
         if (d.clock.stale(now)) d.clock = CounterClock{};
         if (d.clock.state() == CounterClock::State::periodic) {
