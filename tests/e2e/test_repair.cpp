@@ -230,8 +230,15 @@ void show_open_then_repair(const Killed& k, const std::string& store) {
   EXPECT_NE(repaired.err.find("phases left open"), std::string::npos) << repaired.err;
 }
 
+// Whether the recorder itself stored `step`'s end before the kill: its end is placed once the fake's next counter
+// value past it has come (a tick, 50 ms at most), and the kill follows `wattscope mark` by a process start, which on a
+// slow build (ASan) can be longer. Either way nothing is lost: stored by the recorder, or closed by repair.
+bool step_closed_by_the_recorder(const json& p) {
+  return p["name"] == "step" && !p["closed_by_repair"].get<bool>() && !p["open"].get<bool>();
+}
+
 // The repaired phases as `show --json` gives them: warmup as recorded, the three others closed by repair at
-// `last_ms` with the fake's 100 W over their time. Nested as they were.
+// `last_ms` with the fake's 100 W over their time (`step` possibly closed by the recorder). Nested as they were.
 void expect_closed_by_repair(const json& view, int64_t last_ms) {
   const json& ph = view["phases"];
   ASSERT_EQ(ph.size(), 4u);
@@ -245,6 +252,12 @@ void expect_closed_by_repair(const json& view, int64_t last_ms) {
   for (size_t i = 1; i < 4; ++i) {
     const json& p = ph[i];
     SCOPED_TRACE(p.dump());
+    if (step_closed_by_the_recorder(p)) {
+      EXPECT_NE(p["end_edge"], "none");
+      EXPECT_NEAR(p["devices"]["gpu0"].get<double>(), 100.0 * p["duration_s"].get<double>(),
+                  1.0 + p["energy_bound_j"].get<double>());
+      continue;
+    }
     EXPECT_TRUE(p["closed_by_repair"].get<bool>());
     EXPECT_FALSE(p["closed_by_run_end"].get<bool>());
     EXPECT_FALSE(p["open"].get<bool>());
@@ -275,7 +288,7 @@ TEST(Repair, PhasesLeftOpenByAKilledRecorderAreClosedFromTheStoredSamples) {
   const std::string csv = k.dir / "csv";
   kill_with_phases_open(k, {"--db", k.db(), "--csv", csv},
                         [&](const std::string& where) { return count(k.db(), where); });
-  for (const std::string store : {k.db(), "csv:" + csv})
+  for (const std::string& store : {k.db(), "csv:" + csv})
     show_open_then_repair(k, store);
 
   // Against the stored samples: the counter at the last sample less the counter interpolated at each start.
@@ -301,12 +314,16 @@ TEST(Repair, PhasesLeftOpenByAKilledRecorderAreClosedFromTheStoredSamples) {
     expect_closed_by_repair(*view, last_ms);
     for (size_t i = 1; i < 4; ++i) {
       const json& p = (*view)["phases"][i];
+      if (step_closed_by_the_recorder(p)) continue;
       const double stored = energy_at(last_ms) - energy_at(p["start_ms"].get<int64_t>());
       EXPECT_NEAR(p["devices"]["gpu0"].get<double>(), stored, 1e-6) << p.dump();
     }
   }
   expect_same_phases(sqlite_view, csv_view);
-  EXPECT_EQ(scalar(k.db(), "SELECT count(*) FROM phases WHERE end_edge = 'none' AND closed_by_repair = 1"), "3");
+  const std::string repaired =
+      scalar(k.db(), "SELECT count(*) FROM phases WHERE end_edge = 'none' AND closed_by_repair = 1");
+  EXPECT_TRUE(repaired == "3" || (repaired == "2" && step_closed_by_the_recorder(sqlite_view["phases"][3])))
+      << repaired;
   auto text = k.ws({"show", "--db", k.db()});
   EXPECT_NE(text.out.find("(closed by repair"), std::string::npos) << text.out;
 }
