@@ -20,7 +20,7 @@
 
 #include "core/frame.hpp"
 #include "forecast/anomaly.hpp"
-#include "pipeline/anomaly_monitor.hpp"
+#include "forecast/anomaly_monitor.hpp"
 
 using namespace wattscope;
 using namespace wattscope::forecast;

@@ -47,7 +47,7 @@ def cpu_seconds(pid):
 
 
 def scenario(path, sleepers):
-    with open(os.path.join(ROOT, "src", "pipeline", "scenarios", "training.json")) as f:
+    with open(os.path.join(ROOT, "src", "simulation", "scenarios", "training.json")) as f:
         s = json.load(f)
     devices = []
     for copy in range(2):

@@ -8,9 +8,9 @@
 #include <spdlog/spdlog.h>
 
 #include "check.hpp"
-#include "pipeline/phase_view.hpp"
-#include "pipeline/run_tags.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/phase_view.hpp"
+#include "runs/run_tags.hpp"
+#include "runs/run_view.hpp"
 #include "sinks/runs_query.hpp"
 #include "sinks/sink.hpp"
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "check.hpp"
-#include "pipeline/scenario.hpp"
+#include "simulation/scenario.hpp"
 
 using namespace wattscope;
 

@@ -1,6 +1,6 @@
 #include "alerts/notifiers.hpp"
 
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 
 #include <sys/stat.h>
 

@@ -22,7 +22,7 @@ enum class AlertOp { Gt, Ge, Lt, Le, Bits };
 // Threshold: a metric against a threshold. DeviceLost: a GPU's device-lost event (fires at once, never resolves:
 // NVML does not give a lost GPU back within a run).
 // Anomaly (issue 36, `anomaly = true`): the GPU's metric is anomalous against its own recent behaviour
-// (pipeline/anomaly_monitor.hpp marks it on the frame); compared as 1 (flagged) > 0.5, so `for` and repeats hold.
+// (forecast/anomaly_monitor.hpp marks it on the frame); compared as 1 (flagged) > 0.5, so `for` and repeats hold.
 enum class AlertKind { Threshold, DeviceLost, Anomaly };
 
 struct AlertRule {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/session.hpp"
+#include "recording/session.hpp"
 #include "sinks/store.hpp"
 
 namespace CLI {

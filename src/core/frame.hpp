@@ -236,7 +236,7 @@ struct Frame {
   // recorder killed with phases open leaves them for `repair` to close. Their closed row comes in `phases` later.
   std::vector<PhaseRecord> phases_begun;
   // issue 36: (gpu_index, registry column) of each series the anomaly detector holds anomalous at this tick, for the
-  // alert rules with `anomaly = true` (pipeline/anomaly_monitor.hpp).
+  // alert rules with `anomaly = true` (forecast/anomaly_monitor.hpp).
   std::vector<std::pair<int, std::string_view>> anomalies;
   // issue 33: energy counters read at phase edges since the previous frame (for the phase tracker only: no rows)
   std::vector<CounterReading> counter_readings;

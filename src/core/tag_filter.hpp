@@ -1,5 +1,5 @@
 // Runs matched by their tags (KEY=VALUE): the one definition of "a run carries this tag", shared by the commands
-// that select runs (pipeline/run_tags) and the stores' runs query (sinks/runs_query, issue 35), which sits below the
+// that select runs (runs/run_tags) and the stores' runs query (sinks/runs_query, issue 35), which sits below the
 // pipeline. The match is made on the run's tags in C++, so it is the same in every store and no user string becomes
 // SQL.
 #pragma once

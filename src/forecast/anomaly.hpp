@@ -1,6 +1,6 @@
 #pragma once
 // Anomalies of one device's metric against its own recent behaviour (issue 36). Pure arithmetic over a series, one
-// value per tick: the live wiring (pipeline/anomaly_monitor) feeds it frames and turns its changes into events.
+// value per tick: the live wiring (forecast/anomaly_monitor) feeds it frames and turns its changes into events.
 //
 // The test: the value's robust distance from the median of its recent normal values, z = (x - median) / scale, scale
 // = 1.4826 MAD (the standard deviation of Gaussian noise), floored so a constant series does not turn every wiggle

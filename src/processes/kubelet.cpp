@@ -1,6 +1,6 @@
 #include "processes/kubelet.hpp"
 
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 
 #include <cstdlib>
 #include <stdexcept>

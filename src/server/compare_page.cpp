@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/time_util.hpp"
-#include "pipeline/comparison.hpp"
+#include "runs/comparison.hpp"
 #include "server/compare_query.hpp"
 #include "wattscope/version.hpp"
 #include "web/report_page.hpp"

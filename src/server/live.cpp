@@ -16,7 +16,7 @@
 #include "core/stored_json.hpp"
 #include "core/tag_filter.hpp"
 #include "core/time_util.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 #include "server/static_files.hpp" // gzip_compress (issue 32)
 #include "wattscope/version.hpp"
 

@@ -20,8 +20,8 @@
 #include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/frame.hpp"
 #include "core/schema.hpp"
+#include "forecast/anomaly_monitor.hpp" // issue 36
 #include "forecast/live_forecast.hpp"
-#include "pipeline/anomaly_monitor.hpp" // issue 36
 #include "sampler/sampler.hpp"
 #include "server/process_board.hpp"
 

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "pipeline/run_tags.hpp"
-#include "pipeline/run_view.hpp"
 #include "report/report.hpp"
+#include "runs/run_tags.hpp"
+#include "runs/run_view.hpp"
 #include "server/query.hpp"
 #include "web/assets.hpp"
 

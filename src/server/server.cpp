@@ -30,7 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/thread_name.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 #include "server/auth.hpp"
 #include "server/compare_page.hpp"
 #include "server/query.hpp"

@@ -1,6 +1,6 @@
 #include "top/remote.hpp"
 
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 
 #include <curl/curl.h>
 

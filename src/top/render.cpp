@@ -1,6 +1,6 @@
 #include "top/render.hpp"
 
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 
 #include <algorithm>
 #include <cmath>

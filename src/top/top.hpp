@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "pipeline/session.hpp"
+#include "recording/session.hpp"
 #include "top/model.hpp"
 #include "top/render.hpp"
 

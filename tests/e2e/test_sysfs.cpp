@@ -141,8 +141,8 @@ TEST(Sysfs, DoctorTellsTheTruthAboutEachSource) {
   EXPECT_EQ(by["nvml"]["status"], "missing");
   EXPECT_NE(by["nvml"]["fix"].get<std::string>().find("WATTSCOPE_NVML_LIBRARY"), std::string::npos);
   EXPECT_EQ(j["power_measurable"], true);
-  // The libraries opened only on use (core/lazy_lib.hpp) are listed with what needs them; scripts/setup.sh installs
-  // both.
+  // The libraries opened only on use (core/lazy/lazy_lib.hpp) are listed with what needs them; scripts/setup.sh
+  // installs both.
   ASSERT_EQ(j["libraries"].size(), 2u) << j.dump();
   EXPECT_EQ(j["libraries"][0]["name"], "libcurl");
   EXPECT_EQ(j["libraries"][0]["available"], true) << j["libraries"][0]["fix"];

@@ -128,7 +128,7 @@ def procfs_fixture(root, host, workers):
 def gpu_scenario(path, workers):
     """The built-in training scenario, its GPU processes (`"command"` under `run`) made the helper processes: GPUs 0
     and 1 run the Slurm job, GPU 2 the pod, GPU 3 idles."""
-    with open(os.path.join(SOURCE_DIR, "src", "pipeline", "scenarios", "training.json")) as f:
+    with open(os.path.join(SOURCE_DIR, "src", "simulation", "scenarios", "training.json")) as f:
         scenario = json.load(f)
     owners = ["slurm", "slurm", "pod"]
     for i, dev in enumerate(scenario["devices"]):

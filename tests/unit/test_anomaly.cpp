@@ -11,7 +11,7 @@
 #include "alerts/evaluator.hpp"
 #include "alerts/rules.hpp"
 #include "forecast/anomaly.hpp"
-#include "pipeline/anomaly_monitor.hpp"
+#include "forecast/anomaly_monitor.hpp"
 
 namespace unit_anomaly { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

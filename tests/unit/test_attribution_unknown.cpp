@@ -4,7 +4,7 @@
 
 #include "../support/support.hpp"
 #include "accounting/accounting.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 
 namespace unit_attribution_unknown { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "pipeline/comparison.hpp"
+#include "runs/comparison.hpp"
 #include "server/compare_query.hpp"
 
 namespace unit_compare_view {

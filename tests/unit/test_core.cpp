@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/duration.hpp"
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
 #include "sources/nvml/gpu_selection.hpp"
@@ -140,7 +140,7 @@ TEST(GpuSelection, FlagOverrides) {
   EXPECT_THROW(parse_gpu_selection("zero", std::nullopt), std::invalid_argument);
   EXPECT_THROW(parse_gpu_selection("0,,1", std::nullopt), std::invalid_argument);
 }
-// libcurl and libmariadb are opened on first use (core/lazy_lib.hpp), never linked: linked, they cost every run
+// libcurl and libmariadb are opened on first use (core/lazy/lazy_lib.hpp), never linked: linked, they cost every run
 // 8 MiB of RSS and ~7 ms at start whether alerts or MySQL were used or not.
 TEST(LazyLibraries, TheBinaryDoesNotLoadCurlOrMariadbAtStart) {
   FILE* p = ::popen(("readelf -d '" + wstest::wattscope() + "' 2>&1").c_str(), "r");

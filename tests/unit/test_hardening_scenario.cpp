@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "pipeline/scenario.hpp"
+#include "simulation/scenario.hpp"
 
 namespace unit_hardening_scenario { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

@@ -8,8 +8,8 @@
 #include "cli/command.hpp"
 #include "cli/record_flags.hpp"
 #include "core/schema.hpp"
-#include "pipeline/session.hpp"
-#include "pipeline/sources.hpp"
+#include "recording/session.hpp"
+#include "recording/sources.hpp"
 #include "sources/procfs/cpu_source.hpp"
 
 namespace unit_per_core_period { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)

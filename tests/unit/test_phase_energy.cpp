@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "phases/phase_tracker.hpp"
-#include "pipeline/phase_view.hpp"
+#include "runs/phase_view.hpp"
 
 namespace unit_phase_energy { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

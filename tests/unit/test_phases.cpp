@@ -19,7 +19,7 @@
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
 #include "phases/stats.hpp"
-#include "pipeline/phase_view.hpp"
+#include "runs/phase_view.hpp"
 
 namespace unit_phases { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

@@ -7,8 +7,8 @@
 
 #include "../support/support.hpp"
 #include "core/schema.hpp"
-#include "pipeline/phase_view.hpp"
-#include "pipeline/repair.hpp"
+#include "runs/phase_view.hpp"
+#include "runs/repair.hpp"
 #include "sinks/csv/csv_store.hpp"
 #include "sinks/sqlite/sqlite_store.hpp"
 #include "sinks/store.hpp"

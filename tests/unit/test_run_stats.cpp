@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "phases/stats.hpp"
-#include "pipeline/run_stats.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_stats.hpp"
+#include "runs/run_view.hpp"
 
 namespace unit_run_stats { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

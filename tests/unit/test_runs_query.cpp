@@ -19,7 +19,7 @@
 #include "../support/runs_filter.hpp"
 #include "../support/runs_generator.hpp"
 #include "../support/support.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 #include "server/query.hpp"
 #include "sinks/runs_query.hpp"
 #include "sinks/store.hpp"

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "pipeline/simulate.hpp"
+#include "simulation/simulate.hpp"
 
 namespace unit_simulate { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

@@ -13,10 +13,10 @@
 #include <thread>
 
 #include "../support/support.hpp"
-#include "pipeline/run_tags.hpp"
-#include "pipeline/slurm_job.hpp"
+#include "integrations/slurm_job.hpp"
 #include "processes/procfs.hpp"
 #include "processes/tracker.hpp"
+#include "runs/run_tags.hpp"
 
 namespace unit_slurm { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

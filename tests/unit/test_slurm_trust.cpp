@@ -19,7 +19,7 @@
 #include "../support/support.hpp"
 #include "../support/tmpfs.hpp"
 #include "core/protected_file.hpp"
-#include "pipeline/slurm_job.hpp"
+#include "integrations/slurm_job.hpp"
 
 namespace unit_slurm_trust {
 

@@ -10,8 +10,8 @@
 
 #include "core/stored_json.hpp"
 #include "core/tag_filter.hpp"
-#include "pipeline/run_tags.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_tags.hpp"
+#include "runs/run_view.hpp"
 #include "sinks/runs_query.hpp"
 
 namespace unit_stored_json { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)

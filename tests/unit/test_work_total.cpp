@@ -8,7 +8,7 @@
 #include "core/schema.hpp"
 #include "phases/marker.hpp"
 #include "phases/phase_tracker.hpp"
-#include "pipeline/phase_view.hpp"
+#include "runs/phase_view.hpp"
 
 namespace unit_work_total { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 

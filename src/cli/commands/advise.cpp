@@ -9,7 +9,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
-#include "pipeline/repair.hpp"
+#include "runs/repair.hpp"
 
 namespace wattscope {
 

@@ -9,9 +9,9 @@
 
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
-#include "pipeline/run_stats.hpp"
-#include "pipeline/run_tags.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_stats.hpp"
+#include "runs/run_tags.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

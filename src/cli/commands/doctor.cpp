@@ -5,7 +5,7 @@
 
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
-#include "pipeline/doctor.hpp"
+#include "recording/doctor.hpp"
 
 namespace wattscope {
 

@@ -16,7 +16,7 @@
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
 #include "importers/nvidia_smi.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 #include "wattscope/version.hpp"
 
 namespace wattscope {

@@ -6,9 +6,9 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
-#include "pipeline/repair.hpp"
-#include "pipeline/run_tags.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/repair.hpp"
+#include "runs/run_tags.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

@@ -10,8 +10,8 @@
 #include "cli/record_flags.hpp"
 #include "core/duration.hpp"
 #include "core/text.hpp"
-#include "pipeline/run_view.hpp"
-#include "pipeline/session.hpp"
+#include "recording/session.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

@@ -8,8 +8,8 @@
 
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
-#include "pipeline/repair.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/repair.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

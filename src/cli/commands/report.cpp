@@ -8,9 +8,9 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
-#include "pipeline/repair.hpp"
-#include "pipeline/run_tags.hpp"
 #include "report/report.hpp"
+#include "runs/repair.hpp"
+#include "runs/run_tags.hpp"
 
 namespace wattscope {
 

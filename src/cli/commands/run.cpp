@@ -10,11 +10,11 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
-#include "pipeline/phase_view.hpp"
-#include "pipeline/run_view.hpp"
-#include "pipeline/session.hpp"
 #include "processes/cgroup.hpp"
+#include "recording/session.hpp"
 #include "report/report.hpp"
+#include "runs/phase_view.hpp"
+#include "runs/run_view.hpp"
 #ifdef WATTSCOPE_HAVE_NVML
 #include "sources/nvml/gpu_grab.hpp"
 #endif

@@ -1,5 +1,5 @@
 // wattscope slurm prolog|epilog: run by slurmd as root (Prolog= and Epilog= in slurm.conf, docs/slurm.md) to record
-// every job on every node it runs on. The work is in pipeline/slurm_job; this file reads the environment and makes
+// every job on every node it runs on. The work is in integrations/slurm_job; this file reads the environment and makes
 // sure nothing ever fails a job: slurmd drains a node whose prolog or epilog fails, so both log and exit 0.
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands/commands.hpp"
-#include "pipeline/slurm_job.hpp"
+#include "integrations/slurm_job.hpp"
 
 namespace wattscope {
 

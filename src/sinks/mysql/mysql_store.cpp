@@ -1,6 +1,6 @@
 #include "sinks/mysql/mysql_store.hpp"
 
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 
 #include <mysql.h>
 #include <sys/socket.h>

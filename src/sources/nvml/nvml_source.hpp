@@ -29,7 +29,7 @@ class NvmlSource final : public Source {
 public:
   // Issue 31: how long nvmlInit may take in the probe child before NVML is judged hung and left off
   // (WATTSCOPE_NVML_PROBE overrides). Generous: without persistence mode a healthy nvmlInit takes seconds, and the
-  // probe runs beside the command (pipeline/session.cpp), never before it.
+  // probe runs beside the command (recording/session.cpp), never before it.
   static constexpr std::chrono::milliseconds kInitProbeTimeout{60'000};
   struct Options {
     std::string library_path; // WATTSCOPE_NVML_LIBRARY, or empty for the system library

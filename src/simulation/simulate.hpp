@@ -20,7 +20,7 @@
 
 #include "core/fd.hpp"
 #include "phases/marker.hpp"
-#include "pipeline/scenario.hpp"
+#include "simulation/scenario.hpp"
 
 namespace wattscope {
 

@@ -1,4 +1,4 @@
-#include "pipeline/anomaly_monitor.hpp"
+#include "forecast/anomaly_monitor.hpp"
 
 #include <algorithm>
 #include <cmath>

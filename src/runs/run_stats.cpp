@@ -1,4 +1,4 @@
-#include "pipeline/run_stats.hpp"
+#include "runs/run_stats.hpp"
 
 #include <algorithm>
 #include <map>
@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "core/text.hpp"
-#include "pipeline/phase_view.hpp"
-#include "pipeline/repair.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/phase_view.hpp"
+#include "runs/repair.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

@@ -1,4 +1,4 @@
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 
 #include <dlfcn.h>
 #include <fmt/format.h>

@@ -1,4 +1,4 @@
-#include "pipeline/comparison.hpp"
+#include "runs/comparison.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,8 @@
 
 #include "core/time_util.hpp"
 #include "phases/stats.hpp"
-#include "pipeline/run_stats.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_stats.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

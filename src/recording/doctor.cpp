@@ -1,11 +1,11 @@
-#include "pipeline/doctor.hpp"
+#include "recording/doctor.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "core/lazy_lib.hpp"
-#include "pipeline/session.hpp"
-#include "pipeline/sources.hpp"
+#include "core/lazy/lazy_lib.hpp"
+#include "recording/session.hpp"
+#include "recording/sources.hpp"
 
 namespace wattscope {
 
@@ -64,7 +64,7 @@ DoctorReport doctor_report(const SessionOptions& opts) {
   text += !measuring.empty()
               ? fmt::format("\npower: measurable here ({})\n", which)
               : "\npower: nothing here measures power; runs record utilisation and memory only (see the fixes above)\n";
-  // Libraries only some features need, opened on first use rather than at start (core/lazy_lib.hpp).
+  // Libraries only some features need, opened on first use rather than at start (core/lazy/lazy_lib.hpp).
   struct Lib {
     const char* name;
     lazy::Library& lib;

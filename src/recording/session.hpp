@@ -17,14 +17,14 @@
 #include "alerts/engine.hpp" // alerts (issue 14)
 #include "core/duration.hpp"
 #include "core/schema.hpp"
-#include "forecast/live_forecast.hpp" // issue 36
+#include "forecast/anomaly_monitor.hpp" // issue 36
+#include "forecast/live_forecast.hpp"   // issue 36
 #include "phases/marker_socket.hpp"
 #include "phases/phase_tracker.hpp"
-#include "pipeline/anomaly_monitor.hpp" // issue 36
-#include "pipeline/simulate.hpp"
 #include "processes/cgroup.hpp"
 #include "processes/tracker.hpp"
 #include "sampler/sampler.hpp"
+#include "simulation/simulate.hpp"
 #include "sinks/sink_writer.hpp"
 #include "sinks/store.hpp"
 #include "sources/procfs/cpu_source.hpp"
@@ -68,7 +68,7 @@ struct SessionOptions {
   // record/serve at --socket PATH. Neither: no socket.
   bool private_marker_socket = false;
   std::string marker_socket_path;
-  // ---- simulate (issue 19): simulated GPUs instead of the machine's (pipeline/simulate.hpp); the run is tagged
+  // ---- simulate (issue 19): simulated GPUs instead of the machine's (simulation/simulate.hpp); the run is tagged
   // simulated=true and the scenario's timeline sends its phase and work markers.
   std::shared_ptr<const Simulation> simulate;
   // ---- end simulate

@@ -1,4 +1,4 @@
-#include "pipeline/scenario.hpp"
+#include "simulation/scenario.hpp"
 
 #include <algorithm>
 #include <climits>

@@ -1,7 +1,7 @@
 // The MariaDB Connector/C entry points wattscope calls, each forwarding to libmariadb opened on first use (see
 // lazy_lib.hpp). Without the library mysql_init() returns null, which the MySQL store turns into
 // lazy::mariadb().error(); nothing else is reached without a connection.
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 
 #include <mysql.h>
 

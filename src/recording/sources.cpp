@@ -1,9 +1,9 @@
-#include "pipeline/sources.hpp"
+#include "recording/sources.hpp"
 
 #include <algorithm>
 
-#include "pipeline/session.hpp"
-#include "pipeline/simulate.hpp"
+#include "recording/session.hpp"
+#include "simulation/simulate.hpp"
 #include "sources/hwmon/hwmon_gpu_source.hpp"
 #include "sources/procfs/cpu_source.hpp"
 #include "sources/rapl/rapl_source.hpp"

@@ -1,4 +1,4 @@
-#include "pipeline/repair.hpp"
+#include "runs/repair.hpp"
 
 #include <algorithm>
 #include <map>

@@ -1,4 +1,4 @@
-#include "pipeline/phase_view.hpp"
+#include "runs/phase_view.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "core/stored_json.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

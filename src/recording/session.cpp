@@ -1,4 +1,4 @@
-#include "pipeline/session.hpp"
+#include "recording/session.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -12,8 +12,8 @@
 #include "core/text.hpp"
 #include "core/thread_name.hpp"
 #include "core/time_util.hpp"
-#include "pipeline/sources.hpp"
 #include "processes/kubelet.hpp"
+#include "recording/sources.hpp"
 #include "wattscope/version.hpp"
 
 namespace wattscope {
@@ -643,7 +643,7 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
   run_.total_energy_j = s.total_energy_j();
   nlohmann::json summary = s.to_json();
   // issue 29/31: markers dropped by wattscope's caps make the run's work and phases incomplete; said wherever they
-  // are read (pipeline/phase_view.cpp)
+  // are read (runs/phase_view.cpp)
   if (markers_dropped.total() > 0)
     summary["markers"] = {{"dropped", markers_dropped.total()},
                           {"dropped_work", markers_dropped.work},

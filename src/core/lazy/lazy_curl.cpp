@@ -1,7 +1,7 @@
 // The libcurl entry points wattscope calls, each forwarding to libcurl opened on first use (see lazy_lib.hpp).
 // Without the library each fails the way libcurl itself reports failure (a null handle, CURLE_FAILED_INIT), which
 // every caller already handles; lazy::curl().error() says why.
-#include "core/lazy_lib.hpp"
+#include "core/lazy/lazy_lib.hpp"
 
 #include <cstdarg>
 #include <curl/curl.h>

@@ -1,4 +1,4 @@
-#include "pipeline/run_tags.hpp"
+#include "runs/run_tags.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -8,7 +8,7 @@
 #include "core/stored_json.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_view.hpp"
 
 namespace wattscope {
 

@@ -1,4 +1,4 @@
-#include "pipeline/simulate.hpp"
+#include "simulation/simulate.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

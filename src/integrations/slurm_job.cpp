@@ -1,4 +1,4 @@
-#include "pipeline/slurm_job.hpp"
+#include "integrations/slurm_job.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

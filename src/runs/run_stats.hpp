@@ -12,8 +12,8 @@
 
 #include "core/schema.hpp"
 #include "phases/stats.hpp"
-#include "pipeline/run_tags.hpp"
-#include "pipeline/run_view.hpp"
+#include "runs/run_tags.hpp"
+#include "runs/run_view.hpp"
 #include "sinks/sink.hpp"
 
 namespace wattscope {
