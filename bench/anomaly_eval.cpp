@@ -1,7 +1,7 @@
-// issue 36: how well the anomaly detector and the live straggler test do, on series whose faults start at a known
-// tick, and what they cost. Prints the README's table (markdown). Every series is synthetic with seeded noise as a
-// healthy GPU shows it (whole-number utilisation and temperature, 15 MHz clock bins, ±2-4 % power, a one-tick spike
-// now and then); each fault is injected at a random tick in the middle of an hour-long run at 1 s.
+// How well the anomaly detector and the live straggler test do, on series whose faults start at a known tick, and what
+// they cost. Prints docs/anomalies.md's table (markdown). Every series is synthetic with seeded noise as a healthy GPU
+// shows it (whole-number utilisation and temperature, 15 MHz clock bins, ±2-4 % power, a one-tick spike now and then);
+// each fault is injected at a random tick in the middle of an hour-long run at 1 s.
 //
 //   build/bench/wattscope_bench_anomaly [seeds=40]
 //

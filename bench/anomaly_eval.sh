@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# issue 36: the anomaly table of the README. The detector on synthetic series with faults at known samples
+# The tables of docs/anomalies.md ("Measured"). The detector on synthetic series with faults at known samples
 # (bench/anomaly_eval.cpp), then the live path on the built-in --simulate scenario: what `wattscope record` flags per
 # GPU over SIM_SECONDS (default 60 s, three loops of the scenario's 18.5 s cycle) at 250 ms.
 #   bench/anomaly_eval.sh [seeds]

@@ -1,4 +1,4 @@
-// Figures quoted in the README. Run with bench/run.sh; ratios are taken against a baseline in the same run.
+// Figures quoted in docs/performance.md. Run with bench/run.sh; ratios are taken against a baseline in the same run.
 #include <benchmark/benchmark.h>
 
 #include <cmath>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fleet figures (issue 18, point 6; issue 33), printed for the README:
+# Fleet figures, printed for docs/storage.md and docs/serve.md ("Fleet figures"):
 #   1. what one MariaDB takes from 300 nodes x 8 GPUs writing at 1 s as `serve --db mysql://...` does
 #      (bench/fleet_mysql.cpp, through wattscope's own MySQL store and writer), against a private server with
 #      Debian's defaults (fsync at every commit) and a 512 MiB buffer pool, with per-core rows at the process-scan

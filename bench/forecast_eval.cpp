@@ -90,7 +90,7 @@ double record_ns_per_tick(const std::string& bin, const std::string& interval, d
 }
 
 // Holt-Winters' parameters by grid search on the TRAINING traces' utilisation (mean MAE over the horizons): what
-// models.hpp's HoltWintersParams defaults are set from (docs/forecasting.md). The trend weight stays above 0: at 0 it
+// models.hpp's HoltWintersParams defaults are set from (docs/forecasts.md). The trend weight stays above 0: at 0 it
 // is Holt-Winters without a trend, which cannot follow a leak's growth, the shape the out-of-memory forecast is for.
 int tune_hw(const std::string& traces) {
   const auto train = load_traces(traces, true);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prints the figures quoted in the README: micro-benchmarks (Google Benchmark), the NVML tick against its floor
+# Prints the figures quoted in docs/performance.md: micro-benchmarks (Google Benchmark), the NVML tick against its floor
 # as a ratio from the same run, what `wattscope record` with 8 fake GPUs costs beside the floor and a Python monitor
 # at 1 s, 100 ms and 10 ms (bench/overhead.py), memory over a simulated day (bench/memory.py), and rows/s into a private MariaDB server (batch sizes 1 to 10000, and ten million rows).
 # BENCH_ROUNDS (default 2) sets overhead.py's rounds; BENCH_MEMORY_HOUR=1 adds an hour at 10 ms (~6 min);

@@ -1,7 +1,7 @@
 #pragma once
 // Held-out evaluation of the series models (issue 36): bench/forecast_eval prints it, and a unit test checks that
-// default_series_model() is still its winner on the committed traces (tests/fixtures/traces/), so the README's claim
-// cannot go stale.
+// default_series_model() is still its winner on the committed traces (tests/fixtures/traces/), so the claim in
+// docs/forecasts.md cannot go stale.
 #include "forecast/series_model.hpp"
 
 #include <cstddef>

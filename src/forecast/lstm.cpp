@@ -1,5 +1,5 @@
 // The LSTM forecaster the design names (y_t = f(y_{t-1} ... y_{t-n}), issue 36), trained offline with PyTorch
-// (bench/train_lstm.py) and shipped as weights compiled in (lstm_weights.inc): docs/forecasting.md says why.
+// (bench/train_lstm.py) and shipped as weights compiled in (lstm_weights.inc): docs/forecasts.md says why.
 // Inference only, one LSTM cell step per observed value (the state carries the history, so nothing is re-read) and
 // one linear head per forecast: a few microseconds per device per tick.
 #include "forecast/models.hpp"

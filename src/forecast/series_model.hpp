@@ -1,7 +1,7 @@
 #pragma once
 // One interface for every forecaster of a sampled series (issue 36): the live forecasts, the anomaly detector's
 // expectation and bench/forecast_eval all ask a model the same two questions, so which model is the default is a
-// choice made from held-out figures (README's forecasting table), not from code paths.
+// choice made from held-out figures (docs/forecasts.md, "Held-out evaluation"), not from code paths.
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -25,7 +25,8 @@ public:
 // Known names: "last" (last value) is always there; bench/forecast_eval lists the others. Unknown name: nullptr.
 std::unique_ptr<SeriesModel> make_series_model(std::string_view name);
 std::vector<std::string> series_model_names();
-// The model that won on held-out traces (README, "Forecasting"): what every live forecast uses unless told otherwise.
+// The model that won on held-out traces (docs/forecasts.md, "Held-out evaluation"): what every live forecast uses
+// unless told otherwise.
 std::string_view default_series_model();
 
 // The period, in steps, of the strongest repetition in `ys` (NaN = missing, left out of the sums): the smallest lag

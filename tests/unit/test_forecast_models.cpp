@@ -235,8 +235,8 @@ TEST(ForecastTraces, HeldOutTracesAreNotTrainingOnes) {
   EXPECT_FALSE(is_training_trace("h100_new_run.csv")) << "a trace dropped in later is held out";
 }
 
-// The README's claim: the default forecaster is the one that wins on held-out data. bench/forecast_eval prints the
-// same evaluation; if new traces or a retrained model change the winner, this fails until the default follows.
+// docs/forecasts.md's claim: the default forecaster is the one that wins on held-out data. bench/forecast_eval prints
+// the same evaluation; if new traces or a retrained model change the winner, this fails until the default follows.
 TEST(ForecastTraces, DefaultModelIsTheHeldOutWinner) {
   const auto ev = evaluate_held_out(std::string(WATTSCOPE_SOURCE_DIR) + "/tests/fixtures/traces");
   EXPECT_FALSE(ev.held_out.empty());
