@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Fails when an #include in src/ runs up the layers, or a folder grows past what a reader takes in at a glance.
 Includes run one way:
-core <- sources/sinks/accounting/phases/importers/alerts/forecast <- sampler/processes/simulation
-     <- recording/runs/integrations <- advice <- web <- report/top <- server <- cli (<- main.cpp).
+core <- sources/sinks/accounting/phases/importers/alerts/forecast <- sampler/processes/simulation/advice
+     <- recording/runs/integrations <- web <- report/top <- server <- cli (<- main.cpp).
 A folder may include its own files and any lower layer's, never a higher one's nor a sibling's of the same layer.
 No folder holds more than MAX_OWN_SOURCES .cpp files of its own (its subfolders apart; cli/commands/ is one file per
 command and exempt): past that, a newcomer cannot find a file by the folder's name.
@@ -21,7 +21,7 @@ LAYERS = {
     "recording": 3,  # a run being recorded: the session and the wiring of its sources
     "runs": 3,  # stored runs: the run model every view derives from, and its figures
     "integrations": 3,  # batch systems (Slurm) around a run
-    "advice": 4,  # estimators over a stored run's model or the live series
+    "advice": 2,  # estimators over a series (a stored run's, from its model, or the live one)
     "web": 5,
     "report": 6, "top": 6,  # top reads the recording's frames or serve's API, not server/
     "server": 7,  # serve renders a stored run's report (report/) for its runs pages

@@ -4,8 +4,10 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,22 @@ namespace wattscope::advice {
 GpuPoint gpu_point(int64_t ts_ms, const GpuSample& s);
 CpuPoint cpu_point(int64_t ts_ms, const CpuSample& s);
 
+// The advice's input built from stored rows as they stream by (gpu_devices, gpu_samples and cpu_samples rows, in any
+// order of tables): the run model feeds it during the one pass it makes over a run's samples.
+class InputBuilder {
+public:
+  explicit InputBuilder(const RunInfo& run);
+  void device(std::span<const Value> gpu_devices_row);
+  void gpu(std::span<const Value> gpu_samples_row);
+  void cpu(std::span<const Value> cpu_samples_row);
+  Input finish() &&;
+
+private:
+  const RunInfo& run_;
+  std::map<int, GpuSeries> by_index_;
+  Input in_;
+};
+
 // The run's GPU and CPU series, read from the store (only read).
 Input load_input(StoreReader& store, const RunInfo& run);
 
@@ -30,6 +48,7 @@ std::vector<Item> advise_run(StoreReader& store, const RunInfo& run);
 
 // The run summary's advice (run and record): the top three, or "" when there is none.
 std::string summary_text(StoreReader& store, const RunInfo& run);
+std::string summary_text(const std::vector<Item>& items, const std::string& run_id);
 
 // serve: the advice over the latest frames, recomputed when asked and older than kRecomputeEvery. It keeps no frames
 // (issue 12): `source` copies the window out of serve's history when a recomputation is due (serve: the last hour of

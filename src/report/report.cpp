@@ -7,13 +7,13 @@
 
 #include <fmt/format.h>
 
-#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "core/metrics.hpp"
 #include "core/output_file.hpp"
 #include "core/time_util.hpp"
 #include "report/downsample.hpp"
 #include "runs/comparison.hpp"
 #include "runs/phase_view.hpp"
+#include "runs/run_model.hpp"
 #include "runs/run_view.hpp"
 #include "wattscope/version.hpp"
 #include "web/assets.hpp"
@@ -69,130 +69,167 @@ nlohmann::json series_json(MinMaxDownsampler& d) {
 
 nlohmann::json process_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts, bool cpu_energy_known);
 
-nlohmann::json run_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts) {
-  const double t_end = run.end_ms ? static_cast<double>(*run.end_ms - run.start_ms) / 1000.0
-                                  : static_cast<double>(run.samples) * run.interval_ms / 1000.0;
-  auto t_of = [&](const Value& ts) {
-    return static_cast<double>(value_int(ts).value_or(run.start_ms) - run.start_ms) / 1000.0;
-  };
-  int64_t rows_read = 0;
+double seconds_between(int64_t from_ms, int64_t to_ms) {
+  return static_cast<double>(to_ms - from_ms) / 1000.0;
+}
 
-  // GPUs: one downsampler per device and series, fed while the rows stream by; total power per tick on the side.
-  constexpr TableId gt = TableId::GpuSamples;
-  const size_t g_ts = column_index(gt, "ts_ms"), g_tick = column_index(gt, "tick"),
-               g_idx = column_index(gt, "gpu_index"), g_power = column_index(gt, "power_w");
-  std::vector<size_t> g_cols;
-  for (const auto& s : kGpuSeries)
-    g_cols.push_back(column_index(gt, s.column));
-  std::map<int64_t, std::vector<MinMaxDownsampler>> gpu;
-  MinMaxDownsampler total_power(t_end, opts.buckets);
-  int64_t cur_tick = -1;
-  double cur_t = 0, cur_sum = 0;
-  bool cur_any = false;
-  auto flush_total = [&] {
-    if (cur_any) total_power.add(cur_t, cur_sum);
-    cur_sum = 0;
-    cur_any = false;
-  };
-  store.scan(TableId::GpuSamples, run, [&](std::span<const Value> row) {
-    ++rows_read;
+// The charted series of one run, downsampled while the run model's one pass over its samples streams by: per GPU
+// and series, the CPU's series, and the total GPU power per tick.
+class ChartSeries {
+public:
+  ChartSeries(const RunInfo& run, const ReportOptions& opts)
+      : run_(run), buckets_(opts.buckets),
+        t_end_(run.end_ms ? seconds_between(run.start_ms, *run.end_ms)
+                          : static_cast<double>(run.samples) * run.interval_ms / 1000.0),
+        total_power_(t_end_, buckets_) {
+    for (size_t i = 0; i < std::size(kCpuSeries); ++i)
+      cpu_.emplace_back(t_end_, buckets_);
+  }
+  double t_end() const { return t_end_; }
+
+  void gpu(std::span<const Value> row) {
+    constexpr TableId gt = TableId::GpuSamples;
+    static const size_t g_ts = column_index(gt, "ts_ms"), g_tick = column_index(gt, "tick"),
+                        g_idx = column_index(gt, "gpu_index"), g_power = column_index(gt, "power_w");
+    static const std::vector<size_t> g_cols = columns_of(gt, kGpuSeries);
+    ++rows_read_;
     const int64_t idx = value_int(row[g_idx]).value_or(0);
-    auto [it, fresh] = gpu.try_emplace(idx);
+    auto [it, fresh] = gpu_.try_emplace(idx);
     if (fresh)
       for (size_t i = 0; i < std::size(kGpuSeries); ++i)
-        it->second.emplace_back(t_end, opts.buckets);
+        it->second.emplace_back(t_end_, buckets_);
     const double t = t_of(row[g_ts]);
     for (size_t i = 0; i < std::size(kGpuSeries); ++i)
       if (auto v = value_real(row[g_cols[i]])) it->second[i].add(t, *v * kGpuSeries[i].scale);
     const int64_t tick = value_int(row[g_tick]).value_or(0);
-    if (tick != cur_tick) {
+    if (tick != cur_tick_) {
       flush_total();
-      cur_tick = tick;
-      cur_t = t;
+      cur_tick_ = tick;
+      cur_t_ = t;
     }
     if (auto p = value_real(row[g_power])) { // total GPU power per tick, whatever the charted series are
-      cur_sum += *p;
-      cur_any = true;
+      cur_sum_ += *p;
+      cur_any_ = true;
     }
-  });
-  flush_total();
-
-  nlohmann::json summary = run_json(run); // attributed_energy_j/_method included (run_attributed_energy)
-  nlohmann::json gpus = nlohmann::json::array();
-  for (auto& [idx, downs] : gpu) {
-    nlohmann::json series = nlohmann::json::object();
-    for (size_t i = 0; i < std::size(kGpuSeries); ++i)
-      if (downs[i].seen() > 0) series[std::string(kGpuSeries[i].column)] = series_json(downs[i]);
-    std::string name;
-    for (const auto& g : summary["gpus"])
-      if (g.value("index", -1) == idx) name = g.value("name", std::string());
-    gpus.push_back({{"index", idx}, {"name", name}, {"series", series}});
   }
 
-  constexpr TableId ct = TableId::CpuSamples;
-  const size_t c_ts = column_index(ct, "ts_ms");
-  std::vector<size_t> c_cols;
-  for (const auto& s : kCpuSeries)
-    c_cols.push_back(column_index(ct, s.column));
-  std::vector<MinMaxDownsampler> cpu;
-  for (size_t i = 0; i < std::size(kCpuSeries); ++i)
-    cpu.emplace_back(t_end, opts.buckets);
-  int64_t cpu_rows = 0;
-  store.scan(TableId::CpuSamples, run, [&](std::span<const Value> row) {
-    ++rows_read;
-    ++cpu_rows;
+  void cpu(std::span<const Value> row) {
+    constexpr TableId ct = TableId::CpuSamples;
+    static const size_t c_ts = column_index(ct, "ts_ms");
+    static const std::vector<size_t> c_cols = columns_of(ct, kCpuSeries);
+    ++rows_read_;
+    ++cpu_rows_;
     const double t = t_of(row[c_ts]);
     for (size_t i = 0; i < std::size(kCpuSeries); ++i)
-      if (auto v = value_real(row[c_cols[i]])) cpu[i].add(t, *v * kCpuSeries[i].scale);
-  });
-  nlohmann::json cpu_series = nlohmann::json::object();
-  for (size_t i = 0; i < std::size(kCpuSeries); ++i)
-    if (cpu[i].seen() > 0) cpu_series[std::string(kCpuSeries[i].column)] = series_json(cpu[i]);
-
-  constexpr TableId et = TableId::Events;
-  const size_t e_ts = column_index(et, "ts_ms"), e_kind = column_index(et, "kind"),
-               e_source = column_index(et, "source"), e_detail = column_index(et, "detail");
-  nlohmann::json events = nlohmann::json::array();
-  store.scan(TableId::Events, run, [&](std::span<const Value> row) {
-    events.push_back({{"t", round_t(t_of(row[e_ts]))},
-                      {"kind", std::string(value_text(row[e_kind]))},
-                      {"source", std::string(value_text(row[e_source]))},
-                      {"detail", std::string(value_text(row[e_detail]))}});
-  });
-
-  nlohmann::json total = nlohmann::json::object();
-  if (total_power.seen() > 0) total = series_json(total_power);
-  nlohmann::json out = {{"summary", summary},         {"gpus", gpus},           {"cpu", cpu_series},
-                        {"total_gpu_power_w", total}, {"events", events},       {"samples", cpu_rows},
-                        {"rows_read", rows_read},     {"buckets", opts.buckets}};
-  // Issue 15: phases (with their times since run start, for the bands on the charts), work, points and the model.
-  nlohmann::json ph = phase_json(load_phase_data(store, run), run);
-  for (auto& p : ph["phases"]) {
-    p["t0"] = round_t(static_cast<double>(p["start_ms"].get<int64_t>() - run.start_ms) / 1000.0);
-    // An open phase (no end stored yet) reaches to the end of the data
-    p["t1"] = p["end_ms"].is_number() ? round_t(static_cast<double>(p["end_ms"].get<int64_t>() - run.start_ms) / 1000.0)
-                                      : round_t(t_end);
+      if (auto v = value_real(row[c_cols[i]])) cpu_[i].add(t, *v * kCpuSeries[i].scale);
   }
-  out["phases"] = std::move(ph["phases"]);
+
+  // "gpus", "cpu", "total_gpu_power_w", "samples", "rows_read" into the run's data; GPU names from its summary.
+  void finish_into(nlohmann::json& out, const nlohmann::json& summary) {
+    flush_total();
+    nlohmann::json gpus = nlohmann::json::array();
+    for (auto& [idx, downs] : gpu_) {
+      nlohmann::json series = nlohmann::json::object();
+      for (size_t i = 0; i < std::size(kGpuSeries); ++i)
+        if (downs[i].seen() > 0) series[std::string(kGpuSeries[i].column)] = series_json(downs[i]);
+      std::string name;
+      for (const auto& g : summary["gpus"])
+        if (g.value("index", -1) == idx) name = g.value("name", std::string());
+      gpus.push_back({{"index", idx}, {"name", name}, {"series", series}});
+    }
+    nlohmann::json cpu_series = nlohmann::json::object();
+    for (size_t i = 0; i < std::size(kCpuSeries); ++i)
+      if (cpu_[i].seen() > 0) cpu_series[std::string(kCpuSeries[i].column)] = series_json(cpu_[i]);
+    out["gpus"] = std::move(gpus);
+    out["cpu"] = std::move(cpu_series);
+    out["total_gpu_power_w"] = total_power_.seen() > 0 ? series_json(total_power_) : nlohmann::json::object();
+    out["samples"] = cpu_rows_;
+    out["rows_read"] = rows_read_;
+  }
+
+private:
+  static std::vector<size_t> columns_of(TableId t, const std::vector<SeriesSpec>& specs) {
+    std::vector<size_t> cols;
+    for (const auto& s : specs)
+      cols.push_back(column_index(t, s.column));
+    return cols;
+  }
+  double t_of(const Value& ts) const { return seconds_between(run_.start_ms, value_int(ts).value_or(run_.start_ms)); }
+  void flush_total() {
+    if (cur_any_) total_power_.add(cur_t_, cur_sum_);
+    cur_sum_ = 0;
+    cur_any_ = false;
+  }
+
+  const RunInfo& run_;
+  const size_t buckets_;
+  const double t_end_;
+  std::map<int64_t, std::vector<MinMaxDownsampler>> gpu_;
+  std::vector<MinMaxDownsampler> cpu_;
+  MinMaxDownsampler total_power_;
+  int64_t cur_tick_ = -1;
+  double cur_t_ = 0, cur_sum_ = 0;
+  bool cur_any_ = false;
+  int64_t rows_read_ = 0, cpu_rows_ = 0;
+};
+
+// Phases with their times since run start, for the bands on the charts; an open one (no end stored yet) reaches to
+// the end of the data.
+nlohmann::json phases_on_charts(nlohmann::json phases, const RunInfo& run, double t_end) {
+  for (auto& p : phases) {
+    p["t0"] = round_t(seconds_between(run.start_ms, p["start_ms"].get<int64_t>()));
+    p["t1"] =
+        p["end_ms"].is_number() ? round_t(seconds_between(run.start_ms, p["end_ms"].get<int64_t>())) : round_t(t_end);
+  }
+  return phases;
+}
+
+// The advice as the run model has it (show --json's), with each item's time range since run start.
+nlohmann::json advice_on_charts(const std::vector<advice::Item>& items, const RunInfo& run) {
+  nlohmann::json out = advice::to_json(items);
+  for (auto& a : out) {
+    int64_t from = 0, to = 0;
+    if (a["evidence"].contains("from") && parse_iso_utc_ms(a["evidence"]["from"].get<std::string>(), from) &&
+        parse_iso_utc_ms(a["evidence"]["to"].get<std::string>(), to)) {
+      a["t0"] = round_t(seconds_between(run.start_ms, from));
+      a["t1"] = round_t(seconds_between(run.start_ms, to));
+    }
+  }
+  return out;
+}
+
+// One run's part of the report: its model (figures, phases, work, advice, events), read in one pass that also
+// feeds the charts, and its processes.
+RunModel run_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts, nlohmann::json& out) {
+  ChartSeries charts(run, opts);
+  RunModel m = load_run_model(store, run,
+                              {.advice = true,
+                               .events = true,
+                               .gpu_sample = [&](std::span<const Value> row) { charts.gpu(row); },
+                               .cpu_sample = [&](std::span<const Value> row) { charts.cpu(row); }});
+  const nlohmann::json summary = m.summary_json();
+  out = nlohmann::json::object();
+  charts.finish_into(out, summary);
+  nlohmann::json events = nlohmann::json::array();
+  for (const Event& e : m.events)
+    events.push_back({{"t", round_t(seconds_between(run.start_ms, e.ts_ms))},
+                      {"kind", e.kind},
+                      {"source", e.source},
+                      {"detail", e.detail}});
+  out["events"] = std::move(events);
+  out["buckets"] = opts.buckets;
+  nlohmann::json ph = phase_json(m.phases, m.run, m.units);
+  out["phases"] = phases_on_charts(std::move(ph["phases"]), run, charts.t_end());
   out["work"] = std::move(ph["work"]);
   out["model"] = std::move(ph["model"]);
-  // attribution (issue 13); null when none were tracked. A run that measured no CPU energy has no CPU share of it.
+  // A run that measured no CPU energy has no CPU share of it.
   const nlohmann::json& cpu_sum = summary["cpu"];
   const bool cpu_energy_known =
       !cpu_sum.is_object() || !cpu_sum.contains("energy_j") || cpu_sum["energy_j"].is_number();
   out["processes"] = process_data(store, run, opts, cpu_energy_known);
-  // ---- advice (issue 14): as show --json has it, with each item's time range since run start ----
-  out["advice"] = advice::to_json(advice::advise_run(store, run));
-  for (auto& a : out["advice"]) {
-    int64_t from = 0, to = 0;
-    if (a["evidence"].contains("from") && parse_iso_utc_ms(a["evidence"]["from"].get<std::string>(), from) &&
-        parse_iso_utc_ms(a["evidence"]["to"].get<std::string>(), to)) {
-      a["t0"] = round_t(static_cast<double>(from - run.start_ms) / 1000.0);
-      a["t1"] = round_t(static_cast<double>(to - run.start_ms) / 1000.0);
-    }
-  }
-  // ---- end advice ----
-  return out;
+  out["advice"] = advice_on_charts(*m.advice, run);
+  out["summary"] = summary;
+  return m;
 }
 
 // ---- attribution (issue 13): the run's processes, a table and power by process over time ----
@@ -399,8 +436,13 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, const Report
 
 nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts) {
   nlohmann::json rs = nlohmann::json::array();
-  for (const auto& r : runs)
-    rs.push_back(run_data(store, r, opts));
+  std::vector<RunModel> models;
+  models.reserve(runs.size());
+  for (const auto& r : runs) {
+    nlohmann::json one;
+    models.push_back(run_data(store, r, opts, one));
+    rs.push_back(std::move(one));
+  }
   nlohmann::json out = {{"generated", iso_utc_ms(wall_now_ms())},
                         {"wattscope_version", kVersion},
                         {"metrics", {{"gpu", series_meta(kGpuMetrics)}, {"cpu", series_meta(kCpuMetrics)}}},
@@ -412,7 +454,7 @@ nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>&
                           {"pue", opts.pue}}},
                         {"runs", rs}};
   // issue 35: several runs are compared by task, with the figures `wattscope compare` tests
-  if (runs.size() > 1) out["comparison"] = comparison_json(store, runs);
+  if (runs.size() > 1) out["comparison"] = comparison_json(models);
   return out;
 }
 

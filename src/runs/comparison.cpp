@@ -123,17 +123,28 @@ EnergyVerdict energy_verdict(const std::string& a, const std::vector<double>& ea
 }
 
 nlohmann::json comparison_json(StoreReader& store, const std::vector<RunInfo>& runs) {
+  std::vector<RunModel> models;
+  models.reserve(runs.size());
+  for (const auto& r : runs)
+    models.push_back(load_run_model(store, r));
+  return comparison_json(models);
+}
+
+nlohmann::json comparison_json(const std::vector<RunModel>& models) {
   struct Group {
     std::string task;
     std::vector<const RunInfo*> runs;
+    std::vector<const RunModel*> models;
     std::vector<Figures> figs;
     std::vector<FigureNotes> notes;
   };
   std::vector<Group> groups;
-  for (const auto& r : runs) {
+  for (const auto& m : models) {
+    const RunInfo& r = m.run;
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.task == r.task; });
-    if (it == groups.end()) it = groups.insert(groups.end(), Group{r.task, {}, {}, {}});
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{r.task, {}, {}, {}, {}});
     it->runs.push_back(&r);
+    it->models.push_back(&m);
   }
 
   nlohmann::json run_rows = nlohmann::json::array(), tasks = nlohmann::json::array();
@@ -151,7 +162,7 @@ nlohmann::json comparison_json(StoreReader& store, const std::vector<RunInfo>& r
     std::vector<std::string> methods;
     for (size_t i = 0; i < g.runs.size(); ++i) {
       const RunInfo& r = *g.runs[i];
-      g.figs.push_back(run_figures(store, r, &g.notes[i]));
+      g.figs.push_back(model_figures(*g.models[i], &g.notes[i]));
       const FigureNotes& n = g.notes[i];
       note(methods, cmp_how_measured(n));
       nlohmann::json row = {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/schema.hpp"
+#include "runs/run_model.hpp"
 #include "sinks/sink.hpp"
 
 namespace wattscope {
@@ -18,6 +19,8 @@ namespace wattscope {
 // The `comparison` object of the report's data (docs/compare.md). Runs keep their given order inside
 // their task; tasks come in the order of their first run. A task's figure counts only its runs that have it.
 nlohmann::json comparison_json(StoreReader& store, const std::vector<RunInfo>& runs);
+// The same from runs already loaded (the report has each run's model at hand).
+nlohmann::json comparison_json(const std::vector<RunModel>& models);
 
 // The verdict of `wattscope compare A B` on energy per run, in one sentence: "task gpt uses 12.3 % ± 2.1 % more
 // energy per run than task bert; significant at 95 % (Welch's t = 9.1, df = 7.8, p = 2e-05)". ± is the half width of

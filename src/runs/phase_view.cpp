@@ -180,7 +180,7 @@ OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run) {
   return half;
 }
 
-PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
+PhaseData load_phase_data(StoreReader& store, const RunInfo& run, std::vector<Event>* events) {
   PhaseData d;
   const auto pc = [](std::string_view n) { return column_index(TableId::Phases, n); };
   store.scan(TableId::Phases, run, [&](std::span<const Value> row) {
@@ -221,6 +221,10 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
   const auto ec = [](std::string_view n) { return column_index(TableId::Events, n); };
   store.scan(TableId::Events, run, [&](std::span<const Value> row) {
     const std::string_view kind = value_text(row[ec("kind")]);
+    if (events)
+      events->push_back({value_int(row[ec("seq")]).value_or(0), value_int(row[ec("ts_ms")]).value_or(0),
+                         std::string(kind), std::string(value_text(row[ec("source")])),
+                         std::string(value_text(row[ec("detail")]))});
     if (kind == "mark") {
       Event e;
       e.seq = value_int(row[ec("seq")]).value_or(0);
@@ -238,7 +242,7 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run) {
   return d;
 }
 
-json phase_json(const PhaseData& d, const RunInfo& run) {
+json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& unit_figs) {
   const int64_t dropped = markers_dropped(run);
   json phases = json::array();
   for (const auto& p : d.phases) {
@@ -284,7 +288,7 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
                {"attributed_energy_per_unit_j", json::object()},
                {"throughput_per_s", json::object()},
                {"covers", json::object()}};
-  for (const auto& u : unit_figures(d, run)) {
+  for (const auto& u : unit_figs) {
     work["amount"][u.unit] = u.amount;
     work["energy_per_unit_j"][u.unit] = opt(u.energy_per_unit_j());
     // the run's own processes' share per unit: null where it is not known (work marked in phases, no attribution)
@@ -308,7 +312,8 @@ json phase_json(const PhaseData& d, const RunInfo& run) {
   return {{"phases", phases}, {"work", work}, {"marks", marks}, {"model", d.model}};
 }
 
-std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) {
+std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& unit_figs,
+                       size_t max_rows) {
   std::string out;
   auto work_cell = [](const std::map<std::string, double>& work, std::optional<double> energy_j, double dur) {
     std::string s;
@@ -379,7 +384,7 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows) 
   const bool simulated = simulated_run(run);
   // issue 29: each unit over the phases its work was marked in, saying which
   std::string units;
-  for (const auto& u : unit_figures(d, run)) {
+  for (const auto& u : unit_figs) {
     std::string s = fmt::format("{:g} {}{} over {}", u.amount, u.unit, incomplete, u.covers);
     if (auto e = u.energy_per_unit_j()) s += " · " + format_si(*e, "J/" + unit_singular(u.unit));
     if (auto r = u.throughput_per_s()) s += fmt::format(" · {} {}/s", format_si(*r, ""), u.unit);

@@ -27,7 +27,8 @@ struct PhaseData {
   std::map<std::string, double> phase_work(int64_t phase_id) const;
 };
 
-PhaseData load_phase_data(StoreReader& store, const RunInfo& run);
+// `events`, when given, also receives every event of the run in stored order (the same pass over the table).
+PhaseData load_phase_data(StoreReader& store, const RunInfo& run, std::vector<Event>* events = nullptr);
 
 // A phase whose end is not stored (yet): its run still records, or its recorder died and `repair` has not closed it.
 // Stored with end_ms NULL and read with end_ms 0, as Frame::phases_begun holds it: it has no duration or energy.
@@ -71,9 +72,18 @@ inline constexpr double kPhaseBoundFlagPct = 1;
 OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run);
 
 // {"phases": [...], "work": {...}, "marks": [...], "model": ...}: merged into `show --json`.
-nlohmann::json phase_json(const PhaseData& d, const RunInfo& run);
+// `units` are unit_figures(d, run), worked out once by the caller (the run model); the two-argument form works them
+// out.
+nlohmann::json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& units);
+inline nlohmann::json phase_json(const PhaseData& d, const RunInfo& run) {
+  return phase_json(d, run, unit_figures(d, run));
+}
 // The summary's phase table and work line; "" when the run has neither.
-std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows = 40);
+std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& units,
+                       size_t max_rows = 40);
+inline std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows = 40) {
+  return phase_text(d, run, unit_figures(d, run), max_rows);
+}
 // A work unit's singular for "J/sample": samples -> sample, copies -> copy, batches -> batch; kept when not plural.
 std::string unit_singular(const std::string& unit);
 

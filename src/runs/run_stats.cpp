@@ -26,8 +26,12 @@ struct PhaseSums {
 } // namespace
 
 Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* notes) {
-  const RunInfo run = as_shown(store, stored);
-  const nlohmann::json j = run_json(run);
+  return model_figures(load_run_model(store, stored), notes);
+}
+
+Figures model_figures(const RunModel& model, FigureNotes* notes) {
+  const RunInfo& run = model.run;
+  const nlohmann::json j = model.summary_json();
   FigureNotes scratch;
   FigureNotes& n = notes ? *notes : scratch;
   Figures f;
@@ -36,7 +40,7 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
   };
   add("duration_s", j["duration_s"]);
   add("energy_j", j["total_energy_j"]);
-  n.run_energy = run_energy_method(run);
+  n.run_energy = model.energy_method;
   n.run_method = n.run_energy.label();
   if (j["total_energy_j"].is_number())
     n.method["energy_j"] = n.run_method;
@@ -60,7 +64,7 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
     if (j["cpu"].value("energy_method", nlohmann::json()).is_string())
       n.method["cpu.energy_j"] = j["cpu"]["energy_method"];
   }
-  const PhaseData d = load_phase_data(store, run);
+  const PhaseData& d = model.phases;
   // issue 29: a phase name's figures per instance (three epochs of 8.5 s: 8.5 s, not 25.5 s), with the run's total
   // of that name kept apart under its own name.
   std::vector<std::string> order;
@@ -100,7 +104,7 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
     f.emplace_back(key + ".instances", count);
   }
   // issue 29: over the phases each unit's work was marked in (or the whole run), as show and the report say
-  for (const auto& u : unit_figures(d, run)) {
+  for (const auto& u : model.units) {
     if (const auto e = u.energy_per_unit_j()) f.emplace_back("work." + u.unit + ".energy_per_unit_j", *e);
     if (const auto e = u.attributed_energy_per_unit_j()) {
       f.emplace_back("work." + u.unit + ".attributed_energy_per_unit_j", *e);

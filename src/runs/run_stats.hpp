@@ -12,6 +12,7 @@
 
 #include "core/schema.hpp"
 #include "phases/stats.hpp"
+#include "runs/run_model.hpp"
 #include "runs/run_tags.hpp"
 #include "runs/run_view.hpp"
 #include "sinks/sink.hpp"
@@ -33,6 +34,8 @@ struct FigureNotes {
   std::map<std::string, std::string> missing; // figure -> why this run has none
 };
 
+// The run's figures for statistics over runs, from its model (what every other view of the run shows).
+Figures model_figures(const RunModel& model, FigureNotes* notes = nullptr);
 Figures run_figures(StoreReader& store, const RunInfo& run, FigureNotes* notes = nullptr);
 
 // The finished runs of `task`, oldest first, the latest `last` of them when given. Throws std::runtime_error naming

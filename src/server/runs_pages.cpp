@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "report/report.hpp"
+#include "runs/run_model.hpp"
 #include "runs/run_tags.hpp"
 #include "runs/run_view.hpp"
 #include "server/query.hpp"
@@ -157,8 +158,14 @@ PageReply RunsPages::run_json_reply(const std::string& id) {
   } catch (const std::exception& e) {
     return error(404, e.what());
   }
+  // The run's own figures from its model, as `show --json` has them (an unfinished run's rebuilt from its samples),
+  // beside the columns of its row in the list.
+  const RunModel model = load_run_model(*reader, run);
+  nlohmann::json j = row_json(model.run, read_run_work(*reader, run));
+  j["quality"] = model.quality.json();
+  j["units"] = phase_json(model.phases, model.run, model.units)["work"];
   PageReply r;
-  r.body = row_json(run, read_run_work(*reader, run)).dump();
+  r.body = j.dump();
   return r;
 }
 

@@ -186,6 +186,33 @@ bool eventually(const std::function<bool()>& ok) {
 
 namespace {
 
+// GPU 0's stored (ts_ms, energy_j) in the CSV store's gpu_samples file, in tick order (the file's order).
+std::vector<std::pair<int64_t, double>> csv_gpu0_samples(const std::filesystem::path& dir) {
+  std::vector<std::pair<int64_t, double>> out;
+  std::error_code ec; // not made yet: no samples
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!name.ends_with("_gpu_samples.csv")) continue;
+    std::istringstream in(read_file(e.path()));
+    std::string line;
+    std::getline(in, line);
+    std::vector<std::string> head;
+    for (std::istringstream h(line); std::getline(h, line, ',');)
+      head.push_back(line);
+    const auto col = [&](const std::string& c) { return std::find(head.begin(), head.end(), c) - head.begin(); };
+    const auto ts = col("ts_ms"), energy = col("energy_j"), index = col("gpu_index");
+    while (std::getline(in, line)) {
+      std::vector<std::string> cells; // the columns read here are numbers: no quoted commas
+      for (std::istringstream r(line); std::getline(r, line, ',');)
+        cells.push_back(line);
+      cells.resize(head.size());
+      if (cells[index] == "0" && !cells[energy].empty())
+        out.emplace_back(std::stoll(cells[ts]), std::stod(cells[energy]));
+    }
+  }
+  return out;
+}
+
 // Records into `stores` (the flags naming them) with phase markers, and SIGKILLs the recorder with two nested phases
 // open and a third one's end just sent (not yet stored: a marker waits for its edge reading before it is settled),
 // after a phase that ended earlier. `open_rows` counts the open phase rows the store holds, as another process sees
@@ -202,9 +229,13 @@ void kill_with_phases_open(Killed& k, const std::vector<std::string>& stores,
     EXPECT_EQ(run(args, k.env(), k.dir.path()).exit_code, 0);
   };
   ASSERT_TRUE(eventually([&] { return std::filesystem::exists(sock); })) << read_file(k.dir / "err");
-  // The socket listens before the first sample (a MariaDB store connects first): marked before it, a phase's time
-  // would include a stretch no sample measured. Its times are the markers' own, so wait for sampling to run.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // The socket listens before the first sample (a MariaDB store connects first, slowly on a loaded machine): marked
+  // before it, a phase's time would include a stretch no sample measured. Its times are the markers' own, so wait
+  // for samples to be stored (every caller keeps a CSV copy).
+  const auto csv_flag = std::find(stores.begin(), stores.end(), "--csv");
+  ASSERT_NE(csv_flag, stores.end());
+  ASSERT_TRUE(eventually([&] { return csv_gpu0_samples(*std::next(csv_flag)).size() >= 2; }))
+      << read_file(k.dir / "err");
   mark({"begin", "warmup"});
   mark({"end", "warmup"});
   mark({"begin", "train"});
@@ -272,32 +303,6 @@ void expect_closed_by_repair(const json& view, int64_t last_ms) {
       sum += j.get<double>();
     EXPECT_NEAR(p["energy_j"].get<double>(), sum, 1e-9);
   }
-}
-
-// GPU 0's stored (ts_ms, energy_j) in the CSV store's gpu_samples file, in tick order (the file's order).
-std::vector<std::pair<int64_t, double>> csv_gpu0_samples(const std::filesystem::path& dir) {
-  std::vector<std::pair<int64_t, double>> out;
-  for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    const std::string name = e.path().filename().string();
-    if (!name.ends_with("_gpu_samples.csv")) continue;
-    std::istringstream in(read_file(e.path()));
-    std::string line;
-    std::getline(in, line);
-    std::vector<std::string> head;
-    for (std::istringstream h(line); std::getline(h, line, ',');)
-      head.push_back(line);
-    const auto col = [&](const std::string& c) { return std::find(head.begin(), head.end(), c) - head.begin(); };
-    const auto ts = col("ts_ms"), energy = col("energy_j"), index = col("gpu_index");
-    while (std::getline(in, line)) {
-      std::vector<std::string> cells; // the columns read here are numbers: no quoted commas
-      for (std::istringstream r(line); std::getline(r, line, ',');)
-        cells.push_back(line);
-      cells.resize(head.size());
-      if (cells[index] == "0" && !cells[energy].empty())
-        out.emplace_back(std::stoll(cells[ts]), std::stod(cells[energy]));
-    }
-  }
-  return out;
 }
 
 void expect_same_phases(const json& a, const json& b) {

@@ -9,7 +9,7 @@
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
-#include "runs/repair.hpp"
+#include "runs/run_model.hpp"
 
 namespace wattscope {
 
@@ -27,8 +27,9 @@ public:
   }
   int run(CLI::App&, const CliContext&) override {
     auto store = reader_for(flags_);
-    const RunInfo run = as_shown(*store, resolve_run(*store, run_));
-    const auto items = advice::advise_run(*store, run);
+    const RunModel model = load_run_model(*store, resolve_run(*store, run_), {.advice = true});
+    const RunInfo& run = model.run;
+    const auto& items = *model.advice;
     if (flags_.json) {
       nlohmann::json j;
       j["run_id"] = run.run_id;

@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
-#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
+#include "advice/advice_input.hpp"
 #include "cli/child.hpp"
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
@@ -13,7 +13,7 @@
 #include "processes/cgroup.hpp"
 #include "recording/session.hpp"
 #include "report/report.hpp"
-#include "runs/phase_view.hpp"
+#include "runs/run_model.hpp"
 #include "runs/run_view.hpp"
 #ifdef WATTSCOPE_HAVE_NVML
 #include "sources/nvml/gpu_grab.hpp"
@@ -153,8 +153,9 @@ public:
       // The phase table, read back from the first store (so it shows what was stored).
       try {
         auto reader = open_reader(opts.stores.front());
-        text += phase_text(load_phase_data(*reader, run), run);
-        text += advice::summary_text(*reader, run); // ---- advice (issue 14) ----
+        const RunModel model = load_run_model(*reader, run, {.advice = true});
+        text += phase_text(model.phases, model.run, model.units);
+        text += advice::summary_text(*model.advice, run.run_id);
       } catch (const std::exception& e) {
         spdlog::debug("phases not shown: {}", e.what());
       }

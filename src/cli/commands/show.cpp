@@ -3,12 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "advice/advice_input.hpp" // ---- advice (issue 14) ----
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
 #include "core/text.hpp"
-#include "runs/phase_view.hpp"
 #include "runs/repair.hpp"
+#include "runs/run_model.hpp"
 #include "runs/run_tags.hpp"
 #include "runs/run_view.hpp"
 
@@ -32,17 +31,12 @@ public:
   int run(CLI::App&, const CliContext&) override {
     if (!tags_.empty() || !task_.empty()) return show_tagged();
     auto store = reader_for(flags_);
-    // An unfinished run is shown with figures rebuilt from its stored samples, and says so.
-    const RunInfo run = as_shown(*store, resolve_run(*store, run_));
-    const PhaseData phases = load_phase_data(*store, run); // issue 15
-    if (flags_.json) {
-      nlohmann::json j = run_json(run);
-      j.update(phase_json(phases, run));
-      j["advice"] = advice::to_json(advice::advise_run(*store, run)); // ---- advice (issue 14) ----
-      std::cout << j.dump(2) << "\n";
-    } else {
-      std::cout << terminal_safe(run_text(run) + phase_text(phases, run)); // names from a store are not ours
-    }
+    // One model of the run: an unfinished run is shown with figures rebuilt from its stored samples, and says so.
+    const RunModel model = load_run_model(*store, resolve_run(*store, run_), {.advice = flags_.json});
+    if (flags_.json)
+      std::cout << model.json().dump(2) << "\n";
+    else
+      std::cout << terminal_safe(model.text()); // names from a store are not ours
     return 0;
   }
 
