@@ -143,6 +143,20 @@ void Session::join_late(Opened& e) {
 // ---- end issue 31
 
 void Session::open() {
+  open_run();
+  std::vector<Event> notices;
+  open_sources(notices);
+  open_accounting();
+  open_process_tracker();
+  for (auto& n : notices)
+    acc_->add_event(std::move(n));
+  open_monitors();
+  open_markers();
+  open_stores();
+}
+
+// The run's row: its id, command, interval and tags (scheduler and device context, --tag, --simulate).
+void Session::open_run() {
   run_.start_ms = wall_now_ms();
   run_.run_id = new_run_id(run_.start_ms);
   run_.task = opts_.task;
@@ -161,9 +175,12 @@ void Session::open() {
   }
   // Environment values are not ours: bytes that are not UTF-8 become U+FFFD rather than stopping the run.
   run_.tags = tags.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
+// Every source, vendor libraries initialised aside (a hung init does not hold the run): what they found goes to
+// devices_ and sources_, what went wrong to `notices`.
+void Session::open_sources(std::vector<Event>& notices) {
   devices_ = std::make_shared<std::vector<GpuDevice>>();
-  std::vector<Event> notices;
   // Issue 31: vendor libraries start initialising first, each on a thread of its own; the sources that read files
   // open meanwhile; then every source is taken in registry order (so claims go as before) if it is ready.
   opening_ = std::make_shared<Opening>();
@@ -218,6 +235,9 @@ void Session::open() {
   if (opts_.simulate)
     spdlog::info("recording {} SIMULATED GPUs (--simulate, scenario {}): no GPU figure of this run is a measurement",
                  devices_->size(), opts_.simulate->name());
+}
+
+void Session::open_accounting() {
   acc_ = std::make_unique<Accounting>(*devices_);
   if (opts_.adaptive.enabled()) { // issue 18: the idle interval as in force, a whole number of grid slots
     const IdleSchedule schedule(opts_.adaptive, opts_.interval);
@@ -229,6 +249,9 @@ void Session::open() {
     sampling.idle_after_s = std::chrono::duration<double>(opts_.adaptive.idle_after).count();
     acc_->set_sampling(sampling);
   }
+}
+
+void Session::open_process_tracker() {
   if (opts_.track_processes) {
     std::vector<std::shared_ptr<Source>> gpu;
     for (const auto& s : sources_)
@@ -245,8 +268,10 @@ void Session::open() {
     if (auto k = kubelet_options_from_env()) t.pod_names = std::make_shared<KubeletPodNames>(std::move(*k));
     tracker_ = std::make_unique<ProcessTracker>(t, std::move(gpu));
   }
-  for (auto& n : notices)
-    acc_->add_event(std::move(n));
+}
+
+// Alerts, anomalies and stragglers, watched live.
+void Session::open_monitors() {
   // ---- alerts (issue 14) ----
   if (opts_.alerts && !opts_.alerts->rules.empty())
     alerts_ = std::make_unique<AlertEngine>(*opts_.alerts,
@@ -265,7 +290,9 @@ void Session::open() {
     anomalies_ = std::make_unique<AnomalyMonitor>(std::move(ao),
                                                   [acc = acc_.get()](Event ev) { acc->add_event(std::move(ev)); });
   }
+}
 
+void Session::open_markers() {
   // --- issue 15: markers. Begin/end/work settle on the sampler thread (PhaseTracker); points and model
   // descriptions are events.
   phases_ = std::make_unique<PhaseTracker>();
@@ -279,37 +306,7 @@ void Session::open() {
     Sampler* s = edge_sampler_.load(std::memory_order_acquire);
     return s ? s->counter_readings_served() : SteadyClock::time_point::max();
   });
-  on_marker_ = [this](Marker m, int64_t ts_ms) {
-    // The marker's own time, where it carries one that can be this machine's monotonic clock (not after its arrival,
-    // not older than a marker can wait in a queue): a marker late in the queue keeps its edge. Else its arrival.
-    const SteadyClock::time_point arrived = SteadyClock::now();
-    SteadyClock::time_point at = arrived;
-    if (m.mono_ns) {
-      const SteadyClock::time_point own{
-          std::chrono::duration_cast<SteadyClock::duration>(std::chrono::nanoseconds(*m.mono_ns))};
-      if (own <= arrived + kMarkerClockSlack && arrived - own <= kMaxMarkerDelay) {
-        at = std::min(own, arrived);
-        ts_ms -= std::chrono::duration_cast<std::chrono::milliseconds>(arrived - at).count();
-      } else if (markers_clock_refused_++ == 0) {
-        spdlog::warn("a marker's own time is {:.1f} s from its arrival: not this machine's monotonic clock (another "
-                     "machine or time namespace?); such markers are placed at their arrival",
-                     std::chrono::duration<double>(own - arrived).count());
-      }
-    }
-    if (!m.mono_ns || at == arrived) phases_->count_at_arrival();
-    // issue 31: points and model descriptions share the per-tick budget of the markers the tracker queues
-    if ((m.kind == Marker::Kind::Point || m.kind == Marker::Kind::Model) && !phases_->admit_event_marker()) return;
-    if (m.kind == Marker::Kind::Point) {
-      acc_->add_event({0, ts_ms, "mark", m.name, ""});
-    } else if (m.kind == Marker::Kind::Model) {
-      nlohmann::json d = nlohmann::json::object();
-      if (m.parameters) d["parameters"] = *m.parameters;
-      if (m.flops) d["flops"] = *m.flops;
-      acc_->add_event({0, ts_ms, "model", m.name, d.dump()});
-    } else {
-      phases_->push(std::move(m), ts_ms, at, arrived);
-    }
-  };
+  on_marker_ = [this](Marker m, int64_t ts_ms) { on_marker(std::move(m), ts_ms); };
   // issue 29: `run --simulate` keeps the scenario's phases and work apart until the command shows whether it sends
   // its own (simulate_loop, hold_simulated, finish).
   if (opts_.simulate && !opts_.command.empty()) sim_phases_ = std::make_unique<PhaseTracker>();
@@ -334,7 +331,41 @@ void Session::open() {
     }
   }
   // --- end issue 15
+}
 
+void Session::on_marker(Marker m, int64_t ts_ms) {
+  // The marker's own time, where it carries one that can be this machine's monotonic clock (not after its arrival,
+  // not older than a marker can wait in a queue): a marker late in the queue keeps its edge. Else its arrival.
+  const SteadyClock::time_point arrived = SteadyClock::now();
+  SteadyClock::time_point at = arrived;
+  if (m.mono_ns) {
+    const SteadyClock::time_point own{
+        std::chrono::duration_cast<SteadyClock::duration>(std::chrono::nanoseconds(*m.mono_ns))};
+    if (own <= arrived + kMarkerClockSlack && arrived - own <= kMaxMarkerDelay) {
+      at = std::min(own, arrived);
+      ts_ms -= std::chrono::duration_cast<std::chrono::milliseconds>(arrived - at).count();
+    } else if (markers_clock_refused_++ == 0) {
+      spdlog::warn("a marker's own time is {:.1f} s from its arrival: not this machine's monotonic clock (another "
+                   "machine or time namespace?); such markers are placed at their arrival",
+                   std::chrono::duration<double>(own - arrived).count());
+    }
+  }
+  if (!m.mono_ns || at == arrived) phases_->count_at_arrival();
+  // issue 31: points and model descriptions share the per-tick budget of the markers the tracker queues
+  if ((m.kind == Marker::Kind::Point || m.kind == Marker::Kind::Model) && !phases_->admit_event_marker()) return;
+  if (m.kind == Marker::Kind::Point) {
+    acc_->add_event({0, ts_ms, "mark", m.name, ""});
+  } else if (m.kind == Marker::Kind::Model) {
+    nlohmann::json d = nlohmann::json::object();
+    if (m.parameters) d["parameters"] = *m.parameters;
+    if (m.flops) d["flops"] = *m.flops;
+    acc_->add_event({0, ts_ms, "model", m.name, d.dump()});
+  } else {
+    phases_->push(std::move(m), ts_ms, at, arrived);
+  }
+}
+
+void Session::open_stores() {
   for (const auto& spec : opts_.stores) {
     auto sink = open_sink(spec);
     sink->begin_run(run_); // throws with the store's own fix-it message

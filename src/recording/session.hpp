@@ -112,6 +112,15 @@ public:
   const forecast::ForecastBoard& forecasts() const { return forecast_board_; }
 
 private:
+  // open()'s steps, in order
+  void open_run();
+  void open_sources(std::vector<Event>& notices);
+  void open_accounting();
+  void open_process_tracker();
+  void open_monitors();
+  void open_markers();
+  void on_marker(Marker m, int64_t ts_ms); // a marker from the socket (or the simulation), placed at its own time
+  void open_stores();
   // ---- issue 31: vendor libraries open beside the command (threads of their own), never before it
   struct Opening;
   struct Opened;

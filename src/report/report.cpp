@@ -242,130 +242,165 @@ RunModel run_data(StoreReader& store, const RunInfo& run, const ReportOptions& o
 // (never over a width it does not fill, issue 29), the stacked areas sum to the power attributed to the processes at
 // every point, and they integrate to the table's energy. The 8 largest processes by energy are drawn on their own, the
 // rest as "other".
-nlohmann::json process_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts, bool cpu_energy_known) {
-  constexpr TableId pt = TableId::Processes, st = TableId::ProcessSamples, gt = TableId::ProcessGpuSamples;
-  const size_t s_pid = column_index(st, "pid"), s_start = column_index(st, "start_time"),
-               s_ts = column_index(st, "ts_ms"), s_rss = column_index(st, "rss_bytes"),
-               s_cpu = column_index(st, "cpu_energy_j");
-  const size_t q_pid = column_index(gt, "pid"), q_start = column_index(gt, "start_time"),
-               q_ts = column_index(gt, "ts_ms"), q_gpu = column_index(gt, "gpu_index"),
-               q_mem = column_index(gt, "mem_used_bytes"), q_j = column_index(gt, "energy_j");
-  auto secs = [&](const Value& ts) {
-    return std::max(0.0, static_cast<double>(value_int(ts).value_or(run.start_ms) - run.start_ms) / 1000.0);
-  };
-
-  // First the scan times (rows come in tick order, so consecutive duplicates are most of them): they cut the time
-  // axis into the cells, and say where the step of a process's first row begins.
+// The time axis of power by process: the scan times (they say where the step of a process's first row begins) and
+// the cells they are cut into (the scan intervals, or equal cells past max_cells).
+struct ProcessCells {
   std::vector<double> scans;
+  std::vector<double> edges;
+  size_t max_cells = 0;
+  size_t count() const { return edges.size() > 1 ? edges.size() - 1 : 0; }
+  // The cell that begins at the edge before `it`.
+  size_t cell(std::vector<double>::const_iterator it) const {
+    return std::min(count() - 1, static_cast<size_t>(std::max<std::ptrdiff_t>(1, it - edges.cbegin()) - 1));
+  }
+  // Where a process's first step begins: the scan before its first row (or the run's start).
+  double scan_before(double t) const {
+    const auto it = std::lower_bound(scans.begin(), scans.end(), t);
+    return it == scans.begin() ? 0.0 : *std::prev(it);
+  }
+};
+
+double secs_since(const RunInfo& run, const Value& ts) {
+  return std::max(0.0, seconds_between(run.start_ms, value_int(ts).value_or(run.start_ms)));
+}
+
+ProcessCells process_cells(StoreReader& store, const RunInfo& run, const ReportOptions& opts) {
+  constexpr TableId st = TableId::ProcessSamples, gt = TableId::ProcessGpuSamples;
+  const size_t s_ts = column_index(st, "ts_ms"), s_cpu = column_index(st, "cpu_energy_j");
+  const size_t q_ts = column_index(gt, "ts_ms"), q_j = column_index(gt, "energy_j");
+  ProcessCells c;
+  // Rows come in tick order, so consecutive duplicates are most of them.
   auto note_scan = [&](double t) {
-    if (scans.empty() || scans.back() != t) scans.push_back(t);
+    if (c.scans.empty() || c.scans.back() != t) c.scans.push_back(t);
   };
   store.scan(st, run, [&](std::span<const Value> row) {
-    if (!is_null(row[s_cpu])) note_scan(secs(row[s_ts]));
+    if (!is_null(row[s_cpu])) note_scan(secs_since(run, row[s_ts]));
   });
   store.scan(gt, run, [&](std::span<const Value> row) {
-    if (!is_null(row[q_j])) note_scan(secs(row[q_ts]));
+    if (!is_null(row[q_j])) note_scan(secs_since(run, row[q_ts]));
   });
-  std::sort(scans.begin(), scans.end());
-  scans.erase(std::unique(scans.begin(), scans.end()), scans.end());
-  const size_t max_cells = std::max<size_t>(1, std::min<size_t>(opts.buckets, 500));
-  std::vector<double> edges;
-  if (!scans.empty()) {
-    if (scans.size() <= max_cells) {
-      if (scans.front() > 0) edges.push_back(0);
-      edges.insert(edges.end(), scans.begin(), scans.end());
-    } else {
-      for (size_t i = 0; i <= max_cells; ++i)
-        edges.push_back(scans.back() * static_cast<double>(i) / static_cast<double>(max_cells));
-    }
+  std::sort(c.scans.begin(), c.scans.end());
+  c.scans.erase(std::unique(c.scans.begin(), c.scans.end()), c.scans.end());
+  c.max_cells = std::max<size_t>(1, std::min<size_t>(opts.buckets, 500));
+  if (c.scans.empty()) return c;
+  if (c.scans.size() <= c.max_cells) {
+    if (c.scans.front() > 0) c.edges.push_back(0);
+    c.edges.insert(c.edges.end(), c.scans.begin(), c.scans.end());
+  } else {
+    for (size_t i = 0; i <= c.max_cells; ++i)
+      c.edges.push_back(c.scans.back() * static_cast<double>(i) / static_cast<double>(c.max_cells));
   }
-  const size_t cells = edges.size() > 1 ? edges.size() - 1 : 0;
+  return c;
+}
 
-  struct Proc {
-    std::string comm, unit;
-    bool named = false;
-    OptF cpu_j;                      // the latest cpu_energy_j; missing when no row had one
-    std::map<int64_t, double> gpu_j; // per GPU, the latest energy_j
-    OptI peak_rss;
-    std::map<int64_t, int64_t> gpu_mem_at; // per ts: memory held on every GPU together
-    double cpu_t = -1;                     // time of the latest cpu_energy_j (-1: none yet)
-    std::map<int64_t, double> gpu_t;
-    std::vector<double> cell_j; // energy per cell
-  };
-  std::map<ProcessId, Proc> procs;
-  auto get = [&](const ProcessId& id) -> Proc& {
-    Proc& p = procs[id];
-    if (p.cell_j.size() != cells) p.cell_j.assign(cells, 0.0);
+struct Proc {
+  std::string comm, unit;
+  bool named = false;
+  OptF cpu_j;                      // the latest cpu_energy_j; missing when no row had one
+  std::map<int64_t, double> gpu_j; // per GPU, the latest energy_j
+  OptI peak_rss;
+  std::map<int64_t, int64_t> gpu_mem_at; // per ts: memory held on every GPU together
+  double cpu_t = -1;                     // time of the latest cpu_energy_j (-1: none yet)
+  std::map<int64_t, double> gpu_t;
+  std::vector<double> cell_j; // energy per cell
+  double energy() const {
+    double e = cpu_j.value_or(0);
+    for (const auto& [i, j] : gpu_j)
+      e += j;
+    return e;
+  }
+};
+
+// Each process's energy, read from the three process tables and spread over the cells.
+class ProcessEnergy {
+public:
+  ProcessEnergy(const RunInfo& run, const ProcessCells& cells) : run_(run), cells_(cells) {}
+
+  void read(StoreReader& store) {
+    constexpr TableId pt = TableId::Processes, st = TableId::ProcessSamples, gt = TableId::ProcessGpuSamples;
+    const size_t p_pid = column_index(pt, "pid"), p_start = column_index(pt, "start_time"),
+                 p_comm = column_index(pt, "comm"), p_unit = column_index(pt, "unit");
+    store.scan(pt, run_, [&](std::span<const Value> row) {
+      Proc& p = get({value_int(row[p_pid]).value_or(0), value_int(row[p_start]).value_or(0)});
+      p.comm = std::string(value_text(row[p_comm]));
+      p.unit = std::string(value_text(row[p_unit]));
+      p.named = true;
+    });
+    const size_t s_pid = column_index(st, "pid"), s_start = column_index(st, "start_time"),
+                 s_ts = column_index(st, "ts_ms"), s_rss = column_index(st, "rss_bytes"),
+                 s_cpu = column_index(st, "cpu_energy_j");
+    store.scan(st, run_, [&](std::span<const Value> row) {
+      Proc& p = get({value_int(row[s_pid]).value_or(0), value_int(row[s_start]).value_or(0)});
+      if (auto r = value_int(row[s_rss]); r && (!p.peak_rss || *r > *p.peak_rss)) p.peak_rss = r;
+      if (auto j = value_real(row[s_cpu])) {
+        const double t = secs_since(run_, row[s_ts]);
+        spread(p, p.cpu_t >= 0 ? p.cpu_t : cells_.scan_before(t), t, *j - p.cpu_j.value_or(0));
+        p.cpu_j = std::max(p.cpu_j.value_or(0), *j);
+        p.cpu_t = t;
+      }
+    });
+    const size_t q_pid = column_index(gt, "pid"), q_start = column_index(gt, "start_time"),
+                 q_ts = column_index(gt, "ts_ms"), q_gpu = column_index(gt, "gpu_index"),
+                 q_mem = column_index(gt, "mem_used_bytes"), q_j = column_index(gt, "energy_j");
+    store.scan(gt, run_, [&](std::span<const Value> row) {
+      Proc& p = get({value_int(row[q_pid]).value_or(0), value_int(row[q_start]).value_or(0)});
+      const int64_t ts = value_int(row[q_ts]).value_or(run_.start_ms);
+      const int64_t gpu = value_int(row[q_gpu]).value_or(0);
+      if (auto m = value_int(row[q_mem])) p.gpu_mem_at[ts] += *m;
+      if (auto j = value_real(row[q_j])) {
+        const double t = secs_since(run_, row[q_ts]);
+        auto [last_t, fresh] = p.gpu_t.try_emplace(gpu, 0.0);
+        double& last = p.gpu_j[gpu];
+        spread(p, fresh ? cells_.scan_before(t) : last_t->second, t, *j - last);
+        last = std::max(last, *j);
+        last_t->second = t;
+      }
+    });
+  }
+
+  // Largest energy first.
+  std::vector<std::pair<double, const std::pair<const ProcessId, Proc>*>> ranked() const {
+    std::vector<std::pair<double, const std::pair<const ProcessId, Proc>*>> rank;
+    for (const auto& e : procs_)
+      rank.emplace_back(e.second.energy(), &e);
+    std::sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    return rank;
+  }
+  size_t size() const { return procs_.size(); }
+
+private:
+  Proc& get(const ProcessId& id) {
+    Proc& p = procs_[id];
+    if (p.cell_j.size() != cells_.count()) p.cell_j.assign(cells_.count(), 0.0);
     return p;
-  };
+  }
   // The energy of one step, from t0 to t1, spread over the cells it overlaps in proportion to the time in each.
-  auto spread = [&](Proc& p, double t0, double t1, double joules) {
+  void spread(Proc& p, double t0, double t1, double joules) const {
+    const size_t cells = cells_.count();
+    const auto& edges = cells_.edges;
     if (cells == 0 || !(joules > 0)) return;
     t1 = std::clamp(t1, edges.front(), edges.back());
     t0 = std::clamp(t0, edges.front(), t1);
-    auto cell = [&](std::vector<double>::const_iterator it) { // the cell that begins at the edge before `it`
-      return std::min(cells - 1, static_cast<size_t>(std::max<std::ptrdiff_t>(1, it - edges.cbegin()) - 1));
-    };
     if (t1 <= t0) { // a step of no length (a scan at the run's very start): its energy goes in the cell it ends
-      p.cell_j[cell(std::lower_bound(edges.cbegin(), edges.cend(), t1))] += joules;
+      p.cell_j[cells_.cell(std::lower_bound(edges.cbegin(), edges.cend(), t1))] += joules;
       return;
     }
-    for (size_t c = cell(std::upper_bound(edges.cbegin(), edges.cend(), t0)); c < cells && edges[c] < t1; ++c) {
+    for (size_t c = cells_.cell(std::upper_bound(edges.cbegin(), edges.cend(), t0)); c < cells && edges[c] < t1; ++c) {
       const double overlap = std::min(t1, edges[c + 1]) - std::max(t0, edges[c]);
       if (overlap > 0) p.cell_j[c] += joules * overlap / (t1 - t0);
     }
-  };
-  // Where a process's first step begins: the scan before its first row (or the run's start).
-  auto scan_before = [&](double t) {
-    const auto it = std::lower_bound(scans.begin(), scans.end(), t);
-    return it == scans.begin() ? 0.0 : *std::prev(it);
-  };
+  }
 
-  const size_t p_pid = column_index(pt, "pid"), p_start = column_index(pt, "start_time"),
-               p_comm = column_index(pt, "comm"), p_unit = column_index(pt, "unit");
-  store.scan(pt, run, [&](std::span<const Value> row) {
-    Proc& p = get({value_int(row[p_pid]).value_or(0), value_int(row[p_start]).value_or(0)});
-    p.comm = std::string(value_text(row[p_comm]));
-    p.unit = std::string(value_text(row[p_unit]));
-    p.named = true;
-  });
-  store.scan(st, run, [&](std::span<const Value> row) {
-    Proc& p = get({value_int(row[s_pid]).value_or(0), value_int(row[s_start]).value_or(0)});
-    if (auto r = value_int(row[s_rss]); r && (!p.peak_rss || *r > *p.peak_rss)) p.peak_rss = r;
-    if (auto j = value_real(row[s_cpu])) {
-      const double t = secs(row[s_ts]);
-      spread(p, p.cpu_t >= 0 ? p.cpu_t : scan_before(t), t, *j - p.cpu_j.value_or(0));
-      p.cpu_j = std::max(p.cpu_j.value_or(0), *j);
-      p.cpu_t = t;
-    }
-  });
-  store.scan(gt, run, [&](std::span<const Value> row) {
-    Proc& p = get({value_int(row[q_pid]).value_or(0), value_int(row[q_start]).value_or(0)});
-    const int64_t ts = value_int(row[q_ts]).value_or(run.start_ms);
-    const int64_t gpu = value_int(row[q_gpu]).value_or(0);
-    if (auto m = value_int(row[q_mem])) p.gpu_mem_at[ts] += *m;
-    if (auto j = value_real(row[q_j])) {
-      const double t = secs(row[q_ts]);
-      auto [last_t, fresh] = p.gpu_t.try_emplace(gpu, 0.0);
-      double& last = p.gpu_j[gpu];
-      spread(p, fresh ? scan_before(t) : last_t->second, t, *j - last);
-      last = std::max(last, *j);
-      last_t->second = t;
-    }
-  });
-  if (procs.empty()) return nullptr;
+  const RunInfo& run_;
+  const ProcessCells& cells_;
+  std::map<ProcessId, Proc> procs_;
+};
 
-  auto energy_of = [](const Proc& p) {
-    double e = p.cpu_j.value_or(0);
-    for (const auto& [i, j] : p.gpu_j)
-      e += j;
-    return e;
-  };
-  std::vector<std::pair<double, const std::pair<const ProcessId, Proc>*>> rank;
-  for (const auto& e : procs)
-    rank.emplace_back(energy_of(e.second), &e);
-  std::sort(rank.begin(), rank.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  constexpr size_t kTableRows = 50, kChartProcesses = 8;
+using Ranked = std::vector<std::pair<double, const std::pair<const ProcessId, Proc>*>>;
+
+// The table: the largest processes by energy, with their peak memory.
+nlohmann::json process_table(const Ranked& rank, bool cpu_energy_known) {
+  constexpr size_t kTableRows = 50;
   nlohmann::json table = nlohmann::json::array();
   for (size_t i = 0; i < rank.size() && i < kTableRows; ++i) {
     const auto& [id, p] = *rank[i].second;
@@ -375,7 +410,7 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, const Report
     double gpu = 0;
     for (const auto& [g, j] : p.gpu_j)
       gpu += j;
-    // issue 29: no CPU energy was measured (nor estimated) in the run: a process's share of it is unknown, not 0
+    // No CPU energy was measured (nor estimated) in the run: a process's share of it is unknown, not 0
     const bool cpu_known = cpu_energy_known && p.cpu_j.has_value();
     table.push_back({{"pid", id.pid},
                      {"start_time", id.start_time},
@@ -386,28 +421,35 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, const Report
                      {"peak_rss_bytes", p.peak_rss ? nlohmann::json(*p.peak_rss) : nlohmann::json()},
                      {"peak_gpu_mem_bytes", peak_gpu_mem ? nlohmann::json(*peak_gpu_mem) : nlohmann::json()}});
   }
-  // The chart: one point per cell, at its middle, in watts (the cell's energy over the cell's width).
+  return table;
+}
+
+// The chart: one point per cell, at its middle, in watts (the cell's energy over the cell's width); the 8 largest
+// processes on their own, the rest as "other".
+nlohmann::json process_power(const Ranked& rank, const ProcessCells& cells) {
+  constexpr size_t kChartProcesses = 8;
+  const size_t n = cells.count();
   nlohmann::json t = nlohmann::json::array(), edges_json = nlohmann::json::array();
   std::vector<double> widths;
-  for (size_t c = 0; c < cells; ++c) {
-    t.push_back(round_t((edges[c] + edges[c + 1]) / 2));
-    widths.push_back(edges[c + 1] - edges[c]);
+  for (size_t c = 0; c < n; ++c) {
+    t.push_back(round_t((cells.edges[c] + cells.edges[c + 1]) / 2));
+    widths.push_back(cells.edges[c + 1] - cells.edges[c]);
   }
-  for (double e : edges)
+  for (double e : cells.edges)
     edges_json.push_back(round_t(e));
   auto watts = [&](const std::vector<double>& cell_j) {
     nlohmann::json y = nlohmann::json::array();
-    for (size_t c = 0; c < cells; ++c)
+    for (size_t c = 0; c < n; ++c)
       y.push_back(widths[c] > 0 ? round_y(cell_j[c] / widths[c]) : 0.0);
     return y;
   };
   nlohmann::json series = nlohmann::json::array();
-  std::vector<double> other(cells, 0.0);
+  std::vector<double> other(n, 0.0);
   bool any_other = false;
   for (size_t i = 0; i < rank.size(); ++i) {
     const auto& [id, p] = *rank[i].second;
     if (i >= kChartProcesses) {
-      for (size_t c = 0; c < cells; ++c)
+      for (size_t c = 0; c < n; ++c)
         other[c] += p.cell_j[c];
       any_other = any_other || rank[i].first > 0;
       continue;
@@ -420,15 +462,23 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, const Report
   std::vector<double> sorted_widths = widths;
   std::sort(sorted_widths.begin(), sorted_widths.end());
   const double step_s = sorted_widths.empty() ? 0.0 : sorted_widths[sorted_widths.size() / 2];
-  return {{"table", table},
-          {"total", procs.size()},
+  return {{"t", t},
+          {"edges", edges_json},
+          {"step_s", round_y(step_s)},
+          {"cells", cells.scans.size() <= cells.max_cells ? "scan intervals" : "equal cells"},
+          {"series", series}};
+}
+
+nlohmann::json process_data(StoreReader& store, const RunInfo& run, const ReportOptions& opts, bool cpu_energy_known) {
+  const ProcessCells cells = process_cells(store, run, opts);
+  ProcessEnergy energy(run, cells);
+  energy.read(store);
+  if (energy.size() == 0) return nullptr;
+  const Ranked rank = energy.ranked();
+  return {{"table", process_table(rank, cpu_energy_known)},
+          {"total", energy.size()},
           {"method", "attributed"},
-          {"power",
-           {{"t", t},
-            {"edges", edges_json},
-            {"step_s", round_y(step_s)},
-            {"cells", scans.size() <= max_cells ? "scan intervals" : "equal cells"},
-            {"series", series}}}};
+          {"power", process_power(rank, cells)}};
 }
 // ---- end attribution ----
 

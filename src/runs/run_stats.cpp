@@ -30,7 +30,6 @@ Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* note
 }
 
 Figures model_figures(const RunModel& model, FigureNotes* notes) {
-  const RunInfo& run = model.run;
   const nlohmann::json j = model.summary_json();
   FigureNotes scratch;
   FigureNotes& n = notes ? *notes : scratch;

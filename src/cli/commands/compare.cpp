@@ -73,6 +73,193 @@ std::string joined(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 
+struct Verdict {
+  SampleSummary sa, sb;
+  std::optional<WelchTest> welch;
+  double diff = 0, pct = 0;
+  std::string method_a, method_b;
+  std::optional<bool> significant;
+  std::string sentence;
+};
+
+struct FigureTest {
+  std::string figure;
+  const MetricStats *a, *b;
+  std::optional<WelchTest> welch;
+  std::optional<bool> significant;
+};
+
+struct Groups {
+  std::vector<std::string> larger, within, untold, left_out;
+};
+
+// The energy verdict: B against A, per run, with the test that decides whether it is more than noise.
+Verdict energy_verdict_of(const Side& a, const Side& b, const std::vector<double>& ea, const std::vector<double>& eb,
+                          const std::vector<std::string>& ma, const std::vector<std::string>& mb, bool differ) {
+  Verdict v;
+  v.sa = summarize_nonnegative(ea);
+  v.sb = summarize_nonnegative(eb);
+  const SampleSummary &sa = v.sa, &sb = v.sb;
+  v.welch = welch_t_test(ea, eb);
+  const auto& welch = v.welch;
+  v.diff = sb.mean - sa.mean;
+  const double diff = v.diff;
+  v.pct = sa.mean != 0 ? 100.0 * diff / sa.mean : 0;
+  const double pct = v.pct;
+  v.method_a = a.find("energy_j")->method;
+  v.method_b = b.find("energy_j")->method;
+  const std::string &method_a = v.method_a, &method_b = v.method_b;
+  std::string verdict;
+  std::optional<bool>& significant = v.significant;
+  if (welch) {
+    significant = welch->p < kAlpha;
+    verdict = *significant
+                  ? fmt::format("the difference is larger than run-to-run noise (Welch's t = {:.3g}, df = {:.3g}, "
+                                "p = {:.3g} < {})",
+                                welch->t, welch->df, welch->p, kAlpha)
+                  : fmt::format("the difference is within run-to-run noise (Welch's t = {:.3g}, df = {:.3g}, "
+                                "p = {:.3g} >= {}): more runs may tell them apart",
+                                welch->t, welch->df, welch->p, kAlpha);
+  } else {
+    verdict = fmt::format("cannot tell whether it is larger than run-to-run noise: each side needs at least 2 runs "
+                          "with energy ({} has {}, {} has {})",
+                          a.name, ea.size(), b.name, eb.size());
+  }
+  const std::string direction =
+      diff == 0 ? "the same energy as"
+                : fmt::format("{:.3g} % {} energy than", std::fabs(pct), diff > 0 ? "more" : "less");
+  auto left = [](const Side& s, const std::vector<double>& e) {
+    std::vector<std::string> why;
+    for (const auto& [reason, count] : s.find("energy_j")->left_out)
+      why.push_back(reason);
+    return e.size() == s.runs.size() ? std::string()
+                                     : fmt::format("; {} of the {} runs of {} left out: {}", s.runs.size() - e.size(),
+                                                   s.runs.size(), s.name, joined(why, ", "));
+  };
+  std::string& sentence = v.sentence;
+  sentence = fmt::format("{} uses {} {} ({:.6g} J vs {:.6g} J per run [{}], over {} and {} run{}{}{}); {}.", b.label,
+                         direction, a.label, sb.mean, sa.mean, both_methods(method_b, method_a), eb.size(), ea.size(),
+                         ea.size() == 1 ? "" : "s", left(b, eb), left(a, ea), verdict);
+  if (differ)
+    sentence += fmt::format(" Forced: the two sides' energies were measured differently ({} vs {}).", joined(mb, " / "),
+                            joined(ma, " / "));
+
+  return v;
+}
+
+// Every figure both sides have, each tested on its own.
+std::vector<FigureTest> figure_tests(const Side& a, const Side& b) {
+  // Every figure both sides have.
+  std::vector<FigureTest> tests;
+  for (const auto& m : a.stats) {
+    if (!tested(m.name)) continue;
+    const MetricStats* other = b.find(m.name);
+    if (!other) continue;
+    FigureTest t{m.name, &m, other, welch_t_test(m.values, other->values), std::nullopt};
+    if (t.welch) t.significant = t.welch->p < kAlpha;
+    tests.push_back(std::move(t));
+  }
+  return tests;
+}
+
+// The tested figures by what the test said, and the figures runs lacked.
+Groups groups_of(const std::vector<FigureTest>& tests, const Side& a, const Side& b) {
+  Groups g;
+  for (const auto& t : tests)
+    (t.significant ? (*t.significant ? g.larger : g.within) : g.untold).push_back(t.figure);
+  for (const Side* s : {&a, &b})
+    for (const auto& m : s->stats)
+      if (tested(m.name) && !m.left_out.empty())
+        g.left_out.push_back(fmt::format("{} {}: {} ({})", s == &a ? "A" : "B", s->name, m.name, left_out_text(m)));
+
+  return g;
+}
+
+nlohmann::json comparison_json(const Side& a, const Side& b, const std::vector<double>& ea,
+                               const std::vector<double>& eb, const Verdict& v, const std::vector<FigureTest>& tests,
+                               const Groups& g, bool differ, bool force) {
+  const SampleSummary &sa = v.sa, &sb = v.sb;
+  const auto& welch = v.welch;
+  auto opt = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
+  auto welch_json = [&](const std::optional<WelchTest>& w) {
+    return w ? nlohmann::json{{"t", opt(w->t)}, {"df", w->df}, {"p", w->p}} : nlohmann::json();
+  };
+  auto side_json = [&](const Side& s, const SampleSummary& sum, const std::vector<double>& energy) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& r : s.runs)
+      runs.push_back(r.run_id);
+    nlohmann::json j{{"name", s.name},
+                     {"kind", s.is_task ? "task" : "run"},
+                     {"runs", runs},
+                     {"runs_with_energy", energy.size()},
+                     {"energy_method", s.find("energy_j")->method},
+                     {"energy_methods", s.methods()},
+                     {"energy_j", summary_json(sum)},
+                     {"energy_j_values", energy},
+                     {"duration_s", summary_json(summarize_nonnegative(s.values("duration_s")))}};
+    j["energy_j"]["left_out_why"] = metric_json(*s.find("energy_j"))["left_out_why"];
+    return j;
+  };
+  nlohmann::json tj = nlohmann::json::array();
+  for (const auto& t : tests) {
+    const double d = t.b->summary.mean - t.a->summary.mean;
+    tj.push_back(
+        {{"figure", t.figure},
+         {"energy_method", t.a->method.empty() && t.b->method.empty()
+                               ? nlohmann::json()
+                               : nlohmann::json(both_methods(t.a->method, t.b->method))},
+         {"a", metric_json(*t.a)},
+         {"b", metric_json(*t.b)},
+         {"difference", d},
+         {"difference_pct", t.a->summary.mean != 0 ? nlohmann::json(100 * d / t.a->summary.mean) : nlohmann::json()},
+         {"welch", welch_json(t.welch)},
+         {"significant", t.significant ? nlohmann::json(*t.significant) : nlohmann::json()}});
+  }
+  nlohmann::json j = {{"a", side_json(a, sa, ea)},
+                      {"b", side_json(b, sb, eb)},
+                      {"metric", "energy_j"},
+                      {"energy_method", both_methods(v.method_a, v.method_b)},
+                      {"methods_differ", differ},
+                      {"forced", differ && force},
+                      {"difference_j", v.diff},
+                      {"difference_pct", sa.mean != 0 ? nlohmann::json(v.pct) : nlohmann::json()},
+                      {"alpha", kAlpha},
+                      {"significant", v.significant ? nlohmann::json(*v.significant) : nlohmann::json()},
+                      {"verdict", v.sentence},
+                      {"tests", tj},
+                      {"larger_than_noise", g.larger},
+                      {"within_noise", g.within},
+                      {"too_few_runs", g.untold}};
+  j["welch"] = welch_json(welch);
+  return j;
+}
+
+void print_comparison(const Verdict& v, const std::vector<FigureTest>& tests, const Groups& g) {
+  std::cout << v.sentence << "\n";
+  std::cout << fmt::format("{:<36} {:>20} {:>20} {:>10} {:>9}  {}\n", "FIGURE", "A MEAN (N)", "B MEAN (N)", "B VS A",
+                           "P", "VERDICT");
+  for (const auto& t : tests) {
+    const std::string name = t.figure.size() > 36 ? t.figure.substr(0, 35) + "…" : t.figure;
+    const double d = t.b->summary.mean - t.a->summary.mean;
+    const std::string rel =
+        t.a->summary.mean != 0 ? fmt::format("{:+.3g} %", 100 * d / t.a->summary.mean) : fmt::format("{:+.4g}", d);
+    const std::string method = both_methods(t.a->method, t.b->method);
+    std::cout << fmt::format("{:<36} {:>20} {:>20} {:>10} {:>9}  {}{}\n", name,
+                             fmt::format("{:.5g} ({})", t.a->summary.mean, t.a->summary.n),
+                             fmt::format("{:.5g} ({})", t.b->summary.mean, t.b->summary.n), rel,
+                             t.welch ? fmt::format("{:.3g}", t.welch->p) : "-",
+                             !t.significant   ? "needs 2 runs a side"
+                             : *t.significant ? "LARGER than noise"
+                                              : "within noise",
+                             method.empty() ? "" : " [" + method + "]");
+  }
+  std::cout << fmt::format("Larger than run-to-run noise (Welch's t-test, p < {}): {}.\n", kAlpha,
+                           g.larger.empty() ? "none" : joined(g.larger, ", "));
+  if (!g.within.empty()) std::cout << "Within noise: " << joined(g.within, ", ") << ".\n";
+  if (!g.untold.empty()) std::cout << "Too few runs to tell: " << joined(g.untold, ", ") << ".\n";
+  if (!g.left_out.empty()) std::cout << "Left out (runs without the figure): " << joined(g.left_out, "; ") << ".\n";
+}
+
 class CompareCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
@@ -114,148 +301,13 @@ public:
       return kUsageError;
     }
 
-    const SampleSummary sa = summarize_nonnegative(ea), sb = summarize_nonnegative(eb);
-    const auto welch = welch_t_test(ea, eb);
-    const double diff = sb.mean - sa.mean;
-    const double pct = sa.mean != 0 ? 100.0 * diff / sa.mean : 0;
-    const std::string method_a = a.find("energy_j")->method, method_b = b.find("energy_j")->method;
-    std::string verdict;
-    std::optional<bool> significant;
-    if (welch) {
-      significant = welch->p < kAlpha;
-      verdict = *significant
-                    ? fmt::format("the difference is larger than run-to-run noise (Welch's t = {:.3g}, df = {:.3g}, "
-                                  "p = {:.3g} < {})",
-                                  welch->t, welch->df, welch->p, kAlpha)
-                    : fmt::format("the difference is within run-to-run noise (Welch's t = {:.3g}, df = {:.3g}, "
-                                  "p = {:.3g} >= {}): more runs may tell them apart",
-                                  welch->t, welch->df, welch->p, kAlpha);
-    } else {
-      verdict = fmt::format("cannot tell whether it is larger than run-to-run noise: each side needs at least 2 runs "
-                            "with energy ({} has {}, {} has {})",
-                            a.name, ea.size(), b.name, eb.size());
-    }
-    const std::string direction =
-        diff == 0 ? "the same energy as"
-                  : fmt::format("{:.3g} % {} energy than", std::fabs(pct), diff > 0 ? "more" : "less");
-    auto left = [](const Side& s, const std::vector<double>& e) {
-      std::vector<std::string> why;
-      for (const auto& [reason, count] : s.find("energy_j")->left_out)
-        why.push_back(reason);
-      return e.size() == s.runs.size() ? std::string()
-                                       : fmt::format("; {} of the {} runs of {} left out: {}", s.runs.size() - e.size(),
-                                                     s.runs.size(), s.name, joined(why, ", "));
-    };
-    std::string sentence =
-        fmt::format("{} uses {} {} ({:.6g} J vs {:.6g} J per run [{}], over {} and {} run{}{}{}); {}.", b.label,
-                    direction, a.label, sb.mean, sa.mean, both_methods(method_b, method_a), eb.size(), ea.size(),
-                    ea.size() == 1 ? "" : "s", left(b, eb), left(a, ea), verdict);
-    if (differ)
-      sentence += fmt::format(" Forced: the two sides' energies were measured differently ({} vs {}).",
-                              joined(mb, " / "), joined(ma, " / "));
-
-    // Every figure both sides have.
-    struct Test {
-      std::string figure;
-      const MetricStats *a, *b;
-      std::optional<WelchTest> welch;
-      std::optional<bool> significant;
-    };
-    std::vector<Test> tests;
-    for (const auto& m : a.stats) {
-      if (!tested(m.name)) continue;
-      const MetricStats* other = b.find(m.name);
-      if (!other) continue;
-      Test t{m.name, &m, other, welch_t_test(m.values, other->values), std::nullopt};
-      if (t.welch) t.significant = t.welch->p < kAlpha;
-      tests.push_back(std::move(t));
-    }
-    std::vector<std::string> larger, within, untold, left_out;
-    for (const auto& t : tests)
-      (t.significant ? (*t.significant ? larger : within) : untold).push_back(t.figure);
-    for (const Side* s : {&a, &b})
-      for (const auto& m : s->stats)
-        if (tested(m.name) && !m.left_out.empty())
-          left_out.push_back(fmt::format("{} {}: {} ({})", s == &a ? "A" : "B", s->name, m.name, left_out_text(m)));
-
-    if (flags_.json) {
-      auto opt = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); };
-      auto welch_json = [&](const std::optional<WelchTest>& w) {
-        return w ? nlohmann::json{{"t", opt(w->t)}, {"df", w->df}, {"p", w->p}} : nlohmann::json();
-      };
-      auto side_json = [&](const Side& s, const SampleSummary& sum, const std::vector<double>& energy) {
-        nlohmann::json runs = nlohmann::json::array();
-        for (const auto& r : s.runs)
-          runs.push_back(r.run_id);
-        nlohmann::json j{{"name", s.name},
-                         {"kind", s.is_task ? "task" : "run"},
-                         {"runs", runs},
-                         {"runs_with_energy", energy.size()},
-                         {"energy_method", s.find("energy_j")->method},
-                         {"energy_methods", s.methods()},
-                         {"energy_j", summary_json(sum)},
-                         {"energy_j_values", energy},
-                         {"duration_s", summary_json(summarize_nonnegative(s.values("duration_s")))}};
-        j["energy_j"]["left_out_why"] = metric_json(*s.find("energy_j"))["left_out_why"];
-        return j;
-      };
-      nlohmann::json tj = nlohmann::json::array();
-      for (const auto& t : tests) {
-        const double d = t.b->summary.mean - t.a->summary.mean;
-        tj.push_back({{"figure", t.figure},
-                      {"energy_method", t.a->method.empty() && t.b->method.empty()
-                                            ? nlohmann::json()
-                                            : nlohmann::json(both_methods(t.a->method, t.b->method))},
-                      {"a", metric_json(*t.a)},
-                      {"b", metric_json(*t.b)},
-                      {"difference", d},
-                      {"difference_pct",
-                       t.a->summary.mean != 0 ? nlohmann::json(100 * d / t.a->summary.mean) : nlohmann::json()},
-                      {"welch", welch_json(t.welch)},
-                      {"significant", t.significant ? nlohmann::json(*t.significant) : nlohmann::json()}});
-      }
-      nlohmann::json j = {{"a", side_json(a, sa, ea)},
-                          {"b", side_json(b, sb, eb)},
-                          {"metric", "energy_j"},
-                          {"energy_method", both_methods(method_a, method_b)},
-                          {"methods_differ", differ},
-                          {"forced", differ && force_},
-                          {"difference_j", diff},
-                          {"difference_pct", sa.mean != 0 ? nlohmann::json(pct) : nlohmann::json()},
-                          {"alpha", kAlpha},
-                          {"significant", significant ? nlohmann::json(*significant) : nlohmann::json()},
-                          {"verdict", sentence},
-                          {"tests", tj},
-                          {"larger_than_noise", larger},
-                          {"within_noise", within},
-                          {"too_few_runs", untold}};
-      j["welch"] = welch_json(welch);
-      std::cout << j.dump(2) << "\n";
-      return 0;
-    }
-    std::cout << sentence << "\n";
-    std::cout << fmt::format("{:<36} {:>20} {:>20} {:>10} {:>9}  {}\n", "FIGURE", "A MEAN (N)", "B MEAN (N)", "B VS A",
-                             "P", "VERDICT");
-    for (const auto& t : tests) {
-      const std::string name = t.figure.size() > 36 ? t.figure.substr(0, 35) + "…" : t.figure;
-      const double d = t.b->summary.mean - t.a->summary.mean;
-      const std::string rel =
-          t.a->summary.mean != 0 ? fmt::format("{:+.3g} %", 100 * d / t.a->summary.mean) : fmt::format("{:+.4g}", d);
-      const std::string method = both_methods(t.a->method, t.b->method);
-      std::cout << fmt::format("{:<36} {:>20} {:>20} {:>10} {:>9}  {}{}\n", name,
-                               fmt::format("{:.5g} ({})", t.a->summary.mean, t.a->summary.n),
-                               fmt::format("{:.5g} ({})", t.b->summary.mean, t.b->summary.n), rel,
-                               t.welch ? fmt::format("{:.3g}", t.welch->p) : "-",
-                               !t.significant   ? "needs 2 runs a side"
-                               : *t.significant ? "LARGER than noise"
-                                                : "within noise",
-                               method.empty() ? "" : " [" + method + "]");
-    }
-    std::cout << fmt::format("Larger than run-to-run noise (Welch's t-test, p < {}): {}.\n", kAlpha,
-                             larger.empty() ? "none" : joined(larger, ", "));
-    if (!within.empty()) std::cout << "Within noise: " << joined(within, ", ") << ".\n";
-    if (!untold.empty()) std::cout << "Too few runs to tell: " << joined(untold, ", ") << ".\n";
-    if (!left_out.empty()) std::cout << "Left out (runs without the figure): " << joined(left_out, "; ") << ".\n";
+    const Verdict v = energy_verdict_of(a, b, ea, eb, ma, mb, differ);
+    const std::vector<FigureTest> tests = figure_tests(a, b);
+    const Groups g = groups_of(tests, a, b);
+    if (flags_.json)
+      std::cout << comparison_json(a, b, ea, eb, v, tests, g, differ, force_).dump(2) << "\n";
+    else
+      print_comparison(v, tests, g);
     return 0;
   }
 
