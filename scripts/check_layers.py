@@ -22,10 +22,10 @@ LAYERS = {
     "runs": 3,  # stored runs: the run model every view derives from, and its figures
     "integrations": 3,  # batch systems (Slurm) around a run
     "advice": 2,  # estimators over a series (a stored run's, from its model, or the live one)
-    "web": 5,
-    "report": 6, "top": 6,  # top reads the recording's frames or serve's API, not server/
-    "server": 7,  # serve renders a stored run's report (report/) for its runs pages
-    "cli": 8,
+    "web": 4,
+    "report": 5, "top": 5,  # top reads the recording's frames or serve's API, not server/
+    "server": 6,  # serve renders a stored run's report (report/) for its runs pages
+    "cli": 7,
 }
 MAX_OWN_SOURCES = 10
 EXEMPT_FROM_SIZE = {"cli/commands"}
