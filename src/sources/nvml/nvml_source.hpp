@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -261,6 +262,8 @@ private:
   // ---- end issue 17
   // The selection's MIG-… entry naming one of this GPU's MIG instances, or "" (open(), before the sampler starts).
   std::string mig_of(nvml::Device gpu);
+  // open(): GPU `index` as NVML numbers it, into devs_ where the selection takes it; its name into `models` either way.
+  void open_gpu(unsigned int index, std::set<std::string>& models);
 
   Options opts_;
   std::unique_ptr<nvml::Library> lib_;
