@@ -1,5 +1,6 @@
 // Figures quoted in docs/performance.md. Run with bench/run.sh; ratios are taken against a baseline in the same run.
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #endif
 #include "report/report.hpp"
 #include "sinks/sqlite/sqlite_store.hpp"
+#include "sources/levelzero/level_zero_source.hpp"
 #include "sources/nvml/nvml_loader.hpp"
 #include "sources/nvml/nvml_source.hpp"
 #include "sources/procfs/cpu_source.hpp"
@@ -297,6 +299,93 @@ void BM_NvmlTickBareCalls(benchmark::State& state) {
   lib->shutdown();
 }
 BENCHMARK(BM_NvmlTickBareCalls)->Unit(benchmark::kMicrosecond);
+
+// The process tracker's NVML calls (once a second, on its own thread): 8 fake GPUs, each listing this process as a
+// compute client and its parent as a graphics one, with per-process utilisation. The fake checks each pid in /proc on
+// every list call, so the figure is mostly the fake's; it shows what wattscope's own bookkeeping adds to it.
+void BM_NvmlGpuProcesses(benchmark::State& state) {
+  nlohmann::json devs = nlohmann::json::array();
+  for (int i = 0; i < 8; ++i) {
+    nlohmann::json procs = {
+        {{"pid", ::getpid()}, {"type", "compute"}, {"mem_bytes", 1'000'000'000}, {"sm", 60 + i}, {"mem", 20}},
+        {{"pid", ::getppid()}, {"type", "graphics"}, {"mem_bytes", 2'000'000}, {"sm", 5}, {"enc", 3}}};
+    devs.push_back({{"name", "NVIDIA H100 80GB HBM3"},
+                    {"uuid", "GPU-" + std::to_string(i)},
+                    {"metrics", {{"power_mw", 300000}, {"energy_mj", {{"linear", {1000000, 300}}}}}},
+                    {"processes", procs}});
+  }
+  const std::string path = scratch_dir() + "/scenario_processes.json";
+  std::ofstream(path) << nlohmann::json{{"devices", devs}}.dump();
+  setenv("WATTSCOPE_FAKE_NVML_SCENARIO", path.c_str(), 1);
+  NvmlSource::Options o;
+  o.library_path = WATTSCOPE_FAKE_NVML;
+  NvmlSource src(o);
+  if (!src.open()) {
+    state.SkipWithError(src.status().line().c_str());
+    return;
+  }
+  std::vector<GpuProcessSample> out;
+  std::vector<int> listed;
+  for (auto _ : state) {
+    out.clear();
+    listed.clear();
+    src.gpu_processes(out, listed);
+    benchmark::DoNotOptimize(out.data());
+  }
+  if (out.size() != 16) state.SkipWithError("the fake listed other processes than the scenario's");
+}
+BENCHMARK(BM_NvmlGpuProcesses)->Unit(benchmark::kMicrosecond);
+
+#ifdef WATTSCOPE_FAKE_LEVEL_ZERO
+// ---- Level Zero: one tick of 8 fake Intel GPUs (card and package energy, three engine groups, device and system
+// memory, two frequency domains, three temperature sensors each), every group read every tick.
+void BM_LevelZeroTick(benchmark::State& state) {
+  nlohmann::json devs = nlohmann::json::array();
+  const nlohmann::json ts = {{"linear", {5'000'000, 100'000}}};
+  for (int i = 0; i < 8; ++i) {
+    devs.push_back(
+        {{"name", "Intel(R) Data Center GPU Max 1550"},
+         {"pci", {0, 0x3a + i, 0, 0}},
+         {"power_domains",
+          {{{"domain", "card"}, {"card", true}, {"energy_uj", {{"linear", {1e9, 40'000}}}}, {"timestamp_us", ts}},
+           {{"domain", "package"}, {"energy_uj", {{"linear", {5'000, 9'000}}}}, {"timestamp_us", ts}}}},
+         {"engines",
+          {{{"type", "all"}, {"active_us", {{"linear", {777, 60'000}}}}, {"timestamp_us", ts}},
+           {{"type", "media_encode"}, {"active_us", {{"linear", {0, 10'000}}}}, {"timestamp_us", ts}},
+           {{"type", "media_decode"}, {"active_us", {{"linear", {0, 20'000}}}}, {"timestamp_us", ts}}}},
+         {"memory",
+          {{{"location", "device"}, {"size", 68'719'476'736LL}, {"physical_size", 68'719'476'736LL}, {"free", 6e10}},
+           {{"location", "system"}, {"size", 1'000'000}, {"free", 5}}}},
+         {"frequency",
+          {{{"domain", "gpu"}, {"actual_mhz", 1400}, {"max_mhz", 1600}},
+           {{"domain", "memory"}, {"actual_mhz", 3200}, {"max_mhz", 3200}}}},
+         {"temperature",
+          {{{"sensor", "gpu"}, {"celsius", 61}},
+           {{"sensor", "memory"}, {"celsius", 55}},
+           {{"sensor", "global"}, {"celsius", 63}}}}});
+  }
+  const std::string path = scratch_dir() + "/scenario_level_zero.json";
+  std::ofstream(path) << nlohmann::json{{"devices", devs}}.dump();
+  setenv("WATTSCOPE_FAKE_LEVEL_ZERO_SCENARIO", path.c_str(), 1);
+  LevelZeroSource::Options o;
+  o.library_path = WATTSCOPE_FAKE_LEVEL_ZERO;
+  o.cost.max_read_cost = std::chrono::nanoseconds(0); // every group every tick, whatever this machine's calls cost
+  LevelZeroSource src(o);
+  if (!src.open()) {
+    state.SkipWithError(src.status().line().c_str());
+    return;
+  }
+  int64_t tick = 0;
+  for (auto _ : state) {
+    Frame f;
+    f.tick = tick;
+    f.mono = SteadyClock::time_point{} + std::chrono::milliseconds(100) * ++tick; // a 100 ms grid
+    src.sample(f);
+    benchmark::DoNotOptimize(f.gpus.data());
+  }
+}
+BENCHMARK(BM_LevelZeroTick)->Unit(benchmark::kMicrosecond);
+#endif
 
 // The report of a 1M-row run: 125,000 ticks at 10 ms of 8 GPUs (1,000,000 gpu_samples rows), every series varying.
 // The store is built once (not timed); the figure is write_report: read, downsample, render, write.

@@ -317,32 +317,199 @@ std::string utc_text(int64_t ms) {
                      tm.tm_hour, tm.tm_min, tm.tm_sec, ms % 1000);
 }
 
+// "P0" .. "P15"
+int pstate_of(std::string_view v, int64_t line_no) {
+  int p = -1;
+  if (v.size() >= 2 && (v[0] == 'P' || v[0] == 'p')) {
+    auto [end, ec] = std::from_chars(v.data() + 1, v.data() + v.size(), p);
+    if (ec != std::errc() || end != v.data() + v.size()) p = -1;
+  }
+  if (p < 0 || p > 15) fail(line_no, fmt::format("pstate '{}' is not P0 to P15", excerpt(v)));
+  return p;
+}
+
+// "0x0000000000000004"
+int64_t throttle_bits(std::string_view v, const SmiColumn& c, int64_t line_no) {
+  uint64_t bits = 0;
+  std::string_view hex = v;
+  if (hex.size() > 2 && hex[0] == '0' && (hex[1] == 'x' || hex[1] == 'X')) hex.remove_prefix(2);
+  auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), bits, 16);
+  if (ec != std::errc() || end != hex.data() + hex.size() || bits > static_cast<uint64_t>(INT64_MAX))
+    fail(line_no, fmt::format("column '{}': '{}' is not a hexadecimal bit mask", excerpt(c.header), excerpt(v)));
+  return static_cast<int64_t>(bits);
+}
+
+// A value `v` (present, not the timestamp) of column `c` into the row's record, in the unit wattscope stores.
+void set_field(SmiRecord& r, const SmiColumn& c, std::string_view v, int64_t line_no) {
+  GpuSample& s = r.sample;
+  auto real = [&](auto scale) { return OptF(number(v, c, line_no, scale)); };
+  auto whole = [&](auto scale) { return OptI(static_cast<int64_t>(std::llround(number(v, c, line_no, scale)))); };
+  switch (c.field) {
+  case Field::Index: {
+    const double d = number(v, c, line_no, plain);
+    if (d < 0 || d > 1023 || d != std::floor(d))
+      fail(line_no, fmt::format("index '{}' is not a GPU index", excerpt(v)));
+    r.index = static_cast<int>(d);
+    break;
+  }
+  case Field::Name:
+    r.name = printable_field(v);
+    break;
+  case Field::Uuid:
+    r.uuid = printable_field(v);
+    break;
+  case Field::PciBusId:
+    r.pci_bus_id = printable_field(v);
+    break;
+  case Field::Power:
+    s.power_w = power_value(v, c, line_no, watts);
+    break;
+  case Field::PowerAvg:
+    s.power_avg_w = power_value(v, c, line_no, watts);
+    break;
+  case Field::PowerLimit:
+    s.power_limit_w = power_value(v, c, line_no, watts);
+    break;
+  case Field::UtilGpu:
+    s.util_gpu_pct = real(percent);
+    break;
+  case Field::UtilMem:
+    s.util_mem_pct = real(percent);
+    break;
+  case Field::UtilEnc:
+    s.util_enc_pct = real(percent);
+    break;
+  case Field::UtilDec:
+    s.util_dec_pct = real(percent);
+    break;
+  case Field::MemUsed:
+    s.mem_used_bytes = whole(mebibytes_to_bytes);
+    break;
+  case Field::MemTotal:
+    s.mem_total_bytes = whole(mebibytes_to_bytes);
+    break;
+  case Field::TempGpu:
+    s.temp_gpu_c = real(celsius);
+    break;
+  case Field::TempMem:
+    s.temp_mem_c = real(celsius);
+    break;
+  case Field::ClockSm:
+    s.clock_sm_mhz = whole(megahertz);
+    break;
+  case Field::ClockGfx:
+    s.clock_gfx_mhz = whole(megahertz);
+    break;
+  case Field::ClockMem:
+    s.clock_mem_mhz = whole(megahertz);
+    break;
+  case Field::ClockSmMax:
+    r.clock_sm_max_mhz = whole(megahertz);
+    break;
+  case Field::ClockMemMax:
+    r.clock_mem_max_mhz = whole(megahertz);
+    break;
+  case Field::Fan:
+    s.fan_pct = real(percent);
+    break;
+  case Field::Pstate:
+    s.pstate = pstate_of(v, line_no);
+    break;
+  case Field::PcieWidth:
+    s.pcie_link_width = whole(plain);
+    break;
+  case Field::PcieWidthMax:
+    s.pcie_link_width_max = whole(plain);
+    break;
+  case Field::Throttle:
+    s.throttle_reasons = throttle_bits(v, c, line_no);
+    break;
+  default:
+    break;
+  }
+}
+
+// The columns of a log, from its header or --columns, and where its timestamp is.
+struct SmiHeader {
+  std::vector<SmiColumn> cols;
+  std::string line; // as written, to skip repeats of it
+  int timestamp_col = -1;
+};
+// Finds the timestamp column (refusing a log without one) and names the ignored columns in `ignored`.
+void settle_columns(SmiHeader& h, int64_t line, std::vector<std::string>* ignored) {
+  for (size_t i = 0; i < h.cols.size(); ++i) {
+    if (h.cols[i].field == Field::Timestamp) h.timestamp_col = static_cast<int>(i);
+    if (h.cols[i].field == Field::Ignored && ignored) ignored->push_back(h.cols[i].header);
+  }
+  if (h.timestamp_col < 0)
+    fail(line, "no 'timestamp' column: log with nvidia-smi --query-gpu=timestamp,... (or name the columns of a "
+               "noheader file with --columns)");
+}
+
+// The times of the rows before: the last one, and its line.
+struct SmiClock {
+  std::optional<int64_t> prev_ms;
+  int64_t prev_line = 0;
+};
+
+// The row's time from its timestamp `v`. The hour repeated when daylight saving time ended: the reading nearer the
+// row above, which is the first pass until the log's clock goes back, the second after. A log that starts inside that
+// hour is read as the first pass.
+void place_timestamp(SmiRecord& r, std::string_view v, bool utc, const SmiClock& clock, SmiTimeNotes& notes,
+                     int64_t line_no) {
+  const Stamp st = parse_timestamp(v, utc, line_no);
+  r.ts_ms = st.earlier;
+  if (st.later == st.earlier) return;
+  if (notes.ambiguous_rows++ == 0) notes.first_ambiguous_line = line_no;
+  if (clock.prev_ms && std::llabs(st.later - *clock.prev_ms) < std::llabs(st.earlier - *clock.prev_ms)) {
+    r.ts_ms = st.later;
+    ++notes.second_pass_rows;
+  }
+}
+
+// One data row (its fields split, as many as the header's) as a record, its time placed and checked against the rows
+// before.
+SmiRecord read_row(const SmiHeader& h, const std::vector<std::string_view>& fields, int64_t line_no,
+                   const SmiOptions& opts, SmiClock& clock, SmiTimeNotes& notes) {
+  SmiRecord r;
+  r.line = line_no;
+  r.sample.power_source = "nvidia-smi";
+  for (size_t i = 0; i < h.cols.size(); ++i) {
+    const SmiColumn& c = h.cols[i];
+    const std::string_view v = fields[i];
+    if (c.field == Field::Timestamp) {
+      if (!missing(v)) place_timestamp(r, v, opts.utc, clock, notes, line_no); // missing: refused below
+      continue;
+    }
+    if (c.field == Field::Ignored || missing(v)) continue;
+    set_field(r, c, v, line_no);
+  }
+  if (missing(fields[static_cast<size_t>(h.timestamp_col)])) fail(line_no, "the timestamp is missing");
+  if (clock.prev_ms && r.ts_ms < *clock.prev_ms)
+    fail(line_no,
+         fmt::format("the time goes back {:.3f} s, to {} after {} on line {}: the rows are out of order, "
+                     "two logs are mixed, or the clock was set back; a log's energy is integrated over its "
+                     "time, so sort the rows or import each log on its own{}",
+                     static_cast<double>(*clock.prev_ms - r.ts_ms) / 1000, utc_text(r.ts_ms), utc_text(*clock.prev_ms),
+                     clock.prev_line, opts.utc ? "" : " (a log in UTC needs --utc)"));
+  clock.prev_ms = r.ts_ms;
+  clock.prev_line = line_no;
+  r.key = r.index ? std::to_string(*r.index) : !r.uuid.empty() ? r.uuid : r.pci_bus_id;
+  return r;
+}
+
 } // namespace
 
 void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::function<void(const SmiRecord&)>& fn,
                       std::vector<std::string>* ignored, SmiTimeNotes* notes) {
   SmiTimeNotes local_notes;
   if (!notes) notes = &local_notes;
-  std::optional<int64_t> prev_ms;
-  int64_t prev_line = 0;
-  std::vector<SmiColumn> cols;
-  std::string header_line; // to skip repeats of it
-  int timestamp_col = -1;
+  SmiClock clock;
+  SmiHeader header;
   int64_t data_rows = 0;
-  if (!opts.columns.empty()) {
-    for (const auto& c : opts.columns)
-      cols.push_back(column_of(trim(c)));
-  }
-  auto settle_columns = [&](int64_t line) {
-    for (size_t i = 0; i < cols.size(); ++i) {
-      if (cols[i].field == Field::Timestamp) timestamp_col = static_cast<int>(i);
-      if (cols[i].field == Field::Ignored && ignored) ignored->push_back(cols[i].header);
-    }
-    if (timestamp_col < 0)
-      fail(line, "no 'timestamp' column: log with nvidia-smi --query-gpu=timestamp,... (or name the columns of a "
-                 "noheader file with --columns)");
-  };
-  if (!cols.empty()) settle_columns(0);
+  for (const auto& c : opts.columns)
+    header.cols.push_back(column_of(trim(c)));
+  if (!header.cols.empty()) settle_columns(header, 0, ignored);
 
   int64_t line_no = 0;
   size_t pos = 0;
@@ -356,158 +523,23 @@ void parse_nvidia_smi(std::string_view text, const SmiOptions& opts, const std::
     line = trim(line);
     if (line.empty()) continue;
     if (line_no == 1 && line.size() >= 3 && line.substr(0, 3) == "\xef\xbb\xbf") line.remove_prefix(3); // BOM
-    if (cols.empty()) {
+    if (header.cols.empty()) {
       for (auto f : split(line))
-        cols.push_back(column_of(f));
-      header_line = line;
-      settle_columns(line_no);
+        header.cols.push_back(column_of(f));
+      header.line = line;
+      settle_columns(header, line_no, ignored);
       continue;
     }
-    if (line == header_line || (!header_line.empty() && lower(line.substr(0, 9)) == "timestamp")) continue;
+    if (line == header.line || (!header.line.empty() && lower(line.substr(0, 9)) == "timestamp")) continue;
     const auto fields = split(line);
-    if (fields.size() != cols.size())
+    if (fields.size() != header.cols.size())
       fail(line_no, fmt::format("{} fields where the header has {}; is the file cut short or two logs mixed?",
-                                fields.size(), cols.size()));
-    SmiRecord r;
-    r.line = line_no;
-    GpuSample& s = r.sample;
-    s.power_source = "nvidia-smi";
-    for (size_t i = 0; i < cols.size(); ++i) {
-      const SmiColumn& c = cols[i];
-      const std::string_view v = fields[i];
-      if (c.field == Field::Timestamp) {
-        if (missing(v)) continue; // refused below
-        const Stamp st = parse_timestamp(v, opts.utc, line_no);
-        r.ts_ms = st.earlier;
-        if (st.later != st.earlier) {
-          // The hour repeated when daylight saving time ended: the reading nearer the row above, which is the
-          // first pass until the log's clock goes back, the second after. A log that starts inside that hour is
-          // read as the first pass.
-          if (notes->ambiguous_rows++ == 0) notes->first_ambiguous_line = line_no;
-          if (prev_ms && std::llabs(st.later - *prev_ms) < std::llabs(st.earlier - *prev_ms)) {
-            r.ts_ms = st.later;
-            ++notes->second_pass_rows;
-          }
-        }
-        continue;
-      }
-      if (c.field == Field::Ignored || missing(v)) continue;
-      auto real = [&](auto scale) { return OptF(number(v, c, line_no, scale)); };
-      auto whole = [&](auto scale) { return OptI(static_cast<int64_t>(std::llround(number(v, c, line_no, scale)))); };
-      switch (c.field) {
-      case Field::Index: {
-        const double d = number(v, c, line_no, plain);
-        if (d < 0 || d > 1023 || d != std::floor(d))
-          fail(line_no, fmt::format("index '{}' is not a GPU index", excerpt(v)));
-        r.index = static_cast<int>(d);
-        break;
-      }
-      case Field::Name:
-        r.name = printable_field(v);
-        break;
-      case Field::Uuid:
-        r.uuid = printable_field(v);
-        break;
-      case Field::PciBusId:
-        r.pci_bus_id = printable_field(v);
-        break;
-      case Field::Power:
-        s.power_w = power_value(v, c, line_no, watts);
-        break;
-      case Field::PowerAvg:
-        s.power_avg_w = power_value(v, c, line_no, watts);
-        break;
-      case Field::PowerLimit:
-        s.power_limit_w = power_value(v, c, line_no, watts);
-        break;
-      case Field::UtilGpu:
-        s.util_gpu_pct = real(percent);
-        break;
-      case Field::UtilMem:
-        s.util_mem_pct = real(percent);
-        break;
-      case Field::UtilEnc:
-        s.util_enc_pct = real(percent);
-        break;
-      case Field::UtilDec:
-        s.util_dec_pct = real(percent);
-        break;
-      case Field::MemUsed:
-        s.mem_used_bytes = whole(mebibytes_to_bytes);
-        break;
-      case Field::MemTotal:
-        s.mem_total_bytes = whole(mebibytes_to_bytes);
-        break;
-      case Field::TempGpu:
-        s.temp_gpu_c = real(celsius);
-        break;
-      case Field::TempMem:
-        s.temp_mem_c = real(celsius);
-        break;
-      case Field::ClockSm:
-        s.clock_sm_mhz = whole(megahertz);
-        break;
-      case Field::ClockGfx:
-        s.clock_gfx_mhz = whole(megahertz);
-        break;
-      case Field::ClockMem:
-        s.clock_mem_mhz = whole(megahertz);
-        break;
-      case Field::ClockSmMax:
-        r.clock_sm_max_mhz = whole(megahertz);
-        break;
-      case Field::ClockMemMax:
-        r.clock_mem_max_mhz = whole(megahertz);
-        break;
-      case Field::Fan:
-        s.fan_pct = real(percent);
-        break;
-      case Field::Pstate: {
-        // "P0" .. "P15"
-        int p = -1;
-        if (v.size() >= 2 && (v[0] == 'P' || v[0] == 'p')) {
-          auto [end, ec] = std::from_chars(v.data() + 1, v.data() + v.size(), p);
-          if (ec != std::errc() || end != v.data() + v.size()) p = -1;
-        }
-        if (p < 0 || p > 15) fail(line_no, fmt::format("pstate '{}' is not P0 to P15", excerpt(v)));
-        s.pstate = p;
-        break;
-      }
-      case Field::PcieWidth:
-        s.pcie_link_width = whole(plain);
-        break;
-      case Field::PcieWidthMax:
-        s.pcie_link_width_max = whole(plain);
-        break;
-      case Field::Throttle: {
-        // "0x0000000000000004"
-        uint64_t bits = 0;
-        std::string_view hex = v;
-        if (hex.size() > 2 && hex[0] == '0' && (hex[1] == 'x' || hex[1] == 'X')) hex.remove_prefix(2);
-        auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), bits, 16);
-        if (ec != std::errc() || end != hex.data() + hex.size() || bits > static_cast<uint64_t>(INT64_MAX))
-          fail(line_no, fmt::format("column '{}': '{}' is not a hexadecimal bit mask", excerpt(c.header), excerpt(v)));
-        s.throttle_reasons = static_cast<int64_t>(bits);
-        break;
-      }
-      default:
-        break;
-      }
-    }
-    if (missing(fields[static_cast<size_t>(timestamp_col)])) fail(line_no, "the timestamp is missing");
-    if (prev_ms && r.ts_ms < *prev_ms)
-      fail(line_no, fmt::format("the time goes back {:.3f} s, to {} after {} on line {}: the rows are out of order, "
-                                "two logs are mixed, or the clock was set back; a log's energy is integrated over its "
-                                "time, so sort the rows or import each log on its own{}",
-                                static_cast<double>(*prev_ms - r.ts_ms) / 1000, utc_text(r.ts_ms), utc_text(*prev_ms),
-                                prev_line, opts.utc ? "" : " (a log in UTC needs --utc)"));
-    prev_ms = r.ts_ms;
-    prev_line = line_no;
-    r.key = r.index ? std::to_string(*r.index) : !r.uuid.empty() ? r.uuid : r.pci_bus_id;
+                                fields.size(), header.cols.size()));
+    const SmiRecord r = read_row(header, fields, line_no, opts, clock, *notes);
     ++data_rows;
     fn(r);
   }
-  if (cols.empty()) throw std::invalid_argument("the file is empty; expected nvidia-smi --format=csv output");
+  if (header.cols.empty()) throw std::invalid_argument("the file is empty; expected nvidia-smi --format=csv output");
   if (data_rows == 0) throw std::invalid_argument("the file has a header but no samples");
 }
 

@@ -1,6 +1,7 @@
 #include "sinks/runs_query.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -445,6 +446,49 @@ StoreReader::RunsPage StoreReader::runs_query(const RunsFilter& filter, size_t o
   return page;
 }
 
+std::string result_select_list(std::span<const ResultColumn> cols) {
+  std::string out;
+  for (const auto& c : cols)
+    out += fmt::format("{}{} AS {}", out.empty() ? "" : ", ", c.sql, c.name);
+  return out;
+}
+
+std::vector<ColType> result_types(std::span<const ResultColumn> cols) {
+  std::vector<ColType> out;
+  for (const auto& c : cols)
+    out.push_back(c.type);
+  return out;
+}
+
+size_t result_index(std::span<const ResultColumn> cols, std::string_view name) {
+  for (size_t i = 0; i < cols.size(); ++i)
+    if (cols[i].name == name) return i;
+  throw std::logic_error(fmt::format("a query's result has no column {}", name));
+}
+
+const Value& only_cell(std::span<const Value> row) {
+  if (row.size() != 1) throw std::logic_error(fmt::format("a one-column query answered {} columns", row.size()));
+  return row.front();
+}
+
+namespace {
+
+// A page's work: per run and unit, the amounts summed (the alias is no column of `work`, whose WHERE reads amount).
+constexpr ResultColumn kPageWorkColumns[] = {{"run_id", "run_id", ColType::Text},
+                                             {"unit", "unit", ColType::Text},
+                                             {"amount_done", "SUM(amount)", ColType::Real}};
+struct PageWorkRow {
+  std::string_view run_id;
+  std::string_view unit;
+  double amount = 0;
+};
+PageWorkRow page_work_row(std::span<const Value> row) {
+  const auto cell = [&](std::string_view name) -> const Value& { return row[result_index(kPageWorkColumns, name)]; };
+  return {value_text(cell("run_id")), value_text(cell("unit")), value_real(cell("amount_done")).value_or(0)};
+}
+
+} // namespace
+
 PageWorkSql page_work_sql(const std::vector<RunInfo>& runs) {
   PageWorkSql w;
   std::string marks;
@@ -452,17 +496,18 @@ PageWorkSql page_work_sql(const std::vector<RunInfo>& runs) {
     marks += marks.empty() ? "?" : ", ?";
     w.params.emplace_back(r.run_id);
   }
-  w.sql = fmt::format("SELECT run_id, unit, SUM(amount) FROM work WHERE run_id IN ({}) AND amount IS NOT NULL "
-                      "GROUP BY run_id, unit ORDER BY run_id, unit",
-                      marks);
+  w.sql = fmt::format("SELECT {} FROM work WHERE run_id IN ({}) AND amount IS NOT NULL GROUP BY run_id, unit ORDER BY "
+                      "run_id, unit",
+                      result_select_list(kPageWorkColumns), marks);
+  w.types = result_types(kPageWorkColumns);
   return w;
 }
 
 void add_page_work_row(const std::vector<RunInfo>& runs, std::vector<std::vector<RunWork>>& work,
                        std::span<const Value> row) {
-  const std::string_view id = value_text(row[0]);
+  const PageWorkRow r = page_work_row(row);
   for (size_t i = 0; i < runs.size(); ++i)
-    if (runs[i].run_id == id) work[i].push_back({std::string(value_text(row[1])), value_real(row[2]).value_or(0)});
+    if (runs[i].run_id == r.run_id) work[i].push_back({std::string(r.unit), r.amount});
 }
 
 } // namespace wattscope

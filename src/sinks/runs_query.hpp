@@ -170,11 +170,30 @@ void two_walk_page(size_t offset, size_t limit, Walk&& walk, CountWith&& count_w
   walk(false, offset + got - with, limit - got);
 }
 
+// The columns of a query's own result (a sum, a window count, a few columns of a table): not a stored table's rows,
+// which are read through the schema (column_index). The SELECT list is written from them and a row is read by a
+// column's name, so the reading code never counts places in a SELECT list and the two cannot drift apart.
+struct ResultColumn {
+  std::string_view name;
+  std::string_view sql; // what is selected under that name
+  ColType type;
+};
+// "sql AS name, ..." for `cols`, in their order.
+std::string result_select_list(std::span<const ResultColumn> cols);
+// The types of `cols` in their order (a prepared MySQL statement binds its result by them).
+std::vector<ColType> result_types(std::span<const ResultColumn> cols);
+// Where the column `name` is in a row of `cols`. Throws std::logic_error for a name `cols` lacks.
+size_t result_index(std::span<const ResultColumn> cols, std::string_view name);
+// The cell of a one-column result (a count, a list of run ids): one column has no place to mistake. Throws
+// std::logic_error for a row of another width, a query that no longer answers what its reader reads.
+const Value& only_cell(std::span<const Value> row);
+
 // A page of runs' work per unit in one query (every SQL store): one '?' per run. add_page_work_row files a row of its
-// answer (run_id, unit, SUM(amount)) under its run in `work` (parallel to `runs`).
+// answer (the run's id, a unit and its amount summed) under its run in `work` (parallel to `runs`).
 struct PageWorkSql {
   std::string sql;
   std::vector<SqlParam> params;
+  std::vector<ColType> types; // of the answer's columns, in order
 };
 PageWorkSql page_work_sql(const std::vector<RunInfo>& runs);
 void add_page_work_row(const std::vector<RunInfo>& runs, std::vector<std::vector<RunWork>>& work,

@@ -592,6 +592,44 @@ TEST(RunsQuery, TwoWalkPageIsTheSliceOfBothSides) {
     }
 }
 
+// A query's own columns are read by name: the SELECT list written from them names each column as declared, in that
+// order (as SQLite reports the result's columns), so result_index finds what the query answered there; a name the list
+// lacks, or a one-column read of a wider row, is the reader's mistake and throws.
+TEST(RunsQuery, AQueryRowIsReadByItsColumnsName) {
+  using wattscope::ColType;
+  using wattscope::ResultColumn;
+  using wattscope::Value;
+  constexpr ResultColumn cols[] = {{"unit", "'tokens'", ColType::Text},
+                                   {"amount_done", "2.5 * 4", ColType::Real},
+                                   {"run_id", "'r1'", ColType::Text}};
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  const std::string sql = "SELECT " + wattscope::result_select_list(cols);
+  ASSERT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK) << sql;
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  ASSERT_EQ(sqlite3_column_count(st), 3);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(sqlite3_column_name(st, static_cast<int>(i)), cols[i].name);
+    EXPECT_EQ(wattscope::result_index(cols, cols[i].name), i);
+  }
+  const std::vector<Value> row = {std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 0))),
+                                  sqlite3_column_double(st, 1),
+                                  std::string(reinterpret_cast<const char*>(sqlite3_column_text(st, 2)))};
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  EXPECT_EQ(wattscope::value_text(row[wattscope::result_index(cols, "run_id")]), "r1");
+  EXPECT_EQ(wattscope::value_text(row[wattscope::result_index(cols, "unit")]), "tokens");
+  EXPECT_EQ(wattscope::value_real(row[wattscope::result_index(cols, "amount_done")]), 10.0);
+  EXPECT_EQ(wattscope::result_types(cols), (std::vector<ColType>{ColType::Text, ColType::Real, ColType::Text}));
+  EXPECT_THROW(wattscope::result_index(cols, "amount"), std::logic_error);
+
+  const std::vector<Value> one = {int64_t{42}};
+  EXPECT_EQ(wattscope::value_int(wattscope::only_cell(one)), 42);
+  EXPECT_THROW(wattscope::only_cell(row), std::logic_error);
+  EXPECT_THROW(wattscope::only_cell(std::span<const Value>{}), std::logic_error);
+}
+
 // issue 35: on MariaDB the duration and energy orders walk runs_by_duration (a generated duration_ms) and
 // runs_by_energy, alone and under a keyed filter (the runs' index joined to run_tags, or run_tags joined and sorted
 // when few pass): every page as the C++ order says, ties included; a store without the column reads as before, and

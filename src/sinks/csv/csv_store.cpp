@@ -278,10 +278,11 @@ public:
 
   void scan(TableId t, const RunInfo& run, const RowFn& fn) override {
     const std::string p = dir_ + "/" + csv_file_name(run, t);
-    if (!fs::exists(p)) return;                            // a table with no rows for this run has no file
+    if (!fs::exists(p)) return; // a table with no rows for this run has no file
+    const size_t run_col = column_index(t, "run_id");
     if (t != TableId::Processes && t != TableId::Phases) { // appended in key order (time order): streamed as read
       read_table_csv(p, t, [&](std::span<const Value> row) {
-        if (value_text(row[0]) == run.run_id) fn(row);
+        if (value_text(row[run_col]) == run.run_id) fn(row);
       });
       return;
     }
@@ -300,7 +301,7 @@ public:
       const size_t id = column_index(t, "phase_id");
       std::map<int64_t, std::vector<Value>> latest;
       read_table_csv(p, t, [&](std::span<const Value> row) {
-        if (value_text(row[0]) == run.run_id) latest[value_int(row[id]).value_or(0)] = owned(row);
+        if (value_text(row[run_col]) == run.run_id) latest[value_int(row[id]).value_or(0)] = owned(row);
       });
       for (const auto& [_, r] : latest)
         fn(r);
@@ -311,7 +312,7 @@ public:
     const size_t pid = column_index(t, "pid"), start = column_index(t, "start_time");
     std::vector<std::vector<Value>> rows;
     read_table_csv(p, t, [&](std::span<const Value> row) {
-      if (value_text(row[0]) != run.run_id) return;
+      if (value_text(row[run_col]) != run.run_id) return;
       rows.push_back(owned(row));
     });
     auto key = [&](const std::vector<Value>& r) {

@@ -37,6 +37,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The field of a one-column text result (a single value, a list of run ids): one column has no place to mistake;
+// nullptr for NULL. Throws std::logic_error for a result of another width.
+const char* only_field(MYSQL_RES* r, MYSQL_ROW row) {
+  if (const unsigned int n = mysql_num_fields(r); n != 1)
+    throw std::logic_error(fmt::format("a one-column query answered {} columns", n));
+  return *row;
+}
+// The field `name` of a text result row whose columns are `cols` (its SELECT list written from them); nullptr for NULL.
+const char* field(MYSQL_ROW row, std::span<const ResultColumn> cols, std::string_view name) {
+  return row[result_index(cols, name)];
+}
+
 // Client error codes (errmsg.h) that mean "the server is not reachable now", as opposed to a configuration error.
 bool is_outage(unsigned int err) {
   return err == 2002 /* CR_CONNECTION_ERROR */ || err == 2003 /* CR_CONN_HOST_ERROR */ ||
@@ -234,7 +246,8 @@ public:
     MYSQL_RES* r = mysql_store_result(db_);
     std::optional<std::string> out;
     if (r) {
-      if (MYSQL_ROW row = mysql_fetch_row(r); row && row[0]) out = row[0];
+      if (MYSQL_ROW row = mysql_fetch_row(r); row)
+        if (const char* v = only_field(r, row)) out = v;
       mysql_free_result(r);
     }
     return out;
@@ -329,8 +342,18 @@ constexpr int64_t kJoinRunTagsBelow = 1000;
 constexpr std::string_view kRunTagsComplete =
     "SELECT (SELECT COUNT(*) FROM `runs`) = (SELECT COUNT(*) FROM `run_tags` WHERE `tag_key` = '@method')";
 // The same two counts apart (MariaDB's reader keeps the first).
-constexpr std::string_view kRunTagsCounts =
-    "SELECT (SELECT COUNT(*) FROM `runs`), (SELECT COUNT(*) FROM `run_tags` WHERE `tag_key` = '@method')";
+constexpr ResultColumn kRunTagsCounts[] = {
+    {"runs", "(SELECT COUNT(*) FROM `runs`)", ColType::Int},
+    {"method_rows", "(SELECT COUNT(*) FROM `run_tags` WHERE `tag_key` = '@method')", ColType::Int}};
+// The runs columns the back-fill of run_tags reads: what write_run_tags keys and searches by.
+constexpr ResultColumn kBackfillColumns[] = {{"run_id", "`run_id`", ColType::Text},
+                                             {"task", "`task`", ColType::Text},
+                                             {"host", "`host`", ColType::Text},
+                                             {"command", "`command`", ColType::Text},
+                                             {"tags", "`tags`", ColType::Text},
+                                             {"summary", "`summary`", ColType::Text},
+                                             {"total_energy_j", "`total_energy_j`", ColType::Real},
+                                             {"start_ms", "`start_ms`", ColType::Int}};
 // issue 35: runs.run_tags_keyed is 1 once the run's run_tags rows are written whole and keyed, in the transaction
 // that writes them. An older wattscope names the runs' columns it knows in its INSERT, so a run it adds gets the
 // column's default, NULL; one it rewrites keeps the mark, as it keeps the run's run_tags rows (the same caveat as the
@@ -412,9 +435,10 @@ IdBatch id_batch(Conn& c, const std::string& sql) {
   IdBatch b;
   if (MYSQL_RES* r = mysql_store_result(c.get())) {
     while (MYSQL_ROW row = mysql_fetch_row(r)) {
-      if (!row[0]) continue;
-      if (b.n++ == 0) b.first = row[0];
-      b.last = row[0];
+      const char* id = only_field(r, row);
+      if (!id) continue;
+      if (b.n++ == 0) b.first = id;
+      b.last = id;
     }
     mysql_free_result(r);
   }
@@ -547,42 +571,53 @@ void update_j_per_unit(Conn& c, const std::string& run_id) {
   exec_texts(c, "runs:j_per_unit", sql, {run_id});
 }
 
+// A run as the back-fill reads it (kBackfillColumns), its other fields left as they start.
+RunInfo backfill_run(MYSQL_ROW row) {
+  // Text up to a NUL byte (the text protocol's C strings): ids, names, JSON and commands hold none.
+  auto text = [&](std::string_view name) {
+    const char* v = field(row, kBackfillColumns, name);
+    return v ? std::string(v) : std::string();
+  };
+  RunInfo run;
+  run.run_id = text("run_id");
+  run.task = text("task");
+  run.host = text("host");
+  run.command = text("command");
+  run.tags = text("tags");
+  run.summary = text("summary");
+  if (const char* v = field(row, kBackfillColumns, "total_energy_j")) run.total_energy_j = std::strtod(v, nullptr);
+  // the keyed rows' start_ms (the page in start order; was left 0 for a run back-filled here)
+  if (const char* v = field(row, kBackfillColumns, "start_ms")) run.start_ms = std::strtoll(v, nullptr, 10);
+  return run;
+}
+
 // The forward migration: runs recorded before run_tags existed, or by an older wattscope since, get their rows.
 void backfill_run_tags(Conn& c) {
   int64_t runs = 0, method_rows = 0;
-  if (mysql_real_query(c.get(), kRunTagsCounts.data(), kRunTagsCounts.size()) != 0) c.fail("query");
+  const std::string counts = "SELECT " + result_select_list(kRunTagsCounts);
+  if (mysql_real_query(c.get(), counts.data(), counts.size()) != 0) c.fail("query");
   if (MYSQL_RES* r = mysql_store_result(c.get())) {
-    if (MYSQL_ROW row = mysql_fetch_row(r); row && row[0] && row[1]) {
-      runs = std::strtoll(row[0], nullptr, 10);
-      method_rows = std::strtoll(row[1], nullptr, 10);
+    if (MYSQL_ROW row = mysql_fetch_row(r)) {
+      const char* runs_text = field(row, kRunTagsCounts, "runs");
+      const char* method_text = field(row, kRunTagsCounts, "method_rows");
+      if (runs_text && method_text) {
+        runs = std::strtoll(runs_text, nullptr, 10);
+        method_rows = std::strtoll(method_text, nullptr, 10);
+      }
     }
     mysql_free_result(r);
   }
   // The runs without rows: where the counts agree, only unmarked runs can be (an older wattscope's run beside one
   // deleted by hand, which the counts miss); otherwise any (run_tags new, or emptied).
   const std::string sql =
-      fmt::format("SELECT `run_id`, `task`, `host`, `command`, `tags`, `summary`, `total_energy_j`, "
-                  "`start_ms` FROM `runs` WHERE {}`run_id` NOT IN (SELECT `run_id` FROM `run_tags` "
-                  "WHERE `tag_key` = '@method')",
-                  runs == method_rows ? "`run_tags_keyed` IS NULL AND " : "");
+      fmt::format("SELECT {} FROM `runs` WHERE {}`run_id` NOT IN (SELECT `run_id` FROM `run_tags` WHERE `tag_key` = "
+                  "'@method')",
+                  result_select_list(kBackfillColumns), runs == method_rows ? "`run_tags_keyed` IS NULL AND " : "");
   if (mysql_real_query(c.get(), sql.data(), sql.size()) != 0) c.fail("query");
   std::vector<RunInfo> missing;
   if (MYSQL_RES* r = mysql_store_result(c.get())) {
-    while (MYSQL_ROW row = mysql_fetch_row(r)) {
-      // Text up to a NUL byte (the text protocol's C strings): ids, names, JSON and commands hold none.
-      auto text = [&](int i) { return row[i] ? std::string(row[i]) : std::string(); };
-      RunInfo run;
-      run.run_id = text(0);
-      run.task = text(1);
-      run.host = text(2);
-      run.command = text(3);
-      run.tags = text(4);
-      run.summary = text(5);
-      if (row[6]) run.total_energy_j = std::strtod(row[6], nullptr);
-      // the keyed rows' start_ms (the page in start order; was left 0 for a run back-filled here)
-      if (row[7]) run.start_ms = std::strtoll(row[7], nullptr, 10);
-      missing.push_back(std::move(run));
-    }
+    while (MYSQL_ROW row = mysql_fetch_row(r))
+      missing.push_back(backfill_run(row));
     mysql_free_result(r);
   }
   int64_t written = 0;
@@ -1023,7 +1058,7 @@ public:
       page->work.resize(page->runs.size());
       if (page->runs.empty() || no_work) return std::move(*page);
       const PageWorkSql w = page_work_sql(page->runs);
-      query_typed({ColType::Text, ColType::Text, ColType::Real}, w.sql, w.params,
+      query_typed(w.types, w.sql, w.params,
                   [&](std::span<const Value> row) { add_page_work_row(page->runs, page->work, row); });
       return std::move(*page);
     }
@@ -1037,8 +1072,8 @@ public:
         if (run_tags_whole()) {
           int64_t fewest = kJoinRunTagsBelow;
           auto count = [&](const std::string& where, std::vector<SqlParam> params) {
-            query_typed({ColType::Int}, "SELECT COUNT(*) FROM run_tags WHERE " + where, params,
-                        [&](std::span<const Value> row) { fewest = std::min(fewest, value_int(row[0]).value_or(0)); });
+            fewest = std::min(fewest,
+                              static_cast<int64_t>(count_of("SELECT COUNT(*) FROM run_tags WHERE " + where, params)));
           };
           for (const auto& [k, v] : f.tags)
             count("tag_key = ? AND tag_value = ?", {k, v});
@@ -1051,22 +1086,15 @@ public:
     }
     const RunsSql sql = runs_sql(f, SqlDialect::Mysql, indexed, false, text);
     RunsPage page;
-    auto count = [&](const RunsSql& q) {
-      size_t n = 0;
-      query_typed({ColType::Int}, "SELECT COUNT(*) FROM runs" + q.where, q.params, [&](std::span<const Value> row) {
-        if (const auto v = value_int(row[0])) n = static_cast<size_t>(*v);
-      });
-      return n;
-    };
+    auto count = [&](const RunsSql& q) { return count_of("SELECT COUNT(*) FROM runs" + q.where, q.params); };
     page.total = count(sql);
     // The page's ids, then their runs: the ids of a walk past a deep offset come from the order's index alone, where
     // the runs' rows were read for every run skipped (sort=-start&offset=50000: 221 ms at 100,000 runs).
     auto fetch = [&](const RunsSql& q, size_t part_offset, size_t part_limit) {
       std::vector<std::string> ids;
-      query_typed(
-          {ColType::Text},
+      read_ids(
           fmt::format("SELECT run_id FROM runs{}{} LIMIT {} OFFSET {}", q.where, q.order_by, part_limit, part_offset),
-          q.params, [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
+          q.params, ids);
       runs_by_ids(ids, 0, page.runs);
     };
     if (const auto figure = figure_column(f.sort);
@@ -1100,7 +1128,7 @@ public:
     page.work.resize(page.runs.size());
     if (page.runs.empty() || no_work) return page;
     const PageWorkSql w = page_work_sql(page.runs);
-    query_typed({ColType::Text, ColType::Text, ColType::Real}, w.sql, w.params,
+    query_typed(w.types, w.sql, w.params,
                 [&](std::span<const Value> row) { add_page_work_row(page.runs, page.work, row); });
     return page;
   }
@@ -1138,8 +1166,7 @@ private:
       keyed->params.emplace_back(*text_like);
     }
     RunsPage page;
-    query_typed({ColType::Int}, "SELECT COUNT(*) FROM " + from + keyed->where, keyed->params,
-                [&](std::span<const Value> row) { page.total = static_cast<size_t>(value_int(row[0]).value_or(0)); });
+    page.total = count_of("SELECT COUNT(*) FROM " + from + keyed->where, keyed->params);
     if (offset >= page.total || limit == 0) return page;
     const char* dir = f.descending ? " DESC" : "";
     std::string sql;
@@ -1147,12 +1174,7 @@ private:
     std::vector<std::string> ids;
     const auto figure = figure_column(f.sort);
     // The runs' count only chooses the way (both give the same page), and only where a way is to be chosen.
-    auto runs = [&] {
-      size_t n = 0;
-      query_typed({ColType::Int}, "SELECT COUNT(*) FROM runs", {},
-                  [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
-      return n;
-    };
+    auto runs = [&] { return count_of("SELECT COUNT(*) FROM runs", {}); };
     if (!figure.empty() && offset + limit < page.total && walk_pays(runs(), page.total, offset + limit)) {
       // Many runs pass: walk the figure's index over every run and keep those with the filter's entry (one per run:
       // a tag key appears once in a run's tags, each @user value once), until the page is full. Reading (offset +
@@ -1170,18 +1192,14 @@ private:
           [&](bool with, size_t part_offset, size_t part_limit) {
             const RunsSql part = part_sql(with);
             const size_t before = ids.size();
-            query_typed({ColType::Text},
-                        fmt::format("SELECT r.run_id FROM {}{}{} LIMIT {} OFFSET {}", join, part.where, part.order_by,
-                                    part_limit, part_offset),
-                        part.params, [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
+            read_ids(fmt::format("SELECT r.run_id FROM {}{}{} LIMIT {} OFFSET {}", join, part.where, part.order_by,
+                                 part_limit, part_offset),
+                     part.params, ids);
             return ids.size() - before;
           },
           [&] {
             const RunsSql part = part_sql(true);
-            size_t n = 0;
-            query_typed({ColType::Int}, fmt::format("SELECT COUNT(*) FROM {}{}", join, part.where), part.params,
-                        [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
-            return n;
+            return count_of(fmt::format("SELECT COUNT(*) FROM {}{}", join, part.where), part.params);
           });
     } else if (f.sort == RunsSortKey::Start) {
       sql = fmt::format("SELECT d.run_id FROM {}{} ORDER BY d.start_ms{}, d.run_id{} LIMIT {} OFFSET {}", from,
@@ -1193,9 +1211,7 @@ private:
                         "r.start_ms{}, r.run_id{} LIMIT {} OFFSET {}",
                         from, keyed->where, key, key, dir, dir, dir, limit, offset);
     }
-    if (!sql.empty())
-      query_typed({ColType::Text}, sql, params,
-                  [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
+    if (!sql.empty()) read_ids(sql, params, ids);
     // A page short of what the count promised: run_tags holds rows of runs deleted by hand (until the next writer
     // removes them), which the count holds too; the runs' JSON answers.
     if (!runs_by_ids(ids, std::min(limit, page.total - offset), page.runs)) return std::nullopt;
@@ -1283,26 +1299,16 @@ private:
     RunsPage page;
     std::vector<std::string> ids;
     const char* dir = f.descending ? " DESC" : "";
-    auto read_ids = [&](const std::string& sql, const std::vector<SqlParam>& params) {
-      query_typed({ColType::Text}, sql, params,
-                  [&](std::span<const Value> row) { ids.emplace_back(value_text(row[0])); });
-    };
-    auto count = [&](const std::string& sql, const std::vector<SqlParam>& params) {
-      size_t n = 0;
-      query_typed({ColType::Int}, sql, params,
-                  [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(row[0]).value_or(0)); });
-      return n;
-    };
     RunsFilter rest = f; // the filter's other terms
     rest.q.clear();
     if (alone && f.sort == RunsSortKey::Start && limit > 0) {
       read_ids(fmt::format("SELECT SQL_CALC_FOUND_ROWS run_id FROM run_text{} ORDER BY start_ms{}, run_id{} LIMIT {} "
                            "OFFSET {}",
                            text->where, dir, dir, limit, offset),
-               text->params);
-      page.total = count("SELECT FOUND_ROWS()", {});
+               text->params, ids);
+      page.total = count_of("SELECT FOUND_ROWS()", {});
     } else if (read_ids(fmt::format("SELECT run_id FROM run_text{} LIMIT {}", text->where, kFewMatches + 1),
-                        text->params);
+                        text->params, ids);
                ids.size() <= kFewMatches) {
       // Few pass the search: all of them from one walk (it reads to the end), then those of their runs that pass the
       // other terms, sorted, all of them: the count is of the runs found (a run deleted by hand, its row of run_text
@@ -1321,7 +1327,7 @@ private:
                    ? fmt::format("SELECT run_id FROM runs{} ORDER BY start_ms{}, run_id{}", sql.where, dir, dir)
                    : fmt::format("SELECT run_id FROM runs{} ORDER BY ({} IS NULL), {}{}, start_ms{}, run_id{}",
                                  sql.where, key, key, dir, dir, dir),
-               sql.params);
+               sql.params, ids);
       page.total = ids.size();
       ids.erase(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(std::min(offset, ids.size())));
       ids.resize(std::min(ids.size(), limit));
@@ -1333,11 +1339,11 @@ private:
     } else {
       // Many pass (the walk above stopped early, at a few thousand rows of run_text where a run in five passes)
       ids.clear();
-      page.total = count("SELECT COUNT(*) FROM run_text" + text->where, text->params);
+      page.total = count_of("SELECT COUNT(*) FROM run_text" + text->where, text->params);
       if (offset >= page.total || limit == 0) return page;
       const auto figure = figure_column(f.sort);
       if (!figure.empty() && offset + limit < page.total &&
-          walk_pays(count("SELECT COUNT(*) FROM runs", {}), page.total, offset + limit)) {
+          walk_pays(count_of("SELECT COUNT(*) FROM runs", {}), page.total, offset + limit)) {
         RunsFilter by_start = f;
         by_start.sort = RunsSortKey::Start;
         const RunsSql base = runs_sql(by_start, SqlDialect::Mysql, false, false, true);
@@ -1348,12 +1354,12 @@ private:
               const size_t before = ids.size();
               read_ids(fmt::format("SELECT run_id FROM runs{}{} LIMIT {} OFFSET {}", part.where, part.order_by,
                                    part_limit, part_offset),
-                       part.params);
+                       part.params, ids);
               return ids.size() - before;
             },
             [&] {
               const RunsSql part = kept_figure_part(base, figure, true, f.descending);
-              return count("SELECT COUNT(*) FROM runs" + part.where, part.params);
+              return count_of("SELECT COUNT(*) FROM runs" + part.where, part.params);
             });
       } else {
         const auto joined = run_text_sql(f, "t.");
@@ -1362,13 +1368,26 @@ private:
         read_ids(fmt::format("SELECT r.run_id FROM run_text t STRAIGHT_JOIN runs r ON r.run_id = t.run_id{} ORDER BY "
                              "({} IS NULL), {}{}, r.start_ms{}, r.run_id{} LIMIT {} OFFSET {}",
                              joined->where, key, key, dir, dir, dir, limit, offset),
-                 joined->params);
+                 joined->params, ids);
       }
     }
     if (offset >= page.total || limit == 0) return page;
     // Short of the count: run_text holds the row of a run deleted by hand (until the next writer removes it).
     if (!runs_by_ids(ids, std::min(limit, page.total - offset), page.runs)) return std::nullopt;
     return page;
+  }
+
+  // A query whose one column is a count (COUNT(*), FOUND_ROWS()).
+  size_t count_of(const std::string& sql, const std::vector<SqlParam>& params) {
+    size_t n = 0;
+    query_typed({ColType::Int}, sql, params,
+                [&](std::span<const Value> row) { n = static_cast<size_t>(value_int(only_cell(row)).value_or(0)); });
+    return n;
+  }
+  // A query whose one column is a run id: the ids appended to `out`, in the query's order.
+  void read_ids(const std::string& sql, const std::vector<SqlParam>& params, std::vector<std::string>& out) {
+    query_typed({ColType::Text}, sql, params,
+                [&](std::span<const Value> row) { out.emplace_back(value_text(only_cell(row))); });
   }
 
   // Whether a page of a filter that `passing` of `runs` runs pass, ending at `end`, in a figure's order, costs fewer

@@ -441,6 +441,10 @@ private:
   sqlite3_stmt* commit_run_ = nullptr;
 };
 
+// A search's page of run ids, each row carrying how many runs pass (a window over every passing row).
+constexpr ResultColumn kCountedIds[] = {{"run_id", "run_id", ColType::Text},
+                                        {"passing", "COUNT(*) OVER ()", ColType::Int}};
+
 class SqliteReader final : public StoreReader {
 public:
   explicit SqliteReader(const std::string& path) {
@@ -463,11 +467,7 @@ public:
 
   RunsPage runs_page(size_t offset, size_t limit) override {
     RunsPage page;
-    query("SELECT COUNT(*) FROM runs", {}, [&](std::span<const Value> row) {
-      if (!row.empty()) {
-        if (const auto* n = std::get_if<int64_t>(&row[0])) page.total = static_cast<size_t>(*n);
-      }
-    });
+    page.total = count_of("SELECT COUNT(*) FROM runs", {});
     query(fmt::format("SELECT {} FROM runs ORDER BY start_ms, run_id LIMIT {} OFFSET {}", select_list(TableId::Runs),
                       limit, offset),
           {}, [&](std::span<const Value> row) { page.runs.push_back(run_from_row(row)); });
@@ -485,13 +485,7 @@ public:
     const bool indexed = reads_tags(f) && query_true(*db_, kRunTagsComplete);
     RunsSql sql = runs_sql(f, SqlDialect::Sqlite, indexed);
     RunsPage page;
-    auto count = [&](const RunsSql& q) {
-      size_t n = 0;
-      query_params("SELECT COUNT(*) FROM runs" + q.where, q.params, [&](std::span<const Value> row) {
-        if (const auto v = value_int(row[0])) n = static_cast<size_t>(*v);
-      });
-      return n;
-    };
+    auto count = [&](const RunsSql& q) { return count_of("SELECT COUNT(*) FROM runs" + q.where, q.params); };
     if (!f.q.empty() && f.sort != RunsSortKey::JPerUnit && limit > 0) {
       // issue 35: a search compares every run's text for its count anyway: the page and the count in one statement
       // (COUNT(*) OVER () in each row), the texts compared once (q=seed 3 at 100,000 runs: 63 ms, where the count
@@ -499,11 +493,12 @@ public:
       // The ids only: the window holds every passing row until the page is cut, and a run's whole row (its summary)
       // made that slower than two statements.
       std::vector<SqlParam> ids;
-      query_params(fmt::format("SELECT run_id, COUNT(*) OVER () FROM runs{}{} LIMIT {} OFFSET {}", sql.where,
+      const size_t id_col = result_index(kCountedIds, "run_id"), passing_col = result_index(kCountedIds, "passing");
+      query_params(fmt::format("SELECT {} FROM runs{}{} LIMIT {} OFFSET {}", result_select_list(kCountedIds), sql.where,
                                sql.order_by, limit, offset),
                    sql.params, [&](std::span<const Value> row) {
-                     ids.emplace_back(std::string(value_text(row[0])));
-                     page.total = static_cast<size_t>(value_int(row[1]).value_or(0));
+                     ids.emplace_back(std::string(value_text(row[id_col])));
+                     page.total = static_cast<size_t>(value_int(row[passing_col]).value_or(0));
                    });
       if (ids.empty()) {
         page.total = count(sql); // past the end: no row carried it
@@ -549,7 +544,8 @@ private:
   void fetch_page(const RunsSql& q, size_t offset, size_t limit, std::vector<RunInfo>& out) {
     std::vector<SqlParam> ids;
     query_params(fmt::format("SELECT run_id FROM runs{}{} LIMIT {} OFFSET {}", q.where, q.order_by, limit, offset),
-                 q.params, [&](std::span<const Value> row) { ids.emplace_back(std::string(value_text(row[0]))); });
+                 q.params,
+                 [&](std::span<const Value> row) { ids.emplace_back(std::string(value_text(only_cell(row)))); });
     runs_by_ids(ids, out);
   }
   void runs_by_ids(const std::vector<SqlParam>& ids, std::vector<RunInfo>& out) {
@@ -572,6 +568,14 @@ private:
     if (page.runs.empty() || no_work) return;
     const PageWorkSql w = page_work_sql(page.runs);
     query_params(w.sql, w.params, [&](std::span<const Value> row) { add_page_work_row(page.runs, page.work, row); });
+  }
+  // A query whose one column is a count.
+  size_t count_of(const std::string& sql, const std::vector<SqlParam>& params) {
+    size_t n = 0;
+    query_params(sql, params, [&](std::span<const Value> row) {
+      if (const auto v = value_int(only_cell(row))) n = static_cast<size_t>(*v);
+    });
+    return n;
   }
   // Whether the store's runs table has a column outside the registry (runs.j_per_unit: an older store has not).
   bool has_run_column(std::string_view name) {

@@ -18,6 +18,8 @@ using namespace ze;
 
 namespace {
 
+using Dev = LevelZeroSource::Dev;
+
 std::string cstr(const char* buf, size_t n) {
   return std::string(buf, strnlen(buf, n));
 }
@@ -272,162 +274,196 @@ bool LevelZeroSource::open() {
   return true;
 }
 
-void LevelZeroSource::open_device(Device h) {
-  auto d = std::make_unique<Dev>();
-  d->h = h;
-  d->info.vendor = "intel";
-  d->info.gpu_index = static_cast<int>(devs_.size());
-  if (lib_->device_properties) {
+namespace {
+
+// The device's name, uuid and PCI bus id, from its properties where the driver answers them.
+void describe_device(const Library& lib, Device h, GpuDevice& info) {
+  if (lib.device_properties) {
     DeviceProperties p{};
     p.stype = kStypeDeviceProperties;
     p.core.stype = kStypeCoreDeviceProperties;
-    if (lib_->device_properties(h, &p) == kSuccess) {
+    if (lib.device_properties(h, &p) == kSuccess) {
       std::string model = cstr(p.modelName, sizeof p.modelName);
-      d->info.name = !model.empty() ? model : cstr(p.core.name, sizeof p.core.name);
+      info.name = !model.empty() ? model : cstr(p.core.name, sizeof p.core.name);
       std::string uuid = "L0-";
       for (size_t i = 0; i < sizeof p.core.uuid; ++i)
         uuid += fmt::format("{:02x}{}", p.core.uuid[i], i == 3 || i == 5 || i == 7 || i == 9 ? "-" : "");
-      d->info.uuid = uuid;
+      info.uuid = uuid;
     }
   }
-  if (lib_->device_pci_properties) {
+  if (lib.device_pci_properties) {
     PciProperties p{};
     p.stype = kStypePciProperties;
-    if (lib_->device_pci_properties(h, &p) == kSuccess)
-      d->info.pci_bus_id = fmt::format("{:04x}:{:02x}:{:02x}.{:x}", p.address.domain, p.address.bus, p.address.device,
-                                       p.address.function);
+    if (lib.device_pci_properties(h, &p) == kSuccess)
+      info.pci_bus_id = fmt::format("{:04x}:{:02x}:{:02x}.{:x}", p.address.domain, p.address.bus, p.address.device,
+                                    p.address.function);
   }
-  if (d->info.uuid.empty()) d->info.uuid = d->info.pci_bus_id.empty() ? "" : "PCI-" + d->info.pci_bus_id;
-  if (d->info.name.empty()) d->info.name = "Intel GPU (Level Zero)";
+  if (info.uuid.empty()) info.uuid = info.pci_bus_id.empty() ? "" : "PCI-" + info.pci_bus_id;
+  if (info.name.empty()) info.name = "Intel GPU (Level Zero)";
+}
 
-  // Power domains: the card's where the driver names it, else the device-level package domain, else every stack's.
-  if (lib_->enum_power_domains) {
+// Every power domain of the device, with the card's marked where the driver names it.
+void find_power_domains(const Library& lib, Device h, Dev& d) {
+  if (lib.enum_power_domains) {
     std::vector<Power> hs;
-    enumerate<Power>([&](uint32_t* n, Power* p) { return lib_->enum_power_domains(h, n, p); }, hs);
+    enumerate<Power>([&](uint32_t* n, Power* p) { return lib.enum_power_domains(h, n, p); }, hs);
     for (Power ph : hs) {
-      PowerDomain pd;
+      LevelZeroSource::PowerDomain pd;
       pd.h = ph;
-      if (lib_->power_properties) {
+      if (lib.power_properties) {
         PowerExtProperties ext{};
         ext.stype = kStypePowerExtProperties;
         PowerProperties p{};
         p.stype = kStypePowerProperties;
         p.pNext = &ext;
-        if (lib_->power_properties(ph, &p) == kSuccess) {
+        if (lib.power_properties(ph, &p) == kSuccess) {
           pd.on_subdevice = p.onSubdevice != 0;
           pd.subdevice = p.subdeviceId;
           pd.kind = ext.domain; // drivers before spec 1.4 ignore pNext: unknown
         }
       }
-      d->domains.push_back(pd);
+      d.domains.push_back(pd);
     }
   }
   Power card = nullptr;
-  if (lib_->card_power_domain && lib_->card_power_domain(h, &card) == kSuccess && card) {
-    auto it = std::find_if(d->domains.begin(), d->domains.end(), [&](const PowerDomain& p) { return p.h == card; });
-    if (it == d->domains.end()) {
-      PowerDomain pd;
+  if (lib.card_power_domain && lib.card_power_domain(h, &card) == kSuccess && card) {
+    auto it = std::find_if(d.domains.begin(), d.domains.end(),
+                           [&](const LevelZeroSource::PowerDomain& p) { return p.h == card; });
+    if (it == d.domains.end()) {
+      LevelZeroSource::PowerDomain pd;
       pd.h = card;
-      d->domains.push_back(pd);
-      it = d->domains.end() - 1;
+      d.domains.push_back(pd);
+      it = d.domains.end() - 1;
     }
     it->kind = kPowerDomainCard;
     it->on_subdevice = false;
   }
-  if (lib_->power_energy_counter && !d->domains.empty()) {
-    auto pick = [&](auto&& pred) {
-      for (size_t i = 0; i < d->domains.size(); ++i)
-        if (pred(d->domains[i])) return static_cast<int>(i);
-      return -1;
-    };
-    int i = pick([](const PowerDomain& p) { return p.kind == kPowerDomainCard; });
-    if (i < 0) i = pick([](const PowerDomain& p) { return !p.on_subdevice && p.kind == kPowerDomainPackage; });
-    if (i < 0) i = pick([](const PowerDomain& p) { return !p.on_subdevice; });
-    if (i >= 0) {
-      d->energy_domains.push_back(static_cast<size_t>(i));
-      d->power_source = power_source_of(d->domains[static_cast<size_t>(i)].kind, false);
-    } else {
-      for (size_t k = 0; k < d->domains.size(); ++k)
-        d->energy_domains.push_back(k);
-      d->power_source = power_source_of(kPowerDomainStack, true);
-    }
-    d->info.power_source = d->power_source;
-  }
+}
 
-  if (lib_->enum_engine_groups && lib_->engine_activity) {
-    std::vector<Engine> hs;
-    enumerate<Engine>([&](uint32_t* n, Engine* p) { return lib_->enum_engine_groups(h, n, p); }, hs);
-    for (Engine eh : hs) {
-      EngineGroup e;
-      e.h = eh;
-      EngineProperties p{};
-      p.stype = kStypeEngineProperties;
-      if (!lib_->engine_properties || lib_->engine_properties(eh, &p) != kSuccess) continue; // a group of no known kind
-      e.type = p.type;
-      e.on_subdevice = p.onSubdevice != 0;
-      e.subdevice = p.subdeviceId;
-      d->engines.push_back(e);
-    }
+// The domains whose counters are the device's energy: the card's where the driver names it, else the device-level
+// package domain, else any device-level one, else every stack's summed.
+void choose_energy_domains(const Library& lib, Dev& d) {
+  if (!lib.power_energy_counter || d.domains.empty()) return;
+  using PD = LevelZeroSource::PowerDomain;
+  auto pick = [&](auto&& pred) {
+    for (size_t i = 0; i < d.domains.size(); ++i)
+      if (pred(d.domains[i])) return static_cast<int>(i);
+    return -1;
+  };
+  int i = pick([](const PD& p) { return p.kind == kPowerDomainCard; });
+  if (i < 0) i = pick([](const PD& p) { return !p.on_subdevice && p.kind == kPowerDomainPackage; });
+  if (i < 0) i = pick([](const PD& p) { return !p.on_subdevice; });
+  if (i >= 0) {
+    d.energy_domains.push_back(static_cast<size_t>(i));
+    d.power_source = power_source_of(d.domains[static_cast<size_t>(i)].kind, false);
+  } else {
+    for (size_t k = 0; k < d.domains.size(); ++k)
+      d.energy_domains.push_back(k);
+    d.power_source = power_source_of(kPowerDomainStack, true);
   }
-  if (lib_->enum_memory_modules && lib_->memory_state) {
-    std::vector<Memory> hs;
-    enumerate<Memory>([&](uint32_t* n, Memory* p) { return lib_->enum_memory_modules(h, n, p); }, hs);
-    int64_t total = 0;
-    bool sized = true;
-    for (Memory mh : hs) {
-      Handle<Memory> m;
-      m.h = mh;
-      MemProperties p{};
-      p.stype = kStypeMemProperties;
-      if (lib_->memory_properties && lib_->memory_properties(mh, &p) == kSuccess) {
-        if (p.location != kMemLocDevice) continue; // system memory a module maps is not the GPU's
-        m.on_subdevice = p.onSubdevice != 0;
-        m.subdevice = p.subdeviceId;
-        total += static_cast<int64_t>(p.physicalSize);
-        sized = sized && p.physicalSize > 0;
-      } else {
-        sized = false;
-      }
-      m.type = kMemLocDevice;
-      d->memory.push_back(m);
-    }
-    if (!d->memory.empty() && sized) d->info.mem_total_bytes = total;
+  d.info.power_source = d.power_source;
+}
+
+// The engine groups whose activity is read, each of a kind the driver names.
+void find_engine_groups(const Library& lib, Device h, Dev& d) {
+  if (!lib.enum_engine_groups || !lib.engine_activity) return;
+  std::vector<Engine> hs;
+  enumerate<Engine>([&](uint32_t* n, Engine* p) { return lib.enum_engine_groups(h, n, p); }, hs);
+  for (Engine eh : hs) {
+    LevelZeroSource::EngineGroup e;
+    e.h = eh;
+    EngineProperties p{};
+    p.stype = kStypeEngineProperties;
+    if (!lib.engine_properties || lib.engine_properties(eh, &p) != kSuccess) continue; // a group of no known kind
+    e.type = p.type;
+    e.on_subdevice = p.onSubdevice != 0;
+    e.subdevice = p.subdeviceId;
+    d.engines.push_back(e);
   }
-  if (lib_->enum_frequency_domains && lib_->frequency_state) {
-    std::vector<Frequency> hs;
-    enumerate<Frequency>([&](uint32_t* n, Frequency* p) { return lib_->enum_frequency_domains(h, n, p); }, hs);
-    for (Frequency fh : hs) {
-      Handle<Frequency> f;
-      f.h = fh;
-      FreqProperties p{};
-      p.stype = kStypeFreqProperties;
-      if (!lib_->frequency_properties || lib_->frequency_properties(fh, &p) != kSuccess) continue;
-      f.type = p.type;
-      f.on_subdevice = p.onSubdevice != 0;
-      f.subdevice = p.subdeviceId;
-      if (p.type == kFreqMemory && p.max > 0) d->info.clock_mem_max_mhz = static_cast<int64_t>(p.max);
-      // Issue 30: the GPU domain's maximum is the device's maximum shader clock (the highest of its stacks').
-      if (p.type == kFreqGpu && p.max > 0 && p.max < 1e6)
-        d->info.clock_sm_max_mhz =
-            std::max<int64_t>(d->info.clock_sm_max_mhz.value_or(0), static_cast<int64_t>(std::llround(p.max)));
-      d->frequency.push_back(f);
+}
+
+// The device-local memory modules, and the device's memory size where every module tells its own.
+void find_memory_modules(const Library& lib, Device h, Dev& d) {
+  if (!lib.enum_memory_modules || !lib.memory_state) return;
+  std::vector<Memory> hs;
+  enumerate<Memory>([&](uint32_t* n, Memory* p) { return lib.enum_memory_modules(h, n, p); }, hs);
+  int64_t total = 0;
+  bool sized = true;
+  for (Memory mh : hs) {
+    LevelZeroSource::Handle<Memory> m;
+    m.h = mh;
+    MemProperties p{};
+    p.stype = kStypeMemProperties;
+    if (lib.memory_properties && lib.memory_properties(mh, &p) == kSuccess) {
+      if (p.location != kMemLocDevice) continue; // system memory a module maps is not the GPU's
+      m.on_subdevice = p.onSubdevice != 0;
+      m.subdevice = p.subdeviceId;
+      total += static_cast<int64_t>(p.physicalSize);
+      sized = sized && p.physicalSize > 0;
+    } else {
+      sized = false;
     }
+    m.type = kMemLocDevice;
+    d.memory.push_back(m);
   }
-  if (lib_->enum_temperature_sensors && lib_->temperature_state) {
-    std::vector<Temperature> hs;
-    enumerate<Temperature>([&](uint32_t* n, Temperature* p) { return lib_->enum_temperature_sensors(h, n, p); }, hs);
-    for (Temperature th : hs) {
-      Handle<Temperature> t;
-      t.h = th;
-      TempProperties p{};
-      p.stype = kStypeTempProperties;
-      if (!lib_->temperature_properties || lib_->temperature_properties(th, &p) != kSuccess) continue;
-      t.type = p.type;
-      t.on_subdevice = p.onSubdevice != 0;
-      t.subdevice = p.subdeviceId;
-      d->temperature.push_back(t);
-    }
+  if (!d.memory.empty() && sized) d.info.mem_total_bytes = total;
+}
+
+// The frequency domains, and the device's maximum clocks from them.
+void find_frequency_domains(const Library& lib, Device h, Dev& d) {
+  if (!lib.enum_frequency_domains || !lib.frequency_state) return;
+  std::vector<Frequency> hs;
+  enumerate<Frequency>([&](uint32_t* n, Frequency* p) { return lib.enum_frequency_domains(h, n, p); }, hs);
+  for (Frequency fh : hs) {
+    LevelZeroSource::Handle<Frequency> f;
+    f.h = fh;
+    FreqProperties p{};
+    p.stype = kStypeFreqProperties;
+    if (!lib.frequency_properties || lib.frequency_properties(fh, &p) != kSuccess) continue;
+    f.type = p.type;
+    f.on_subdevice = p.onSubdevice != 0;
+    f.subdevice = p.subdeviceId;
+    if (p.type == kFreqMemory && p.max > 0) d.info.clock_mem_max_mhz = static_cast<int64_t>(p.max);
+    // Issue 30: the GPU domain's maximum is the device's maximum shader clock (the highest of its stacks').
+    if (p.type == kFreqGpu && p.max > 0 && p.max < 1e6)
+      d.info.clock_sm_max_mhz =
+          std::max<int64_t>(d.info.clock_sm_max_mhz.value_or(0), static_cast<int64_t>(std::llround(p.max)));
+    d.frequency.push_back(f);
   }
+}
+
+// The temperature sensors, each of a type the driver names.
+void find_temperature_sensors(const Library& lib, Device h, Dev& d) {
+  if (!lib.enum_temperature_sensors || !lib.temperature_state) return;
+  std::vector<Temperature> hs;
+  enumerate<Temperature>([&](uint32_t* n, Temperature* p) { return lib.enum_temperature_sensors(h, n, p); }, hs);
+  for (Temperature th : hs) {
+    LevelZeroSource::Handle<Temperature> t;
+    t.h = th;
+    TempProperties p{};
+    p.stype = kStypeTempProperties;
+    if (!lib.temperature_properties || lib.temperature_properties(th, &p) != kSuccess) continue;
+    t.type = p.type;
+    t.on_subdevice = p.onSubdevice != 0;
+    t.subdevice = p.subdeviceId;
+    d.temperature.push_back(t);
+  }
+}
+
+} // namespace
+
+void LevelZeroSource::open_device(Device h) {
+  auto d = std::make_unique<Dev>();
+  d->h = h;
+  d->info.vendor = "intel";
+  d->info.gpu_index = static_cast<int>(devs_.size());
+  describe_device(*lib_, h, d->info);
+  find_power_domains(*lib_, h, *d);
+  choose_energy_domains(*lib_, *d);
+  find_engine_groups(*lib_, h, *d);
+  find_memory_modules(*lib_, h, *d);
+  find_frequency_domains(*lib_, h, *d);
+  find_temperature_sensors(*lib_, h, *d);
   devs_.push_back(std::move(d));
 }
 
@@ -451,25 +487,6 @@ size_t LevelZeroSource::release_claimed(const std::vector<std::string>& bus_ids)
     return !id.empty() && std::find(bus_ids.begin(), bus_ids.end(), id) != bus_ids.end();
   });
   return before - devs_.size();
-}
-
-bool LevelZeroSource::ok(Dev& d, Result rc, const char* call, bool& on, Frame& frame) {
-  if (rc == kSuccess) return true;
-  if (lost_code(rc)) {
-    if (!d.lost.exchange(true)) {
-      frame.events.push_back({0, frame.ts_ms, "device-lost", fmt::format("gpu{}", d.info.gpu_index),
-                              fmt::format("Intel GPU {} ({}) stopped answering: {} returned {}; no further samples "
-                                          "from it in this run",
-                                          d.info.gpu_index, d.info.pci_bus_id, call, error_name(rc))});
-      spdlog::warn("GPU {} is lost ({}); the other devices keep recording", d.info.gpu_index, error_name(rc));
-    }
-    return false;
-  }
-  if (property_error(rc)) {
-    on = false;
-    spdlog::debug("GPU {}: {} answered {}; recorded as missing", d.info.gpu_index, call, error_name(rc));
-  }
-  return false; // NOT_AVAILABLE, UNKNOWN, ...: missing this tick, asked again next tick
 }
 
 const char* LevelZeroSource::group_call(Group g) {
@@ -503,182 +520,209 @@ GpuMetricSet LevelZeroSource::fills(Group g) {
   }
 }
 
+namespace {
+
+// Whether a call's answer may be used. A lost device is marked (with an event, once); a property error switches `on`
+// off; anything else (NOT_AVAILABLE, UNKNOWN, ...) is missing this tick and asked again next tick.
+bool answered(Dev& d, Result rc, const char* call, bool& on, Frame& frame) {
+  if (rc == kSuccess) return true;
+  if (lost_code(rc)) {
+    if (!d.lost.exchange(true)) {
+      frame.events.push_back({0, frame.ts_ms, "device-lost", fmt::format("gpu{}", d.info.gpu_index),
+                              fmt::format("Intel GPU {} ({}) stopped answering: {} returned {}; no further samples "
+                                          "from it in this run",
+                                          d.info.gpu_index, d.info.pci_bus_id, call, error_name(rc))});
+      spdlog::warn("GPU {} is lost ({}); the other devices keep recording", d.info.gpu_index, error_name(rc));
+    }
+    return false;
+  }
+  if (property_error(rc)) {
+    on = false;
+    spdlog::debug("GPU {}: {} answered {}; recorded as missing", d.info.gpu_index, call, error_name(rc));
+  }
+  return false;
+}
+
+// issue 33: a group of calls is read when due (every tick while it costs less than the budget), else its metrics are
+// carried with their age. The run's last tick reads the counters whether due or not, so the run ends on a counter
+// reading. False when the device was lost during the group's calls.
+template <class Read>
+bool read_group(Dev& d, LevelZeroSource::Group g, const LevelZeroSource::Options& opts, Frame& frame, GpuSample& s,
+                Read&& read) {
+  using LZ = LevelZeroSource;
+  ReadCost& cost = d.cost[g];
+  if (!cost.due(frame.mono) && !(g == LZ::gEnergy && frame.last)) {
+    carry_metrics(d.held, LZ::fills(g), cost.last, frame.mono, s);
+    return true;
+  }
+  const bool timing = cost.timing();
+  const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
+  read();
+  if (d.lost) return false;
+  const auto natural = g == LZ::gEnergy ? opts.energy_period : opts.cost.costly_period;
+  if (timing && cost.time(SteadyClock::now() - t0, frame.mono, opts.cost, natural)) {
+    const double us = std::chrono::duration<double, std::micro>(cost.measured).count();
+    if (cost.period.count() > 0)
+      spdlog::info("Intel GPU {}: {} costs {:.0f} us a tick (budget {} us); read at most every {} ms, the ticks "
+                   "between carry the last reading with its age",
+                   d.info.gpu_index, LZ::group_call(g), us,
+                   std::chrono::duration_cast<std::chrono::microseconds>(opts.cost.max_read_cost).count(),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(cost.period).count());
+    else
+      spdlog::info("Intel GPU {}: {} now costs {:.0f} us a tick; read every tick again", d.info.gpu_index,
+                   LZ::group_call(g), us);
+  }
+  cost.read_at(frame.mono);
+  hold_metrics(d.held, LZ::fills(g), s);
+  return true;
+}
+
+// Energy: every domain's counter (doctor shows each); the device's from its chosen domains, missing unless each of
+// them answered this tick.
+void read_energy(const Library& lib, Dev& d, Frame& frame, GpuSample& s) {
+  for (auto& pd : d.domains) {
+    pd.power_w.reset();
+    if (!pd.on || !lib.power_energy_counter) continue;
+    PowerEnergyCounter e{};
+    const Result rc = lib.power_energy_counter(pd.h, &e);
+    if (!answered(d, rc, "zesPowerGetEnergyCounter", pd.on, frame)) {
+      if (d.lost) return;
+      continue;
+    }
+    const double elapsed = pd.last_read == SteadyClock::time_point{}
+                               ? 0
+                               : std::chrono::duration<double>(frame.mono - pd.last_read).count();
+    const auto step = pd.counter.add(e.energy, e.timestamp, elapsed);
+    pd.read_uj = e.energy;
+    pd.last_read = frame.mono;
+    pd.power_w = step.power_w;
+    if (step.reset)
+      frame.events.push_back(
+          {0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
+           fmt::format("Intel GPU {}: the {} energy counter went back ({} µJ); counted on from there "
+                       "(a driver reload?)",
+                       d.info.gpu_index, domain_word(pd.kind), e.energy)});
+  }
+  if (d.energy_domains.empty()) return;
+  int64_t total = 0;
+  double power = 0;
+  bool all = true, powered = true;
+  for (size_t i : d.energy_domains) {
+    const auto& pd = d.domains[i];
+    // A domain that did not answer this tick (pd.last_read is this tick's mono when it did) leaves both missing.
+    all = all && pd.on && pd.counter.seen() && pd.last_read == frame.mono;
+    powered = powered && pd.power_w.has_value();
+    total += pd.counter.total_uj();
+    power += pd.power_w.value_or(0);
+  }
+  if (all) s.energy_counter_uj = total;
+  if (all && powered) {
+    s.power_w = power;
+    s.power_source = d.power_source;
+  }
+}
+
+// Engine utilisation: busy time over elapsed time between two readings of each group.
+void read_engines(const Library& lib, Dev& d, Frame& frame, GpuSample& s) {
+  std::vector<Busy> busy;
+  for (auto& e : d.engines) {
+    if (!e.on) continue;
+    EngineStats st{};
+    const Result rc = lib.engine_activity(e.h, &st);
+    if (!answered(d, rc, "zesEngineGetActivity", e.on, frame)) {
+      if (d.lost) return;
+      continue;
+    }
+    if (e.seen && st.timestamp > e.last_ts_us && st.activeTime >= e.last_active_us) {
+      const double pct = 100.0 * static_cast<double>(st.activeTime - e.last_active_us) /
+                         static_cast<double>(st.timestamp - e.last_ts_us);
+      busy.push_back({e.type, e.on_subdevice, e.subdevice, std::clamp(pct, 0.0, 100.0)});
+    }
+    e.seen = true;
+    e.last_active_us = st.activeTime;
+    e.last_ts_us = st.timestamp;
+  }
+  s.util_gpu_pct = combine(busy, util_tier(d.engines));
+  s.util_enc_pct = combine(busy, kEncode);
+  s.util_dec_pct = combine(busy, kDecode);
+}
+
+// Device memory: every device-local module together; missing unless each answered.
+void read_memory(const Library& lib, Dev& d, Frame& frame, GpuSample& s) {
+  int64_t size = 0, free = 0;
+  bool all = true;
+  for (auto& m : d.memory) {
+    if (!m.on) {
+      all = false;
+      continue;
+    }
+    MemState st{};
+    st.stype = kStypeMemState;
+    const Result rc = lib.memory_state(m.h, &st);
+    if (!answered(d, rc, "zesMemoryGetState", m.on, frame)) {
+      if (d.lost) return;
+      all = false;
+      continue;
+    }
+    size += static_cast<int64_t>(st.size);
+    free += static_cast<int64_t>(st.free);
+  }
+  if (all) {
+    s.mem_total_bytes = size;
+    s.mem_free_bytes = free;
+    s.mem_used_bytes = size - free;
+  }
+}
+
+// Frequencies: the device's own domain where it has one, else the fastest stack.
+void read_frequencies(const Library& lib, Dev& d, Frame& frame, GpuSample& s) {
+  OptF gpu_dev, gpu_stack, mem_dev, mem_stack;
+  for (auto& f : d.frequency) {
+    if (!f.on) continue;
+    FreqState st{};
+    st.stype = kStypeFreqState;
+    const Result rc = lib.frequency_state(f.h, &st);
+    if (!answered(d, rc, "zesFrequencyGetState", f.on, frame)) {
+      if (d.lost) return;
+      continue;
+    }
+    if (st.actual < 0 || (f.type != kFreqGpu && f.type != kFreqMemory)) continue; // negative: the driver cannot tell
+    OptF& slot = f.type == kFreqGpu ? (f.on_subdevice ? gpu_stack : gpu_dev) : (f.on_subdevice ? mem_stack : mem_dev);
+    slot = std::max(slot.value_or(0.0), st.actual);
+  }
+  if (auto g = gpu_dev ? gpu_dev : gpu_stack) s.clock_gfx_mhz = static_cast<int64_t>(*g + 0.5);
+  if (auto m = mem_dev ? mem_dev : mem_stack) s.clock_mem_mhz = static_cast<int64_t>(*m + 0.5);
+}
+
+// Temperatures: the hottest GPU sensor (the global one where there is none), the hottest memory sensor.
+void read_temperatures(const Library& lib, Dev& d, Frame& frame, GpuSample& s) {
+  OptF t_gpu, t_global, t_mem;
+  for (auto& t : d.temperature) {
+    if (!t.on || (t.type != kTempGpu && t.type != kTempGlobal && t.type != kTempMemory)) continue;
+    double c = 0;
+    const Result rc = lib.temperature_state(t.h, &c);
+    if (!answered(d, rc, "zesTemperatureGetState", t.on, frame)) {
+      if (d.lost) return;
+      continue;
+    }
+    OptF& slot = t.type == kTempGpu ? t_gpu : t.type == kTempGlobal ? t_global : t_mem;
+    slot = std::max(slot.value_or(-1e9), c);
+  }
+  s.temp_gpu_c = t_gpu ? t_gpu : t_global;
+  s.temp_mem_c = t_mem;
+}
+
+} // namespace
+
 void LevelZeroSource::sample_device(Dev& d, Frame& frame) {
   GpuSample s;
   s.gpu_index = d.info.gpu_index;
-  // issue 33: a group is read when due (every tick while it costs less than the budget), else carried with its age.
-  // The run's last tick reads the counters whether due or not, so the run ends on a counter reading. Returns false
-  // when the device was lost during the group's calls.
-  auto group = [&](Group g, auto&& read) {
-    ReadCost& cost = d.cost[g];
-    if (!cost.due(frame.mono) && !(g == gEnergy && frame.last)) {
-      carry_metrics(d.held, fills(g), cost.last, frame.mono, s);
-      return true;
-    }
-    const bool timing = cost.timing();
-    const auto t0 = timing ? SteadyClock::now() : SteadyClock::time_point{};
-    read();
-    if (d.lost) return false;
-    const auto natural = g == gEnergy ? opts_.energy_period : opts_.cost.costly_period;
-    if (timing && cost.time(SteadyClock::now() - t0, frame.mono, opts_.cost, natural)) {
-      const double us = std::chrono::duration<double, std::micro>(cost.measured).count();
-      if (cost.period.count() > 0)
-        spdlog::info("Intel GPU {}: {} costs {:.0f} us a tick (budget {} us); read at most every {} ms, the ticks "
-                     "between carry the last reading with its age",
-                     d.info.gpu_index, group_call(g), us,
-                     std::chrono::duration_cast<std::chrono::microseconds>(opts_.cost.max_read_cost).count(),
-                     std::chrono::duration_cast<std::chrono::milliseconds>(cost.period).count());
-      else
-        spdlog::info("Intel GPU {}: {} now costs {:.0f} us a tick; read every tick again", d.info.gpu_index,
-                     group_call(g), us);
-    }
-    cost.read_at(frame.mono);
-    hold_metrics(d.held, fills(g), s);
-    return true;
-  };
-
-  // Energy: every domain's counter (doctor shows each); the device's from its chosen domains.
-  if (!group(gEnergy, [&] {
-        for (auto& pd : d.domains) {
-          pd.power_w.reset();
-          if (!pd.on || !lib_->power_energy_counter) continue;
-          PowerEnergyCounter e{};
-          const Result rc = lib_->power_energy_counter(pd.h, &e);
-          if (!ok(d, rc, "zesPowerGetEnergyCounter", pd.on, frame)) {
-            if (d.lost) return;
-            continue;
-          }
-          const double elapsed = pd.last_read == SteadyClock::time_point{}
-                                     ? 0
-                                     : std::chrono::duration<double>(frame.mono - pd.last_read).count();
-          const auto step = pd.counter.add(e.energy, e.timestamp, elapsed);
-          pd.read_uj = e.energy;
-          pd.last_read = frame.mono;
-          pd.power_w = step.power_w;
-          if (step.reset)
-            frame.events.push_back(
-                {0, frame.ts_ms, "device-error", fmt::format("gpu{}", d.info.gpu_index),
-                 fmt::format("Intel GPU {}: the {} energy counter went back ({} µJ); counted on from there "
-                             "(a driver reload?)",
-                             d.info.gpu_index, domain_word(pd.kind), e.energy)});
-        }
-        if (!d.energy_domains.empty()) {
-          int64_t total = 0;
-          double power = 0;
-          bool all = true, powered = true;
-          for (size_t i : d.energy_domains) {
-            const auto& pd = d.domains[i];
-            // A domain that did not answer this tick (pd.last_read is this tick's mono when it did) leaves both
-            // missing.
-            all = all && pd.on && pd.counter.seen() && pd.last_read == frame.mono;
-            powered = powered && pd.power_w.has_value();
-            total += pd.counter.total_uj();
-            power += pd.power_w.value_or(0);
-          }
-          if (all) s.energy_counter_uj = total;
-          if (all && powered) {
-            s.power_w = power;
-            s.power_source = d.power_source;
-          }
-        }
-      }))
-    return;
-
-  // Engine utilisation: busy time over elapsed time between two readings of each group.
-  if (!group(gEngine, [&] {
-        std::vector<Busy> busy;
-        for (auto& e : d.engines) {
-          if (!e.on) continue;
-          EngineStats st{};
-          const Result rc = lib_->engine_activity(e.h, &st);
-          if (!ok(d, rc, "zesEngineGetActivity", e.on, frame)) {
-            if (d.lost) return;
-            continue;
-          }
-          if (e.seen && st.timestamp > e.last_ts_us && st.activeTime >= e.last_active_us) {
-            const double pct = 100.0 * static_cast<double>(st.activeTime - e.last_active_us) /
-                               static_cast<double>(st.timestamp - e.last_ts_us);
-            busy.push_back({e.type, e.on_subdevice, e.subdevice, std::clamp(pct, 0.0, 100.0)});
-          }
-          e.seen = true;
-          e.last_active_us = st.activeTime;
-          e.last_ts_us = st.timestamp;
-        }
-        s.util_gpu_pct = combine(busy, util_tier(d.engines));
-        s.util_enc_pct = combine(busy, kEncode);
-        s.util_dec_pct = combine(busy, kDecode);
-      }))
-    return;
-
-  // Device memory: every device-local module together; missing unless each answered.
-  if (!d.memory.empty() && !group(gMemory, [&] {
-        int64_t size = 0, free = 0;
-        bool all = true;
-        for (auto& m : d.memory) {
-          if (!m.on) {
-            all = false;
-            continue;
-          }
-          MemState st{};
-          st.stype = kStypeMemState;
-          const Result rc = lib_->memory_state(m.h, &st);
-          if (!ok(d, rc, "zesMemoryGetState", m.on, frame)) {
-            if (d.lost) return;
-            all = false;
-            continue;
-          }
-          size += static_cast<int64_t>(st.size);
-          free += static_cast<int64_t>(st.free);
-        }
-        if (all) {
-          s.mem_total_bytes = size;
-          s.mem_free_bytes = free;
-          s.mem_used_bytes = size - free;
-        }
-      }))
-    return;
-
-  // Frequencies: the device's own domain where it has one, else the fastest stack.
-  if (!group(gFrequency, [&] {
-        OptF gpu_dev, gpu_stack, mem_dev, mem_stack;
-        for (auto& f : d.frequency) {
-          if (!f.on) continue;
-          FreqState st{};
-          st.stype = kStypeFreqState;
-          const Result rc = lib_->frequency_state(f.h, &st);
-          if (!ok(d, rc, "zesFrequencyGetState", f.on, frame)) {
-            if (d.lost) return;
-            continue;
-          }
-          if (st.actual < 0 || (f.type != kFreqGpu && f.type != kFreqMemory))
-            continue; // negative: the driver cannot tell
-          OptF& slot =
-              f.type == kFreqGpu ? (f.on_subdevice ? gpu_stack : gpu_dev) : (f.on_subdevice ? mem_stack : mem_dev);
-          slot = std::max(slot.value_or(0.0), st.actual);
-        }
-        if (auto g = gpu_dev ? gpu_dev : gpu_stack) s.clock_gfx_mhz = static_cast<int64_t>(*g + 0.5);
-        if (auto m = mem_dev ? mem_dev : mem_stack) s.clock_mem_mhz = static_cast<int64_t>(*m + 0.5);
-      }))
-    return;
-
-  // Temperatures: the hottest GPU sensor (the global one where there is none), the hottest memory sensor.
-  if (!group(gTemperature, [&] {
-        OptF t_gpu, t_global, t_mem;
-        for (auto& t : d.temperature) {
-          if (!t.on || (t.type != kTempGpu && t.type != kTempGlobal && t.type != kTempMemory)) continue;
-          double c = 0;
-          const Result rc = lib_->temperature_state(t.h, &c);
-          if (!ok(d, rc, "zesTemperatureGetState", t.on, frame)) {
-            if (d.lost) return;
-            continue;
-          }
-          OptF& slot = t.type == kTempGpu ? t_gpu : t.type == kTempGlobal ? t_global : t_mem;
-          slot = std::max(slot.value_or(-1e9), c);
-        }
-        s.temp_gpu_c = t_gpu ? t_gpu : t_global;
-        s.temp_mem_c = t_mem;
-      }))
-    return;
+  const Library& lib = *lib_;
+  if (!read_group(d, gEnergy, opts_, frame, s, [&] { read_energy(lib, d, frame, s); })) return;
+  if (!read_group(d, gEngine, opts_, frame, s, [&] { read_engines(lib, d, frame, s); })) return;
+  if (!d.memory.empty() && !read_group(d, gMemory, opts_, frame, s, [&] { read_memory(lib, d, frame, s); })) return;
+  if (!read_group(d, gFrequency, opts_, frame, s, [&] { read_frequencies(lib, d, frame, s); })) return;
+  if (!read_group(d, gTemperature, opts_, frame, s, [&] { read_temperatures(lib, d, frame, s); })) return;
   frame.gpus.push_back(std::move(s));
 }
 

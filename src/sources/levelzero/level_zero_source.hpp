@@ -131,8 +131,6 @@ public:
   };
 
 private:
-  // true when the value may be used. A lost device is marked (with an event); a property error switches `on` off.
-  bool ok(Dev& d, ze::Result rc, const char* call, bool& on, Frame& frame);
   void open_device(ze::Device h);
   void sample_device(Dev& d, Frame& frame);
 

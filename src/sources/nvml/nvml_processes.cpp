@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <span>
 
 #include <spdlog/spdlog.h>
 
@@ -85,6 +86,142 @@ bool property_error(Return rc) { // a property of the device or driver, not of t
          rc == kErrorInvalidArgument;
 }
 
+// pid -> memory held (bytes; missing where the driver cannot tell)
+using HeldMemory = std::map<unsigned int, OptI>;
+void take(HeldMemory& mem, unsigned int pid, unsigned long long used) {
+  OptI bytes;
+  if (used != kValueNotAvailable) bytes = static_cast<int64_t>(used);
+  auto [it, fresh] = mem.emplace(pid, bytes);
+  // A process can be both a compute and a graphics client: its memory is the same allocation, listed twice.
+  if (!fresh && bytes && (!it->second || *bytes > *it->second)) it->second = bytes;
+}
+
+// One running-process list of handle `h` (v3: the _v3/_v2 call, v1: the unversioned one) into `mem`; whether it
+// answered.
+template <class V3, class V1>
+bool read_one_list(const Library& lib, Device h, V3 v3, V1 v1, size_t stride, NvmlSource::ProcState& ps,
+                   HeldMemory& mem) {
+  std::vector<Listed> infos;
+  if (ps.list_v3 && lib.*v3) {
+    const Return rc = list_processes(
+        [&](unsigned int* n, unsigned char* p) { return (lib.*v3)(h, n, reinterpret_cast<ProcessInfo*>(p)); }, stride,
+        ps.list_room, infos);
+    ps.list_room = std::max<size_t>(ps.list_room, infos.size() + 8);
+    if (rc == kSuccess) {
+      for (const auto& p : infos)
+        take(mem, p.pid, p.used);
+      return true;
+    }
+    if (!property_error(rc)) return false;
+    ps.list_v3 = false; // the v2 struct is not understood here: the older call from now on
+  }
+  if (!(lib.*v1)) return false;
+  const Return rc = list_processes(
+      [&](unsigned int* n, unsigned char* p) { return (lib.*v1)(h, n, reinterpret_cast<ProcessInfoV1*>(p)); },
+      sizeof(ProcessInfoV1), ps.list_room, infos);
+  ps.list_room = std::max<size_t>(ps.list_room, infos.size() + 8);
+  if (rc != kSuccess) return false;
+  for (const auto& p : infos)
+    take(mem, p.pid, p.used);
+  return true;
+}
+
+// The compute and graphics processes listed on `handles` into `mem`; whether any list answered.
+bool list_device_processes(const Library& lib, std::span<const Device> handles, size_t stride,
+                           NvmlSource::ProcState& ps, HeldMemory& mem) {
+  bool any_list = false;
+  for (Device h : handles)
+    any_list |= read_one_list(lib, h, &Library::device_compute_processes, &Library::device_compute_processes_v1, stride,
+                              ps, mem);
+  for (Device h : handles)
+    any_list |= read_one_list(lib, h, &Library::device_graphics_processes, &Library::device_graphics_processes_v1,
+                              stride, ps, mem);
+  return any_list;
+}
+
+// Per-process utilisation of `h` since the last samples seen, averaged per pid into `util`; whether it is known.
+// NOT_FOUND: no process ran a kernel since then (0 %).
+bool read_process_utilisation(const Library& lib, Device h, int gpu_index, NvmlSource::ProcState& ps,
+                              std::map<unsigned int, Util>& util) {
+  bool util_known = false;
+  unsigned long long newest = ps.last_seen_us;
+  // Both utilisation calls answer with structs whose fields share these names.
+  auto add_samples = [&](const auto& buf) {
+    for (const auto& u : buf) {
+      auto& a = util[u.pid];
+      a.sm += u.smUtil, a.mem += u.memUtil, a.enc += u.encUtil, a.dec += u.decUtil, a.n++;
+      newest = std::max(newest, u.timeStamp);
+    }
+  };
+  if (!ps.util_off && ps.util_info && lib.device_processes_utilization_info) {
+    std::vector<ProcessUtilizationInfoV1> buf;
+    ProcessesUtilizationInfo info{};
+    const Return rc = list<ProcessUtilizationInfoV1>(
+        [&](unsigned int* n, ProcessUtilizationInfoV1* p) {
+          info = {};
+          info.version = kProcessesUtilizationInfoVersion;
+          info.processSamplesCount = *n;
+          info.lastSeenTimeStamp = ps.last_seen_us;
+          info.procUtilArray = p;
+          const Return r = lib.device_processes_utilization_info(h, &info);
+          *n = info.processSamplesCount;
+          return r;
+        },
+        buf);
+    if (rc == kSuccess || rc == kErrorNotFound) {
+      util_known = true;
+      add_samples(buf);
+    } else if (property_error(rc)) {
+      ps.util_info = false;
+    }
+  } else {
+    ps.util_info = false;
+  }
+  if (!util_known && !ps.util_off && !ps.util_info) {
+    if (!lib.device_process_utilization) {
+      ps.util_off = true;
+    } else {
+      std::vector<ProcessUtilizationSample> buf;
+      const Return rc = list<ProcessUtilizationSample>(
+          [&](unsigned int* n, ProcessUtilizationSample* p) {
+            return lib.device_process_utilization(h, p, n, ps.last_seen_us);
+          },
+          buf);
+      if (rc == kSuccess || rc == kErrorNotFound) {
+        util_known = true;
+        add_samples(buf);
+      } else if (property_error(rc)) {
+        ps.util_off = true;
+        spdlog::debug("GPU {}: no per-process utilisation ({}); its energy is split by memory held", gpu_index,
+                      error_name(rc));
+      }
+    }
+  }
+  ps.last_seen_us = newest;
+  return util_known;
+}
+
+// A sample per process of one GPU: the memory it holds and, where utilisation is known, its average shares (0 for a
+// process with no samples since the last scan).
+void append_samples(const HeldMemory& mem, const std::map<unsigned int, Util>& util, bool util_known, int gpu_index,
+                    std::vector<GpuProcessSample>& out) {
+  for (const auto& [pid, bytes] : mem) {
+    GpuProcessSample g;
+    g.id.pid = pid;
+    g.gpu_index = gpu_index;
+    g.mem_used_bytes = bytes;
+    if (util_known) {
+      g.sm_pct = g.mem_pct = g.enc_pct = g.dec_pct = 0.0;
+      if (auto it = util.find(pid); it != util.end() && it->second.n > 0) {
+        const double n = it->second.n;
+        g.sm_pct = it->second.sm / n, g.mem_pct = it->second.mem / n;
+        g.enc_pct = it->second.enc / n, g.dec_pct = it->second.dec / n;
+      }
+    }
+    out.push_back(g);
+  }
+}
+
 } // namespace
 
 bool NvmlSource::lists_gpu_processes() const {
@@ -105,62 +242,17 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
         if (d.slow->lost) continue;
       }
       if (ps.off) continue;
-      // pid -> memory held (bytes; missing where the driver cannot tell)
-      std::map<unsigned int, OptI> mem;
-      bool any_list = false;
-      auto take = [&](unsigned int pid, unsigned long long used) {
-        OptI bytes;
-        if (used != kValueNotAvailable) bytes = static_cast<int64_t>(used);
-        auto [it, fresh] = mem.emplace(pid, bytes);
-        // A process can be both a compute and a graphics client: its memory is the same allocation, listed twice.
-        if (!fresh && bytes && (!it->second || *bytes > *it->second)) it->second = bytes;
-      };
       // Issue 17: where the selection named a MIG instance of this GPU, its processes are that instance's (listed
       // from the instance's own handle): the parent's other instances belong to other people.
       std::vector<Device> handles;
       for (const auto& m : d.migs)
         if (m.info.selected) handles.push_back(m.handle);
       if (handles.empty()) handles.push_back(d.handle);
-      auto read_one_list = [&](Device h, auto v3, auto v1) {
-        std::vector<Listed> infos;
-        if (ps.list_v3 && (*lib_).*v3) {
-          const Return rc = list_processes(
-              [&](unsigned int* n, unsigned char* p) { return ((*lib_).*v3)(h, n, reinterpret_cast<ProcessInfo*>(p)); },
-              proc_stride_, ps.list_room, infos);
-          ps.list_room = std::max<size_t>(ps.list_room, infos.size() + 8);
-          if (rc == kSuccess) {
-            any_list = true;
-            for (const auto& p : infos)
-              take(p.pid, p.used);
-            return;
-          }
-          if (!property_error(rc)) return;
-          ps.list_v3 = false; // the v2 struct is not understood here: the older call from now on
-        }
-        if ((*lib_).*v1) {
-          const Return rc =
-              list_processes([&](unsigned int* n,
-                                 unsigned char* p) { return ((*lib_).*v1)(h, n, reinterpret_cast<ProcessInfoV1*>(p)); },
-                             sizeof(ProcessInfoV1), ps.list_room, infos);
-          ps.list_room = std::max<size_t>(ps.list_room, infos.size() + 8);
-          if (rc == kSuccess) {
-            any_list = true;
-            for (const auto& p : infos)
-              take(p.pid, p.used);
-          }
-        }
-      };
-      auto read_list = [&](auto v3, auto v1) {
-        for (Device h : handles)
-          read_one_list(h, v3, v1);
-      };
-      read_list(&Library::device_compute_processes, &Library::device_compute_processes_v1);
-      read_list(&Library::device_graphics_processes, &Library::device_graphics_processes_v1);
-      if (!any_list) {
+      HeldMemory mem;
+      if (!list_device_processes(*lib_, handles, proc_stride_, ps, mem)) {
         if (!lib_->device_compute_processes && !lib_->device_compute_processes_v1) ps.off = true;
         continue;
       }
-
       // No process on this GPU: nothing to split, so its utilisation samples are not asked for. On an H100 (driver
       // 580) that call costs 2.7 ms of CPU even when it finds none, every scan, per GPU (bench/nvml_call_cost.py):
       // most of what the machine-wide scan cost there.
@@ -168,80 +260,10 @@ void NvmlSource::gpu_processes(std::vector<GpuProcessSample>& out, std::vector<i
         listed.push_back(d.info.gpu_index);
         continue;
       }
-
-      // Per-process utilisation since the last samples seen. NOT_FOUND: no process ran a kernel since then (0 %).
       std::map<unsigned int, Util> util;
-      bool util_known = false;
-      unsigned long long newest = ps.last_seen_us;
-      // Both utilisation calls answer with structs whose fields share these names.
-      auto add_samples = [&](const auto& buf) {
-        for (const auto& u : buf) {
-          auto& a = util[u.pid];
-          a.sm += u.smUtil, a.mem += u.memUtil, a.enc += u.encUtil, a.dec += u.decUtil, a.n++;
-          newest = std::max(newest, u.timeStamp);
-        }
-      };
-      if (!ps.util_off && ps.util_info && lib_->device_processes_utilization_info) {
-        std::vector<ProcessUtilizationInfoV1> buf;
-        ProcessesUtilizationInfo info{};
-        const Return rc = list<ProcessUtilizationInfoV1>(
-            [&](unsigned int* n, ProcessUtilizationInfoV1* p) {
-              info = {};
-              info.version = kProcessesUtilizationInfoVersion;
-              info.processSamplesCount = *n;
-              info.lastSeenTimeStamp = ps.last_seen_us;
-              info.procUtilArray = p;
-              const Return r = lib_->device_processes_utilization_info(d.handle, &info);
-              *n = info.processSamplesCount;
-              return r;
-            },
-            buf);
-        if (rc == kSuccess || rc == kErrorNotFound) {
-          util_known = true;
-          add_samples(buf);
-        } else if (property_error(rc)) {
-          ps.util_info = false;
-        }
-      } else {
-        ps.util_info = false;
-      }
-      if (!util_known && !ps.util_off && !ps.util_info) {
-        if (!lib_->device_process_utilization) {
-          ps.util_off = true;
-        } else {
-          std::vector<ProcessUtilizationSample> buf;
-          const Return rc = list<ProcessUtilizationSample>(
-              [&](unsigned int* n, ProcessUtilizationSample* p) {
-                return lib_->device_process_utilization(d.handle, p, n, ps.last_seen_us);
-              },
-              buf);
-          if (rc == kSuccess || rc == kErrorNotFound) {
-            util_known = true;
-            add_samples(buf);
-          } else if (property_error(rc)) {
-            ps.util_off = true;
-            spdlog::debug("GPU {}: no per-process utilisation ({}); its energy is split by memory held",
-                          d.info.gpu_index, error_name(rc));
-          }
-        }
-      }
-      ps.last_seen_us = newest;
+      const bool util_known = read_process_utilisation(*lib_, d.handle, d.info.gpu_index, ps, util);
       listed.push_back(d.info.gpu_index);
-      for (const auto& [pid, bytes] : mem) {
-        GpuProcessSample g;
-        g.id.pid = pid;
-        g.gpu_index = d.info.gpu_index;
-        g.mem_used_bytes = bytes;
-        if (util_known) {
-          g.sm_pct = g.mem_pct = g.enc_pct = g.dec_pct = 0.0;
-          if (auto it = util.find(pid); it != util.end() && it->second.n > 0) {
-            const double n = it->second.n;
-            g.sm_pct = it->second.sm / n, g.mem_pct = it->second.mem / n;
-            g.enc_pct = it->second.enc / n, g.dec_pct = it->second.dec / n;
-          }
-        }
-        out.push_back(g);
-      }
+      append_samples(mem, util, util_known, d.info.gpu_index, out);
     }
   } catch (...) {
     // allocation failure: this scan keeps what it has

@@ -498,6 +498,126 @@ static_assert(calls_in_order(), "kCalls lists every NvmlSource::Call once, in en
 static_assert(filled() == kAllGpuMetrics,
               "a GPU metric in core/metrics.hpp is read by no NVML call: add its read to kCalls (or to kDerived)");
 
+// ---- open()'s steps
+
+// Issue 31: nvmlInit tried first in a child process, so that a library that crashes in it turns this backend off
+// instead of killing wattscope (and the command it runs). The status that turns NVML off where the probe crashed or
+// hung; nothing where nvmlInit answered there, or the probe was not run.
+std::optional<SourceStatus> probe_init(const NvmlSource::Options& opts) {
+  const auto bound = probe_timeout_from_env("WATTSCOPE_NVML_PROBE", NvmlSource::kInitProbeTimeout);
+  if (bound.count() <= 0) return std::nullopt;
+  LibraryInit what;
+  what.libraries = opts.library_path.empty() ? std::vector<std::string>{"libnvidia-ml.so.1", "libnvidia-ml.so"}
+                                             : std::vector<std::string>{opts.library_path};
+  what.init_symbols = {"nvmlInit_v2", "nvmlInit"};
+  what.shutdown_symbol = "nvmlShutdown";
+  const InitProbe probe = probe_library_init(what, bound);
+  const std::string lib_name = opts.library_path.empty() ? "libnvidia-ml.so.1" : opts.library_path;
+  if (probe.outcome == InitProbe::Outcome::Crashed)
+    return SourceStatus{SourceStatus::State::Error,
+                        fmt::format("no NVIDIA GPU recorded: {} crashed in nvmlInit in a probe process ({}); it is not "
+                                    "loaded into wattscope",
+                                    lib_name, probe.detail),
+                        "check the driver installation ('nvidia-smi' should list the GPUs); after a driver upgrade, "
+                        "reboot",
+                        false, true};
+  if (probe.outcome == InitProbe::Outcome::Hung)
+    return SourceStatus{SourceStatus::State::Error,
+                        fmt::format("no NVIDIA GPU recorded: nvmlInit of {} did not return in a probe process ({}); it "
+                                    "is not loaded into wattscope",
+                                    lib_name, probe.detail),
+                        "check that 'nvidia-smi' answers; enable persistence mode ('nvidia-smi -pm 1'), or set "
+                        "WATTSCOPE_NVML_PROBE to more seconds (off skips the probe)",
+                        false, true};
+  if (probe.outcome == InitProbe::Outcome::NotRun)
+    spdlog::debug("nvml: {}; loading {} without a probe", probe.detail, lib_name);
+  else
+    spdlog::debug("nvml: nvmlInit of {} probed in a child process: {} in {:.3f} s", lib_name, error_name(probe.code),
+                  probe.seconds);
+  return std::nullopt;
+}
+
+// The library could not be loaded (`why`, the loader's words): none installed, or one too old.
+SourceStatus not_loaded_status(const std::string& why, const std::string& library_path) {
+  const bool unusable = why.find("lacks required") != std::string::npos;
+  return SourceStatus::not_loaded(
+      fmt::format("no NVIDIA GPU recorded: {}", why),
+      unusable ? "update the NVIDIA driver; this libnvidia-ml is older than wattscope supports"
+               : "on a machine with an NVIDIA GPU, install its driver (Debian: nvidia-driver, which provides "
+                 "libnvidia-ml.so.1) or set WATTSCOPE_NVML_LIBRARY to the library's path",
+      unusable || !library_path.empty());
+}
+
+// ---- simulate (issue 19): the scenario goes to the simulated library before nvmlInit reads it. The status that turns
+// NVML off where the library is not wattscope's simulated one.
+std::optional<SourceStatus> hand_scenario(const Library& lib, const NvmlSource::Options& opts) {
+  using SetScenario = int (*)(const char*);
+  auto set = reinterpret_cast<SetScenario>(lib.symbol("wattscope_fake_nvml_set_scenario"));
+  if (!set)
+    return SourceStatus::missing(fmt::format("--simulate: {} is not wattscope's simulated GPU library", lib.path()),
+                                 "a bug in this build: the embedded library lacks its scenario entry point");
+  set(opts.simulated_scenario_json.c_str());
+  return std::nullopt;
+}
+// ---- end simulate
+
+// nvmlInit answered `rc`: what it means, and the fix for each cause.
+SourceStatus init_failed_status(Return rc) {
+  const bool mismatch = rc == kErrorLibRmVersionMismatch || rc == kErrorOperatingSystem;
+  return SourceStatus::missing(
+      fmt::format("no NVIDIA GPU recorded: nvmlInit failed with {}{}", error_name(rc),
+                  rc == kErrorDriverNotLoaded ? " (the NVIDIA kernel driver is not loaded)"
+                  : rc == kErrorLibRmVersionMismatch
+                      ? " (driver/library version mismatch: libnvidia-ml is not the loaded kernel module's version)"
+                  : rc == kErrorOperatingSystem ? " (an operating-system call failed; after a driver upgrade this is "
+                                                  "usually the library and the loaded kernel module differing)"
+                                                : ""),
+      rc == kErrorDriverNotLoaded
+          ? "load the NVIDIA kernel driver ('sudo modprobe nvidia', or reboot after installing it)"
+      : mismatch ? "the driver was upgraded without a reboot: reboot, or reload the NVIDIA kernel modules "
+                   "('sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia' with no GPU "
+                   "process running); 'nvidia-smi' should then work"
+                 : "check the driver installation: 'nvidia-smi' should list the GPUs");
+}
+
+// A text the library writes into a buffer (its version strings), or "" where it has no such call or it fails.
+std::string library_text(Return (*call)(char*, unsigned int)) {
+  char buf[kStringBuffer] = {};
+  return call && call(buf, sizeof buf) == kSuccess ? cstr(buf, sizeof buf) : std::string();
+}
+// The same for a device's text (uuid, name).
+std::string device_text(Return (*call)(Device, char*, unsigned int), Device h) {
+  char buf[kStringBuffer] = {};
+  return call && call(h, buf, sizeof buf) == kSuccess ? cstr(buf, sizeof buf) : std::string();
+}
+
+// The GPU's PCI bus id, in the _v3 form (and nvidia-smi's) with an 8-digit domain, however the driver answers; "" where
+// it cannot tell.
+std::string pci_bus_id(const Library& lib, Device h) {
+  PciInfo pci{};
+  // Issue 30: _v2 fills the 52-byte layout, but is handed room for the full struct: a driver that writes more
+  // (as _v3 does) still writes inside the buffer.
+  union {
+    PciInfo full;
+    PciInfoLegacy legacy;
+  } v2{};
+  PciInfoLegacy& legacy = v2.legacy;
+  if (lib.device_pci_info && lib.device_pci_info(h, &pci) == kSuccess) return cstr(pci.busId, sizeof pci.busId);
+  if (!lib.device_pci_info_legacy || lib.device_pci_info_legacy(h, &legacy) != kSuccess) return {};
+  // "0000:18:00.0" there; stored alike either way
+  std::string id = cstr(legacy.busId, sizeof legacy.busId);
+  if (id.size() == 12 && id[4] == ':') id.insert(0, "0000");
+  return id;
+}
+
+// NVML found GPUs (`count`) but recorded none: none there, or none the selection names.
+SourceStatus nothing_selected_status(unsigned int count, const GpuSelection& selection) {
+  if (count == 0) return SourceStatus::missing("NVML found no NVIDIA GPU", "none needed unless this machine has one");
+  return SourceStatus::missing(fmt::format("none of the {} NVIDIA GPUs is selected ({} = {})", count, selection.origin,
+                                           selection.origin == "--gpus" ? "the flag" : "its value"),
+                               "check CUDA_VISIBLE_DEVICES or pass --gpus all");
+}
+
 } // namespace
 
 const char* NvmlSource::call_name(Call c) {
@@ -561,182 +681,55 @@ NvmlSource::~NvmlSource() {
 }
 
 bool NvmlSource::open() {
-  std::string why;
-  // Issue 31: nvmlInit tried first in a child process, so that a library that crashes in it turns this backend off
-  // instead of killing wattscope (and the command it runs). The simulated library is our own code: not probed.
+  // Issue 31: the simulated library is our own code: not probed.
   if (!opts_.simulated()) {
-    const auto bound = probe_timeout_from_env("WATTSCOPE_NVML_PROBE", kInitProbeTimeout);
-    if (bound.count() > 0) {
-      LibraryInit what;
-      what.libraries = opts_.library_path.empty() ? std::vector<std::string>{"libnvidia-ml.so.1", "libnvidia-ml.so"}
-                                                  : std::vector<std::string>{opts_.library_path};
-      what.init_symbols = {"nvmlInit_v2", "nvmlInit"};
-      what.shutdown_symbol = "nvmlShutdown";
-      const InitProbe probe = probe_library_init(what, bound);
-      const std::string lib_name = opts_.library_path.empty() ? "libnvidia-ml.so.1" : opts_.library_path;
-      if (probe.outcome == InitProbe::Outcome::Crashed) {
-        status_ = SourceStatus{
-            SourceStatus::State::Error,
-            fmt::format("no NVIDIA GPU recorded: {} crashed in nvmlInit in a probe process ({}); it is not loaded "
-                        "into wattscope",
-                        lib_name, probe.detail),
-            "check the driver installation ('nvidia-smi' should list the GPUs); after a driver upgrade, reboot", false,
-            true};
-        return false;
-      }
-      if (probe.outcome == InitProbe::Outcome::Hung) {
-        status_ = SourceStatus{
-            SourceStatus::State::Error,
-            fmt::format("no NVIDIA GPU recorded: nvmlInit of {} did not return in a probe process ({}); it is not "
-                        "loaded into wattscope",
-                        lib_name, probe.detail),
-            "check that 'nvidia-smi' answers; enable persistence mode ('nvidia-smi -pm 1'), or set "
-            "WATTSCOPE_NVML_PROBE to more seconds (off skips the probe)",
-            false, true};
-        return false;
-      }
-      if (probe.outcome == InitProbe::Outcome::NotRun)
-        spdlog::debug("nvml: {}; loading {} without a probe", probe.detail, lib_name);
-      else
-        spdlog::debug("nvml: nvmlInit of {} probed in a child process: {} in {:.3f} s", lib_name,
-                      error_name(probe.code), probe.seconds);
+    if (auto failed = probe_init(opts_)) {
+      status_ = std::move(*failed);
+      return false;
     }
   }
+  std::string why;
   lib_ = Library::load(opts_.library_path, why);
   if (!lib_) {
-    const bool unusable = why.find("lacks required") != std::string::npos;
-    status_ = SourceStatus::not_loaded(
-        fmt::format("no NVIDIA GPU recorded: {}", why),
-        unusable ? "update the NVIDIA driver; this libnvidia-ml is older than wattscope supports"
-                 : "on a machine with an NVIDIA GPU, install its driver (Debian: nvidia-driver, which provides "
-                   "libnvidia-ml.so.1) or set WATTSCOPE_NVML_LIBRARY to the library's path",
-        unusable || !opts_.library_path.empty());
+    status_ = not_loaded_status(why, opts_.library_path);
     return false;
   }
   for (const auto& m : lib_->missing_optional())
     spdlog::debug("nvml: {} lacks {}; that metric is off", lib_->path(), m);
-  // ---- simulate (issue 19): the scenario goes to the simulated library before nvmlInit reads it.
   if (opts_.simulated()) {
-    using SetScenario = int (*)(const char*);
-    auto set = reinterpret_cast<SetScenario>(lib_->symbol("wattscope_fake_nvml_set_scenario"));
-    if (!set) {
-      status_ =
-          SourceStatus::missing(fmt::format("--simulate: {} is not wattscope's simulated GPU library", lib_->path()),
-                                "a bug in this build: the embedded library lacks its scenario entry point");
+    if (auto failed = hand_scenario(*lib_, opts_)) {
+      status_ = std::move(*failed);
       return false;
     }
-    set(opts_.simulated_scenario_json.c_str());
   }
-  // ---- end simulate
-  Return rc = lib_->init();
-  if (rc != kSuccess) {
-    const bool mismatch = rc == kErrorLibRmVersionMismatch || rc == kErrorOperatingSystem;
-    status_ = SourceStatus::missing(
-        fmt::format("no NVIDIA GPU recorded: nvmlInit failed with {}{}", error_name(rc),
-                    rc == kErrorDriverNotLoaded ? " (the NVIDIA kernel driver is not loaded)"
-                    : rc == kErrorLibRmVersionMismatch
-                        ? " (driver/library version mismatch: libnvidia-ml is not the loaded kernel module's version)"
-                    : rc == kErrorOperatingSystem ? " (an operating-system call failed; after a driver upgrade this is "
-                                                    "usually the library and the loaded kernel module differing)"
-                                                  : ""),
-        rc == kErrorDriverNotLoaded
-            ? "load the NVIDIA kernel driver ('sudo modprobe nvidia', or reboot after installing it)"
-        : mismatch ? "the driver was upgraded without a reboot: reboot, or reload the NVIDIA kernel modules "
-                     "('sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia' with no GPU "
-                     "process running); 'nvidia-smi' should then work"
-                   : "check the driver installation: 'nvidia-smi' should list the GPUs");
+  if (const Return rc = lib_->init(); rc != kSuccess) {
+    status_ = init_failed_status(rc);
     return false;
   }
   initialised_ = true;
-  char buf[kStringBuffer] = {};
-  if (lib_->system_driver_version && lib_->system_driver_version(buf, sizeof buf) == kSuccess)
-    driver_version_ = cstr(buf, sizeof buf);
-  if (lib_->system_nvml_version && lib_->system_nvml_version(buf, sizeof buf) == kSuccess)
-    nvml_version_ = cstr(buf, sizeof buf);
+  driver_version_ = library_text(lib_->system_driver_version);
+  nvml_version_ = library_text(lib_->system_nvml_version);
   proc_stride_ = process_info_stride(driver_version_, lib_->device_conf_compute_mem_size != nullptr,
                                      lib_->device_process_detail_list != nullptr);
   if (proc_stride_ != sizeof(ProcessInfo))
     spdlog::debug("nvml: driver {} fills {}-byte entries from the running-process calls", driver_version_,
                   proc_stride_);
   unsigned int count = 0;
-  rc = lib_->device_count(&count);
-  if (rc != kSuccess) {
+  if (const Return rc = lib_->device_count(&count); rc != kSuccess) {
     status_ = SourceStatus::missing(fmt::format("nvmlDeviceGetCount failed with {}", error_name(rc)),
                                     "check the driver installation: 'nvidia-smi' should list the GPUs");
     return false;
   }
   devices_found_ = static_cast<int>(count);
   std::set<std::string> models; // every GPU's name, selected or not: CUDA's order differs from NVML's where they differ
-  for (unsigned int i = 0; i < count; ++i) {
-    Dev d;
-    rc = lib_->device_by_index(i, &d.handle);
-    if (rc != kSuccess) {
-      spdlog::warn("nvml: GPU {} cannot be opened ({}); it is not recorded", i, error_name(rc));
-      continue;
-    }
-    d.info.gpu_index = static_cast<int>(i);
-    d.info.vendor = "nvidia";
-    if (opts_.simulated()) d.info.energy_method = "simulated"; // issue 19: kept by accounting, shown everywhere
-    if (lib_->device_uuid && lib_->device_uuid(d.handle, buf, sizeof buf) == kSuccess)
-      d.info.uuid = cstr(buf, sizeof buf);
-    if (lib_->device_name && lib_->device_name(d.handle, buf, sizeof buf) == kSuccess)
-      d.info.name = cstr(buf, sizeof buf);
-    models.insert(d.info.name);
-    if (!opts_.selection.selects(d.info.gpu_index, d.info.uuid)) {
-      // A MIG instance (MIG-… in CUDA_VISIBLE_DEVICES) selects its parent GPU: NVML measures power and energy per
-      // GPU, not per instance.
-      const std::string mig = opts_.selection.names_mig() ? mig_of(d.handle) : std::string();
-      if (mig.empty()) continue;
-      spdlog::info("{} names MIG instance {}: recording its GPU {} ({}); power and energy are the whole GPU's, "
-                   "shared by all its MIG instances",
-                   opts_.selection.origin, mig, d.info.gpu_index, d.info.uuid);
-    }
-    PciInfo pci{};
-    // Issue 30: _v2 fills the 52-byte layout, but is handed room for the full struct: a driver that writes more
-    // (as _v3 does) still writes inside the buffer.
-    union {
-      PciInfo full;
-      PciInfoLegacy legacy;
-    } v2{};
-    PciInfoLegacy& legacy = v2.legacy;
-    if (lib_->device_pci_info && lib_->device_pci_info(d.handle, &pci) == kSuccess)
-      d.info.pci_bus_id = cstr(pci.busId, sizeof pci.busId);
-    else if (lib_->device_pci_info_legacy && lib_->device_pci_info_legacy(d.handle, &legacy) == kSuccess) {
-      // "0000:18:00.0" there; the _v3 form (and nvidia-smi's) has an 8-digit domain: stored alike either way
-      d.info.pci_bus_id = cstr(legacy.busId, sizeof legacy.busId);
-      if (d.info.pci_bus_id.size() == 12 && d.info.pci_bus_id[4] == ':') d.info.pci_bus_id.insert(0, "0000");
-    }
-    unsigned int mhz = 0;
-    if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockSm, &mhz) == kSuccess)
-      d.info.clock_sm_max_mhz = mhz;
-    if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockMem, &mhz) == kSuccess)
-      d.info.clock_mem_max_mhz = mhz;
-    d.fields = {kFieldPowerInstant, kFieldPowerAverage, kFieldMemoryTemp, kFieldNvlinkDataTx, kFieldNvlinkDataRx};
-    // ---- issue 17: MIG mode, and the instances where it is on
-    if (lib_->device_mig_mode) {
-      unsigned int current = 0, pending = 0;
-      d.mig_mode_rc = lib_->device_mig_mode(d.handle, &current, &pending);
-      if (d.mig_mode_rc == kSuccess) d.mig_mode = current == kMigEnabled ? 1 : 0;
-    }
-    if (d.mig_mode == 1) enumerate_migs(d);
-    // ---- end issue 17
-    // A missing optional symbol is a call that is off from the start.
-    for (const auto& c : kCalls)
-      d.on[c.call] = c.present(*lib_);
-    d.mem_v2 = lib_->device_memory_v2 != nullptr;
-    devs_.push_back(std::move(d));
-  }
+  for (unsigned int i = 0; i < count; ++i)
+    open_gpu(i, models);
   if (opts_.selection.cuda_fastest_first && models.size() > 1)
     spdlog::warn("CUDA_VISIBLE_DEVICES names GPUs by index, and CUDA_DEVICE_ORDER is not PCI_BUS_ID: CUDA numbers "
                  "these unlike GPUs fastest first, NVML (and wattscope) by PCI bus, so the GPUs recorded may not be "
                  "the task's. Set CUDA_DEVICE_ORDER=PCI_BUS_ID, or name GPUs by UUID (nvidia-smi -L)");
   if (devs_.empty()) {
-    status_ = count == 0
-                  ? SourceStatus::missing("NVML found no NVIDIA GPU", "none needed unless this machine has one")
-                  : SourceStatus::missing(fmt::format("none of the {} NVIDIA GPUs is selected ({} = {})", count,
-                                                      opts_.selection.origin,
-                                                      opts_.selection.origin == "--gpus" ? "the flag" : "its value"),
-                                          "check CUDA_VISIBLE_DEVICES or pass --gpus all");
+    status_ = nothing_selected_status(count, opts_.selection);
     return false;
   }
   status_ =
@@ -755,6 +748,49 @@ bool NvmlSource::open() {
     });
   start_events(); // issue 17
   return true;
+}
+
+void NvmlSource::open_gpu(unsigned int index, std::set<std::string>& models) {
+  Dev d;
+  if (const Return rc = lib_->device_by_index(index, &d.handle); rc != kSuccess) {
+    spdlog::warn("nvml: GPU {} cannot be opened ({}); it is not recorded", index, error_name(rc));
+    return;
+  }
+  d.info.gpu_index = static_cast<int>(index);
+  d.info.vendor = "nvidia";
+  if (opts_.simulated()) d.info.energy_method = "simulated"; // issue 19: kept by accounting, shown everywhere
+  d.info.uuid = device_text(lib_->device_uuid, d.handle);
+  d.info.name = device_text(lib_->device_name, d.handle);
+  models.insert(d.info.name);
+  if (!opts_.selection.selects(d.info.gpu_index, d.info.uuid)) {
+    // A MIG instance (MIG-… in CUDA_VISIBLE_DEVICES) selects its parent GPU: NVML measures power and energy per
+    // GPU, not per instance.
+    const std::string mig = opts_.selection.names_mig() ? mig_of(d.handle) : std::string();
+    if (mig.empty()) return;
+    spdlog::info("{} names MIG instance {}: recording its GPU {} ({}); power and energy are the whole GPU's, "
+                 "shared by all its MIG instances",
+                 opts_.selection.origin, mig, d.info.gpu_index, d.info.uuid);
+  }
+  d.info.pci_bus_id = pci_bus_id(*lib_, d.handle);
+  unsigned int mhz = 0;
+  if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockSm, &mhz) == kSuccess)
+    d.info.clock_sm_max_mhz = mhz;
+  if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockMem, &mhz) == kSuccess)
+    d.info.clock_mem_max_mhz = mhz;
+  d.fields = {kFieldPowerInstant, kFieldPowerAverage, kFieldMemoryTemp, kFieldNvlinkDataTx, kFieldNvlinkDataRx};
+  // ---- issue 17: MIG mode, and the instances where it is on
+  if (lib_->device_mig_mode) {
+    unsigned int current = 0, pending = 0;
+    d.mig_mode_rc = lib_->device_mig_mode(d.handle, &current, &pending);
+    if (d.mig_mode_rc == kSuccess) d.mig_mode = current == kMigEnabled ? 1 : 0;
+  }
+  if (d.mig_mode == 1) enumerate_migs(d);
+  // ---- end issue 17
+  // A missing optional symbol is a call that is off from the start.
+  for (const auto& c : kCalls)
+    d.on[c.call] = c.present(*lib_);
+  d.mem_v2 = lib_->device_memory_v2 != nullptr;
+  devs_.push_back(std::move(d));
 }
 
 SourceStatus NvmlSource::status() const {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -184,6 +185,15 @@ public:
       std::optional<std::pair<SteadyClock::time_point, int64_t>> first_read; // learning: the one nearest the edge
     } edge;
   };
+  // What the process calls (nvml_processes.cpp) learnt of one device; the process tracker's thread only.
+  struct ProcState {
+    bool list_v3 = true;   // the _v3/_v2 running-process calls still answer; else the v1 struct
+    bool util_info = true; // nvmlDeviceGetProcessesUtilizationInfo still answers; else nvmlDeviceGetProcessUtilization
+    bool util_off = false; // no per-process utilisation on this device
+    bool off = false;      // no process list on this device
+    unsigned long long last_seen_us = 0;
+    size_t list_room = 16; // entries the running-process lists are asked with: a few more than the most seen
+  };
   static constexpr int kTimedReads = 5;        // reads of a call timed to tell whether it is costly (issue 33)
   static constexpr int kUnknownLimit = 5;      // failures in a row (back-offs of 1, 2, 4, 8 s between them)
   static constexpr int kFieldFailureLimit = 3; // a field failing this many ticks in a row is not asked for again
@@ -261,6 +271,8 @@ private:
   // ---- end issue 17
   // The selection's MIG-… entry naming one of this GPU's MIG instances, or "" (open(), before the sampler starts).
   std::string mig_of(nvml::Device gpu);
+  // open(): GPU `index` as NVML numbers it, into devs_ where the selection takes it; its name into `models` either way.
+  void open_gpu(unsigned int index, std::set<std::string>& models);
 
   Options opts_;
   std::unique_ptr<nvml::Library> lib_;
@@ -299,14 +311,6 @@ private:
   // ---- end issue 17
 
   // Process calls (nvml_processes.cpp), made by the process tracker's thread only.
-  struct ProcState {
-    bool list_v3 = true;   // the _v3/_v2 running-process calls still answer; else the v1 struct
-    bool util_info = true; // nvmlDeviceGetProcessesUtilizationInfo still answers; else nvmlDeviceGetProcessUtilization
-    bool util_off = false; // no per-process utilisation on this device
-    bool off = false;      // no process list on this device
-    unsigned long long last_seen_us = 0;
-    size_t list_room = 16; // entries the running-process lists are asked with: a few more than the most seen
-  };
   std::mutex proc_mu_;
   std::vector<ProcState> proc_state_;
   size_t proc_stride_ = sizeof(nvml::ProcessInfo); // issue 30: set by open() from process_info_stride()
