@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "web/assets.hpp"
+#include "web/csp.hpp"
 
 namespace wattscope {
 
@@ -124,7 +125,7 @@ StaticFiles::StaticFiles() {
   dashboard_gzip_ = gzip_compress(dashboard_);
   const std::string dash_hash = fnv1a64_hex(dashboard_);
   files_.push_back({"/", "text/html; charset=utf-8", "no-cache", dashboard_, dashboard_gzip_, '"' + dash_hash + '"',
-                    '"' + dash_hash + ".gz\""});
+                    '"' + dash_hash + ".gz\"", content_security_policy(dashboard_)});
   const StaticFile js{plotly_url_,
                       "application/javascript; charset=utf-8",
                       std::string(kImmutable),
