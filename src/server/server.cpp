@@ -591,10 +591,15 @@ struct HttpServer::Impl {
     if (const StaticFile* f = files.find(path)) return send(static_file(*f, req));
     if (path == "/metrics") {
       // issue 32: gzip where the client takes it (Prometheus asks for it), from LiveState's once-per-body copy.
-      // issue 32: gzip where the client takes it (Prometheus asks for it), from LiveState's once-per-body copy.
+      // OpenMetrics where the scrape asks for it (Prometheus does, first), else the 0.0.4 text.
       const bool gz = accepts_gzip(req[http::field::accept_encoding]);
-      Response r = content(gz ? live.metrics_gzip() : live.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
-      r.headers.emplace_back("Vary", "Accept-Encoding");
+      const auto format =
+          accepts_openmetrics(req[http::field::accept]) ? MetricsFormat::OpenMetrics : MetricsFormat::Text004;
+      Response r =
+          content(gz ? live.metrics_gzip(format) : live.metrics_text(format),
+                  format == MetricsFormat::OpenMetrics ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
+                                                       : "text/plain; version=0.0.4; charset=utf-8");
+      r.headers.emplace_back("Vary", "Accept-Encoding, Accept");
       if (gz) r.headers.emplace_back("Content-Encoding", "gzip");
       return send(std::move(r));
     }

@@ -86,6 +86,30 @@ bool accepts_gzip(std::string_view accept_encoding) {
   return gzip == 1 || (gzip == -1 && star == 1);
 }
 
+bool accepts_openmetrics(std::string_view accept) {
+  bool yes = false;
+  each_element(accept, [&](std::string_view e) {
+    const size_t semi = e.find(';');
+    if (!iequals(trim_ows(e.substr(0, semi)), "application/openmetrics-text")) return;
+    bool refused = false, other_version = false;
+    std::string_view params = semi == std::string_view::npos ? std::string_view() : e.substr(semi + 1);
+    while (!params.empty()) {
+      const size_t next = params.find(';');
+      const std::string_view p = trim_ows(params.substr(0, next));
+      if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
+        const std::string_view v = trim_ows(p.substr(2));
+        refused = !v.empty() && v[0] == '0' && v.find_first_not_of("0.", 0) == std::string_view::npos;
+      } else if (p.starts_with("version=")) {
+        other_version = p.substr(8) != "1.0.0";
+      }
+      if (next == std::string_view::npos) break;
+      params.remove_prefix(next + 1);
+    }
+    yes = yes || (!refused && !other_version);
+  });
+  return yes;
+}
+
 bool etag_listed(std::string_view if_none_match, std::string_view etag) {
   bool found = false;
   each_element(if_none_match, [&](std::string_view e) {

@@ -36,6 +36,9 @@ private:
 
 // Accept-Encoding allows gzip: "gzip" or "x-gzip" or "*" with a q-value above 0 ("gzip;q=0" refuses it).
 bool accepts_gzip(std::string_view accept_encoding);
+// Accept asks for OpenMetrics text: an application/openmetrics-text element with a q-value above 0, of version 1.0.0 or
+// none named (Prometheus offers it first, then 0.0.1, then text/plain 0.0.4).
+bool accepts_openmetrics(std::string_view accept);
 // If-None-Match lists `etag` ("*" matches anything; weak comparison, so W/"x" matches "x", RFC 9110 13.1.2).
 bool etag_listed(std::string_view if_none_match, std::string_view etag);
 // gzip (RFC 1952) of `data` at a zlib level (9: best, 1: fastest), without a timestamp.

@@ -283,6 +283,52 @@ TEST(Query, AnEndpointWithoutParametersRefusesOne) {
   EXPECT_EQ(e->message, "unknown query parameter 'horizon' (/api/v1/forecast takes no parameters)");
 }
 
+TEST(StaticFiles, AcceptOpenMetrics) {
+  EXPECT_TRUE(accepts_openmetrics("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                                  "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"));
+  EXPECT_TRUE(accepts_openmetrics("Application/OpenMetrics-Text"));
+  EXPECT_FALSE(accepts_openmetrics(""));
+  EXPECT_FALSE(accepts_openmetrics("text/plain;version=0.0.4"));
+  EXPECT_FALSE(accepts_openmetrics("*/*"));
+  EXPECT_FALSE(accepts_openmetrics("application/openmetrics-text;version=0.0.1"));
+  EXPECT_FALSE(accepts_openmetrics("application/openmetrics-text; q=0, text/plain"));
+}
+
+TEST(OpenMetrics, CountersLoseTotalInTheirNamesGainCreatedAndTheTextEnds) {
+  const std::string text = "# HELP wattscope_build_info wattscope build, as a label.\n"
+                           "# TYPE wattscope_build_info gauge\n"
+                           "wattscope_build_info{version=\"1\"} 1\n"
+                           "# HELP wattscope_gpu_energy_joules_total Energy (method=\"counter\").\n"
+                           "# TYPE wattscope_gpu_energy_joules_total counter\n"
+                           "wattscope_gpu_energy_joules_total{gpu=\"0\"} 12.5\n"
+                           "wattscope_gpu_energy_joules_total{gpu=\"1\"} 3\n"
+                           "# HELP wattscope_gpu_ecc_errors_total ECC errors.\n"
+                           "# TYPE wattscope_gpu_ecc_errors_total counter\n"
+                           "wattscope_gpu_ecc_errors_total{gpu=\"0\"} 5\n"
+                           "# HELP wattscope_sampler_ticks_total Ticks.\n"
+                           "# TYPE wattscope_sampler_ticks_total counter\n"
+                           "wattscope_sampler_ticks_total 7\n";
+  constexpr std::string_view created[] = {"wattscope_gpu_energy_joules_total", "wattscope_sampler_ticks_total"};
+  EXPECT_EQ(openmetrics_from_text(text, created, 1700000000.25),
+            "# HELP wattscope_build wattscope build, as a label.\n"
+            "# TYPE wattscope_build info\n"
+            "wattscope_build_info{version=\"1\"} 1\n"
+            "# HELP wattscope_gpu_energy_joules Energy (method=\\\"counter\\\").\n"
+            "# TYPE wattscope_gpu_energy_joules counter\n"
+            "wattscope_gpu_energy_joules_total{gpu=\"0\"} 12.5\n"
+            "wattscope_gpu_energy_joules_created{gpu=\"0\"} 1700000000.250\n"
+            "wattscope_gpu_energy_joules_total{gpu=\"1\"} 3\n"
+            "wattscope_gpu_energy_joules_created{gpu=\"1\"} 1700000000.250\n"
+            "# HELP wattscope_gpu_ecc_errors ECC errors.\n"
+            "# TYPE wattscope_gpu_ecc_errors counter\n"
+            "wattscope_gpu_ecc_errors_total{gpu=\"0\"} 5\n"
+            "# HELP wattscope_sampler_ticks Ticks.\n"
+            "# TYPE wattscope_sampler_ticks counter\n"
+            "wattscope_sampler_ticks_total 7\n"
+            "wattscope_sampler_ticks_created 1700000000.250\n"
+            "# EOF\n");
+}
+
 TEST(Csp, Sha256KnownAnswers) {
   // FIPS 180-4's examples and the padding edges (55 bytes: one block; 56 and 64: two).
   EXPECT_EQ(sha256_base64(""), "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=");
