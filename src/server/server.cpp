@@ -187,7 +187,7 @@ struct HttpServer::Impl {
 
   LiveState& live;
   ServerOptions opts;
-  StaticFiles files;
+  StaticFiles files{opts.store.has_value()};
   RunsPages runs_pages{opts.store, files.plotly_url()}; // issue 35
   asio::io_context io{1};
   tcp::acceptor acceptor{io};

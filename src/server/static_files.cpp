@@ -15,6 +15,8 @@ namespace {
 
 // The dashboard names plotly.js by this placeholder; the table puts in the versioned URL.
 constexpr std::string_view kPlotlyPlaceholder = "{{plotly.js}}";
+// The runs link's attribute: "hidden" where serve has no store.
+constexpr std::string_view kRunsLinkPlaceholder = "{{runs-link}}";
 constexpr std::string_view kImmutable = "public, max-age=31536000, immutable";
 
 std::string fnv1a64_hex(std::string_view data) {
@@ -137,7 +139,7 @@ std::string gzip_compress(std::string_view data, int level) {
   return out;
 }
 
-StaticFiles::StaticFiles() {
+StaticFiles::StaticFiles(bool runs_pages) {
   const std::string_view plotly = assets::plotly_js();
   const std::string plotly_hash(assets::plotly_js_hash()); // hashed at build time: start-up reads none of its pages
   plotly_url_ = "/assets/plotly-" + plotly_hash + ".min.js";
@@ -146,6 +148,10 @@ StaticFiles::StaticFiles() {
   if (at == std::string::npos)
     throw std::runtime_error(fmt::format("web/dashboard.html has no {} placeholder for plotly.js", kPlotlyPlaceholder));
   dashboard_.replace(at, kPlotlyPlaceholder.size(), plotly_url_);
+  const size_t link = dashboard_.find(kRunsLinkPlaceholder);
+  if (link == std::string::npos)
+    throw std::runtime_error(fmt::format("web/dashboard.html has no {} placeholder", kRunsLinkPlaceholder));
+  dashboard_.replace(link, kRunsLinkPlaceholder.size(), runs_pages ? "" : "hidden");
   dashboard_gzip_ = gzip_compress(dashboard_);
   const std::string dash_hash = fnv1a64_hex(dashboard_);
   files_.push_back({"/", "text/html; charset=utf-8", "no-cache", dashboard_, dashboard_gzip_, '"' + dash_hash + '"',

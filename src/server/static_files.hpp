@@ -22,8 +22,10 @@ struct StaticFile {
 
 class StaticFiles {
 public:
-  // Builds the table. Throws std::runtime_error when the dashboard lacks its plotly.js placeholder.
-  StaticFiles();
+  // Builds the table. runs_pages: serve keeps a store (--db), so the dashboard shows its link to /runs (a serve
+  // without one has no runs pages: the link is hidden, and no request finds that out). Throws std::runtime_error when
+  // the dashboard lacks a placeholder.
+  explicit StaticFiles(bool runs_pages = false);
   StaticFiles(const StaticFiles&) = delete;
   StaticFiles& operator=(const StaticFiles&) = delete;
   const StaticFile* find(std::string_view path) const;

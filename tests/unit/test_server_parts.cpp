@@ -354,3 +354,15 @@ TEST(Csp, ThePolicyHashesEachInlineScriptAndAllowsScriptsOnlyFromServe) {
 }
 
 } // namespace unit_server_parts
+
+namespace unit_server_parts {
+
+// The dashboard links to the runs pages where serve keeps a store; without one there are none to link to.
+TEST(StaticFiles, TheDashboardLinksToTheRunsPagesWhereThereAreAny) {
+  auto page = [](bool runs) { return std::string(StaticFiles(runs).find("/")->identity); };
+  EXPECT_NE(page(true).find("<a id=\"runs-link\" href=\"/runs\" >"), std::string::npos);
+  EXPECT_NE(page(false).find("<a id=\"runs-link\" href=\"/runs\" hidden>"), std::string::npos);
+  EXPECT_EQ(page(true).find("{{"), std::string::npos) << "a placeholder left in the page";
+}
+
+} // namespace unit_server_parts
