@@ -734,7 +734,7 @@ namespace {
 using GpuSeries = std::vector<std::pair<const GpuSample*, std::string>>; // a GPU's sample and its label set
 
 std::string gpu_labels(int index, const GpuDevice* d, std::string_view host) {
-  // issue 17: pci_bus_id joins a series to node exporters and DCGM's, which name GPUs by bus
+  // pci_bus_id joins a series to node exporters and DCGM's, which name GPUs by bus
   return fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", index,
                      prom_label_value(d ? d->uuid : ""), prom_label_value(d ? d->name : ""), host,
                      prom_label_value(d ? d->pci_bus_id : ""),
@@ -766,7 +766,7 @@ void write_exporter_process(Exposition& x, const ProcessSelf& self, double start
 }
 
 void write_sampler(Exposition& x, const SamplerStats& s, double interval_ms, const std::string& host_label) {
-  // issue 18: the interval in force, which --idle-interval lengthens while the machine is idle.
+  // The interval in force, which --idle-interval lengthens while the machine is idle.
   const int64_t in_force_ns = s.interval_ns.load();
   x.family("wattscope_sampler_interval_seconds", "gauge",
            "Interval full samples are taken at now: --interval, or --idle-interval while the machine is idle.");
@@ -787,7 +787,7 @@ void write_sampler(Exposition& x, const SamplerStats& s, double interval_ms, con
 
 // wattscope_gpu_up for every GPU of the run, then the registry's GPU families. Registry metrics sharing a family (the
 // clocks, the ECC counters) are written as one block: HELP and TYPE once, then every member's samples with its
-// constant labels. The members are gathered by family name, wherever the registry lists them (issue 32: the video
+// constant labels. The members are gathered by family name, wherever the registry lists them (the video
 // clock, appended at the end, once made a second `wattscope_gpu_clock_hertz` block, which the exposition format
 // forbids). A family no GPU reports is left out (absent, never 0).
 void write_gpu_registry(Exposition& x, const Frame& f, const std::vector<GpuDevice>& devices, const GpuSeries& gs,
@@ -822,7 +822,7 @@ void write_gpu_registry(Exposition& x, const Frame& f, const std::vector<GpuDevi
   }
 }
 
-// ---- issue 32: the clock-event (throttle) mask one series per reason, so that no query decodes bits with
+// The clock-event (throttle) mask one series per reason, so that no query decodes bits with
 // floor(x/2^k)%2; and the Xid errors counted per GPU (where the driver delivers them).
 void write_gpu_health(Exposition& x, const std::vector<GpuDevice>& devices, const GpuSeries& gs,
                       const std::map<int, int64_t>& xid_errors, std::string_view host) {
@@ -856,7 +856,7 @@ void write_gpu_health(Exposition& x, const std::vector<GpuDevice>& devices, cons
   }
 }
 
-// ---- issue 17: MIG instances, one series per compute instance. Power and energy have none: NVML measures them per
+// MIG instances, one series per compute instance. Power and energy have none: NVML measures them per
 // GPU, so they stay on the parent's series.
 void write_migs(Exposition& x, const Frame& f, const std::vector<GpuDevice>& devices, std::string_view host) {
   if (f.migs.empty()) return;
@@ -922,13 +922,13 @@ void write_cpu(Exposition& x, const CpuSample& c, std::string_view host) {
   }
 }
 
-// ---- alerts (issue 14): one series per firing rule and scope (the engine's copy: no evaluation here).
+// Alerts: one series per firing rule and scope (the engine's copy: no evaluation here).
 void write_alerts(std::string& out, const AlertEngine& alerts, const std::vector<GpuDevice>& devices,
                   std::string_view host) {
   out += "# HELP wattscope_alerts_firing Alerts firing now, one series per rule and scope (wattscope --alerts).\n"
          "# TYPE wattscope_alerts_firing gauge\n";
   for (const auto& a : alerts.firing()) {
-    // issue 32: a GPU's alert carries the gpu and uuid labels of its GPU series, so the two join ("gpu3" -> "3").
+    // A GPU's alert carries the gpu and uuid labels of its GPU series, so the two join ("gpu3" -> "3").
     std::string gpu, uuid;
     if (a.scope.size() > 3 && a.scope.starts_with("gpu") &&
         a.scope.find_first_not_of("0123456789", 3) == std::string::npos) {
@@ -1024,7 +1024,7 @@ std::string LiveState::metrics_text(MetricsFormat format) const {
   const std::string host_label = fmt::format("host=\"{}\"", host);
   x.family("wattscope_build_info", "gauge", "wattscope build, as a label.");
   x.sample(fmt::format("version=\"{}\"", kVersion), 1.0);
-  // issue 19: simulated="true" on the run and on every series of a simulated GPU, so no dashboard or alert built on
+  // simulated="true" on the run and on every series of a simulated GPU, so no dashboard or alert built on
   // them can take a simulated figure for a measurement.
   x.family("wattscope_run_info", "gauge",
            "The run this serve session records, as labels (simulated=\"true\": its GPUs are simulated, --simulate).");

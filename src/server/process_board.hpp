@@ -29,7 +29,7 @@ struct ProcessBoard {
 // Escapes a Prometheus label value (exposition format 0.0.4): backslash, double quote and line feed.
 std::string prom_label_value(std::string_view v);
 
-// Which processes the wattscope_process_* families write one by one (issue 32; serve --process-metrics). Their pid,
+// Which processes the wattscope_process_* families write one by one (serve --process-metrics). Their pid,
 // start_time and comm labels make a new series per process, so a node starting short jobs grows series without
 // bound: serve exports GPU processes (and the CPU-only processes of the units named in cpu_units, by name or kind,
 // --process-metrics-unit), not every shell, daemon and kernel thread. The unit families (Slurm job, pod, container,
