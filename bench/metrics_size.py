@@ -17,7 +17,10 @@ Accept-Encoding: gzip (Prometheus's own request), so the bytes on the wire and s
 the worst case, one scraper per frame); without it many scrapes reuse the body compressed once per frame. The zlib
 line times the compression alone, in this process, on the largest body (the same libz serve links).
 
-Usage: bench/metrics_size.py [--binary build/wattscope] [--scrapes 300] [--fresh] [--interval 1s]"""
+--openmetrics sends Prometheus's own Accept header, so that serve answers in OpenMetrics (rewritten from the 0.0.4
+text for such a scrape): its cost beside the plain text's.
+
+Usage: bench/metrics_size.py [--binary build/wattscope] [--scrapes 300] [--fresh] [--interval 1s] [--openmetrics]"""
 
 import argparse
 import gzip
@@ -128,7 +131,12 @@ def start_serve(binary, tmp, top, gz=False, interval="1s"):
     raise RuntimeError(err.read())
 
 
-def measure(binary, tmp, tops, scrapes, fresh=False, interval="1s"):
+# What Prometheus 2.x sends (--openmetrics).
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+                     "text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def measure(binary, tmp, tops, scrapes, fresh=False, interval="1s", accept=None):
     """The configurations side by side, scraped in turn (in a shuffled order each round), so that whatever else the
     machine does at a moment weighs on every configuration alike. A configuration is (top, gzip)."""
     serves = {}
@@ -139,14 +147,20 @@ def measure(binary, tmp, tops, scrapes, fresh=False, interval="1s"):
         time.sleep(4)  # a few ticks and process scans: every process has its power and energy
         conns = {top: http.client.HTTPConnection("127.0.0.1", port) for top, (_, port) in serves.items()}
 
+        def headers(top):
+            h = {"Accept-Encoding": "gzip"} if top[1] else {}
+            if accept:
+                h["Accept"] = accept
+            return h
+
         def get(top):
             try:
-                conns[top].request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if top[1] else {})
+                conns[top].request("GET", "/metrics", headers=headers(top))
                 r = conns[top].getresponse()
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 # serve closes a keep-alive connection idle for 5 s (its header timeout): the idle measurement's
                 conns[top] = http.client.HTTPConnection("127.0.0.1", serves[top][1])
-                conns[top].request("GET", "/metrics", headers={"Accept-Encoding": "gzip"} if top[1] else {})
+                conns[top].request("GET", "/metrics", headers=headers(top))
                 r = conns[top].getresponse()
             body = r.read()
             assert (r.getheader("Content-Encoding") == "gzip") == top[1], r.getheaders()
@@ -204,6 +218,7 @@ def main():
     ap.add_argument("--scrapes", type=int, default=300)
     ap.add_argument("--fresh", action="store_true", help="pace scrapes at --interval: each finds a new frame")
     ap.add_argument("--interval", default="1s", help="serve's --interval (e.g. 250ms)")
+    ap.add_argument("--openmetrics", action="store_true", help="ask for OpenMetrics, as Prometheus does")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="wattscope-metrics-bench-") as tmp:
         sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(PROCESSES)]
@@ -213,7 +228,7 @@ def main():
             procfs(os.path.join(tmp, "proc"), sleepers)
             stop = rapl(os.path.join(tmp, "sys"))
             results = measure(a.binary, tmp, [(t, gz) for t in (0, 20, 200) for gz in (False, True)], a.scrapes,
-                              a.fresh, a.interval)
+                              a.fresh, a.interval, PROMETHEUS_ACCEPT if a.openmetrics else None)
         finally:
             if stop:
                 stop.set()

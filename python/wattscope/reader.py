@@ -79,7 +79,7 @@ _STORED_COLUMNS = {t: tuple(cols.split()) for t, cols in {
                    "pstate power_limit_w throttle_reasons util_enc_pct util_dec_pct mem_reserved_bytes mem_free_bytes "
                    "clock_video_mhz mig_mode ecc_corrected_errors ecc_uncorrected_errors remapped_rows_correctable "
                    "remapped_rows_uncorrectable remap_pending remap_failed pcie_replays nvlink_tx_bytes_per_s "
-                   "nvlink_rx_bytes_per_s throttle_power_s throttle_thermal_s",
+                   "nvlink_rx_bytes_per_s throttle_power_s throttle_thermal_s nvlink_tx_bytes nvlink_rx_bytes",
 }.items()}
 # What a Run record holds, in this order (Run.as_dict; its nested devices and tags follow).
 _RUN_FIELDS = ("run_id", "task", "command", "host", "start", "end", "start_ms", "end_ms", "duration_s", "exit_status",

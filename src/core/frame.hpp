@@ -93,6 +93,8 @@ struct GpuSample {
   OptI nvlink_rx_bytes_per_s;       //
   OptF throttle_power_s;            // violation time since the run started
   OptF throttle_thermal_s;          //
+  OptI nvlink_tx_bytes;             // since the driver loaded, summed over links (the KiB counters x 1024)
+  OptI nvlink_rx_bytes;             //
   // ---- end issue 17
   const char* power_source = nullptr; // static string naming where power_w came from
   // issue 33: power_w is the driver's instantaneous reading (NVML_FI_DEV_POWER_INSTANT), fit to shape the energy

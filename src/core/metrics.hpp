@@ -91,10 +91,12 @@ template <class S> struct MetricDef {
     "Graphics clock", "MHz", 1, 0)                                                                                     \
   X(clock_mem_mhz, I, "MHz", "wattscope_gpu_clock_hertz", Gauge, 1e6, "clock=\"memory\"", "GPU clocks.",               \
     "Memory clock", "MHz", 1, kChart)                                                                                  \
-  X(pcie_link_width, I, "lanes", "wattscope_gpu_pcie_link_width", Gauge, 1, "kind=\"current\"",                        \
-    "PCIe link width in lanes (current and maximum).", "PCIe link width", "lanes", 1, 0)                               \
-  X(pcie_link_width_max, I, "lanes", "wattscope_gpu_pcie_link_width", Gauge, 1, "kind=\"max\"",                        \
-    "PCIe link width in lanes (current and maximum).", "PCIe link width (max)", "lanes", 1, 0)                         \
+  X(pcie_link_width, I, "lanes", "wattscope_gpu_pcie_link_width", Gauge, 1, "",                                        \
+    "PCIe link width in lanes now (a link narrows on errors or to save power; the most it can run at is "              \
+    "wattscope_gpu_pcie_link_width_max).",                                                                             \
+    "PCIe link width", "lanes", 1, 0)                                                                                  \
+  X(pcie_link_width_max, I, "lanes", "wattscope_gpu_pcie_link_width_max", Gauge, 1, "",                                \
+    "Most PCIe lanes the GPU's link can run at.", "PCIe link width (max)", "lanes", 1, 0)                              \
   X(pcie_tx_bytes_per_s, I, "B/s", "wattscope_gpu_pcie_transmit_bytes_per_second", Gauge, 1, "",                       \
     "PCIe TX throughput (NVML's KB/s x 1024).", "PCIe TX", "MB/s", 1e-6, kChart | kAdvice)                             \
   X(pcie_rx_bytes_per_s, I, "B/s", "wattscope_gpu_pcie_receive_bytes_per_second", Gauge, 1, "",                        \
@@ -140,16 +142,25 @@ template <class S> struct MetricDef {
     "1 when a row remap failed (the GPU needs service).", "Remap failed", "", 1, 0)                                    \
   X(pcie_replays, I, "", "wattscope_gpu_pcie_replays_total", Counter, 1, "",                                           \
     "PCIe link-level replays since the driver loaded.", "PCIe replays", "", 1, 0)                                      \
-  X(nvlink_tx_bytes_per_s, I, "B/s", "wattscope_gpu_nvlink_transmit_bytes_per_second", Gauge, 1, "",                   \
-    "NVLink data sent, summed over links (NVML's KiB counter as a rate).", "NVLink TX", "MB/s", 1e-6, 0)               \
-  X(nvlink_rx_bytes_per_s, I, "B/s", "wattscope_gpu_nvlink_receive_bytes_per_second", Gauge, 1, "",                    \
-    "NVLink data received, summed over links (NVML's KiB counter as a rate).", "NVLink RX", "MB/s", 1e-6, 0)           \
+  X(nvlink_tx_bytes_per_s, I, "B/s", "", Gauge, 1, "",                                                                 \
+    "NVLink data sent, summed over links, over the last interval (NVML's KiB counter as a rate).", "NVLink TX",        \
+    "MB/s", 1e-6, 0)                                                                                                   \
+  X(nvlink_rx_bytes_per_s, I, "B/s", "", Gauge, 1, "",                                                                 \
+    "NVLink data received, summed over links, over the last interval (NVML's KiB counter as a rate).", "NVLink RX",    \
+    "MB/s", 1e-6, 0)                                                                                                   \
   X(throttle_power_s, F, "s", "wattscope_gpu_throttle_seconds_total", Counter, 1, "reason=\"power\"",                  \
     "Time the GPU was held below its application clocks since the run started (NVML violation status).",               \
     "Throttled (power)", "s", 1, 0)                                                                                    \
   X(throttle_thermal_s, F, "s", "wattscope_gpu_throttle_seconds_total", Counter, 1, "reason=\"thermal\"",              \
     "Time the GPU was held below its application clocks since the run started (NVML violation status).",               \
-    "Throttled (thermal)", "s", 1, 0)
+    "Throttled (thermal)", "s", 1, 0)                                                                                  \
+  X(nvlink_tx_bytes, I, "bytes", "wattscope_gpu_nvlink_transmit_bytes_total", Counter, 1, "",                          \
+    "NVLink data sent since the driver loaded, summed over links (NVML's KiB counter x 1024); rate() of it is the "    \
+    "throughput over any window, where a per-tick rate showed one tick in each scrape interval.",                      \
+    "NVLink TX total", "GiB", 1.0 / (1 << 30), 0)                                                                      \
+  X(nvlink_rx_bytes, I, "bytes", "wattscope_gpu_nvlink_receive_bytes_total", Counter, 1, "",                           \
+    "NVLink data received since the driver loaded, summed over links (NVML's KiB counter x 1024).", "NVLink RX total", \
+    "GiB", 1.0 / (1 << 30), 0)
 // ---- end issue 17
 
 // Host CPU and memory, one row per tick (cpu_samples). Prometheus samples carry the host label.

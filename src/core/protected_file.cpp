@@ -31,6 +31,21 @@ std::string who_else_may_change(const struct stat& st, bool directory) {
   return "";
 }
 
+// Every directory above `real` (an absolute, resolved path), under who_else_may_change's rule.
+void check_parents(const std::filesystem::path& real, std::string_view what, const std::string& path,
+                   std::string_view replaced) {
+  for (auto dir = real.parent_path();; dir = dir.parent_path()) {
+    struct stat ds {};
+    if (::stat(dir.c_str(), &ds) != 0)
+      throw std::invalid_argument(
+          fmt::format("{} '{}': cannot stat directory '{}': {}", what, path, dir.string(), std::strerror(errno)));
+    if (auto why = who_else_may_change(ds, true); !why.empty())
+      throw std::invalid_argument(fmt::format("{} '{}': its directory '{}' {}, so someone else could replace {}", what,
+                                              path, dir.string(), why, replaced));
+    if (dir == dir.root_path() || dir.parent_path() == dir) break;
+  }
+}
+
 // Opens `path` and checks the file and its directories; returns the open descriptor and its stat.
 UniqueFd open_checked(const std::string& path, std::string_view what, struct stat& st) {
   auto bad = [&](std::string_view why) { return std::invalid_argument(fmt::format("{} '{}': {}", what, path, why)); };
@@ -44,14 +59,7 @@ UniqueFd open_checked(const std::string& path, std::string_view what, struct sta
   std::error_code ec;
   const auto real = std::filesystem::canonical(path, ec);
   if (ec) throw bad(fmt::format("cannot resolve its directory: {}", ec.message()));
-  for (auto dir = real.parent_path();; dir = dir.parent_path()) {
-    struct stat ds {};
-    if (::stat(dir.c_str(), &ds) != 0)
-      throw bad(fmt::format("cannot stat directory '{}': {}", dir.string(), std::strerror(errno)));
-    if (auto why = who_else_may_change(ds, true); !why.empty())
-      throw bad(fmt::format("its directory '{}' {}, so someone else could replace the file", dir.string(), why));
-    if (dir == dir.root_path() || dir.parent_path() == dir) break;
-  }
+  check_parents(real, what, path, "the file");
   return f;
 }
 
@@ -81,6 +89,25 @@ std::string read_protected_file(const std::string& path, std::string_view what, 
 void check_protected_file(const std::string& path, std::string_view what) {
   struct stat st {};
   open_checked(path, what, st);
+}
+
+void check_protected_directory(const std::string& path, std::string_view what) {
+  auto bad = [&](std::string_view why) { return std::invalid_argument(fmt::format("{} '{}': {}", what, path, why)); };
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) throw bad(fmt::format("cannot stat it: {}", std::strerror(errno)));
+  if (S_ISLNK(st.st_mode)) throw bad("a symbolic link; give the directory itself");
+  if (!S_ISDIR(st.st_mode)) throw bad("not a directory");
+  if (st.st_uid != ::geteuid())
+    throw bad(fmt::format("it belongs to uid {}, not to this user (uid {}); chown it or give another", st.st_uid,
+                          ::geteuid()));
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    throw bad(fmt::format("it is {}-writable (mode {:04o}), so another user could plant files in it; chmod 0700 it "
+                          "or give a directory only this user can write",
+                          (st.st_mode & S_IWOTH) ? "world" : "group", st.st_mode & 07777));
+  std::error_code ec;
+  const auto real = std::filesystem::canonical(path, ec);
+  if (ec) throw bad(fmt::format("cannot resolve it: {}", ec.message()));
+  check_parents(real, what, path, "it");
 }
 
 } // namespace wattscope

@@ -19,4 +19,12 @@ std::string read_protected_file(const std::string& path, std::string_view what, 
 // that only root or this user can change, in directories only they can change. Throws as read_protected_file.
 void check_protected_file(const std::string& path, std::string_view what);
 
+// A directory whose files decide what a privileged process does (the Slurm hooks' state directory: pid files the root
+// epilog signals, job logs it reads back). Refused, with std::invalid_argument "<what> '<path>': <why>": anything but
+// a directory (a symbolic link included), one owned by another user than this one, one that anyone else may write to
+// (group- or world-writable, sticky or not: a 1777 directory lets any user plant a file in it), or a directory above
+// it that another user could change (as for a protected file: a sticky one such as /tmp is allowed, since no one else
+// may rename or remove a directory of ours in it).
+void check_protected_directory(const std::string& path, std::string_view what);
+
 } // namespace wattscope

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
@@ -70,9 +69,26 @@ void add_tag(std::vector<std::string>& args, const std::string& key, const std::
   args.push_back(key + "=" + value);
 }
 
+// A pid file names the process the root epilog signals, so it is trusted only as root wrote it: a regular file (never
+// followed through a link), owned by this user (root under slurmd), that no one else may write to. Missing: nullopt.
 std::optional<RecorderProcess> read_pid_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd && errno == ENOENT) return std::nullopt;
+  if (!fd && errno == ELOOP)
+    throw std::runtime_error(fmt::format("{}: a symbolic link, not a pid file the prolog wrote; not trusted", path));
+  if (!fd) throw std::runtime_error(fmt::format("{}: cannot open it: {}", path, std::strerror(errno)));
+  struct stat sb {};
+  if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode))
+    throw std::runtime_error(fmt::format("{}: not a regular file; not trusted", path));
+  if (sb.st_uid != ::geteuid() || (sb.st_mode & (S_IWGRP | S_IWOTH)))
+    throw std::runtime_error(fmt::format("{}: owned by uid {} with mode {:04o}, not written by the prolog (uid {}, "
+                                         "writable by no one else); not trusted: remove it",
+                                         path, sb.st_uid, sb.st_mode & 07777, ::geteuid()));
+  char buf[64];
+  ssize_t n = 0;
+  while ((n = ::read(fd.get(), buf, sizeof buf)) < 0 && errno == EINTR) {
+  }
+  std::istringstream in(std::string(buf, n > 0 ? static_cast<size_t>(n) : 0));
   std::string pid, start;
   in >> pid >> start;
   if (!all_digits(pid) || !all_digits(start)) throw std::runtime_error(fmt::format("{}: not a pid file", path));
@@ -91,29 +107,40 @@ std::optional<PidStat> stat_of(pid_t pid, const std::string& procfs_root) {
   return st;
 }
 
-// The state directory: made 0700 when missing; a symbolic link or another user's directory is refused (the prolog
-// runs as root and writes pid files there).
+// The state directory holds the pid files the root epilog signals and the logs it reads back: it is used only when no
+// one else could have put a file in it (core/protected_file: this user's, writable by no one else, nor its parents by
+// anyone but root or sticky). A 1777 directory such as /tmp would let any user plant job-N.pid and have the epilog
+// kill a process of their choice.
+void check_state_dir(const std::string& dir) {
+  try {
+    check_protected_directory(dir, "the state directory (WATTSCOPE_SLURM_STATE_DIR)");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(e.what());
+  }
+}
+
+// Made 0700 when missing, then checked.
 void ensure_state_dir(const std::string& dir) {
   if (dir.empty() || dir.front() != '/')
     throw std::runtime_error(fmt::format("WATTSCOPE_SLURM_STATE_DIR '{}' must be an absolute path", excerpt(dir)));
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     throw std::runtime_error(fmt::format("cannot make the state directory {}: {}", dir, std::strerror(errno)));
-  struct stat sb {};
-  if (::lstat(dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode))
-    throw std::runtime_error(fmt::format("the state directory {} is not a directory (a link is refused)", dir));
-  if (sb.st_uid != ::geteuid())
-    throw std::runtime_error(
-        fmt::format("the state directory {} belongs to uid {}, not to this user ({})", dir, sb.st_uid, ::geteuid()));
+  check_state_dir(dir);
 }
 
+// The end of a job's log, read back into slurm.log: never through a link, and only a regular file of this user's,
+// so that a planted job-N.log cannot make root copy the end of a file the planter may not read.
 std::string read_tail(const std::string& path, size_t max_bytes = 2000) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return {};
-  const auto size = static_cast<size_t>(in.tellg());
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+  if (!fd) return errno == ELOOP ? fmt::format("({} is a symbolic link: not read)", path) : std::string();
+  struct stat sb {};
+  if (::fstat(fd.get(), &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != ::geteuid())
+    return fmt::format("({} is not a regular file of uid {}: not read)", path, ::geteuid());
+  const auto size = static_cast<size_t>(sb.st_size);
   const size_t from = size > max_bytes ? size - max_bytes : 0;
-  in.seekg(static_cast<std::streamoff>(from));
   std::string out(size - from, '\0');
-  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  const ssize_t n = ::pread(fd.get(), out.data(), out.size(), static_cast<off_t>(from));
+  out.resize(n > 0 ? static_cast<size_t>(n) : 0);
   return out;
 }
 
@@ -443,6 +470,9 @@ StopResult stop_recorder(const SlurmJob& job, const SlurmConfig& cfg) {
   StopResult r;
   const std::string pid_path = pid_file_path(cfg.state_dir, job.job_id);
   const std::string log = job_log_path(cfg.state_dir, job.job_id);
+  struct stat sb {};
+  if (::lstat(cfg.state_dir.c_str(), &sb) != 0 && errno == ENOENT) return r; // no prolog ever ran here
+  check_state_dir(cfg.state_dir);
   const auto p = read_pid_file(pid_path);
   if (!p) return r; // the prolog did not start one (it logged why)
   r.process = *p;
@@ -476,8 +506,11 @@ StopResult stop_recorder(const SlurmJob& job, const SlurmConfig& cfg) {
 void slurm_log(const SlurmConfig& cfg, const std::string& line) {
   const std::string text = fmt::format("{} wattscope slurm: {}\n", iso_utc_ms(wall_now_ms()), line);
   std::fputs(text.c_str(), stderr);
-  struct stat sb {};
-  if (::lstat(cfg.state_dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return;
+  try { // a directory refused for pid files is no place for the log either: stderr alone then
+    check_state_dir(cfg.state_dir);
+  } catch (const std::runtime_error&) {
+    return;
+  }
   UniqueFd fd(
       ::open((cfg.state_dir + "/slurm.log").c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600));
   if (!fd) return;

@@ -82,6 +82,8 @@ std::string job_log_path(const std::string& state_dir, const std::string& job_id
 // Whether that process still runs (a zombie or a reused pid does not). procfs_root: /proc in production.
 bool recorder_alive(const RecorderProcess& p, const std::string& procfs_root = "/proc");
 
+// The state directory (made 0700 when missing) must be this user's (root's, under slurmd), writable by no one else,
+// below directories only root (or a sticky bit) guards: core/protected_file's check_protected_directory.
 // The prolog's work: starts the recorder (`exe` record ARGS) in its own session with SIGTERM/SIGINT/SIGHUP blocked
 // until it waits for them (so a job over before it is ready still finalises its run), stdin from /dev/null,
 // stdout/stderr to the job's log, and writes its pid file. Returns it. Throws std::runtime_error naming the problem:
@@ -100,10 +102,12 @@ struct StopResult {
 };
 // The epilog's work: SIGTERM to the job's recorder, a wait of at most cfg.stop_timeout for it to finalise its run,
 // then SIGKILL (the run is then unfinished: `wattscope repair` finalises it). Removes the pid file, and the job's log
-// when the recorder stopped cleanly. Throws std::runtime_error on an unreadable state directory.
+// when the recorder stopped cleanly. Throws std::runtime_error, touching nothing, on a state directory someone else
+// could write to (see start_recorder) or a pid file root did not write (another owner, writable by others, a link).
 StopResult stop_recorder(const SlurmJob& job, const SlurmConfig& cfg);
 
-// One line, time-stamped, appended to <state_dir>/slurm.log (created 0600) and written to stderr; never throws.
+// One line, time-stamped, appended to <state_dir>/slurm.log (created 0600; only in a state directory that passes the
+// check above, never through a link) and written to stderr; never throws.
 void slurm_log(const SlurmConfig& cfg, const std::string& line);
 
 } // namespace wattscope

@@ -78,8 +78,11 @@ std::optional<std::vector<GpuDevice>> Session::adopt_source(const std::shared_pt
     // No AMD/Intel card, no ROCm SMI or Level Zero library or GPU: the normal state of most machines. Issue 30: one
     // rule for every backend: an error, or a library the user named that cannot be loaded, is always said.
     const bool quiet = quiet_when_missing(s->name()) && st.state == SourceStatus::State::Missing && !st.said;
-    if (st.state == SourceStatus::State::NoPermission || st.state == SourceStatus::State::Error)
+    // An error is logged at warning level in its own words: "warning: error: ..." said two things at once.
+    if (st.state == SourceStatus::State::NoPermission)
       spdlog::warn("{}", said);
+    else if (st.state == SourceStatus::State::Error)
+      spdlog::warn("{}", st.line());
     else if (quiet)
       spdlog::debug("{}", said);
     else

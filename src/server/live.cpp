@@ -6,6 +6,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,6 +20,7 @@
 #include "core/stored_json.hpp"
 #include "core/tag_filter.hpp"
 #include "core/time_util.hpp"
+#include "processes/procfs.hpp"
 #include "runs/run_view.hpp"
 #include "server/static_files.hpp" // gzip_compress (issue 32)
 #include "wattscope/version.hpp"
@@ -201,9 +206,47 @@ constexpr GpuPointField kGpuPointFields[] = {
 };
 // ---- end issue 12
 
+// This process's start in seconds since 1970: /proc/self/stat's start (clock ticks after boot) plus /proc/stat's btime.
+double process_start_seconds() {
+  std::string self, stat;
+  PidStat st;
+  if (!read_small_file("/proc/self/stat", self) || !parse_pid_stat(self, st)) return 0;
+  if (!read_small_file("/proc/stat", stat)) return 0;
+  const size_t at = stat.find("\nbtime ");
+  if (at == std::string::npos) return 0;
+  const double btime = std::strtod(stat.c_str() + at + 7, nullptr);
+  return btime + static_cast<double>(st.start_time) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// getrusage for CPU time and /proc/self/statm's resident pages, into a stack buffer: the per-frame path allocates
+// nothing (tests/unit/test_live_alloc.cpp). A value that cannot be read stays -1 (not written).
+ProcessSelf read_process_self() {
+  ProcessSelf out;
+  rusage ru{};
+  if (::getrusage(RUSAGE_SELF, &ru) == 0)
+    out.cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  const int fd = ::open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[128];
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n > 0) {
+      buf[n] = '\0';
+      char* end = nullptr;
+      std::strtoll(buf, &end, 10); // size
+      const long long resident = std::strtoll(end, nullptr, 10);
+      static const long page = ::sysconf(_SC_PAGESIZE);
+      if (resident > 0) out.resident_bytes = static_cast<double>(resident) * static_cast<double>(page);
+    }
+  }
+  return out;
+}
+
 } // namespace
 
-LiveState::LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds interval) {
+LiveState::LiveState(std::chrono::nanoseconds retain, std::chrono::nanoseconds interval)
+    : process_start_s_(process_start_seconds()) {
   using std::chrono::milliseconds;
   const auto step = std::max<std::chrono::nanoseconds>(
       {interval, retain / static_cast<int64_t>(kCoarsePoints), std::chrono::milliseconds(1)});
@@ -293,7 +336,7 @@ void LiveState::set_run(const RunInfo& run, std::vector<GpuDevice> devices) {
     bucket_frames_ = 0;
     history_bytes_.store(ring_bytes(), std::memory_order_relaxed);
   }
-  board_builder_ = std::make_unique<ProcessBoardBuilder>(process_cap_, run.host, process_metrics_);
+  board_builder_ = std::make_unique<ProcessBoardBuilder>(process_cap_, run.host, process_series_);
   std::lock_guard lock(mu_);
   run_ = run;
   devices_ = std::move(devices);
@@ -310,9 +353,11 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
   // A process scan (at most once a second): its series are sorted and formatted here, under no lock.
   std::shared_ptr<const ProcessBoard> board;
   if (f->processes && !f->rows_only && board_builder_) board = board_builder_->build(*f->processes);
+  const ProcessSelf self = read_process_self();
   {
     std::lock_guard lock(mu_);
     if (board) board_ = std::move(board);
+    self_ = self;
     // Device facts settled on the first tick (energy method, power source) replace the enumerated ones.
     // Issue 31: a device not yet known is a GPU whose library became ready after the run began.
     for (const auto& d : f->device_rows) {
@@ -682,71 +727,78 @@ advice::Input LiveState::advice_input() const {
   return in;
 }
 
-std::string LiveState::metrics_text() const {
-  std::lock_guard lock(mu_);
-  Exposition x;
-  const std::string host = prom_label_value(run_.host);
-  x.family("wattscope_build_info", "gauge", "wattscope build, as a label.");
-  x.sample(fmt::format("version=\"{}\"", kVersion), 1.0);
-  // issue 19: simulated="true" on the run and on every series of a simulated GPU, so no dashboard or alert built on
-  // them can take a simulated figure for a measurement.
-  const bool simulated = simulated_run(run_);
-  x.family("wattscope_run_info", "gauge",
-           "The run this serve session records, as labels (simulated=\"true\": its GPUs are simulated, --simulate).");
-  x.sample(fmt::format("run_id=\"{}\",task=\"{}\",host=\"{}\",simulated=\"{}\"", prom_label_value(run_.run_id),
-                       prom_label_value(run_.task), host, simulated ? "true" : "false"),
-           1.0);
-  if (sampler_) {
-    // issue 18: the interval in force, which --idle-interval lengthens while the machine is idle.
-    const int64_t in_force_ns = sampler_->interval_ns.load();
-    x.family("wattscope_sampler_interval_seconds", "gauge",
-             "Interval full samples are taken at now: --interval, or --idle-interval while the machine is idle.");
-    x.sample("", in_force_ns > 0 ? static_cast<double>(in_force_ns) / 1e9 : run_.interval_ms / 1000.0);
-    x.family("wattscope_sampler_probe_ticks_total", "counter",
-             "Ticks that only probed for activity while idle (adaptive sampling): not stored, not skipped.");
-    x.sample("", static_cast<double>(sampler_->probe_ticks.load()));
-    x.family("wattscope_sampler_tick_duration_seconds", "gauge", "CPU-side duration of the latest sampler tick.");
-    x.sample("", static_cast<double>(sampler_->last_tick_ns.load()) / 1e9);
-    x.family("wattscope_sampler_ticks_total", "counter", "Ticks taken since serve started.");
-    x.sample("", static_cast<double>(sampler_->ticks.load()));
-    x.family("wattscope_sampler_skipped_ticks_total", "counter", "Grid slots skipped because a tick overran.");
-    x.sample("", static_cast<double>(sampler_->skipped.load()));
-    x.family("wattscope_sampler_late_total", "counter",
-             "Ticks a source that may block (a vendor library) missed its deadline; its devices were left out.");
-    x.sample("", static_cast<double>(sampler_->late.load()));
+namespace {
+
+// ---- /metrics, family by family. Each writer takes what it reads (the caller holds mu_) and appends its families.
+
+using GpuSeries = std::vector<std::pair<const GpuSample*, std::string>>; // a GPU's sample and its label set
+
+std::string gpu_labels(int index, const GpuDevice* d, std::string_view host) {
+  // pci_bus_id joins a series to node exporters and DCGM's, which name GPUs by bus
+  return fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", index,
+                     prom_label_value(d ? d->uuid : ""), prom_label_value(d ? d->name : ""), host,
+                     prom_label_value(d ? d->pci_bus_id : ""),
+                     d && d->energy_method == "simulated" ? ",simulated=\"true\"" : "");
+}
+
+const GpuDevice* device_of(const std::vector<GpuDevice>& devices, int gpu_index) {
+  const GpuDevice* d = nullptr;
+  for (const auto& dev : devices)
+    if (dev.gpu_index == gpu_index) d = &dev;
+  return d;
+}
+
+// The exporter's own process, under the names every Prometheus client library uses for its process. Read once per
+// frame (LiveState::push), not per scrape: a scrape of one frame gets the same body, whose gzip is kept.
+void write_exporter_process(Exposition& x, const ProcessSelf& self, double start_time_s) {
+  if (self.cpu_s >= 0) {
+    x.family("process_cpu_seconds_total", "counter", "CPU time (user and system) this wattscope process has used.");
+    x.sample("", self.cpu_s);
   }
-  x.family("wattscope_history_bytes", "gauge",
-           "Memory held by the in-memory history (fixed when the run starts; bounded by --retain).");
-  x.sample("", static_cast<double>(history_bytes()));
-  if (!latest_) return x.take();
-  const Frame& f = *latest_;
-  std::vector<std::pair<const GpuSample*, std::string>> gs;
-  for (const auto& s : f.gpus) {
-    const GpuDevice* d = nullptr;
-    for (const auto& dev : devices_)
-      if (dev.gpu_index == s.gpu_index) d = &dev;
-    // issue 17: pci_bus_id joins a series to node exporters and DCGM's, which name GPUs by bus
-    gs.emplace_back(&s, fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", s.gpu_index,
-                                    prom_label_value(d ? d->uuid : ""), prom_label_value(d ? d->name : ""), host,
-                                    prom_label_value(d ? d->pci_bus_id : ""),
-                                    d && d->energy_method == "simulated" ? ",simulated=\"true\"" : ""));
+  if (self.resident_bytes >= 0) {
+    x.family("process_resident_memory_bytes", "gauge", "Resident memory of this wattscope process.");
+    x.sample("", self.resident_bytes);
   }
-  auto device_labels = [&](const GpuDevice& d) {
-    return fmt::format("gpu=\"{}\",uuid=\"{}\",name=\"{}\",host=\"{}\",pci_bus_id=\"{}\"{}", d.gpu_index,
-                       prom_label_value(d.uuid), prom_label_value(d.name), host, prom_label_value(d.pci_bus_id),
-                       d.energy_method == "simulated" ? ",simulated=\"true\"" : "");
-  };
+  if (start_time_s > 0) {
+    x.family("process_start_time_seconds", "gauge", "When this wattscope process started, in seconds since 1970.");
+    x.sample("", start_time_s);
+  }
+}
+
+void write_sampler(Exposition& x, const SamplerStats& s, double interval_ms, const std::string& host_label) {
+  // The interval in force, which --idle-interval lengthens while the machine is idle.
+  const int64_t in_force_ns = s.interval_ns.load();
+  x.family("wattscope_sampler_interval_seconds", "gauge",
+           "Interval full samples are taken at now: --interval, or --idle-interval while the machine is idle.");
+  x.sample(host_label, in_force_ns > 0 ? static_cast<double>(in_force_ns) / 1e9 : interval_ms / 1000.0);
+  x.family("wattscope_sampler_probe_ticks_total", "counter",
+           "Ticks that only probed for activity while idle (adaptive sampling): not stored, not skipped.");
+  x.sample(host_label, static_cast<double>(s.probe_ticks.load()));
+  x.family("wattscope_sampler_tick_duration_seconds", "gauge", "CPU-side duration of the latest sampler tick.");
+  x.sample(host_label, static_cast<double>(s.last_tick_ns.load()) / 1e9);
+  x.family("wattscope_sampler_ticks_total", "counter", "Ticks taken since serve started.");
+  x.sample(host_label, static_cast<double>(s.ticks.load()));
+  x.family("wattscope_sampler_skipped_ticks_total", "counter", "Grid slots skipped because a tick overran.");
+  x.sample(host_label, static_cast<double>(s.skipped.load()));
+  x.family("wattscope_sampler_late_total", "counter",
+           "Ticks a source that may block (a vendor library) missed its deadline; its devices were left out.");
+  x.sample(host_label, static_cast<double>(s.late.load()));
+}
+
+// wattscope_gpu_up for every GPU of the run, then the registry's GPU families. Registry metrics sharing a family (the
+// clocks, the ECC counters) are written as one block: HELP and TYPE once, then every member's samples with its
+// constant labels. The members are gathered by family name, wherever the registry lists them (the video
+// clock, appended at the end, once made a second `wattscope_gpu_clock_hertz` block, which the exposition format
+// forbids). A family no GPU reports is left out (absent, never 0).
+void write_gpu_registry(Exposition& x, const Frame& f, const std::vector<GpuDevice>& devices, const GpuSeries& gs,
+                        std::string_view host) {
   x.family("wattscope_gpu_up", "gauge", "1 when the GPU answered the latest tick, 0 when it is lost.");
-  for (const auto& d : devices_) {
+  for (const auto& d : devices) {
     bool up = false;
     for (const auto& s : f.gpus)
       up = up || s.gpu_index == d.gpu_index;
-    x.sample(device_labels(d), up ? 1.0 : 0.0);
+    x.sample(gpu_labels(d.gpu_index, &d, host), up ? 1.0 : 0.0);
   }
-  // Registry metrics sharing a family (the clocks, the link widths) are written as one block: HELP and TYPE once, then
-  // every member's samples with its constant labels. The members are gathered by family name, wherever the registry
-  // lists them (issue 32: the video clock, appended at the end, once made a second `wattscope_gpu_clock_hertz` block,
-  // which the exposition format forbids). A family no GPU reports is left out (absent, never 0).
   for (const auto& members : gpu_families()) {
     const MetricInfo& info = members.front()->info;
     bool any = false;
@@ -761,18 +813,19 @@ std::string LiveState::metrics_text() const {
         std::string labels = l;
         if (!mk.prom_labels.empty()) labels += "," + std::string(mk.prom_labels);
         if (mk.flags & kMethodLabel) {
-          std::string method;
-          for (const auto& d : devices_)
-            if (d.gpu_index == s->gpu_index) method = d.energy_method;
-          labels += fmt::format(",method=\"{}\"", prom_label_value(method));
+          const GpuDevice* d = device_of(devices, s->gpu_index);
+          labels += fmt::format(",method=\"{}\"", prom_label_value(d ? d->energy_method : ""));
         }
         x.sample(labels, m->get(*s), mk.prom_scale);
       }
     }
   }
+}
 
-  // ---- issue 32: the clock-event (throttle) mask one series per reason, so that no query decodes bits with
-  // floor(x/2^k)%2; and the Xid errors counted per GPU (where the driver delivers them).
+// The clock-event (throttle) mask one series per reason, so that no query decodes bits with
+// floor(x/2^k)%2; and the Xid errors counted per GPU (where the driver delivers them).
+void write_gpu_health(Exposition& x, const std::vector<GpuDevice>& devices, const GpuSeries& gs,
+                      const std::map<int, int64_t>& xid_errors, std::string_view host) {
   static constexpr std::pair<int64_t, std::string_view> kReasons[] = {{0x1, "gpu_idle"},
                                                                       {0x2, "applications_clocks_setting"},
                                                                       {0x4, "sw_power_cap"},
@@ -791,54 +844,50 @@ std::string LiveState::metrics_text() const {
         for (const auto& [bit, reason] : kReasons)
           x.sample(fmt::format("{},reason=\"{}\"", l, reason), (*s->throttle_reasons & bit) ? 1.0 : 0.0);
   }
-  if (std::any_of(devices_.begin(), devices_.end(), [](const GpuDevice& d) { return d.xid_events; })) {
+  if (std::any_of(devices.begin(), devices.end(), [](const GpuDevice& d) { return d.xid_events; })) {
     x.family("wattscope_gpu_xid_errors_total", "counter",
              "Xid errors NVML reported for the GPU since serve started (the codes are in the events: "
              "/api/v1/current, the store). Exported for GPUs whose Xid events NVML delivers.");
-    for (const auto& d : devices_) {
+    for (const auto& d : devices) {
       if (!d.xid_events) continue;
-      auto it = xid_errors_.find(d.gpu_index);
-      x.sample(device_labels(d), static_cast<double>(it != xid_errors_.end() ? it->second : 0));
+      auto it = xid_errors.find(d.gpu_index);
+      x.sample(gpu_labels(d.gpu_index, &d, host), static_cast<double>(it != xid_errors.end() ? it->second : 0));
     }
   }
-  // ---- end issue 32
+}
 
-  // ---- issue 17: MIG instances, one series per compute instance. Power and energy have none: NVML measures them
-  // per GPU, so they stay on the parent's series.
-  if (!f.migs.empty()) {
-    std::vector<std::pair<const MigSample*, std::string>> ms;
-    for (const auto& m : f.migs) {
-      const GpuDevice* d = nullptr;
-      for (const auto& dev : devices_)
-        if (dev.gpu_index == m.gpu_index) d = &dev;
-      ms.emplace_back(&m, fmt::format("gpu=\"{}\",uuid=\"{}\",gpu_instance=\"{}\",compute_instance=\"{}\","
-                                      "mig_uuid=\"{}\",host=\"{}\"",
-                                      m.gpu_index, prom_label_value(d ? d->uuid : ""), m.gpu_instance,
-                                      m.compute_instance, prom_label_value(m.uuid), host));
-    }
-    x.family("wattscope_gpu_mig_instance_info", "gauge",
-             "A MIG compute instance of a GPU (selected=\"true\": the run's processes are this instance's). Its "
-             "energy is not measured apart: NVML measures power per GPU.");
+// MIG instances, one series per compute instance. Power and energy have none: NVML measures them per
+// GPU, so they stay on the parent's series.
+void write_migs(Exposition& x, const Frame& f, const std::vector<GpuDevice>& devices, std::string_view host) {
+  if (f.migs.empty()) return;
+  std::vector<std::pair<const MigSample*, std::string>> ms;
+  for (const auto& m : f.migs) {
+    const GpuDevice* d = device_of(devices, m.gpu_index);
+    ms.emplace_back(&m, fmt::format("gpu=\"{}\",uuid=\"{}\",gpu_instance=\"{}\",compute_instance=\"{}\","
+                                    "mig_uuid=\"{}\",host=\"{}\"",
+                                    m.gpu_index, prom_label_value(d ? d->uuid : ""), m.gpu_instance, m.compute_instance,
+                                    prom_label_value(m.uuid), host));
+  }
+  x.family("wattscope_gpu_mig_instance_info", "gauge",
+           "A MIG compute instance of a GPU (selected=\"true\": the run's processes are this instance's). Its "
+           "energy is not measured apart: NVML measures power per GPU.");
+  for (auto& [m, l] : ms)
+    x.sample(l + fmt::format(",selected=\"{}\"", m->selected ? "true" : "false"), 1.0);
+  auto family = [&](const char* name, const char* help, OptI MigSample::*member) {
+    bool any = false;
     for (auto& [m, l] : ms)
-      x.sample(l + fmt::format(",selected=\"{}\"", m->selected ? "true" : "false"), 1.0);
-    auto family = [&](const char* name, const char* help, OptI MigSample::*member) {
-      bool any = false;
-      for (auto& [m, l] : ms)
-        any = any || (m->*member).has_value();
-      if (!any) return; // absent, never 0
-      x.family(name, "gauge", help);
-      for (auto& [m, l] : ms)
-        x.sample(l, m->*member);
-    };
-    family("wattscope_gpu_mig_memory_used_bytes", "Memory in use in a MIG instance's slice.",
-           &MigSample::mem_used_bytes);
-    family("wattscope_gpu_mig_memory_total_bytes", "Size of a MIG instance's memory slice.",
-           &MigSample::mem_total_bytes);
-    family("wattscope_gpu_mig_processes", "Compute processes running in a MIG instance.", &MigSample::processes);
-  }
-  // ---- end issue 17
+      any = any || (m->*member).has_value();
+    if (!any) return; // absent, never 0
+    x.family(name, "gauge", help);
+    for (auto& [m, l] : ms)
+      x.sample(l, m->*member);
+  };
+  family("wattscope_gpu_mig_memory_used_bytes", "Memory in use in a MIG instance's slice.", &MigSample::mem_used_bytes);
+  family("wattscope_gpu_mig_memory_total_bytes", "Size of a MIG instance's memory slice.", &MigSample::mem_total_bytes);
+  family("wattscope_gpu_mig_processes", "Compute processes running in a MIG instance.", &MigSample::processes);
+}
 
-  const auto& c = f.cpu;
+void write_cpu(Exposition& x, const CpuSample& c, std::string_view host) {
   const std::string host_label = fmt::format("host=\"{}\"", host);
   for (const auto& members : cpu_families()) {
     auto shown = [&](const MetricDef<CpuSample>* m) {
@@ -860,52 +909,163 @@ std::string LiveState::metrics_text() const {
     x.family("wattscope_cpu_logical_cpus", "gauge", "Logical CPUs the host's /proc/stat lists.");
     x.sample(host_label, static_cast<double>(c.core_util_pct.size()));
   }
-  if (!c.zones.empty()) {
-    auto zl = [&](const PowerZoneSample& z) {
-      return fmt::format("host=\"{}\",zone=\"{}\",domain=\"{}\",socket=\"{}\"", host, prom_label_value(z.zone),
-                         prom_label_value(z.domain), z.socket ? std::to_string(*z.socket) : "");
-    };
-    for (const auto& m : kZoneMetrics) {
-      if (m.info.prom_family.empty()) continue;
-      x.family(m.info.prom_family, m.info.prom_kind == PromKind::Counter ? "counter" : "gauge", m.info.help);
-      for (const auto& z : c.zones)
-        x.sample(zl(z), m.get(z), m.info.prom_scale);
-    }
+  if (c.zones.empty()) return;
+  auto zl = [&](const PowerZoneSample& z) {
+    return fmt::format("host=\"{}\",zone=\"{}\",domain=\"{}\",socket=\"{}\"", host, prom_label_value(z.zone),
+                       prom_label_value(z.domain), z.socket ? std::to_string(*z.socket) : "");
+  };
+  for (const auto& m : kZoneMetrics) {
+    if (m.info.prom_family.empty()) continue;
+    x.family(m.info.prom_family, m.info.prom_kind == PromKind::Counter ? "counter" : "gauge", m.info.help);
+    for (const auto& z : c.zones)
+      x.sample(zl(z), m.get(z), m.info.prom_scale);
   }
-  std::string out = x.take();
-  if (board_) out += board_->metrics_text; // prepared once per process scan
-  // ---- alerts (issue 14) ----: one series per firing rule and scope (the engine's copy: no evaluation here).
-  if (alerts_) {
-    out += "# HELP wattscope_alerts_firing Alerts firing now, one series per rule and scope (wattscope --alerts).\n"
-           "# TYPE wattscope_alerts_firing gauge\n";
-    const std::string host = prom_label_value(run_.host);
-    for (const auto& a : alerts_->firing()) {
-      // issue 32: a GPU's alert carries the gpu and uuid labels of its GPU series, so the two join ("gpu3" -> "3").
-      std::string gpu, uuid;
-      if (a.scope.size() > 3 && a.scope.starts_with("gpu") &&
-          a.scope.find_first_not_of("0123456789", 3) == std::string::npos) {
-        gpu = a.scope.substr(3);
-        for (const auto& d : devices_)
-          if (std::to_string(d.gpu_index) == gpu) uuid = d.uuid;
+}
+
+// Alerts: one series per firing rule and scope (the engine's copy: no evaluation here).
+void write_alerts(std::string& out, const AlertEngine& alerts, const std::vector<GpuDevice>& devices,
+                  std::string_view host) {
+  out += "# HELP wattscope_alerts_firing Alerts firing now, one series per rule and scope (wattscope --alerts).\n"
+         "# TYPE wattscope_alerts_firing gauge\n";
+  for (const auto& a : alerts.firing()) {
+    // A GPU's alert carries the gpu and uuid labels of its GPU series, so the two join ("gpu3" -> "3").
+    std::string gpu, uuid;
+    if (a.scope.size() > 3 && a.scope.starts_with("gpu") &&
+        a.scope.find_first_not_of("0123456789", 3) == std::string::npos) {
+      gpu = a.scope.substr(3);
+      for (const auto& d : devices)
+        if (std::to_string(d.gpu_index) == gpu) uuid = d.uuid;
+    }
+    out += fmt::format("wattscope_alerts_firing{{rule=\"{}\",severity=\"{}\",scope=\"{}\",host=\"{}\",gpu=\"{}\","
+                       "uuid=\"{}\"}} 1\n",
+                       prom_label_value(a.rule), prom_label_value(a.severity), prom_label_value(a.scope), host, gpu,
+                       prom_label_value(uuid));
+  }
+}
+
+// The counters whose count starts at a known instant: the run's start (serve records one run from its start). Their
+// OpenMetrics `_created` sample says so; the others count since the driver loaded or the machine booted (NVML's ECC
+// and NVLink counters, /proc/stat's busy time) or since a process or unit was first seen, and get none.
+constexpr std::string_view kCountedFromRunStart[] = {
+    "wattscope_gpu_energy_joules_total",     "wattscope_gpu_throttle_seconds_total",
+    "wattscope_cpu_energy_joules_total",     "wattscope_gpu_xid_errors_total",
+    "wattscope_sampler_probe_ticks_total",   "wattscope_sampler_ticks_total",
+    "wattscope_sampler_skipped_ticks_total", "wattscope_sampler_late_total"};
+
+} // namespace
+
+std::string openmetrics_from_text(std::string_view text, std::span<const std::string_view> created_families,
+                                  double created_s) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 16 + 8);
+  const std::string created = fmt::format("{:.3f}", created_s);
+  std::string_view family, base; // the counter family being written (with _total) and its name without
+  bool with_created = false;
+  auto next_line = [&](size_t& at) {
+    const size_t nl = text.find('\n', at);
+    const std::string_view l = text.substr(at, nl == std::string_view::npos ? std::string_view::npos : nl - at);
+    at = nl == std::string_view::npos ? text.size() : nl + 1;
+    return l;
+  };
+  for (size_t at = 0; at < text.size();) {
+    const std::string_view l = next_line(at);
+    if (l.starts_with("# HELP ")) {
+      // The TYPE line follows its HELP line in every family this file or the process board writes.
+      size_t peek = at;
+      const std::string_view t = next_line(peek);
+      const std::string_view name = l.substr(7, l.find(' ', 7) - 7);
+      const std::string_view help = l.substr(std::min(l.size(), 8 + name.size()));
+      std::string_view type = t.starts_with("# TYPE ") ? t.substr(7 + name.size() + 1) : std::string_view();
+      std::string_view out_name = name;
+      family = {};
+      with_created = false;
+      if (type == "counter" && name.ends_with("_total")) {
+        family = name;
+        base = out_name = name.substr(0, name.size() - 6);
+        with_created = std::find(created_families.begin(), created_families.end(), name) != created_families.end();
+      } else if (type == "gauge" && name.ends_with("_info")) {
+        type = "info"; // always 1, labels its information: OpenMetrics' info type, samples keep their name
+        out_name = name.substr(0, name.size() - 5);
       }
-      out += fmt::format("wattscope_alerts_firing{{rule=\"{}\",severity=\"{}\",scope=\"{}\",host=\"{}\",gpu=\"{}\","
-                         "uuid=\"{}\"}} 1\n",
-                         prom_label_value(a.rule), prom_label_value(a.severity), prom_label_value(a.scope), host, gpu,
-                         prom_label_value(uuid));
+      out += "# HELP ";
+      out += out_name;
+      out += ' ';
+      for (const char c : help) { // OpenMetrics escapes double quotes in HELP too
+        if (c == '"') out += '\\';
+        out += c;
+      }
+      out += '\n';
+      if (!type.empty()) {
+        at = peek;
+        out += fmt::format("# TYPE {} {}\n", out_name, type);
+      }
+      continue;
+    }
+    out += l;
+    out += '\n';
+    if (with_created && l.starts_with(family) && l.size() > family.size() &&
+        (l[family.size()] == '{' || l[family.size()] == ' ')) {
+      const size_t value_at = l.rfind(' ');
+      out += base;
+      out += "_created";
+      out += l.substr(family.size(), value_at + 1 - family.size());
+      out += created;
+      out += '\n';
     }
   }
-  // ---- end alerts
+  out += "# EOF\n";
   return out;
 }
 
-std::string LiveState::metrics_gzip() const {
-  std::string text = metrics_text();
-  std::lock_guard lock(gzip_mu_);
-  if (text != gzip_plain_ || gzip_body_.empty()) {
-    gzip_body_ = gzip_compress(text, kMetricsGzipLevel);
-    gzip_plain_ = std::move(text);
+std::string LiveState::metrics_text(MetricsFormat format) const {
+  std::lock_guard lock(mu_);
+  Exposition x;
+  const std::string host = prom_label_value(run_.host);
+  const std::string host_label = fmt::format("host=\"{}\"", host);
+  x.family("wattscope_build_info", "gauge", "wattscope build, as a label.");
+  x.sample(fmt::format("version=\"{}\"", kVersion), 1.0);
+  // simulated="true" on the run and on every series of a simulated GPU, so no dashboard or alert built on
+  // them can take a simulated figure for a measurement.
+  x.family("wattscope_run_info", "gauge",
+           "The run this serve session records, as labels (simulated=\"true\": its GPUs are simulated, --simulate).");
+  x.sample(fmt::format("run_id=\"{}\",task=\"{}\",host=\"{}\",simulated=\"{}\"", prom_label_value(run_.run_id),
+                       prom_label_value(run_.task), host, simulated_run(run_) ? "true" : "false"),
+           1.0);
+  write_exporter_process(x, self_, process_start_s_);
+  if (sampler_) write_sampler(x, *sampler_, run_.interval_ms, host_label);
+  x.family("wattscope_history_bytes", "gauge",
+           "Memory held by the in-memory history (fixed when the run starts; bounded by --retain).");
+  x.sample(host_label, static_cast<double>(history_bytes()));
+  std::string out;
+  if (latest_) {
+    const Frame& f = *latest_;
+    GpuSeries gs;
+    for (const auto& s : f.gpus)
+      gs.emplace_back(&s, gpu_labels(s.gpu_index, device_of(devices_, s.gpu_index), host));
+    write_gpu_registry(x, f, devices_, gs, host);
+    write_gpu_health(x, devices_, gs, xid_errors_, host);
+    write_migs(x, f, devices_, host);
+    write_cpu(x, f.cpu, host);
+    out = x.take();
+    if (board_) out += board_->metrics_text; // prepared once per process scan
+    if (alerts_) write_alerts(out, *alerts_, devices_, host);
+  } else {
+    out = x.take();
   }
-  return gzip_body_;
+  if (format == MetricsFormat::OpenMetrics)
+    return openmetrics_from_text(out, kCountedFromRunStart, static_cast<double>(run_.start_ms) / 1000.0);
+  return out;
+}
+
+std::string LiveState::metrics_gzip(MetricsFormat format) const {
+  std::string text = metrics_text(format);
+  std::lock_guard lock(gzip_mu_);
+  GzipCache& c = gzip_[format == MetricsFormat::OpenMetrics ? 1 : 0];
+  if (text != c.plain || c.body.empty()) {
+    c.body = gzip_compress(text, kMetricsGzipLevel);
+    c.plain = std::move(text);
+  }
+  return c.body;
 }
 
 nlohmann::json LiveState::alerts_json() const {

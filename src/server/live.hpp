@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,21 @@
 #include "server/process_board.hpp"
 
 namespace wattscope {
+
+// /metrics in the format a scrape asked for (Accept): Prometheus text 0.0.4, or OpenMetrics 1.0.0.
+enum class MetricsFormat { Text004, OpenMetrics };
+
+// OpenMetrics 1.0 text from Prometheus 0.0.4 text as metrics_text writes it (HELP then TYPE per family): counter
+// families are named without _total in HELP and TYPE, gauges named *_info become the info type, double quotes in HELP
+// are escaped, each sample of the counters in `created_families` is followed by its _created sample (created_s,
+// seconds since 1970), and "# EOF" ends it.
+std::string openmetrics_from_text(std::string_view text, std::span<const std::string_view> created_families,
+                                  double created_s);
+
+// The exporter's own process as of the latest frame: CPU seconds and resident bytes (-1: not read).
+struct ProcessSelf {
+  double cpu_s = -1, resident_bytes = -1;
+};
 
 class LiveState {
 public:
@@ -47,8 +63,12 @@ public:
   nlohmann::json forecast_json() const;
   // Processes and units exported one by one (the rest summed as `other`); before set_run.
   void set_process_cap(size_t n) { process_cap_ = n; }
-  // issue 32 (serve --process-metrics): per-process series in /metrics; off by default (a series per process start).
-  void set_process_metrics(bool on) { process_metrics_ = on; }
+  // serve --process-metrics: per-process series in /metrics for GPU processes, and the CPU-only processes of the
+  // units named (--process-metrics-unit); off by default (a series per process start). Before set_run.
+  void set_process_metrics(bool on, std::vector<std::string> cpu_units = {}) {
+    process_series_.which = on ? ProcessSeries::Which::Gpu : ProcessSeries::Which::None;
+    process_series_.cpu_units = std::move(cpu_units);
+  }
   // From the sampler thread, after accounting: never blocks for long.
   void push(const std::shared_ptr<const Frame>& frame);
   void stop(); // wakes every waiting event stream
@@ -61,11 +81,13 @@ public:
   nlohmann::json current_json() const;
   // Points in [now - range, now], averaged into `step` buckets (peak power kept alongside).
   nlohmann::json history_json(std::chrono::nanoseconds range, std::chrono::nanoseconds step) const;
-  std::string metrics_text() const; // Prometheus text exposition format 0.0.4
+  // The Prometheus text exposition format 0.0.4, or OpenMetrics (the same families, rewritten for a scrape that asks
+  // for it: only that scrape pays for the rewrite).
+  std::string metrics_text(MetricsFormat format = MetricsFormat::Text004) const;
   // issue 32: metrics_text() gzip-compressed (Accept-Encoding: gzip). The body is compressed once, when it differs
   // from the last one compressed (a new frame, a new count), and kept: every other scrape of it gets the copy, so a
   // large body is never compressed per request (DESIGN: Server).
-  std::string metrics_gzip() const;
+  std::string metrics_gzip(MetricsFormat format = MetricsFormat::Text004) const;
   // zlib level 1: a 170 kB body (8 GPUs, 200 processes) to 11.9 kB in 0.8 ms, where level 6 makes 9.8 kB in 8 ms
   // (bench/metrics_size.py, on a loaded 2-core VM).
   static constexpr int kMetricsGzipLevel = 1;
@@ -118,7 +140,12 @@ private:
   mutable std::mutex ring_mu_;
   // issue 32: the last body compressed and its gzip; its own lock, taken after mu_ is released.
   mutable std::mutex gzip_mu_;
-  mutable std::string gzip_plain_, gzip_body_;
+  struct GzipCache {
+    std::string plain, body;
+  };
+  mutable GzipCache gzip_[2];  // per format: a Prometheus and an OpenMetrics scraper do not undo each other's copy
+  double process_start_s_ = 0; // process_start_time_seconds, read once
+  ProcessSelf self_;           // under mu_: read once a frame by push()
   std::vector<int> ring_gpus_; // gpu_index of each GPU column group in the ring, fixed by set_run
   bool stop_ = false;
   RunInfo run_;
@@ -140,7 +167,7 @@ private:
   std::shared_ptr<const ProcessBoard> board_; // the latest process scan's series and lists (issue 13)
   // Touched only by push() (the sampler thread) and set_run before it: builds board_ outside both locks.
   size_t process_cap_ = 20;
-  bool process_metrics_ = false; // issue 32
+  ProcessSeries process_series_{ProcessSeries::Which::None, {}};
   std::unique_ptr<ProcessBoardBuilder> board_builder_;
   // Under ring_mu_.
   std::chrono::milliseconds coarse_step_{1000};

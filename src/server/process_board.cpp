@@ -35,6 +35,62 @@ void head(std::string& out, std::string_view family, std::string_view type, std:
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", family, help, family, type);
 }
 
+// Indices of the entries the process families export (ProcessSeries), highest power first; ties keep their order.
+template <class ByPower>
+std::vector<size_t> exported_by_power(const std::vector<Entry>& entries, const ProcessSeries& series,
+                                      ByPower by_power) {
+  auto exported = [&](const Entry& e) {
+    if (series.which == ProcessSeries::Which::All) return true;
+    if (series.which == ProcessSeries::Which::None) return false;
+    if (!e.gpus.empty()) return true;
+    if (!e.proc || e.proc->unit.empty()) return false;
+    return std::any_of(series.cpu_units.begin(), series.cpu_units.end(),
+                       [&](const std::string& u) { return u == e.proc->unit || u == e.proc->unit_kind; });
+  };
+  std::vector<size_t> shown;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (exported(entries[i])) shown.push_back(i);
+  std::stable_sort(shown.begin(), shown.end(), [&](size_t a, size_t b) { return by_power(entries[a], entries[b]); });
+  return shown;
+}
+
+// A process with a series of its own: its labels, and (device, power, energy) per device it used.
+struct ProcessLines {
+  std::string labels;
+  std::vector<std::tuple<int, double, double>> devices;
+};
+
+// The wattscope_process_* families: the processes named one by one, then the rest of the exported ones as
+// pid="other" (their power now, and the energy they used while outside the top N, which only grows).
+void write_process_families(std::string& m, const std::vector<ProcessLines>& named,
+                            const std::map<int, double>& other_power, const std::map<int, double>& other_energy_j,
+                            const std::string& host, const std::string& cap_note) {
+  const std::string other = fmt::format("pid=\"other\",start_time=\"\",comm=\"\",unit=\"\",host=\"{}\"", host);
+  auto device = [](int dev) { return ",device=\"" + device_name(dev) + "\""; };
+  if (!named.empty() || !other_power.empty()) {
+    head(m, "wattscope_process_power_watts", "gauge",
+         "Power attributed to a process on a device (cpu, gpu0, ...) at the latest process scan: its share of the "
+         "device's measured power (docs/attribution.md). " +
+             cap_note);
+    for (const auto& p : named)
+      for (const auto& [dev, w, j] : p.devices)
+        line(m, "wattscope_process_power_watts", p.labels + device(dev), w);
+    for (const auto& [dev, w] : other_power)
+      line(m, "wattscope_process_power_watts", other + device(dev), w);
+  }
+  if (!named.empty() || !other_energy_j.empty()) {
+    head(m, "wattscope_process_energy_joules_total", "counter",
+         "Energy attributed to a process on a device since serve started (docs/attribution.md). " + cap_note +
+             " The pid=\"other\" series counts what processes used while outside the top N, so it only grows; a "
+             "process keeps its earlier energy in its own series.");
+    for (const auto& p : named)
+      for (const auto& [dev, w, j] : p.devices)
+        line(m, "wattscope_process_energy_joules_total", p.labels + device(dev), j);
+    for (const auto& [dev, j] : other_energy_j)
+      line(m, "wattscope_process_energy_joules_total", other + device(dev), j);
+  }
+}
+
 } // namespace
 
 std::string prom_label_value(std::string_view v) {
@@ -95,9 +151,16 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
     return out;
   };
 
+  // The processes with series of their own, and the top N of those by power; the rest of them are pid="other".
+  const std::vector<size_t> shown = exported_by_power(entries, series_, by_power);
+  const size_t sn = std::min(cap_, shown.size());
+  std::vector<char> shown_other(entries.size(), 0);
+  for (size_t k = sn; k < shown.size(); ++k)
+    shown_other[shown[k]] = 1;
+
   decltype(prev_) now;
   now.reserve(entries.size());
-  std::map<int, double> other_power;
+  std::map<int, double> other_power, series_other_power;
   size_t other_count = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
@@ -106,11 +169,16 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
     auto old = prev_.find(e.id);
     for (const auto& [dev, w, j] : devs) {
       mine.emplace_back(dev, j);
-      if (i < n) continue;
+      if (i < n && !shown_other[i]) continue;
       double before = 0;
       if (old != prev_.end())
         for (const auto& [d, pj] : old->second)
           if (d == dev) before = pj;
+      if (shown_other[i]) {
+        series_other_energy_j_[dev] += std::max(0.0, j - before);
+        series_other_power[dev] += w;
+      }
+      if (i < n) continue;
       other_energy_j_[dev] += std::max(0.0, j - before);
       other_power[dev] += w;
     }
@@ -124,34 +192,15 @@ std::shared_ptr<const ProcessBoard> ProcessBoardBuilder::build(const ProcessSnap
       "Only the top {} processes by power are exported one by one (serve --top-processes); the rest are summed in "
       "the series with pid=\"other\".",
       cap_);
-  std::vector<std::string> labels(n);
-  for (size_t i = 0; i < n; ++i) {
-    const Entry& e = entries[i];
-    labels[i] =
+  std::vector<ProcessLines> named(sn);
+  for (size_t k = 0; k < sn; ++k) {
+    const Entry& e = entries[shown[k]];
+    named[k].labels =
         fmt::format("pid=\"{}\",start_time=\"{}\",comm=\"{}\",unit=\"{}\",host=\"{}\"", e.id.pid, e.id.start_time,
                     prom_label_value(e.proc ? e.proc->comm : ""), prom_label_value(e.proc ? e.proc->unit : ""), host);
+    named[k].devices = devices(e);
   }
-  const std::string other_labels = fmt::format("pid=\"other\",start_time=\"\",comm=\"\",unit=\"\",host=\"{}\"", host);
-  if (process_series_ && !entries.empty()) {
-    head(m, "wattscope_process_power_watts", "gauge",
-         "Power attributed to a process on a device (cpu, gpu0, ...) at the latest process scan: its share of the "
-         "device's measured power (docs/attribution.md). " +
-             cap_note);
-    for (size_t i = 0; i < n; ++i)
-      for (const auto& [dev, w, j] : devices(entries[i]))
-        line(m, "wattscope_process_power_watts", labels[i] + ",device=\"" + device_name(dev) + "\"", w);
-    for (const auto& [dev, w] : other_power)
-      line(m, "wattscope_process_power_watts", other_labels + ",device=\"" + device_name(dev) + "\"", w);
-    head(m, "wattscope_process_energy_joules_total", "counter",
-         "Energy attributed to a process on a device since serve started (docs/attribution.md). " + cap_note +
-             " The pid=\"other\" series counts what processes used while outside the top N, so it only grows; a "
-             "process keeps its earlier energy in its own series.");
-    for (size_t i = 0; i < n; ++i)
-      for (const auto& [dev, w, j] : devices(entries[i]))
-        line(m, "wattscope_process_energy_joules_total", labels[i] + ",device=\"" + device_name(dev) + "\"", j);
-    for (const auto& [dev, j] : other_energy_j_)
-      line(m, "wattscope_process_energy_joules_total", other_labels + ",device=\"" + device_name(dev) + "\"", j);
-  }
+  write_process_families(m, named, series_other_power, series_other_energy_j_, host, cap_note);
 
   board->processes = nlohmann::json::array();
   for (size_t i = 0; i < n; ++i) {

@@ -29,14 +29,21 @@ struct ProcessBoard {
 // Escapes a Prometheus label value (exposition format 0.0.4): backslash, double quote and line feed.
 std::string prom_label_value(std::string_view v);
 
+// Which processes the wattscope_process_* families write one by one (serve --process-metrics). Their pid,
+// start_time and comm labels make a new series per process, so a node starting short jobs grows series without
+// bound: serve exports GPU processes (and the CPU-only processes of the units named in cpu_units, by name or kind,
+// --process-metrics-unit), not every shell, daemon and kernel thread. The unit families (Slurm job, pod, container,
+// service) are always written; the JSON lists hold every process either way.
+struct ProcessSeries {
+  enum class Which { None, Gpu, All } which = Which::All;
+  std::vector<std::string> cpu_units; // with Gpu: "slurm job 42" (a unit) or "slurm-job" (every unit of a kind)
+};
+
 class ProcessBoardBuilder {
 public:
-  // cap: processes (and units) exported one by one; host: the host label of every series. process_series (issue 32,
-  // serve --process-metrics): whether the wattscope_process_* families are written. Their pid, start_time and comm
-  // labels make a new series per process, so a node starting short jobs grows series without bound; the unit
-  // families (Slurm job, pod, container, service) are always written. The JSON lists are built either way.
-  ProcessBoardBuilder(size_t cap, std::string host, bool process_series = true)
-      : cap_(cap), host_(std::move(host)), process_series_(process_series) {}
+  // cap: processes (and units) exported one by one; host: the host label of every series.
+  ProcessBoardBuilder(size_t cap, std::string host, ProcessSeries series = {})
+      : cap_(cap), host_(std::move(host)), series_(std::move(series)) {}
   // From a scan accounting has filled (power and energy per process and unit). Keeps, across scans, what the
   // processes outside the top N used, so the `other` energy counters only grow.
   std::shared_ptr<const ProcessBoard> build(const ProcessSnapshot& snap);
@@ -44,7 +51,8 @@ public:
 private:
   size_t cap_;
   std::string host_;
-  bool process_series_;
+  ProcessSeries series_;
+  std::map<int, double> series_other_energy_j_; // per device: exported processes' energy while outside the top N
   // Device keys: -1 the CPU, else the GPU index. Energy per process and device at the previous scan.
   struct PidHash {
     size_t operator()(const ProcessId& id) const noexcept {

@@ -40,6 +40,15 @@ bool decode(std::string_view in, std::string& out) {
   return true;
 }
 
+// A control character (C0 or DEL) in a decoded name or value: none has a meaning in any parameter, and a NUL would
+// end the string where a store or a C API reads it (q=%00zzzz once searched for "" and matched every run).
+bool has_control(std::string_view s) {
+  return std::any_of(s.begin(), s.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+}
+
 } // namespace
 
 std::string printable(std::string_view text, size_t max_chars) {
@@ -85,10 +94,26 @@ std::variant<std::vector<Param>, Error> parse(std::string_view raw) {
     if (!decode(value, p.value))
       return Error{fmt::format("query parameter '{}': bad percent escape in value '{}' (use %XX with two hex digits)",
                                printable(p.name), printable(value))};
+    if (has_control(p.name))
+      return Error{fmt::format("query parameter '{}': control characters are not accepted in a parameter's name",
+                               printable(p.name))};
+    if (has_control(p.value))
+      return Error{fmt::format("query parameter '{}': '{}' holds a control character (a byte below 0x20, or 0x7f); "
+                               "none is accepted in a value",
+                               printable(p.name), printable(p.value))};
     params.push_back(std::move(p));
     if (amp == raw.size()) break;
   }
   return params;
+}
+
+std::optional<Error> parse_none(std::string_view raw, std::string_view endpoint) {
+  auto parsed = parse(raw);
+  if (auto* e = std::get_if<Error>(&parsed)) return *e;
+  const auto& params = std::get<std::vector<Param>>(parsed);
+  if (params.empty()) return std::nullopt;
+  return Error{
+      fmt::format("unknown query parameter '{}' ({} takes no parameters)", printable(params.front().name), endpoint)};
 }
 
 std::variant<HistoryQuery, Error> parse_history(std::string_view raw) {

@@ -24,9 +24,14 @@ struct Error {
 };
 
 // "a=1&b=x%20y" -> {a, 1}, {b, x y}. An empty query gives no parameters; "a" alone is {a, ""}. At most
-// kMaxParams parameters; a bad percent escape or too many parameters is an Error.
+// kMaxParams parameters; a bad percent escape, too many parameters, or a control character (a byte below 0x20, or
+// 0x7f: %00, %0A, ...) decoded into a name or a value is an Error, so no endpoint ever sees one.
 constexpr size_t kMaxParams = 16;
 std::variant<std::vector<Param>, Error> parse(std::string_view raw);
+
+// An endpoint that takes no parameters (/api/v1/forecast, /api/v1/current, /metrics, ...): any parameter is an Error
+// naming it, as an unknown one is everywhere else; nullopt for an empty query.
+std::optional<Error> parse_none(std::string_view raw, std::string_view endpoint);
 
 // /api/v1/history's parameters: range (default 1 h, at most 31 days) and step (default range / 300 but at least 1 ms;
 // at most range, at most 10000 steps). Any other parameter, or one given twice, is an Error.

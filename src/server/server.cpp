@@ -36,6 +36,7 @@
 #include "server/query.hpp"
 #include "server/runs_pages.hpp"
 #include "server/static_files.hpp"
+#include "web/csp.hpp"
 
 namespace wattscope {
 
@@ -186,7 +187,7 @@ struct HttpServer::Impl {
 
   LiveState& live;
   ServerOptions opts;
-  StaticFiles files;
+  StaticFiles files{opts.store.has_value()};
   RunsPages runs_pages{opts.store, files.plotly_url()}; // issue 35
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
@@ -576,20 +577,44 @@ struct HttpServer::Impl {
       r.close = r.close || !keep;
       c->reply(std::move(r), head);
     };
+    // Every query is decoded once here, whatever the path: a bad escape or a control character (%00, %0a, ...) is a
+    // 400 before any handler, store or page sees it.
+    if (auto parsed = query::parse(query); auto* e = std::get_if<query::Error>(&parsed))
+      return send(json_error(400, e->message));
+    // The API's endpoints that take no parameters refuse one, as those that take some refuse an unknown one.
+    auto takes_none = [&](std::string_view endpoint) {
+      auto e = query::parse_none(query, endpoint);
+      if (e) send(json_error(400, e->message));
+      return e.has_value();
+    };
 
     if (const StaticFile* f = files.find(path)) return send(static_file(*f, req));
     if (path == "/metrics") {
       // issue 32: gzip where the client takes it (Prometheus asks for it), from LiveState's once-per-body copy.
+      // OpenMetrics where the scrape asks for it (Prometheus does, first), else the 0.0.4 text.
       const bool gz = accepts_gzip(req[http::field::accept_encoding]);
-      Response r = content(gz ? live.metrics_gzip() : live.metrics_text(), "text/plain; version=0.0.4; charset=utf-8");
-      r.headers.emplace_back("Vary", "Accept-Encoding");
+      const auto format =
+          accepts_openmetrics(req[http::field::accept]) ? MetricsFormat::OpenMetrics : MetricsFormat::Text004;
+      Response r =
+          content(gz ? live.metrics_gzip(format) : live.metrics_text(format),
+                  format == MetricsFormat::OpenMetrics ? "application/openmetrics-text; version=1.0.0; charset=utf-8"
+                                                       : "text/plain; version=0.0.4; charset=utf-8");
+      r.headers.emplace_back("Vary", "Accept-Encoding, Accept");
       if (gz) r.headers.emplace_back("Content-Encoding", "gzip");
       return send(std::move(r));
     }
-    if (path == "/api/v1/current") return send(content(live.current_json().dump(), "application/json"));
-    if (path == "/api/v1/alerts") return send(content(live.alerts_json().dump(), "application/json")); // issue 14
-    // issue 36: the live forecasts (docs/forecasts.md)
-    if (path == "/api/v1/forecast") return send(content(live.forecast_json().dump(), "application/json"));
+    if (path == "/api/v1/current") {
+      if (takes_none(path)) return;
+      return send(content(live.current_json().dump(), "application/json"));
+    }
+    if (path == "/api/v1/alerts") {
+      if (takes_none(path)) return;
+      return send(content(live.alerts_json().dump(), "application/json"));
+    }
+    if (path == "/api/v1/forecast") { // the live forecasts (docs/forecasts.md)
+      if (takes_none(path)) return;
+      return send(content(live.forecast_json().dump(), "application/json"));
+    }
     if (path == "/healthz") return send(content("ok\n", "text/plain"));
     if (path == "/favicon.ico") {
       Response r;
@@ -607,6 +632,7 @@ struct HttpServer::Impl {
       });
     }
     if (path == "/api/v1/events") {
+      if (takes_none(path)) return;
       if (head) return send(content("", "text/event-stream"));
       return c->stream("retry: 2000\ndata: " + live.current_json().dump() + "\n\n", req.version() == 11);
     }
@@ -620,6 +646,7 @@ struct HttpServer::Impl {
     // ---- advice (issue 14): over the last hour of LiveState's fine ring, recomputed at most every 10 s, never per
     // request
     if (path == "/api/v1/advice") {
+      if (takes_none(path)) return;
       if (!opts.advice) return send(json_error(404, "advice is not kept by this server"));
       return heavy(c, head, keep, [this] { return content(opts.advice->json().dump(), "application/json"); });
     }
@@ -642,6 +669,7 @@ struct HttpServer::Impl {
     r.headers.emplace_back("ETag", gz ? f.etag_gzip : f.etag);
     r.headers.emplace_back("Cache-Control", f.cache_control);
     r.headers.emplace_back("Vary", "Accept-Encoding");
+    if (!f.csp.empty()) r.headers.emplace_back("Content-Security-Policy", f.csp);
     const std::string_view inm = req[http::field::if_none_match];
     if (!inm.empty() && (etag_listed(inm, f.etag) || etag_listed(inm, f.etag_gzip))) {
       r.status = 304;
@@ -668,6 +696,10 @@ struct HttpServer::Impl {
       } catch (const std::exception& e) {
         r = json_error(500, e.what());
       }
+      // A page made here (a run's report, the runs pages, the compare view) gets its policy here, off the network
+      // thread: its inline scripts hashed (a few ms for a report's data).
+      if (r.content_type.starts_with("text/html"))
+        r.headers.emplace_back("Content-Security-Policy", content_security_policy(r.body));
       r.close = r.close || !keep;
       asio::post(io, [this, c, head, r = std::move(r)]() mutable {
         --heavy_in_flight;

@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include "web/assets.hpp"
+#include "web/csp.hpp"
 
 namespace wattscope {
 
@@ -14,6 +15,8 @@ namespace {
 
 // The dashboard names plotly.js by this placeholder; the table puts in the versioned URL.
 constexpr std::string_view kPlotlyPlaceholder = "{{plotly.js}}";
+// The runs link's attribute: "hidden" where serve has no store.
+constexpr std::string_view kRunsLinkPlaceholder = "{{runs-link}}";
 constexpr std::string_view kImmutable = "public, max-age=31536000, immutable";
 
 std::string fnv1a64_hex(std::string_view data) {
@@ -85,6 +88,30 @@ bool accepts_gzip(std::string_view accept_encoding) {
   return gzip == 1 || (gzip == -1 && star == 1);
 }
 
+bool accepts_openmetrics(std::string_view accept) {
+  bool yes = false;
+  each_element(accept, [&](std::string_view e) {
+    const size_t semi = e.find(';');
+    if (!iequals(trim_ows(e.substr(0, semi)), "application/openmetrics-text")) return;
+    bool refused = false, other_version = false;
+    std::string_view params = semi == std::string_view::npos ? std::string_view() : e.substr(semi + 1);
+    while (!params.empty()) {
+      const size_t next = params.find(';');
+      const std::string_view p = trim_ows(params.substr(0, next));
+      if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
+        const std::string_view v = trim_ows(p.substr(2));
+        refused = !v.empty() && v[0] == '0' && v.find_first_not_of("0.", 0) == std::string_view::npos;
+      } else if (p.starts_with("version=")) {
+        other_version = p.substr(8) != "1.0.0";
+      }
+      if (next == std::string_view::npos) break;
+      params.remove_prefix(next + 1);
+    }
+    yes = yes || (!refused && !other_version);
+  });
+  return yes;
+}
+
 bool etag_listed(std::string_view if_none_match, std::string_view etag) {
   bool found = false;
   each_element(if_none_match, [&](std::string_view e) {
@@ -112,7 +139,7 @@ std::string gzip_compress(std::string_view data, int level) {
   return out;
 }
 
-StaticFiles::StaticFiles() {
+StaticFiles::StaticFiles(bool runs_pages) {
   const std::string_view plotly = assets::plotly_js();
   const std::string plotly_hash(assets::plotly_js_hash()); // hashed at build time: start-up reads none of its pages
   plotly_url_ = "/assets/plotly-" + plotly_hash + ".min.js";
@@ -121,10 +148,14 @@ StaticFiles::StaticFiles() {
   if (at == std::string::npos)
     throw std::runtime_error(fmt::format("web/dashboard.html has no {} placeholder for plotly.js", kPlotlyPlaceholder));
   dashboard_.replace(at, kPlotlyPlaceholder.size(), plotly_url_);
+  const size_t link = dashboard_.find(kRunsLinkPlaceholder);
+  if (link == std::string::npos)
+    throw std::runtime_error(fmt::format("web/dashboard.html has no {} placeholder", kRunsLinkPlaceholder));
+  dashboard_.replace(link, kRunsLinkPlaceholder.size(), runs_pages ? "" : "hidden");
   dashboard_gzip_ = gzip_compress(dashboard_);
   const std::string dash_hash = fnv1a64_hex(dashboard_);
   files_.push_back({"/", "text/html; charset=utf-8", "no-cache", dashboard_, dashboard_gzip_, '"' + dash_hash + '"',
-                    '"' + dash_hash + ".gz\""});
+                    '"' + dash_hash + ".gz\"", content_security_policy(dashboard_)});
   const StaticFile js{plotly_url_,
                       "application/javascript; charset=utf-8",
                       std::string(kImmutable),

@@ -17,12 +17,15 @@ struct StaticFile {
   std::string_view gzip;     // the body gzip-compressed
   std::string etag;          // of the identity body, quoted; the gzip body's is etag_gzip
   std::string etag_gzip;
+  std::string csp; // an HTML page's Content-Security-Policy (web/csp.hpp), made once; empty for the scripts
 };
 
 class StaticFiles {
 public:
-  // Builds the table. Throws std::runtime_error when the dashboard lacks its plotly.js placeholder.
-  StaticFiles();
+  // Builds the table. runs_pages: serve keeps a store (--db), so the dashboard shows its link to /runs (a serve
+  // without one has no runs pages: the link is hidden, and no request finds that out). Throws std::runtime_error when
+  // the dashboard lacks a placeholder.
+  explicit StaticFiles(bool runs_pages = false);
   StaticFiles(const StaticFiles&) = delete;
   StaticFiles& operator=(const StaticFiles&) = delete;
   const StaticFile* find(std::string_view path) const;
@@ -35,6 +38,9 @@ private:
 
 // Accept-Encoding allows gzip: "gzip" or "x-gzip" or "*" with a q-value above 0 ("gzip;q=0" refuses it).
 bool accepts_gzip(std::string_view accept_encoding);
+// Accept asks for OpenMetrics text: an application/openmetrics-text element with a q-value above 0, of version 1.0.0 or
+// none named (Prometheus offers it first, then 0.0.1, then text/plain 0.0.4).
+bool accepts_openmetrics(std::string_view accept);
 // If-None-Match lists `etag` ("*" matches anything; weak comparison, so W/"x" matches "x", RFC 9110 13.1.2).
 bool etag_listed(std::string_view if_none_match, std::string_view etag);
 // gzip (RFC 1952) of `data` at a zlib level (9: best, 1: fastest), without a timestamp.

@@ -3,6 +3,9 @@ Operator require, and keeps the promises docs/kubernetes.md makes (host PID, rea
 main container without privileges, a ServiceMonitor whose port is the Service's)."""
 import pathlib
 import re
+import shutil
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -53,7 +56,7 @@ def test_every_document_parses_and_names_itself():
 
 def test_api_versions_are_the_served_ones():
     want = {"Namespace": "v1", "ServiceAccount": "v1", "Service": "v1", "DaemonSet": "apps/v1",
-            "ServiceMonitor": "monitoring.coreos.com/v1"}
+            "ServiceMonitor": "monitoring.coreos.com/v1", "PrometheusRule": "monitoring.coreos.com/v1"}
     for kind, docs in kinds().items():
         assert kind in want, f"unexpected kind {kind}"
         for d in docs:
@@ -227,3 +230,20 @@ def test_the_checks_catch_a_broken_manifest(bad, monkeypatch):
              "port": test_servicemonitor_scrapes_the_services_port_with_the_token}[bad]
     with pytest.raises(AssertionError):
         check()
+
+
+def test_prometheusrule_is_deploy_alerts_yml_and_promtool_accepts_its_rules(tmp_path):
+    """The PrometheusRule is generated from deploy/alerts.yml (scripts/gen_prometheusrule.py) and must not drift from
+    it: the same groups, and rules promtool accepts."""
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_prometheusrule.py"), "--check"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rule = one("PrometheusRule")
+    assert rule["spec"]["groups"] == yaml.safe_load((ROOT / "deploy" / "alerts.yml").read_text())["groups"]
+    assert rule["metadata"]["labels"]["app.kubernetes.io/name"] == "wattscope"
+    if not shutil.which("promtool"):
+        pytest.skip("promtool is not installed (Debian: prometheus)")
+    groups = tmp_path / "rules.yml"
+    groups.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, allow_unicode=True))
+    r = subprocess.run(["promtool", "check", "rules", str(groups)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -255,7 +255,7 @@ TEST(Adaptive, MetricsShowTheIntervalInForce) {
     std::istringstream in(resp.body);
     std::string line;
     while (std::getline(in, line))
-      if (line.rfind("wattscope_sampler_interval_seconds ", 0) == 0) return line.substr(line.find(' ') + 1);
+      if (line.rfind("wattscope_sampler_interval_seconds{host=", 0) == 0) return line.substr(line.rfind(' ') + 1);
     return "";
   };
   std::vector<std::string> seen;

@@ -175,6 +175,14 @@ TEST(NvmlHealth, EveryCounterIsTheFakesLatestReadOnEveryRow) {
     EXPECT_EQ(rates[i][0].value_or("missing"), "512000") << "row " << i;
     EXPECT_EQ(rates[i][1].value_or("missing"), "307200") << "row " << i;
   }
+  // And the counters themselves, in bytes, every row (the first too): 50 and 30 KiB more each reading.
+  auto totals = query(r->db(), "SELECT nvlink_tx_bytes, nvlink_rx_bytes FROM gpu_samples ORDER BY tick");
+  ASSERT_EQ(totals.size(), rates.size());
+  EXPECT_GE(std::stoll(totals[0][0].value_or("0")), 1'000'000LL * 1024);
+  for (size_t i = 1; i < totals.size(); ++i) {
+    EXPECT_EQ(std::stoll(totals[i][0].value_or("0")) - std::stoll(totals[i - 1][0].value_or("0")), 50 * 1024) << i;
+    EXPECT_EQ(std::stoll(totals[i][1].value_or("0")) - std::stoll(totals[i - 1][1].value_or("0")), 30 * 1024) << i;
+  }
   // No MIG on this GPU: its mode answers NOT_SUPPORTED, so missing.
   EXPECT_EQ(scalar(r->db(), "SELECT count(mig_mode) FROM gpu_samples"), "0");
 }
@@ -187,7 +195,7 @@ TEST(NvmlHealth, UnsupportedCountersAreMissingAndProbedOnce) {
   for (const char* col :
        {"ecc_corrected_errors", "ecc_uncorrected_errors", "remapped_rows_correctable", "remapped_rows_uncorrectable",
         "remap_pending", "remap_failed", "pcie_replays", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
-        "throttle_power_s", "throttle_thermal_s", "mig_mode"})
+        "nvlink_tx_bytes", "nvlink_rx_bytes", "throttle_power_s", "throttle_thermal_s", "mig_mode"})
     EXPECT_EQ(scalar(r->db(), std::string("SELECT count(") + col + ") FROM gpu_samples"), "0") << col;
   // Asked once, answered NOT_SUPPORTED, never again.
   EXPECT_EQ(calls_of(r->calls, "nvmlDeviceGetTotalEccErrors"), 1);
@@ -352,7 +360,7 @@ TEST(NvmlMig, MetricsShowInstancesHealthAndPciBusId) {
   while (std::chrono::steady_clock::now() < until) {
     body = http::get(port, "/metrics", {}, 5s).body;
     if (body.find("wattscope_gpu_mig_memory_used_bytes{") != std::string::npos &&
-        body.find("wattscope_gpu_nvlink_transmit_bytes_per_second{") != std::string::npos)
+        body.find("wattscope_gpu_nvlink_transmit_bytes_total{") != std::string::npos)
       break;
     std::this_thread::sleep_for(200ms);
   }
@@ -377,8 +385,17 @@ TEST(NvmlMig, MetricsShowInstancesHealthAndPciBusId) {
   for (const char* family :
        {"# TYPE wattscope_gpu_ecc_errors_total counter", "# TYPE wattscope_gpu_remapped_rows gauge",
         "# TYPE wattscope_gpu_pcie_replays_total counter", "# TYPE wattscope_gpu_throttle_seconds_total counter",
-        "# TYPE wattscope_gpu_nvlink_transmit_bytes_per_second gauge"})
+        "# TYPE wattscope_gpu_nvlink_transmit_bytes_total counter",
+        "# TYPE wattscope_gpu_nvlink_receive_bytes_total counter"})
     EXPECT_NE(body.find(family), std::string::npos) << family;
+  // NVLink as NVML's counter in bytes (rate() sees every byte), not the last tick's rate (one tick of each scrape's
+  // window); the per-tick rate stays in the store for the report.
+  EXPECT_EQ(body.find("nvlink_transmit_bytes_per_second"), std::string::npos) << body;
+  const std::string tx = metric_line(body, "wattscope_gpu_nvlink_transmit_bytes_total{");
+  ASSERT_FALSE(tx.empty());
+  const double tx_bytes = std::stod(tx.substr(tx.rfind(' ') + 1));
+  EXPECT_GE(tx_bytes, 1'000'000.0 * 1024) << tx << ": the fake counts from 1,000,000 KiB";
+  EXPECT_EQ(std::fmod(tx_bytes, 1024.0), 0.0) << tx;
   EXPECT_NE(body.find("error=\"corrected\"}"), std::string::npos);
   EXPECT_NE(body.find("reason=\"thermal\"}"), std::string::npos);
   // Power has no per-instance series: NVML measures it per GPU.

@@ -105,11 +105,14 @@ constexpr int64_t kBusyTicks = 4000 + 100 + 900 + 50 + 25 + 25;
 
 // A procfs root: this machine's /proc (as links), but a `stat` whose CPU lines are fixed (two logical CPUs) and, for
 // the worker, a cgroup file that puts it in Slurm job 4242.
-void procfs_fixture(const std::string& root, int worker) {
+void procfs_fixture(const std::string& root, const std::vector<int>& in_job, bool live = false) {
   std::filesystem::create_directories(root);
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
-    if (name == "stat" || name.find_first_not_of("0123456789") == std::string::npos) continue;
+    const bool pid_dir = name.find_first_not_of("0123456789") == std::string::npos;
+    if ((name == "stat" && !live) || (pid_dir && !live) ||
+        (pid_dir && std::find(in_job.begin(), in_job.end(), std::stoi(name)) != in_job.end()))
+      continue;
     std::filesystem::create_directory_symlink(e.path(), root + "/" + name);
   }
   std::string stat = "cpu  4000 100 900 20000 300 50 25 25 0 0\n"
@@ -118,14 +121,16 @@ void procfs_fixture(const std::string& root, int worker) {
   std::istringstream real(read_file("/proc/stat"));
   for (std::string line; std::getline(real, line);)
     if (!line.starts_with("cpu")) stat += line + "\n";
-  write_file(root + "/stat", stat);
-  const std::string pid = std::to_string(worker), dir = root + "/" + pid;
-  std::filesystem::create_directory(dir);
-  for (const auto& e : std::filesystem::directory_iterator("/proc/" + pid)) {
-    const std::string name = e.path().filename();
-    if (name != "cgroup") std::filesystem::create_symlink(e.path(), dir + "/" + name);
+  if (!live) write_file(root + "/stat", stat);
+  for (const int worker : in_job) {
+    const std::string pid = std::to_string(worker), dir = root + "/" + pid;
+    std::filesystem::create_directory(dir);
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + pid)) {
+      const std::string name = e.path().filename();
+      if (name != "cgroup") std::filesystem::create_symlink(e.path(), dir + "/" + name);
+    }
+    write_file(dir + "/cgroup", "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n");
   }
-  write_file(dir + "/cgroup", "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n");
 }
 
 // `wattscope serve` on the full-capability fake NVML, RAPL fixtures and a worker process the GPUs list, which the
@@ -142,7 +147,7 @@ public:
                                               full_device("GPU-full-1", "00000000:5E:00.0", dir_ / "worker.pid")}}}
                                            .dump());
     two_socket_rapl(dir_ / "sys");
-    procfs_fixture(dir_ / "proc", worker_);
+    procfs_fixture(dir_ / "proc", {worker_});
     std::vector<std::string> args = {wattscope(),     "serve",       "--listen",           "127.0.0.1:0",
                                      "--interval",    interval,      "--sysfs-root",       dir_ / "sys",
                                      "--procfs-root", dir_ / "proc", "--process-interval", "1s"};
@@ -292,6 +297,18 @@ TEST(PromNative, EveryMetricAnyBackendFillsPassesPromtoolAndPushgateway) {
   ASSERT_NE(m.find("wattscope_cpu_power_watts{"), std::string::npos);
   ASSERT_NE(m.find("wattscope_process_power_watts{"), std::string::npos) << m;
   EXPECT_EQ(family_faults(m), "");
+  // docs/prometheus.md's RAPL example names the labels serve writes (it once showed zone="package-0").
+  const std::string doc = read_file(std::string(WATTSCOPE_SOURCE_DIR) + "/docs/prometheus.md");
+  std::smatch example;
+  ASSERT_TRUE(std::regex_search(doc, example, std::regex("`wattscope_cpu_energy_joules_total\\{(zone=\"[^}]*)\\}`")));
+  std::string zone_line;
+  for (std::istringstream in(m); std::getline(in, zone_line);)
+    if (zone_line.starts_with("wattscope_cpu_energy_joules_total{") &&
+        zone_line.find("," + example[1].str() + "}") != std::string::npos)
+      break;
+  EXPECT_TRUE(zone_line.starts_with("wattscope_cpu_energy_joules_total{"))
+      << "no series with the labels docs/prometheus.md shows: " << example[1] << "\n"
+      << m;
   write_file(s.dir() / "metrics.txt", m);
   auto check = run({"/bin/sh", "-c", "promtool check metrics < " + (s.dir() / "metrics.txt")});
   EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
@@ -338,6 +355,98 @@ TEST(PromNative, ProcessSeriesOnlyOnRequestUnitsAlways) {
   EXPECT_TRUE(has(m2, "wattscope_unit_power_watts{"));
 }
 
+// --process-metrics exports GPU processes, not every process with a CPU share (a node's shells, daemons and kernel
+// threads, each a new series per start); --process-metrics-unit adds the CPU-only processes of a unit. The machine's
+// own /proc, live, with no RAPL: --cpu-tdp gives every busy process a share of the estimated CPU power.
+class ProcessServe {
+public:
+  explicit ProcessServe(std::vector<std::string> extra) {
+    gpu_worker_ = start({"/bin/sh", "-c", "echo $$ > worker.pid; exec sleep 60"}, {}, dir_.path(), dir_ / "w.out",
+                        dir_ / "w.err");
+    for (int i = 0; i < 200 && read_file(dir_ / "worker.pid").empty(); ++i)
+      std::this_thread::sleep_for(10ms);
+    const std::string busy = "while :; do i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done; sleep 0.05; done";
+    cpu_in_job_ = start({"/bin/sh", "-c", busy}, {}, dir_.path(), dir_ / "c1.out", dir_ / "c1.err");
+    cpu_outside_ = start({"/bin/sh", "-c", busy}, {}, dir_.path(), dir_ / "c2.out", dir_ / "c2.err");
+    write_file(dir_ / "scenario.json",
+               json{{"devices", {full_device("GPU-full-0", "00000000:3B:00.0", dir_ / "worker.pid")}}}.dump());
+    std::filesystem::create_directories(dir_ / "sys");
+    procfs_fixture(dir_ / "proc", {gpu_worker_, cpu_in_job_}, /*live=*/true);
+    std::vector<std::string> args = {wattscope(),          "serve",       "--listen",        "127.0.0.1:0",
+                                     "--interval",         "100ms",       "--sysfs-root",    dir_ / "sys",
+                                     "--procfs-root",      dir_ / "proc", "--cpu-tdp",       "200",
+                                     "--process-interval", "1s",          "--top-processes", "100"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    serve_ = start(args,
+                   {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                    {"WATTSCOPE_FAKE_NVML_SCENARIO", dir_ / "scenario.json"},
+                    {"CUDA_VISIBLE_DEVICES", "\x01"}},
+                   dir_.path(), dir_ / "out", dir_ / "err");
+    port_ = wait_for_serve_port(dir_ / "err", 100);
+  }
+  ~ProcessServe() {
+    for (const int p : {serve_, gpu_worker_, cpu_in_job_, cpu_outside_}) {
+      kill(p, SIGKILL);
+      wait_exit(p);
+    }
+  }
+  // The pids with series of their own, once the scans have seen `want` (up to 10 s), and the body they were read in.
+  std::set<std::string> pids_once(const std::function<bool(const std::string&)>& want, std::string& body) const {
+    std::set<std::string> out;
+    for (int i = 0; i < 100; ++i) {
+      body = http::get(port_, "/metrics", {}, 5s).body;
+      if (want(body)) break;
+      std::this_thread::sleep_for(100ms);
+    }
+    std::istringstream in(body);
+    for (std::string line; std::getline(in, line);)
+      if (line.starts_with("wattscope_process_power_watts{pid=\"")) {
+        const size_t a = line.find('"') + 1;
+        out.insert(line.substr(a, line.find('"', a) - a));
+      }
+    return out;
+  }
+  std::string current() const { return http::get(port_, "/api/v1/current", {}, 5s).body; }
+  std::string gpu_worker() const { return std::to_string(gpu_worker_); }
+  std::string cpu_in_job() const { return std::to_string(cpu_in_job_); }
+  std::string cpu_outside() const { return std::to_string(cpu_outside_); }
+
+private:
+  TempDir dir_;
+  int serve_ = -1, gpu_worker_ = -1, cpu_in_job_ = -1, cpu_outside_ = -1, port_ = 0;
+};
+
+TEST(PromNative, ProcessSeriesAreTheGpuProcessesAndTheCpuProcessesOfUnitsAskedFor) {
+  {
+    ProcessServe s({"--process-metrics"});
+    std::string m;
+    // Until the busy CPU processes are in the JSON list with a power share: the scan has attributed CPU energy.
+    const auto p = s.pids_once(
+        [&](const std::string& b) {
+          const std::string cur = s.current();
+          return has(b, "wattscope_process_power_watts{pid=\"" + s.gpu_worker() + "\"") &&
+                 has(cur, "\"pid\":" + s.cpu_in_job() + ",") && has(cur, "\"pid\":" + s.cpu_outside() + ",");
+        },
+        m);
+    EXPECT_TRUE(p.count(s.gpu_worker())) << m;
+    const std::string cur = s.current();
+    ASSERT_TRUE(has(cur, "\"pid\":" + s.cpu_in_job() + ",")) << "the dashboard's list keeps every process: " << cur;
+    for (const auto& pid : p)
+      EXPECT_TRUE(pid == s.gpu_worker() || pid == "other") << "pid " << pid << " has a series: no GPU process\n" << m;
+  }
+  ProcessServe s({"--process-metrics-unit", "slurm job 4242"});
+  std::string m;
+  const auto p = s.pids_once(
+      [&](const std::string& b) {
+        return has(b, "wattscope_process_power_watts{pid=\"" + s.cpu_in_job() + "\"") &&
+               has(s.current(), "\"pid\":" + s.cpu_outside() + ",");
+      },
+      m);
+  EXPECT_TRUE(p.count(s.gpu_worker())) << "--process-metrics-unit implies --process-metrics: " << m;
+  EXPECT_TRUE(p.count(s.cpu_in_job())) << "the unit's CPU process: " << m;
+  EXPECT_FALSE(p.count(s.cpu_outside())) << "a CPU process outside the unit: " << m;
+}
+
 // 32.3: gzip for a client that asks, compressed once per body: two scrapes of one frame get the same bytes.
 TEST(PromNative, MetricsAreGzippedForAClientThatAsks) {
   FullServe s({}, "10s"); // one frame for the whole test
@@ -348,9 +457,9 @@ TEST(PromNative, MetricsAreGzippedForAClientThatAsks) {
   auto plain = s.get("/metrics");
   ASSERT_EQ(a.status, 200);
   EXPECT_EQ(a.header("content-encoding"), "gzip");
-  EXPECT_EQ(a.header("vary"), "Accept-Encoding");
+  EXPECT_EQ(a.header("vary"), "Accept-Encoding, Accept");
   EXPECT_EQ(plain.header("content-encoding"), "");
-  EXPECT_EQ(plain.header("vary"), "Accept-Encoding");
+  EXPECT_EQ(plain.header("vary"), "Accept-Encoding, Accept");
   const std::string text = gunzip(a.body);
   EXPECT_EQ(text, plain.body); // the same frame, the same body
   EXPECT_EQ(b.body, a.body);

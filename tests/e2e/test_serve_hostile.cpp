@@ -317,3 +317,43 @@ TEST(ServeHttp, TheTokenComesFirstAndOversizedHeadersAreRefused) {
   EXPECT_TRUE(head.body.empty());
 }
 } // namespace e2e_serve_hostile
+
+namespace e2e_serve_hostile {
+
+// Every query parameter of every path is decoded once and refused with a 400 when it holds a control character (a
+// NUL once ended the runs search early: q=%00zzzz matched every run); the API's endpoints that take no parameter
+// refuse one, as those that take some refuse an unknown one.
+TEST(ServeHttp, ControlCharactersAndUnknownParametersAreRefusedOnEveryPath) {
+  Serve s(/*with_token=*/false);
+  for (const char* target : {"/api/v1/runs?q=%00zzzz", "/runs?task=a%0db", "/metrics?x=%01", "/?q=%7f",
+                             "/api/v1/history?range=1h&step=%09", "/api/v1/current?%00=1", "/api/v1/forecast?x=%1b"}) {
+    SCOPED_TRACE(target);
+    auto r = http::get(s.port(), target);
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("control character"), std::string::npos) << r.body;
+  }
+  for (const char* path : {"/api/v1/forecast", "/api/v1/current", "/api/v1/alerts", "/api/v1/advice"}) {
+    SCOPED_TRACE(path);
+    auto r = http::get(s.port(), std::string(path) + "?bogus=1");
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("unknown query parameter 'bogus'"), std::string::npos) << r.body;
+    EXPECT_EQ(http::get(s.port(), path).status, 200);
+  }
+  // UTF-8 is not a control character.
+  EXPECT_EQ(http::get(s.port(), "/?lang=caf%C3%A9").status, 200);
+}
+
+// The dashboard goes out with its Content-Security-Policy: its own inline scripts by hash, nothing from elsewhere.
+TEST(ServeAssets, TheDashboardCarriesAContentSecurityPolicyHashingItsScripts) {
+  Serve s(/*with_token=*/false);
+  auto page = http::get(s.port(), "/");
+  ASSERT_EQ(page.status, 200) << page.error;
+  const std::string csp = page.header("content-security-policy");
+  EXPECT_NE(csp.find("default-src 'none'"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("script-src 'self' 'sha256-"), std::string::npos) << csp;
+  EXPECT_NE(csp.find("frame-ancestors 'none'"), std::string::npos) << csp;
+  EXPECT_EQ(csp.find("unsafe-eval"), std::string::npos) << csp;
+  EXPECT_EQ(http::get(s.port(), "/metrics").header("content-security-policy"), "");
+}
+
+} // namespace e2e_serve_hostile

@@ -151,6 +151,9 @@ TEST(VendorInit, ACrashingNvmlInitTurnsNvmlOffAndTheCommandRuns) {
   EXPECT_GE(r->start_delay_s(), 0) << "the command ran";
   EXPECT_NE(r->result.err.find("crashed in nvmlInit in a probe process (killed by SIGSEGV"), std::string::npos)
       << r->result.err;
+  // Said once, at warning level, in its own words: not "warning: error: ...".
+  EXPECT_NE(r->result.err.find("wattscope: warning: no NVIDIA GPU recorded"), std::string::npos) << r->result.err;
+  EXPECT_EQ(r->result.err.find("warning: error:"), std::string::npos) << r->result.err;
   EXPECT_EQ(scalar(r->db(), "SELECT count(*) FROM gpu_samples"), "0");
   const std::string ev = events_of(r->db(), "nvml");
   EXPECT_NE(ev.find("source-missing: error: no NVIDIA GPU recorded: " + fake_nvml() + " crashed in nvmlInit"),

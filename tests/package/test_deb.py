@@ -4,10 +4,13 @@ the deploy files, a man page and bash completion generated from the command tabl
 and installs and purges cleanly with dpkg. dpkg works in a throwaway root (--root) inside the test's temporary
 directory: nothing is installed into the machine running the tests."""
 
+import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -59,14 +62,18 @@ def test_lintian_finds_no_error(deb):
     assert errors == [], "\n".join(errors)
 
 
-def test_dpkg_installs_and_purges_it_in_a_throwaway_root(deb, tmp_path):
-    root = tmp_path / "root"
+def dpkg_install(deb, root):
     for d in ("var/lib/dpkg/info", "var/lib/dpkg/updates", "var/lib/dpkg/triggers"):
         (root / d).mkdir(parents=True)
     for f in ("status", "available"):
         (root / "var/lib/dpkg" / f).write_text("")
     # --force-depends: the throwaway root has no libc6 package (its files are the host's, used below).
     sh(["dpkg", f"--root={root}", "--force-depends", "--force-not-root", "-i", deb])
+
+
+def test_dpkg_installs_and_purges_it_in_a_throwaway_root(deb, tmp_path):
+    root = tmp_path / "root"
+    dpkg_install(deb, root)
     status = sh(["dpkg", f"--root={root}", "-s", "wattscope"]).stdout
     assert "Status: install ok installed" in status
 
@@ -109,3 +116,79 @@ def test_cmake_install_puts_the_helper_on_debians_python_path(tmp_path):
     assert target in path.splitlines(), path  # where Debian's python3 looks, without PYTHONPATH
     assert (tmp_path / "stage/usr/local/bin/wattscope").is_file()
     assert "ExecStart=/usr/local/bin/wattscope" in (tmp_path / "stage/usr/local/lib/systemd/system/wattscope.service").read_text()
+
+
+def add_shared_libraries(root, program):
+    """`program` and what the dynamic loader needs for it, copied into `root` at their own paths (as
+    deploy/container/collect-rootfs.sh does), so that it runs under chroot."""
+    out = sh(["ldd", program]).stdout
+    for word in out.split():
+        if word.startswith("/") and os.path.exists(word):
+            target = root / word.lstrip("/")
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(os.path.realpath(word), target)
+
+
+def in_chroot(root, argv, env, timeout=60):
+    """Runs argv under chroot in a private mount namespace holding the host's /proc and /dev (the hooks read /proc;
+    a recorder started there keeps the namespace after the hook returns)."""
+    script = (f'mount --bind /proc "{root}/proc" && mount --bind /dev "{root}/dev" && '
+              f'exec chroot "{root}" "$@"')
+    return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *argv],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_the_packaged_slurm_hooks_record_a_job_from_a_dpkg_install(deb, tmp_path):
+    """A site that follows docs/slurm.md with the package (Prolog=/usr/share/wattscope/slurm/wattscope-prolog.sh,
+    no WATTSCOPE_BIN) records its jobs: the hooks run the binary the package installed, under chroot in a root dpkg
+    installed it into, and the run is in the store the configuration names. A missing binary is said, not
+    swallowed."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("chroot"):
+        pytest.skip("chroot and a private mount namespace need root (CI runs as root)")
+    root = tmp_path / "root"
+    dpkg_install(deb, root)
+    hooks = root / "usr/share/wattscope/slurm"
+    for hook in ("wattscope-prolog.sh", "wattscope-epilog.sh"):
+        text = (hooks / hook).read_text()
+        assert "${WATTSCOPE_BIN:-/usr/bin/wattscope}" in text, text
+        assert os.access(hooks / hook, os.X_OK)
+    # The shell the hooks need, the binary's libraries, and what a node has: /proc, /dev, /run, /var/lib.
+    shell = os.path.realpath("/bin/sh")
+    (root / "bin").mkdir(exist_ok=True)
+    shutil.copy2(shell, root / "bin/sh")
+    add_shared_libraries(root, shell)
+    add_shared_libraries(root, str(root / "usr/bin/wattscope"))
+    for d in ("proc", "dev", "run", "tmp", "var/lib/wattscope"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice",
+           "SLURMD_NODENAME": "node1", "WATTSCOPE_SLURM_DB": "/var/lib/wattscope/slurm.db", "WATTSCOPE_SLURM_STATE_DIR": "/run/wattscope-slurm",
+           "WATTSCOPE_SLURM_RECORD_ARGS": "--interval 200ms", "WATTSCOPE_SLURM_STOP_TIMEOUT": "20s",
+           "WATTSCOPE_CGROUP_ROOT": "none"}
+    pid_file = root / "run/wattscope-slurm/job-4242.pid"
+    try:
+        r = in_chroot(root, ["/usr/share/wattscope/slurm/wattscope-prolog.sh"], env)
+        assert r.returncode == 0, r.stderr
+        assert "job 4242: recording as pid" in r.stderr, r.stderr  # wattscope's own line, passed on, not swallowed
+        assert pid_file.exists(), r.stderr
+        time.sleep(1.0)
+        r = in_chroot(root, ["/usr/share/wattscope/slurm/wattscope-epilog.sh"], env)
+        assert r.returncode == 0, r.stderr
+        assert "run finalised" in r.stderr, r.stderr
+    finally:
+        if pid_file.exists():  # the epilog failed: the recorder must not outlive the test
+            subprocess.run(["kill", "-9", pid_file.read_text().split()[0]], capture_output=True)
+    db = sqlite3.connect(root / "var/lib/wattscope/slurm.db")
+    runs = db.execute("SELECT task, end_ms, samples, tags FROM runs").fetchall()
+    db.close()
+    assert len(runs) == 1, runs
+    task, end_ms, samples, tags = runs[0]
+    assert task == "slurm-job-4242" and end_ms is not None and samples > 0, runs
+    assert json.loads(tags)["slurm_job_id"] == "4242"
+
+    # Where the binary is not, the hooks say so (stderr here; syslog too where the node has one) and exit 0.
+    for hook in ("wattscope-prolog.sh", "wattscope-epilog.sh"):
+        r = subprocess.run([str(hooks / hook)], capture_output=True, text=True, timeout=30,
+                           env=dict(env, WATTSCOPE_BIN=str(root / "usr/bin/absent")))
+        assert r.returncode == 0, "a failing hook drains the node"
+        assert f"{root}/usr/bin/absent is missing or not executable: job 4242 is not" in r.stderr, r.stderr

@@ -14,6 +14,7 @@
 #include "server/live.hpp"
 #include "server/query.hpp"
 #include "server/static_files.hpp"
+#include "web/csp.hpp"
 
 namespace unit_server_parts { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 
@@ -258,4 +259,110 @@ TEST(LiveState, HistoryAveragesAndPeaksFromBothRings) {
     }
   }
 }
+} // namespace unit_server_parts
+
+namespace unit_server_parts {
+
+TEST(Query, ControlCharactersAreRefusedInEveryNameAndValue) {
+  for (const char* bad : {"q=%00zzzz", "q=a%0ab", "task=%09", "x=%7f", "%01=1", "a=1&b=%1f"}) {
+    auto r = query::parse(bad);
+    ASSERT_TRUE(std::holds_alternative<query::Error>(r)) << bad;
+    EXPECT_NE(std::get<query::Error>(r).message.find("control character"), std::string::npos) << bad;
+  }
+  // The runs search, which once stopped at the NUL and matched every run, refuses it before any store is asked.
+  auto runs = query::parse_runs_list("q=%00zzzz");
+  ASSERT_TRUE(std::holds_alternative<query::Error>(runs));
+  EXPECT_NE(std::get<query::Error>(runs).message.find("'q'"), std::string::npos);
+  EXPECT_TRUE(std::holds_alternative<std::vector<query::Param>>(query::parse("q=caf%C3%A9+bar")));
+}
+
+TEST(Query, AnEndpointWithoutParametersRefusesOne) {
+  EXPECT_FALSE(query::parse_none("", "/api/v1/forecast"));
+  const auto e = query::parse_none("horizon=1h", "/api/v1/forecast");
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "unknown query parameter 'horizon' (/api/v1/forecast takes no parameters)");
+}
+
+TEST(StaticFiles, AcceptOpenMetrics) {
+  EXPECT_TRUE(accepts_openmetrics("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                                  "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"));
+  EXPECT_TRUE(accepts_openmetrics("Application/OpenMetrics-Text"));
+  EXPECT_FALSE(accepts_openmetrics(""));
+  EXPECT_FALSE(accepts_openmetrics("text/plain;version=0.0.4"));
+  EXPECT_FALSE(accepts_openmetrics("*/*"));
+  EXPECT_FALSE(accepts_openmetrics("application/openmetrics-text;version=0.0.1"));
+  EXPECT_FALSE(accepts_openmetrics("application/openmetrics-text; q=0, text/plain"));
+}
+
+TEST(OpenMetrics, CountersLoseTotalInTheirNamesGainCreatedAndTheTextEnds) {
+  const std::string text = "# HELP wattscope_build_info wattscope build, as a label.\n"
+                           "# TYPE wattscope_build_info gauge\n"
+                           "wattscope_build_info{version=\"1\"} 1\n"
+                           "# HELP wattscope_gpu_energy_joules_total Energy (method=\"counter\").\n"
+                           "# TYPE wattscope_gpu_energy_joules_total counter\n"
+                           "wattscope_gpu_energy_joules_total{gpu=\"0\"} 12.5\n"
+                           "wattscope_gpu_energy_joules_total{gpu=\"1\"} 3\n"
+                           "# HELP wattscope_gpu_ecc_errors_total ECC errors.\n"
+                           "# TYPE wattscope_gpu_ecc_errors_total counter\n"
+                           "wattscope_gpu_ecc_errors_total{gpu=\"0\"} 5\n"
+                           "# HELP wattscope_sampler_ticks_total Ticks.\n"
+                           "# TYPE wattscope_sampler_ticks_total counter\n"
+                           "wattscope_sampler_ticks_total 7\n";
+  constexpr std::string_view created[] = {"wattscope_gpu_energy_joules_total", "wattscope_sampler_ticks_total"};
+  EXPECT_EQ(openmetrics_from_text(text, created, 1700000000.25),
+            "# HELP wattscope_build wattscope build, as a label.\n"
+            "# TYPE wattscope_build info\n"
+            "wattscope_build_info{version=\"1\"} 1\n"
+            "# HELP wattscope_gpu_energy_joules Energy (method=\\\"counter\\\").\n"
+            "# TYPE wattscope_gpu_energy_joules counter\n"
+            "wattscope_gpu_energy_joules_total{gpu=\"0\"} 12.5\n"
+            "wattscope_gpu_energy_joules_created{gpu=\"0\"} 1700000000.250\n"
+            "wattscope_gpu_energy_joules_total{gpu=\"1\"} 3\n"
+            "wattscope_gpu_energy_joules_created{gpu=\"1\"} 1700000000.250\n"
+            "# HELP wattscope_gpu_ecc_errors ECC errors.\n"
+            "# TYPE wattscope_gpu_ecc_errors counter\n"
+            "wattscope_gpu_ecc_errors_total{gpu=\"0\"} 5\n"
+            "# HELP wattscope_sampler_ticks Ticks.\n"
+            "# TYPE wattscope_sampler_ticks counter\n"
+            "wattscope_sampler_ticks_total 7\n"
+            "wattscope_sampler_ticks_created 1700000000.250\n"
+            "# EOF\n");
+}
+
+TEST(Csp, Sha256KnownAnswers) {
+  // FIPS 180-4's examples and the padding edges (55 bytes: one block; 56 and 64: two).
+  EXPECT_EQ(sha256_base64(""), "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=");
+  EXPECT_EQ(sha256_base64("abc"), "ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0=");
+  EXPECT_EQ(sha256_base64("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "JI1qYdIGOLjlwCaTDD5gOaM85Flk/yFn9uzt1BnbBsE=");
+  EXPECT_EQ(sha256_base64(std::string(55, 'x')), "1eKFaDzU78AtAhpcYgFGlJWJAQBdb3HongmJ+sd+QHI=");
+  EXPECT_EQ(sha256_base64(std::string(64, 'x')), "fOEAlx9k5wAej+WlGXPs3+HO1Cvv5+6NX9YhlQa1OTw=");
+  EXPECT_EQ(sha256_base64(std::string(1000000, 'a')), "zcduXJkU+5KBocfihNc+Z/GAmkiklyAOBG05zMcRLNA=");
+}
+
+TEST(Csp, ThePolicyHashesEachInlineScriptAndAllowsScriptsOnlyFromServe) {
+  const std::string page = "<html><head><script src=\"/assets/plotly-1.min.js\"></script>\n"
+                           "<SCRIPT>let a = 1;</SCRIPT><script type=\"application/json\">{\"x\":1}</script>"
+                           "</head><body><script>\nrun();\n</script></body></html>";
+  const std::string csp = content_security_policy(page);
+  for (const char* inline_text : {"let a = 1;", "{\"x\":1}", "\nrun();\n"})
+    EXPECT_NE(csp.find("'sha256-" + sha256_base64(inline_text) + "'"), std::string::npos) << inline_text;
+  EXPECT_EQ(csp.find("sha256-" + sha256_base64("")), std::string::npos) << "the src script has no body to hash";
+  EXPECT_TRUE(csp.starts_with("default-src 'none'; script-src 'self' 'sha256-")) << csp;
+  for (const char* unsafe : {"'unsafe-eval'", "script-src 'self' 'unsafe-inline'", "*"})
+    EXPECT_EQ(csp.find(unsafe), std::string::npos) << unsafe;
+}
+
+} // namespace unit_server_parts
+
+namespace unit_server_parts {
+
+// The dashboard links to the runs pages where serve keeps a store; without one there are none to link to.
+TEST(StaticFiles, TheDashboardLinksToTheRunsPagesWhereThereAreAny) {
+  auto page = [](bool runs) { return std::string(StaticFiles(runs).find("/")->identity); };
+  EXPECT_NE(page(true).find("<a id=\"runs-link\" href=\"/runs\" >"), std::string::npos);
+  EXPECT_NE(page(false).find("<a id=\"runs-link\" href=\"/runs\" hidden>"), std::string::npos);
+  EXPECT_EQ(page(true).find("{{"), std::string::npos) << "a placeholder left in the page";
+}
+
 } // namespace unit_server_parts

@@ -44,8 +44,11 @@ public:
     // issue 32: a series per process (pid, start time, command) is a new series for every process started, so a busy
     // node's Prometheus grows without bound; units (Slurm job, pod, container, service) are exported regardless.
     sub.add_flag("--process-metrics", process_metrics_,
-                 "Also export the top processes one by one in /metrics (wattscope_process_*; a new series per "
-                 "process: see docs/prometheus.md). The dashboard and /api/v1/current list them either way");
+                 "Also export the top GPU processes one by one in /metrics (wattscope_process_*; a new series per "
+                 "process: see docs/prometheus.md). The dashboard and /api/v1/current list every process either way");
+    sub.add_option("--process-metrics-unit", process_metrics_units_,
+                   "With --process-metrics (implied): also the CPU-only processes of this unit, by name (\"slurm job "
+                   "42\", \"nginx.service\") or kind (slurm-job, k8s-pod, container, service); repeatable");
     sub.add_option("--process-interval", rec_.process_interval,
                    "How often the machine's processes are scanned, at least 1s (default 5s)");
     // issue 18: RAPL is absent or root-only on many nodes; the same labelled estimate as record, so the CPU power
@@ -91,7 +94,7 @@ public:
     block_control_signals();
     LiveState live(retain, opts.interval);
     live.set_process_cap(opts.top_processes);
-    live.set_process_metrics(process_metrics_); // issue 32
+    live.set_process_metrics(process_metrics_ || !process_metrics_units_.empty(), process_metrics_units_);
     // ---- advice (issue 14): /api/v1/advice, over the last hour of live's fine ring, copied out when a recomputation
     // is due (issue 12: the frames are kept once, and a frame costs the advice nothing) ----
     advice::LiveAdvice advice([&live] { return live.advice_input(); });
@@ -132,6 +135,7 @@ private:
   std::string token_file_;
   std::string db_;
   bool process_metrics_ = false; // issue 32
+  std::vector<std::string> process_metrics_units_;
 };
 
 } // namespace

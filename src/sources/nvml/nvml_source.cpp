@@ -162,6 +162,9 @@ Return read_fields(const TickCtx& c, Dev& d, GpuSample& s) {
         const auto rate = static_cast<int64_t>(std::llround(bytes * 1e6 / static_cast<double>(at_us - prev.at_us)));
         (tx ? s.nvlink_tx_bytes_per_s : s.nvlink_rx_bytes_per_s) = rate;
       }
+      // The counter itself, for Prometheus: rate() over a scrape window sees every byte, the per-tick rate only one
+      // tick's worth of each window.
+      (tx ? s.nvlink_tx_bytes : s.nvlink_rx_bytes) = static_cast<int64_t>(kib * 1024);
       if (!prev.kib || at_us > prev.at_us) prev = {kib, at_us}; // a cached value (same timestamp) keeps the base
     }
   }
@@ -275,7 +278,8 @@ bool has_violation(const Library& l) {
 
 constexpr CallSpec kCalls[] = {
     {NvmlSource::cFieldValues, "field_values",
-     bits({G::power_w, G::power_avg_w, G::temp_mem_c, G::nvlink_tx_bytes_per_s, G::nvlink_rx_bytes_per_s}),
+     bits({G::power_w, G::power_avg_w, G::temp_mem_c, G::nvlink_tx_bytes_per_s, G::nvlink_rx_bytes_per_s,
+           G::nvlink_tx_bytes, G::nvlink_rx_bytes}),
      has<&Library::device_field_values>, read_fields},
     {NvmlSource::cPowerUsage, "power_usage", bits({G::power_w}), has<&Library::device_power_usage>,
      [](const TickCtx& c, Dev& d, GpuSample& s) -> Return {
