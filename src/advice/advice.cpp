@@ -438,356 +438,473 @@ std::optional<OomForecast> forecast_oom(const GpuSeries& g) {
 
 } // namespace
 
-std::vector<Item> advise(const Input& in) {
-  std::vector<Item> items;
+namespace {
+
+// The whole run, as every advisor sees it: its GPUs' intervals and its energy, the base of every saving_pct (the
+// GPUs' interval energies plus the CPU's package and DRAM energy over the same samples).
+struct Run {
+  const Input& in;
   std::vector<std::vector<Interval>> per_gpu;
-  // The run's energy, the base of every saving_pct: the GPUs' interval energies plus the CPU's package and DRAM
-  // energy over the same samples.
   double run_j = 0;
+  OptF pct(const OptF& j) const { return j && run_j > 0 ? OptF(100 * *j / run_j) : std::nullopt; }
+};
+
+Run run_of(const Input& in) {
+  Run run{in, {}, 0};
   for (const auto& g : in.gpus) {
-    per_gpu.push_back(intervals(g, in.cpu, in.idle_interval_ms));
-    for (const auto& v : per_gpu.back())
-      run_j += v.energy_j.value_or(0);
+    run.per_gpu.push_back(intervals(g, in.cpu, in.idle_interval_ms));
+    for (const auto& v : run.per_gpu.back())
+      run.run_j += v.energy_j.value_or(0);
   }
-  {
-    OptF first, last;
-    for (const auto& c : in.cpu)
-      if (c.energy_j) {
-        if (!first) first = c.energy_j;
-        last = c.energy_j;
-      }
-    if (first && last && *last > *first) run_j += *last - *first;
+  OptF first, last;
+  for (const auto& c : in.cpu)
+    if (c.energy_j) {
+      if (!first) first = c.energy_j;
+      last = c.energy_j;
+    }
+  if (first && last && *last > *first) run.run_j += *last - *first;
+  return run;
+}
+
+double sampled_s(const std::vector<Interval>& iv) {
+  double total_s = 0;
+  for (const auto& v : iv)
+    total_s += v.dt_s;
+  return total_s;
+}
+
+// The GPU's power limit: its own, else the first an interval carries.
+OptF power_limit_of(const GpuSeries& g, const std::vector<Interval>& iv) {
+  OptF limit = g.power_limit_w;
+  for (const auto& v : iv)
+    if (!limit && v.power_limit_w) limit = v.power_limit_w;
+  return limit;
+}
+
+// What an advisor found: an item less its kind (the table's) and its saving's share (the run's).
+struct Finding {
+  Finding(nlohmann::json ev, OptF saving, std::string t, std::optional<std::string> sev = std::nullopt)
+      : evidence(std::move(ev)), saving_j(saving), text(std::move(t)), severity(std::move(sev)) {}
+  nlohmann::json evidence;
+  OptF saving_j;
+  std::string text;
+  std::optional<std::string> severity; // missing: by the saving's share of the run's energy
+};
+
+// One GPU's intervals divided into the classes the per-GPU advisors look at, in one pass.
+struct Gpu {
+  Gpu(const GpuSeries& series, const std::vector<Interval>& ivs) : g(series), iv(ivs) {}
+  const GpuSeries& g;
+  const std::vector<Interval>& iv;
+  double total_s = 0;
+  OptF limit;
+  std::optional<IdlePower> idle_p;
+  std::string who;
+  Span idle, starved, transfer, fill, busy, throttled, at_limit;
+  int64_t throttle_bits = 0;
+  double lost_s = 0;
+  bool lost_known = true;
+  OptF max_temp;
+  std::string idle_how;
+  std::string stall_assumption;
+  OptF stall_saving(const Span& s) const { return idle_p ? OptF(idle_p->watts * s.stall_s) : std::nullopt; }
+  void add(const Interval& v);
+};
+
+void Gpu::add(const Interval& v) {
+  if (v.temp_c && (!max_temp || *v.temp_c > *max_temp)) max_temp = v.temp_c;
+  if (v.throttle_reasons && (*v.throttle_reasons & (kThrottleThermalMask | kThrottlePowerMask))) {
+    throttled.add(v);
+    throttle_bits |= *v.throttle_reasons & (kThrottleThermalMask | kThrottlePowerMask);
+    if (v.clock_sm_mhz && g.clock_sm_max_mhz && *g.clock_sm_max_mhz > 0)
+      lost_s +=
+          v.dt_s * std::max(0.0, 1 - static_cast<double>(*v.clock_sm_mhz) / static_cast<double>(*g.clock_sm_max_mhz));
+    else
+      lost_known = false;
   }
-  auto pct = [&](const OptF& j) -> OptF { return j && run_j > 0 ? OptF(100 * *j / run_j) : std::nullopt; };
-  auto push = [&](std::string kind, nlohmann::json ev, OptF saving, std::string text) {
-    Item it;
-    it.kind = std::move(kind);
-    it.saving_j = saving;
-    it.saving_pct = pct(saving);
-    it.severity = severity_of(it.saving_pct);
-    it.evidence = std::move(ev);
-    it.text = std::move(text);
-    items.push_back(std::move(it));
+  if (!v.util_pct) return;
+  const double u = *v.util_pct;
+  if (u <= kIdleUtilPct) {
+    idle.add(v);
+    return;
+  }
+  busy.add(v);
+  if (limit && v.power_w &&
+      (*v.power_w >= kPowerBoundPct / 100 * *limit || (v.throttle_reasons && (*v.throttle_reasons & kSwPowerCapBit))))
+    at_limit.add(v);
+  if (u < kLowUtilPct && v.pcie_bytes_per_s && *v.pcie_bytes_per_s >= kPcieBusyBytesPerS)
+    transfer.add(v);
+  else if (u < kLowUtilPct && ((v.cpu_util_pct && *v.cpu_util_pct >= kCpuBusyPct) ||
+                               (v.pcie_bytes_per_s && *v.pcie_bytes_per_s < kPcieQuietBytesPerS)))
+    starved.add(v);
+  else if (u < kFedUtilPct)
+    fill.add(v);
+}
+
+// Missing for a GPU with no sampled time.
+std::optional<Gpu> gpu_of(const Run& run, size_t gi) {
+  Gpu c{run.in.gpus[gi], run.per_gpu[gi]};
+  c.total_s = sampled_s(c.iv);
+  if (c.total_s <= 0) return std::nullopt;
+  c.limit = power_limit_of(c.g, c.iv);
+  c.idle_p = estimate_idle_power(c.iv, c.limit);
+  c.who = gpu_label(c.g);
+  for (const auto& v : c.iv)
+    c.add(v);
+  c.idle_how =
+      c.idle_p ? fmt::format("{:.0f} W idle power, {}", c.idle_p->watts, c.idle_p->basis) : "idle power unknown";
+  c.stall_assumption =
+      fmt::format("the same work would run at {:.0f} % utilisation when fed, so the time below that is stall time, "
+                  "during which the GPU draws at least its idle power ({}); the host's own draw over that time is "
+                  "not counted",
+                  kFedUtilPct, c.idle_how);
+  return c;
+}
+
+// Idle or allocated-but-unused: measured, the energy it drew while nothing ran.
+std::optional<Finding> idle_gpu(const Run& run, const Gpu& c) {
+  const Span& idle = c.idle;
+  if (idle.seconds < kMinShare * c.total_s) return std::nullopt;
+  const bool whole = idle.seconds >= 0.95 * c.total_s;
+  const OptF saving = idle.energy_complete ? OptF(idle.energy_j) : std::nullopt;
+  nlohmann::json ev = base_evidence(c.g, idle, c.total_s);
+  ev["idle_energy_j"] = opt(saving);
+  ev["avg_power_w"] =
+      idle.energy_complete && idle.seconds > 0 ? nlohmann::json(idle.energy_j / idle.seconds) : nlohmann::json();
+  ev["avg_util_pct"] = opt(idle.avg_util());
+  ev["estimate"] = "measured";
+  std::string text =
+      whole ? fmt::format("{} did no work during the run (utilisation at most {:.0f} % for {:.1f} s) yet drew {}: "
+                          "it was allocated but unused. Release it: request fewer GPUs, or give the job only the "
+                          "ones it uses (CUDA_VISIBLE_DEVICES).",
+                          c.who, kIdleUtilPct, idle.seconds, saving ? format_energy(*saving) : "unmeasured energy")
+            : fmt::format("{} was idle (utilisation at most {:.0f} %) for {:.0f} % of the run ({:.1f} s between "
+                          "{} and {}) and drew {} meanwhile. Release it while it waits (a separate job for the "
+                          "idle stage), or overlap that stage with GPU work.",
+                          c.who, kIdleUtilPct, 100 * idle.seconds / c.total_s, idle.seconds, iso_utc_ms(idle.from_ms),
+                          iso_utc_ms(idle.to_ms), saving ? format_energy(*saving) : "unmeasured energy");
+  return Finding{std::move(ev), saving,
+                 text + " " + saving_phrase(saving, run.pct(saving), "measured: the energy it drew while idle")};
+}
+
+std::optional<Finding> gpu_starved(const Run& run, const Gpu& c) {
+  const Span& starved = c.starved;
+  if (starved.seconds < kMinShare * c.total_s) return std::nullopt;
+  const OptF saving = c.stall_saving(starved);
+  nlohmann::json ev = base_evidence(c.g, starved, c.total_s);
+  ev["avg_util_pct"] = opt(starved.avg_util());
+  ev["avg_cpu_util_pct"] = opt(starved.avg_cpu());
+  ev["avg_pcie_bytes_per_s"] = opt(starved.avg_pcie());
+  ev["stall_s"] = starved.stall_s;
+  ev["idle_power_w"] = c.idle_p ? nlohmann::json(c.idle_p->watts) : nlohmann::json();
+  ev["estimate"] = "modelled";
+  ev["assumption"] = c.stall_assumption;
+  const bool cpu_busy = starved.avg_cpu() && *starved.avg_cpu() >= kCpuBusyPct;
+  return Finding{
+      std::move(ev), saving,
+      fmt::format("{} was starved by its input for {:.1f} s ({:.0f} % of the run): utilisation averaged {} while "
+                  "{} (host CPU {}, PCIe {}). Feed it faster: more data loader workers, pinned memory, "
+                  "prefetching{}. {} Assumes {}.",
+                  c.who, starved.seconds, 100 * starved.seconds / c.total_s, pct_or(starved.avg_util()),
+                  cpu_busy ? "the host CPU was busy" : "PCIe was quiet", pct_or(starved.avg_cpu()),
+                  mb_s(starved.avg_pcie()),
+                  cpu_busy ? ", or preprocessing moved to the GPU" : ", or faster storage for the input",
+                  saving_phrase(saving, run.pct(saving), "modelled"), c.stall_assumption)};
+}
+
+std::optional<Finding> transfer_bound(const Run& run, const Gpu& c) {
+  const Span& transfer = c.transfer;
+  if (transfer.seconds < kMinShare * c.total_s) return std::nullopt;
+  const OptF saving = c.stall_saving(transfer);
+  nlohmann::json ev = base_evidence(c.g, transfer, c.total_s);
+  ev["avg_util_pct"] = opt(transfer.avg_util());
+  ev["avg_pcie_bytes_per_s"] = opt(transfer.avg_pcie());
+  ev["stall_s"] = transfer.stall_s;
+  ev["idle_power_w"] = c.idle_p ? nlohmann::json(c.idle_p->watts) : nlohmann::json();
+  ev["estimate"] = "modelled";
+  ev["assumption"] = c.stall_assumption;
+  return Finding{
+      std::move(ev), saving,
+      fmt::format("{} was bound by host-device transfers for {:.1f} s ({:.0f} % of the run): PCIe carried {} "
+                  "while utilisation averaged {}. Keep data on the GPU between steps, use pinned memory with "
+                  "non-blocking copies that overlap compute, and batch small transfers. {} Assumes {}.",
+                  c.who, transfer.seconds, 100 * transfer.seconds / c.total_s, mb_s(transfer.avg_pcie()),
+                  pct_or(transfer.avg_util()), saving_phrase(saving, run.pct(saving), "modelled"), c.stall_assumption)};
+}
+
+// Memory headroom: only on a GPU that worked (an idle GPU's headroom says nothing about its batch).
+std::optional<Finding> memory_headroom(const Run& run, const Gpu& c) {
+  const GpuSeries& g = c.g;
+  OptI peak_mem;
+  for (const auto& p : g.points)
+    if (p.mem_used_bytes && (!peak_mem || *p.mem_used_bytes > *peak_mem)) peak_mem = p.mem_used_bytes;
+  if (!peak_mem || !g.mem_total_bytes || *g.mem_total_bytes <= 0 || c.busy.seconds < kMinShare * c.total_s ||
+      static_cast<double>(*peak_mem) >= kHeadroomPeakPct / 100 * static_cast<double>(*g.mem_total_bytes))
+    return std::nullopt;
+  const double peak_pct = 100.0 * static_cast<double>(*peak_mem) / static_cast<double>(*g.mem_total_bytes);
+  const OptF saving = c.fill.stall_s > 0 ? c.stall_saving(c.fill) : std::nullopt;
+  nlohmann::json ev = base_evidence(g, c.busy, c.total_s);
+  ev["peak_mem_used_bytes"] = *peak_mem;
+  ev["mem_total_bytes"] = *g.mem_total_bytes;
+  ev["peak_mem_pct"] = peak_pct;
+  ev["avg_util_pct"] = opt(c.busy.avg_util());
+  ev["underfilled_s"] = c.fill.seconds;
+  ev["stall_s"] = c.fill.stall_s;
+  ev["estimate"] = saving ? "modelled" : "not estimated";
+  if (saving) ev["assumption"] = c.stall_assumption + "; a larger batch fills the GPU to that utilisation";
+  const double factor = 100 / std::max(peak_pct, 1.0);
+  const std::string how =
+      saving ? "modelled"
+      : c.starved.seconds + c.transfer.seconds > 0
+          ? "its waiting time is counted under the starvation or transfer advice; whether a larger batch saves energy "
+            "per sample is for a run at that batch size to show ('wattscope compare')"
+          : fmt::format("it already ran at {:.0f} % utilisation or more; whether a larger batch saves energy per "
+                        "sample is for a run at that batch size to show ('wattscope compare')",
+                        kFedUtilPct);
+  return Finding{
+      std::move(ev), saving,
+      fmt::format(
+          "{} used at most {} of its {} memory ({:.0f} %): a batch about {:.1f}x as large would fit. "
+          "Larger batches keep the GPU busier per step and amortise per-step overheads (adjust the "
+          "learning rate to match). {}{}",
+          c.who, format_bytes(static_cast<double>(*peak_mem)), format_bytes(static_cast<double>(*g.mem_total_bytes)),
+          peak_pct, std::floor(factor * 10) / 10, saving_phrase(saving, run.pct(saving), how),
+          saving ? " Assumes " + c.stall_assumption + "; a larger batch fills the GPU to that utilisation." : "")};
+}
+
+std::optional<Finding> throttling(const Run& run, const Gpu& c) {
+  if (c.throttled.seconds < kThrottleMinShare * c.total_s) return std::nullopt;
+  const OptF saving = c.idle_p && c.lost_known ? OptF(c.idle_p->watts * c.lost_s) : std::nullopt;
+  const bool thermal = c.throttle_bits & kThrottleThermalMask;
+  nlohmann::json ev = base_evidence(c.g, c.throttled, c.total_s);
+  ev["reasons"] = reason_names(c.throttle_bits);
+  ev["reason_bits"] = c.throttle_bits;
+  ev["max_temp_c"] = opt(c.max_temp);
+  ev["clock_sm_max_mhz"] = c.g.clock_sm_max_mhz ? nlohmann::json(*c.g.clock_sm_max_mhz) : nlohmann::json();
+  ev["lost_s"] = c.lost_known ? nlohmann::json(c.lost_s) : nlohmann::json();
+  ev["idle_power_w"] = c.idle_p ? nlohmann::json(c.idle_p->watts) : nlohmann::json();
+  ev["estimate"] = saving ? "modelled" : "not estimated";
+  const std::string assumption =
+      fmt::format("work runs at the SM clock's speed, so throttled time at clock c does c/max of the work and "
+                  "the rest is lost time, during which the GPU draws at least its idle power ({})",
+                  c.idle_how);
+  if (saving) ev["assumption"] = assumption;
+  return Finding{
+      std::move(ev), saving,
+      fmt::format("{} was throttled ({}) for {:.1f} s ({:.0f} % of the run){}. {} {}", c.who,
+                  reason_names(c.throttle_bits), c.throttled.seconds, 100 * c.throttled.seconds / c.total_s,
+                  c.max_temp ? fmt::format(", up to {:.0f} °C", *c.max_temp) : "",
+                  thermal ? "Improve its cooling (airflow, fan curve, a cooler slot or rack position), or lower "
+                            "its power limit so it stays below the thermal limit."
+                          : "Check the power delivery (PSU, cables, the node's power brake) and its placement.",
+                  saving ? saving_phrase(saving, run.pct(saving), "modelled") + " Assumes " + assumption + "."
+                         : saving_phrase(saving, run.pct(saving), "the SM clock or its maximum is not known"))};
+}
+
+// Power limit (the Zeus observation), only on a GPU that spent its busy time at its limit.
+std::optional<Finding> power_limit(const Run& run, const Gpu& c) {
+  if (!c.limit || !c.idle_p || c.busy.seconds <= 0 || c.at_limit.seconds < kPowerBoundMinShare * c.busy.seconds)
+    return std::nullopt;
+  const auto cap = best_cap(c.iv, c.idle_p->watts, *c.limit);
+  if (!cap || cap->baseline_j <= 0 || 100 * cap->saving_j() / cap->baseline_j < kMinCapSavingPct) return std::nullopt;
+  const OptF saving = cap->saving_j();
+  const std::string assumption = fmt::format(
+      "the work is compute-bound (time ∝ 1/clock; memory-bound work slows less) and dynamic power grows with "
+      "clock³ above {:.0f} W idle power ({}); the host's extra draw over the longer run is not counted",
+      c.idle_p->watts, c.idle_p->basis);
+  nlohmann::json ev = base_evidence(c.g, c.at_limit, c.busy.seconds);
+  ev["power_limit_w"] = *c.limit;
+  ev["suggested_cap_w"] = cap->cap_w;
+  ev["modelled_slowdown_pct"] = cap->slowdown_pct();
+  ev["gpu_energy_j"] = cap->baseline_j;
+  ev["modelled_energy_j"] = cap->energy_j;
+  ev["idle_power_w"] = c.idle_p->watts;
+  ev["estimate"] = "modelled";
+  ev["assumption"] = assumption;
+  return Finding{std::move(ev), saving,
+                 fmt::format("{} ran at or near its {:.0f} W power limit for {:.0f} % of its busy time. Capping it at "
+                             "{:.0f} W (nvidia-smi -i {} -pl {:.0f}) would have cut its energy by {:.1f} % for about "
+                             "{:.1f} % more time. {} Estimate; assumes {}.",
+                             c.who, *c.limit, 100 * c.at_limit.seconds / c.busy.seconds, cap->cap_w, c.g.gpu_index,
+                             cap->cap_w, 100 * cap->saving_j() / cap->baseline_j, cap->slowdown_pct(),
+                             saving_phrase(saving, run.pct(saving), "modelled"), assumption)};
+}
+
+// The sum of the siblings' idle power; missing when one's is not known.
+OptF siblings_idle_w(const Run& run, const Straggler& s) {
+  double idle_sum = 0;
+  for (size_t h : s.siblings) {
+    const auto ip = estimate_idle_power(run.per_gpu[h], power_limit_of(run.in.gpus[h], run.per_gpu[h]));
+    if (!ip) return std::nullopt;
+    idle_sum += ip->watts;
+  }
+  return idle_sum;
+}
+
+// What a straggler's siblings should look at, by what held it back.
+std::string straggler_fix(const Straggler& s, const std::string& metric, int gpu_index) {
+  if (s.reasons & kThrottleThermalMask) return "Improve its cooling (airflow, a cooler slot) or move the job off it.";
+  if (s.reasons & kThrottlePowerMask) return "Check its power delivery (PSU, cables, the node's power brake).";
+  if (s.reasons & kSwPowerCapBit)
+    return fmt::format("Check its power limit against its siblings' (nvidia-smi -i {} -q -d POWER).", gpu_index);
+  if (metric == "util")
+    return "Look at what feeds it: its data loader shard, its CPU and NUMA placement, its PCIe link.";
+  return "Compare its clocks, temperature and power limit with its siblings'.";
+}
+
+Finding straggler(const Run& run, Straggler& s) {
+  const GpuSeries& g = run.in.gpus[s.gi];
+  const double total_s = sampled_s(run.per_gpu[s.gi]);
+  auto med_or_null = [](std::vector<double>& v) { return v.empty() ? nlohmann::json() : nlohmann::json(median(v)); };
+  const OptF idle_w = siblings_idle_w(run, s);
+  const OptF saving = s.waited_known && idle_w ? OptF(s.waited_s * *idle_w) : std::nullopt;
+  const size_t n_sib = s.siblings.size();
+  const std::string metric = straggler_metric(s);
+  nlohmann::json ev = base_evidence(g, s.span, total_s);
+  ev["metric"] = metric;
+  ev["siblings"] = n_sib;
+  ev["stretches"] = s.stretches;
+  ev["clock_sm_mhz"] = med_or_null(s.clock);
+  ev["siblings_clock_sm_mhz"] = med_or_null(s.sib_clock);
+  ev["util_pct"] = med_or_null(s.util);
+  ev["siblings_util_pct"] = med_or_null(s.sib_util);
+  ev["power_w"] = med_or_null(s.power);
+  ev["siblings_power_w"] = med_or_null(s.sib_power);
+  ev["reasons"] = straggler_reasons(s.reasons);
+  ev["reason_bits"] = s.reasons;
+  ev["waited_s"] = s.waited_known ? nlohmann::json(s.waited_s) : nlohmann::json();
+  ev["siblings_idle_power_w"] = opt(idle_w);
+  const std::string assumption =
+      "the job synchronises its GPUs every step (data-parallel training), so the siblings wait while it lags: work "
+      "runs at the SM clock's speed (a utilisation straggler: at its utilisation's share of theirs), and each "
+      "sibling draws at least its idle power while it waits; the straggler's own lost time is the throttling "
+      "item's";
+  ev["estimate"] = saving ? "modelled" : "not estimated";
+  if (saving) ev["assumption"] = assumption;
+  auto one = [&](double v) {
+    return metric == "clock_sm" ? thousands(v) + " MHz"
+           : metric == "util"   ? fmt::format("{:.0f} % utilisation", v)
+                                : fmt::format("{:.0f} W", v);
   };
+  const char* key = metric == "clock_sm" ? "clock_sm_mhz" : metric == "util" ? "util_pct" : "power_w";
+  const std::string mine = one(ev[key].get<double>());
+  const std::string theirs = one(ev[std::string("siblings_") + key].get<double>());
+  const std::string reasons = straggler_reasons(s.reasons);
+  return Finding{
+      std::move(ev), saving,
+      fmt::format("{} ran behind its siblings: at {} for {} ({:.0f} % of the run, between {} and {}) while its "
+                  "{} sibling{} ran at {}{}. In a job that synchronises its GPUs every step, the others waited "
+                  "for it: {}. {} {}",
+                  gpu_label(g), mine, duration_words(s.span.seconds), 100 * s.span.seconds / total_s,
+                  iso_utc_ms(s.span.from_ms), iso_utc_ms(s.span.to_ms), n_sib, n_sib == 1 ? "" : "s", theirs,
+                  reasons.empty() ? "" : "; its throttle reasons: " + reasons,
+                  s.waited_known ? fmt::format("about {} each (modelled)", duration_words(s.waited_s))
+                                 : "how long is not estimated (its SM clock is not known)",
+                  straggler_fix(s, metric, g.gpu_index),
+                  saving ? saving_phrase(saving, run.pct(saving), "modelled") + " Assumes " + assumption + "."
+                         : saving_phrase(saving, run.pct(saving),
+                                         s.waited_known ? "a sibling's idle power is not known"
+                                                        : "its SM clock is not known"))};
+}
 
-  for (size_t gi = 0; gi < in.gpus.size(); ++gi) {
-    const GpuSeries& g = in.gpus[gi];
-    const auto& iv = per_gpu[gi];
-    double total_s = 0;
-    for (const auto& v : iv)
-      total_s += v.dt_s;
-    if (total_s <= 0) continue;
-    OptF limit = g.power_limit_w;
-    for (const auto& v : iv)
-      if (!limit && v.power_limit_w) limit = v.power_limit_w;
-    const auto idle_p = estimate_idle_power(iv, limit);
-    const std::string who = gpu_label(g);
+// Stragglers: across the GPUs.
+std::vector<Finding> stragglers(const Run& run) {
+  std::vector<Finding> out;
+  for (Straggler& s : find_stragglers(run.per_gpu))
+    out.push_back(straggler(run, s));
+  return out;
+}
 
-    Span idle, starved, transfer, fill, busy, throttled, at_limit;
-    int64_t throttle_bits = 0;
-    double lost_s = 0;
-    bool lost_known = true;
-    OptF max_temp;
-    for (const auto& v : iv) {
-      if (v.temp_c && (!max_temp || *v.temp_c > *max_temp)) max_temp = v.temp_c;
-      if (v.throttle_reasons && (*v.throttle_reasons & (kThrottleThermalMask | kThrottlePowerMask))) {
-        throttled.add(v);
-        throttle_bits |= *v.throttle_reasons & (kThrottleThermalMask | kThrottlePowerMask);
-        if (v.clock_sm_mhz && g.clock_sm_max_mhz && *g.clock_sm_max_mhz > 0)
-          lost_s += v.dt_s *
-                    std::max(0.0, 1 - static_cast<double>(*v.clock_sm_mhz) / static_cast<double>(*g.clock_sm_max_mhz));
-        else
-          lost_known = false;
-      }
-      if (!v.util_pct) continue;
-      const double u = *v.util_pct;
-      if (u <= kIdleUtilPct) {
-        idle.add(v);
-        continue;
-      }
-      busy.add(v);
-      if (limit && v.power_w &&
-          (*v.power_w >= kPowerBoundPct / 100 * *limit ||
-           (v.throttle_reasons && (*v.throttle_reasons & kSwPowerCapBit))))
-        at_limit.add(v);
-      if (u < kLowUtilPct && v.pcie_bytes_per_s && *v.pcie_bytes_per_s >= kPcieBusyBytesPerS)
-        transfer.add(v);
-      else if (u < kLowUtilPct && ((v.cpu_util_pct && *v.cpu_util_pct >= kCpuBusyPct) ||
-                                   (v.pcie_bytes_per_s && *v.pcie_bytes_per_s < kPcieQuietBytesPerS)))
-        starved.add(v);
-      else if (u < kFedUtilPct)
-        fill.add(v);
-    }
-    const std::string idle_how =
-        idle_p ? fmt::format("{:.0f} W idle power, {}", idle_p->watts, idle_p->basis) : "idle power unknown";
-    auto stall_saving = [&](const Span& s) -> OptF { return idle_p ? OptF(idle_p->watts * s.stall_s) : std::nullopt; };
+// Out-of-memory forecasts: a risk, not a waste, so no saving; the severity says how soon.
+std::optional<Finding> oom_forecast(const GpuSeries& g) {
+  const auto f = forecast_oom(g);
+  if (!f) return std::nullopt;
+  const double total = static_cast<double>(*g.mem_total_bytes);
+  const double window_s = static_cast<double>(f->to_ms - f->from_ms) / 1000;
+  const std::string full_at = iso_utc_ms(f->to_ms + static_cast<int64_t>(f->seconds_to_full * 1000));
+  nlohmann::json ev = {{"device", fmt::format("gpu{}", g.gpu_index)},
+                       {"gpu_index", g.gpu_index},
+                       {"gpu_name", g.name},
+                       {"from", iso_utc_ms(f->from_ms)},
+                       {"to", iso_utc_ms(f->to_ms)},
+                       {"seconds", window_s},
+                       {"points", f->points},
+                       {"slope_bytes_per_s", f->slope_bytes_per_s},
+                       {"kendall_tau", f->tau},
+                       {"mem_used_bytes", f->now_bytes},
+                       {"mem_total_bytes", *g.mem_total_bytes},
+                       {"seconds_to_full", f->seconds_to_full},
+                       {"full_at", full_at},
+                       {"method", "Theil-Sen line over the last half of the run, extrapolated to the memory's size"},
+                       {"estimate", "not estimated"}};
+  return Finding{
+      std::move(ev), std::nullopt,
+      fmt::format("{}'s memory grew steadily over the last {} of the run: {} per hour (Theil–Sen; Kendall τ "
+                  "{:.2f}), from {} to {} of its {}. At this rate {} runs out of memory in ~{} after the last "
+                  "sample ({}). Look for what grows: tensors kept across steps (a loss summed with its graph, a "
+                  "list of outputs), a cache without a bound; torch.cuda.memory_summary() between epochs shows it. "
+                  "Saving: not estimated (a forecast of a failure, not a waste).",
+                  gpu_label(g), duration_words(window_s), format_bytes(f->slope_bytes_per_s * 3600), f->tau,
+                  format_bytes(f->first_bytes), format_bytes(f->now_bytes), format_bytes(total),
+                  fmt::format("GPU {}", g.gpu_index), duration_words(f->seconds_to_full), full_at),
+      // Within the hour: act now (save a checkpoint, fix and restart); later: before the next long run.
+      f->seconds_to_full <= 3600 ? "high" : "medium"};
+}
 
-    // Idle or allocated-but-unused: measured, the energy it drew while nothing ran.
-    if (idle.seconds >= kMinShare * total_s) {
-      const bool whole = idle.seconds >= 0.95 * total_s;
-      const OptF saving = idle.energy_complete ? OptF(idle.energy_j) : std::nullopt;
-      nlohmann::json ev = base_evidence(g, idle, total_s);
-      ev["idle_energy_j"] = opt(saving);
-      ev["avg_power_w"] =
-          idle.energy_complete && idle.seconds > 0 ? nlohmann::json(idle.energy_j / idle.seconds) : nlohmann::json();
-      ev["avg_util_pct"] = opt(idle.avg_util());
-      ev["estimate"] = "measured";
-      std::string text =
-          whole ? fmt::format("{} did no work during the run (utilisation at most {:.0f} % for {:.1f} s) yet drew {}: "
-                              "it was allocated but unused. Release it: request fewer GPUs, or give the job only the "
-                              "ones it uses (CUDA_VISIBLE_DEVICES).",
-                              who, kIdleUtilPct, idle.seconds, saving ? format_energy(*saving) : "unmeasured energy")
-                : fmt::format("{} was idle (utilisation at most {:.0f} %) for {:.0f} % of the run ({:.1f} s between "
-                              "{} and {}) and drew {} meanwhile. Release it while it waits (a separate job for the "
-                              "idle stage), or overlap that stage with GPU work.",
-                              who, kIdleUtilPct, 100 * idle.seconds / total_s, idle.seconds, iso_utc_ms(idle.from_ms),
-                              iso_utc_ms(idle.to_ms), saving ? format_energy(*saving) : "unmeasured energy");
-      push("idle_gpu", std::move(ev), saving,
-           text + " " + saving_phrase(saving, pct(saving), "measured: the energy it drew while idle"));
-    }
+std::vector<Finding> oom_forecasts(const Run& run) {
+  std::vector<Finding> out;
+  for (const GpuSeries& g : run.in.gpus)
+    if (auto f = oom_forecast(g)) out.push_back(std::move(*f));
+  return out;
+}
 
-    const std::string stall_assumption =
-        fmt::format("the same work would run at {:.0f} % utilisation when fed, so the time below that is stall time, "
-                    "during which the GPU draws at least its idle power ({}); the host's own draw over that time is "
-                    "not counted",
-                    kFedUtilPct, idle_how);
-    if (starved.seconds >= kMinShare * total_s) {
-      const OptF saving = stall_saving(starved);
-      nlohmann::json ev = base_evidence(g, starved, total_s);
-      ev["avg_util_pct"] = opt(starved.avg_util());
-      ev["avg_cpu_util_pct"] = opt(starved.avg_cpu());
-      ev["avg_pcie_bytes_per_s"] = opt(starved.avg_pcie());
-      ev["stall_s"] = starved.stall_s;
-      ev["idle_power_w"] = idle_p ? nlohmann::json(idle_p->watts) : nlohmann::json();
-      ev["estimate"] = "modelled";
-      ev["assumption"] = stall_assumption;
-      const bool cpu_busy = starved.avg_cpu() && *starved.avg_cpu() >= kCpuBusyPct;
-      push("gpu_starved", std::move(ev), saving,
-           fmt::format("{} was starved by its input for {:.1f} s ({:.0f} % of the run): utilisation averaged {} while "
-                       "{} (host CPU {}, PCIe {}). Feed it faster: more data loader workers, pinned memory, "
-                       "prefetching{}. {} Assumes {}.",
-                       who, starved.seconds, 100 * starved.seconds / total_s, pct_or(starved.avg_util()),
-                       cpu_busy ? "the host CPU was busy" : "PCIe was quiet", pct_or(starved.avg_cpu()),
-                       mb_s(starved.avg_pcie()),
-                       cpu_busy ? ", or preprocessing moved to the GPU" : ", or faster storage for the input",
-                       saving_phrase(saving, pct(saving), "modelled"), stall_assumption));
-    }
-    if (transfer.seconds >= kMinShare * total_s) {
-      const OptF saving = stall_saving(transfer);
-      nlohmann::json ev = base_evidence(g, transfer, total_s);
-      ev["avg_util_pct"] = opt(transfer.avg_util());
-      ev["avg_pcie_bytes_per_s"] = opt(transfer.avg_pcie());
-      ev["stall_s"] = transfer.stall_s;
-      ev["idle_power_w"] = idle_p ? nlohmann::json(idle_p->watts) : nlohmann::json();
-      ev["estimate"] = "modelled";
-      ev["assumption"] = stall_assumption;
-      push("transfer_bound", std::move(ev), saving,
-           fmt::format("{} was bound by host-device transfers for {:.1f} s ({:.0f} % of the run): PCIe carried {} "
-                       "while utilisation averaged {}. Keep data on the GPU between steps, use pinned memory with "
-                       "non-blocking copies that overlap compute, and batch small transfers. {} Assumes {}.",
-                       who, transfer.seconds, 100 * transfer.seconds / total_s, mb_s(transfer.avg_pcie()),
-                       pct_or(transfer.avg_util()), saving_phrase(saving, pct(saving), "modelled"), stall_assumption));
-    }
+// The advice kinds, in the order their items are listed before the sort by saving (which keeps that order among
+// equal savings). The per-GPU ones share one pass over each GPU's intervals and are asked GPU by GPU; those of the
+// run look across the GPUs, after them.
+struct GpuAdvisor {
+  std::string_view kind;
+  std::optional<Finding> (*find)(const Run&, const Gpu&);
+};
+constexpr GpuAdvisor kGpuAdvisors[] = {
+    {"idle_gpu", idle_gpu},
+    {"gpu_starved", gpu_starved},
+    {"transfer_bound", transfer_bound},
+    {"memory_headroom", memory_headroom},
+    {"throttling", throttling},
+    {"power_limit", power_limit},
+};
+struct RunAdvisor {
+  std::string_view kind;
+  std::vector<Finding> (*find)(const Run&);
+};
+constexpr RunAdvisor kRunAdvisors[] = {
+    {"straggler", stragglers},
+    {"oom_forecast", oom_forecasts},
+};
 
-    // Memory headroom: only on a GPU that worked (an idle GPU's headroom says nothing about its batch).
-    OptI peak_mem;
-    for (const auto& p : g.points)
-      if (p.mem_used_bytes && (!peak_mem || *p.mem_used_bytes > *peak_mem)) peak_mem = p.mem_used_bytes;
-    if (peak_mem && g.mem_total_bytes && *g.mem_total_bytes > 0 && busy.seconds >= kMinShare * total_s &&
-        static_cast<double>(*peak_mem) < kHeadroomPeakPct / 100 * static_cast<double>(*g.mem_total_bytes)) {
-      const double peak_pct = 100.0 * static_cast<double>(*peak_mem) / static_cast<double>(*g.mem_total_bytes);
-      const OptF saving = fill.stall_s > 0 ? stall_saving(fill) : std::nullopt;
-      nlohmann::json ev = base_evidence(g, busy, total_s);
-      ev["peak_mem_used_bytes"] = *peak_mem;
-      ev["mem_total_bytes"] = *g.mem_total_bytes;
-      ev["peak_mem_pct"] = peak_pct;
-      ev["avg_util_pct"] = opt(busy.avg_util());
-      ev["underfilled_s"] = fill.seconds;
-      ev["stall_s"] = fill.stall_s;
-      ev["estimate"] = saving ? "modelled" : "not estimated";
-      if (saving) ev["assumption"] = stall_assumption + "; a larger batch fills the GPU to that utilisation";
-      const double factor = 100 / std::max(peak_pct, 1.0);
-      push("memory_headroom", std::move(ev), saving,
-           fmt::format("{} used at most {} of its {} memory ({:.0f} %): a batch about {:.1f}x as large would fit. "
-                       "Larger batches keep the GPU busier per step and amortise per-step overheads (adjust the "
-                       "learning rate to match). {}{}",
-                       who, format_bytes(static_cast<double>(*peak_mem)),
-                       format_bytes(static_cast<double>(*g.mem_total_bytes)), peak_pct, std::floor(factor * 10) / 10,
-                       saving_phrase(saving, pct(saving),
-                                     saving ? "modelled"
-                                     : starved.seconds + transfer.seconds > 0
-                                         ? "its waiting time is counted under the starvation or transfer advice; "
-                                           "whether a larger batch saves energy per sample is for a run at that batch "
-                                           "size to show ('wattscope compare')"
-                                         : fmt::format("it already ran at {:.0f} % utilisation or more; whether a "
-                                                       "larger batch saves energy per sample is for a run at that "
-                                                       "batch size to show ('wattscope compare')",
-                                                       kFedUtilPct)),
-                       saving ? " Assumes " + stall_assumption + "; a larger batch fills the GPU to that utilisation."
-                              : ""));
-    }
+Item item_of(std::string_view kind, Finding f, const Run& run) {
+  Item it;
+  it.kind = kind;
+  it.saving_j = f.saving_j;
+  it.saving_pct = run.pct(f.saving_j);
+  it.severity = f.severity ? std::move(*f.severity) : severity_of(it.saving_pct);
+  it.evidence = std::move(f.evidence);
+  it.text = std::move(f.text);
+  return it;
+}
 
-    if (throttled.seconds >= kThrottleMinShare * total_s) {
-      const OptF saving = idle_p && lost_known ? OptF(idle_p->watts * lost_s) : std::nullopt;
-      const bool thermal = throttle_bits & kThrottleThermalMask;
-      nlohmann::json ev = base_evidence(g, throttled, total_s);
-      ev["reasons"] = reason_names(throttle_bits);
-      ev["reason_bits"] = throttle_bits;
-      ev["max_temp_c"] = opt(max_temp);
-      ev["clock_sm_max_mhz"] = g.clock_sm_max_mhz ? nlohmann::json(*g.clock_sm_max_mhz) : nlohmann::json();
-      ev["lost_s"] = lost_known ? nlohmann::json(lost_s) : nlohmann::json();
-      ev["idle_power_w"] = idle_p ? nlohmann::json(idle_p->watts) : nlohmann::json();
-      ev["estimate"] = saving ? "modelled" : "not estimated";
-      const std::string assumption =
-          fmt::format("work runs at the SM clock's speed, so throttled time at clock c does c/max of the work and "
-                      "the rest is lost time, during which the GPU draws at least its idle power ({})",
-                      idle_how);
-      if (saving) ev["assumption"] = assumption;
-      push("throttling", std::move(ev), saving,
-           fmt::format("{} was throttled ({}) for {:.1f} s ({:.0f} % of the run){}. {} {}", who,
-                       reason_names(throttle_bits), throttled.seconds, 100 * throttled.seconds / total_s,
-                       max_temp ? fmt::format(", up to {:.0f} °C", *max_temp) : "",
-                       thermal ? "Improve its cooling (airflow, fan curve, a cooler slot or rack position), or lower "
-                                 "its power limit so it stays below the thermal limit."
-                               : "Check the power delivery (PSU, cables, the node's power brake) and its placement.",
-                       saving ? saving_phrase(saving, pct(saving), "modelled") + " Assumes " + assumption + "."
-                              : saving_phrase(saving, pct(saving), "the SM clock or its maximum is not known")));
-    }
+} // namespace
 
-    // Power limit (the Zeus observation), only on a GPU that spent its busy time at its limit.
-    if (limit && idle_p && busy.seconds > 0 && at_limit.seconds >= kPowerBoundMinShare * busy.seconds) {
-      if (auto cap = best_cap(iv, idle_p->watts, *limit);
-          cap && cap->baseline_j > 0 && 100 * cap->saving_j() / cap->baseline_j >= kMinCapSavingPct) {
-        const OptF saving = cap->saving_j();
-        const std::string assumption = fmt::format(
-            "the work is compute-bound (time ∝ 1/clock; memory-bound work slows less) and dynamic power grows with "
-            "clock³ above {:.0f} W idle power ({}); the host's extra draw over the longer run is not counted",
-            idle_p->watts, idle_p->basis);
-        nlohmann::json ev = base_evidence(g, at_limit, busy.seconds);
-        ev["power_limit_w"] = *limit;
-        ev["suggested_cap_w"] = cap->cap_w;
-        ev["modelled_slowdown_pct"] = cap->slowdown_pct();
-        ev["gpu_energy_j"] = cap->baseline_j;
-        ev["modelled_energy_j"] = cap->energy_j;
-        ev["idle_power_w"] = idle_p->watts;
-        ev["estimate"] = "modelled";
-        ev["assumption"] = assumption;
-        push("power_limit", std::move(ev), saving,
-             fmt::format("{} ran at or near its {:.0f} W power limit for {:.0f} % of its busy time. Capping it at "
-                         "{:.0f} W (nvidia-smi -i {} -pl {:.0f}) would have cut its energy by {:.1f} % for about "
-                         "{:.1f} % more time. {} Estimate; assumes {}.",
-                         who, *limit, 100 * at_limit.seconds / busy.seconds, cap->cap_w, g.gpu_index, cap->cap_w,
-                         100 * cap->saving_j() / cap->baseline_j, cap->slowdown_pct(),
-                         saving_phrase(saving, pct(saving), "modelled"), assumption));
-      }
-    }
-  }
-  // Stragglers: across the GPUs, so after the per-GPU items.
-  for (Straggler& s : find_stragglers(per_gpu)) {
-    const GpuSeries& g = in.gpus[s.gi];
-    double total_s = 0;
-    for (const auto& v : per_gpu[s.gi])
-      total_s += v.dt_s;
-    auto med_or_null = [](std::vector<double>& v) { return v.empty() ? nlohmann::json() : nlohmann::json(median(v)); };
-    double idle_sum = 0;
-    bool idle_known = true;
-    for (size_t h : s.siblings) {
-      OptF lim = in.gpus[h].power_limit_w;
-      for (const auto& v : per_gpu[h])
-        if (!lim && v.power_limit_w) lim = v.power_limit_w;
-      if (auto ip = estimate_idle_power(per_gpu[h], lim))
-        idle_sum += ip->watts;
-      else
-        idle_known = false;
-    }
-    const OptF saving = s.waited_known && idle_known ? OptF(s.waited_s * idle_sum) : std::nullopt;
-    const size_t n_sib = s.siblings.size();
-    const std::string metric = straggler_metric(s);
-    nlohmann::json ev = base_evidence(g, s.span, total_s);
-    ev["metric"] = metric;
-    ev["siblings"] = n_sib;
-    ev["stretches"] = s.stretches;
-    ev["clock_sm_mhz"] = med_or_null(s.clock);
-    ev["siblings_clock_sm_mhz"] = med_or_null(s.sib_clock);
-    ev["util_pct"] = med_or_null(s.util);
-    ev["siblings_util_pct"] = med_or_null(s.sib_util);
-    ev["power_w"] = med_or_null(s.power);
-    ev["siblings_power_w"] = med_or_null(s.sib_power);
-    ev["reasons"] = straggler_reasons(s.reasons);
-    ev["reason_bits"] = s.reasons;
-    ev["waited_s"] = s.waited_known ? nlohmann::json(s.waited_s) : nlohmann::json();
-    ev["siblings_idle_power_w"] = idle_known ? nlohmann::json(idle_sum) : nlohmann::json();
-    const std::string assumption =
-        "the job synchronises its GPUs every step (data-parallel training), so the siblings wait while it lags: work "
-        "runs at the SM clock's speed (a utilisation straggler: at its utilisation's share of theirs), and each "
-        "sibling draws at least its idle power while it waits; the straggler's own lost time is the throttling "
-        "item's";
-    ev["estimate"] = saving ? "modelled" : "not estimated";
-    if (saving) ev["assumption"] = assumption;
-    auto mhz = [](double v) { return thousands(v) + " MHz"; };
-    auto pc = [](double v) { return fmt::format("{:.0f} % utilisation", v); };
-    auto w = [](double v) { return fmt::format("{:.0f} W", v); };
-    auto one = [&](double v) { return metric == "clock_sm" ? mhz(v) : metric == "util" ? pc(v) : w(v); };
-    const char* key = metric == "clock_sm" ? "clock_sm_mhz" : metric == "util" ? "util_pct" : "power_w";
-    const std::string mine = one(ev[key].get<double>());
-    const std::string theirs = one(ev[std::string("siblings_") + key].get<double>());
-    const std::string reasons = straggler_reasons(s.reasons);
-    const std::string fix =
-        s.reasons & kThrottleThermalMask ? "Improve its cooling (airflow, a cooler slot) or move the job off it."
-        : s.reasons & kThrottlePowerMask ? "Check its power delivery (PSU, cables, the node's power brake)."
-        : s.reasons & kSwPowerCapBit
-            ? fmt::format("Check its power limit against its siblings' (nvidia-smi -i {} -q -d POWER).", g.gpu_index)
-        : metric == "util" ? "Look at what feeds it: its data loader shard, its CPU and NUMA placement, its PCIe link."
-                           : "Compare its clocks, temperature and power limit with its siblings'.";
-    push("straggler", std::move(ev), saving,
-         fmt::format("{} ran behind its siblings: at {} for {} ({:.0f} % of the run, between {} and {}) while its "
-                     "{} sibling{} ran at {}{}. In a job that synchronises its GPUs every step, the others waited "
-                     "for it: {}. {} {}",
-                     gpu_label(g), mine, duration_words(s.span.seconds), 100 * s.span.seconds / total_s,
-                     iso_utc_ms(s.span.from_ms), iso_utc_ms(s.span.to_ms), n_sib, n_sib == 1 ? "" : "s", theirs,
-                     reasons.empty() ? "" : "; its throttle reasons: " + reasons,
-                     s.waited_known ? fmt::format("about {} each (modelled)", duration_words(s.waited_s))
-                                    : "how long is not estimated (its SM clock is not known)",
-                     fix,
-                     saving ? saving_phrase(saving, pct(saving), "modelled") + " Assumes " + assumption + "."
-                            : saving_phrase(saving, pct(saving),
-                                            s.waited_known ? "a sibling's idle power is not known"
-                                                           : "its SM clock is not known")));
-  }
-  // Out-of-memory forecasts: a risk, not a waste, so no saving; the severity says how soon.
-  for (const GpuSeries& g : in.gpus) {
-    const auto f = forecast_oom(g);
-    if (!f) continue;
-    const double total = static_cast<double>(*g.mem_total_bytes);
-    const double window_s = static_cast<double>(f->to_ms - f->from_ms) / 1000;
-    nlohmann::json ev = {{"device", fmt::format("gpu{}", g.gpu_index)},
-                         {"gpu_index", g.gpu_index},
-                         {"gpu_name", g.name},
-                         {"from", iso_utc_ms(f->from_ms)},
-                         {"to", iso_utc_ms(f->to_ms)},
-                         {"seconds", window_s},
-                         {"points", f->points},
-                         {"slope_bytes_per_s", f->slope_bytes_per_s},
-                         {"kendall_tau", f->tau},
-                         {"mem_used_bytes", f->now_bytes},
-                         {"mem_total_bytes", *g.mem_total_bytes},
-                         {"seconds_to_full", f->seconds_to_full},
-                         {"full_at", iso_utc_ms(f->to_ms + static_cast<int64_t>(f->seconds_to_full * 1000))},
-                         {"method", "Theil-Sen line over the last half of the run, extrapolated to the memory's size"},
-                         {"estimate", "not estimated"}};
-    push("oom_forecast", std::move(ev), std::nullopt,
-         fmt::format("{}'s memory grew steadily over the last {} of the run: {} per hour (Theil–Sen; Kendall τ "
-                     "{:.2f}), from {} to {} of its {}. At this rate {} runs out of memory in ~{} after the last "
-                     "sample ({}). Look for what grows: tensors kept across steps (a loss summed with its graph, a "
-                     "list of outputs), a cache without a bound; torch.cuda.memory_summary() between epochs shows it. "
-                     "Saving: not estimated (a forecast of a failure, not a waste).",
-                     gpu_label(g), duration_words(window_s), format_bytes(f->slope_bytes_per_s * 3600), f->tau,
-                     format_bytes(f->first_bytes), format_bytes(f->now_bytes), format_bytes(total),
-                     fmt::format("GPU {}", g.gpu_index), duration_words(f->seconds_to_full),
-                     iso_utc_ms(f->to_ms + static_cast<int64_t>(f->seconds_to_full * 1000))));
-    // Within the hour: act now (save a checkpoint, fix and restart); later: before the next long run.
-    items.back().severity = f->seconds_to_full <= 3600 ? "high" : "medium";
-  }
+std::vector<Item> advise(const Input& in) {
+  const Run run = run_of(in);
+  std::vector<Item> items;
+  for (size_t gi = 0; gi < in.gpus.size(); ++gi)
+    if (const auto gpu = gpu_of(run, gi))
+      for (const GpuAdvisor& a : kGpuAdvisors)
+        if (auto f = a.find(run, *gpu)) items.push_back(item_of(a.kind, std::move(*f), run));
+  for (const RunAdvisor& a : kRunAdvisors)
+    for (Finding& f : a.find(run))
+      items.push_back(item_of(a.kind, std::move(f), run));
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
     if (a.saving_j.has_value() != b.saving_j.has_value()) return a.saving_j.has_value();
     return a.saving_j.value_or(0) > b.saving_j.value_or(0);
