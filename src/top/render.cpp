@@ -319,6 +319,185 @@ const char* const kHelp[] = {
     "Process power is attributed: the process's share of CPU time and SM use (docs/attribution.md).",
 };
 
+// The selected GPU over every host's GPUs (the selection clamped to those there are) and its host; null: no GPU.
+std::pair<size_t, const TopGpu*> select_gpu(const std::vector<HostView>& hosts, ViewState& view) {
+  size_t gpu_count = 0;
+  for (const auto& h : hosts)
+    gpu_count += h.gpus.size();
+  if (gpu_count == 0)
+    view.gpu_sel = 0;
+  else
+    view.gpu_sel = std::min(view.gpu_sel, gpu_count - 1);
+  size_t k = 0;
+  for (size_t hi = 0; hi < hosts.size(); ++hi)
+    for (const auto& g : hosts[hi].gpus)
+      if (k++ == view.gpu_sel) return {hi, &g};
+  return {0, nullptr};
+}
+
+// The hosts' totals: power of those answering, energy of all.
+struct Fleet {
+  OptF power, energy;
+  size_t answering = 0;
+  std::string method;
+};
+
+Fleet fleet_of(const std::vector<HostView>& hosts) {
+  Fleet f;
+  std::vector<std::string> host_methods;
+  for (const auto& h : hosts)
+    host_methods.push_back(host_energy_method(h).label());
+  f.method = combine_method_labels(host_methods, "host");
+  for (const auto& h : hosts) {
+    if (h.state == HostView::State::Live) ++f.answering;
+    if (const OptF p = h.power_w(); p && h.state == HostView::State::Live) f.power = f.power.value_or(0) + *p;
+    if (const OptF e = h.energy_j()) f.energy = f.energy.value_or(0) + *e;
+  }
+  return f;
+}
+
+Line title_line(const std::vector<HostView>& hosts, const Fleet& fleet, const RenderOptions& o, size_t W) {
+  LineBuilder b;
+  b.add("wattscope top", Tone::Title);
+  if (!o.fleet && !hosts.empty()) b.add("  " + printable(hosts.front().name));
+  bool any_simulated = false;
+  for (const auto& h : hosts)
+    any_simulated = any_simulated || h.simulated;
+  if (any_simulated) b.add("  SIMULATED GPUs, not measurements", Tone::Warn);
+  const double iv = std::chrono::duration<double>(o.interval).count();
+  b.add(iv < 1 ? fmt::format("  every {:.0f}ms", iv * 1000) : fmt::format("  every {}", age_text(iv)), Tone::Dim);
+  b.add(fmt::format("  power {}  energy {}{} since {}", power_text(fleet.power), energy_text(fleet.energy),
+                    method_tag(fleet.method), o.started));
+  return b.take(W);
+}
+
+// The GPU table: per host (its row in a fleet), its GPUs and its CPU.
+void gpu_table(Screen& body, const std::vector<HostView>& hosts, const ViewState& view, const RenderOptions& o,
+               size_t W) {
+  const GpuCols gc = gpu_cols(o.width);
+  body.push_back(gpu_header(gc, W));
+  size_t k = 0;
+  for (const HostView& h : hosts) {
+    if (o.fleet) body.push_back(host_row(h, o, false));
+    if (h.gpus.empty()) {
+      LineBuilder b;
+      b.add("    no GPUs", Tone::Dim);
+      body.push_back(b.take(W));
+    }
+    for (const auto& g : h.gpus) {
+      body.push_back(gpu_row(g, gc, o, view.focus == ViewState::Focus::Gpus && k == view.gpu_sel));
+      ++k;
+    }
+    body.push_back(cpu_row(h, gc, o));
+  }
+}
+
+Line fleet_line(const std::vector<HostView>& hosts, const Fleet& fleet, const RenderOptions& o, size_t W) {
+  LineBuilder b;
+  b.add("FLEET", Tone::Title);
+  b.add(fmt::format("  {} hosts, {} answering  power {}  energy {}{} since {}", hosts.size(), fleet.answering,
+                    power_text(fleet.power), energy_text(fleet.energy), method_tag(fleet.method), o.started));
+  if (fleet.answering < hosts.size()) b.add("  (power: answering hosts only)", Tone::Dim);
+  return b.take(W);
+}
+
+Line gpu_detail_line(const TopGpu& gpu, const HostView& host, const RenderOptions& o, size_t W) {
+  const auto& s = gpu.s;
+  LineBuilder b;
+  b.add(fmt::format("GPU {} {}", s.gpu_index, printable(gpu.name)), Tone::Title); // a simulated name says so
+  if (o.fleet) b.add(" on " + printable(host.name), Tone::Dim);
+  b.add(fmt::format(": util {}%  mem {}/{}  power {} of {}  temp {} C  {}", opt_num(s.util_gpu_pct, "{:.0f}"),
+                    bytes_text(s.mem_used_bytes), bytes_text(s.mem_total_bytes), power_text(s.power_w),
+                    opt_num(s.power_limit_w, "{:.0f} W"), opt_num(s.temp_gpu_c, "{:.0f}"),
+                    energy_text(gpu.energy_j) +
+                        (gpu.energy_j ? method_tag(gpu.energy_method.empty() ? "unknown" : gpu.energy_method) : "")));
+  return b.take(W);
+}
+
+// The forecasts, one line per host that has any.
+void forecast_lines(Screen& body, const std::vector<HostView>& hosts, const RenderOptions& o, size_t W) {
+  for (const auto& h : hosts) {
+    if (h.forecast.empty()) continue;
+    LineBuilder b;
+    b.add("FORECAST", Tone::Title);
+    if (o.fleet) b.add(" " + printable(h.name), Tone::Dim);
+    b.add(" " + printable(h.forecast));
+    body.push_back(b.take(W));
+  }
+}
+
+// Firing alerts, or that none fire where alerts are known.
+Line alert_line(const std::vector<HostView>& hosts, size_t W) {
+  std::vector<FiringAlert> firing;
+  bool alerts_known = false;
+  for (const auto& h : hosts) {
+    alerts_known = alerts_known || h.alerts_supported;
+    for (const auto& a : h.alerts)
+      firing.push_back(a);
+  }
+  LineBuilder b;
+  if (!firing.empty()) {
+    b.add(fmt::format("ALERTS {}:", firing.size()), Tone::Alert);
+    for (const auto& a : firing)
+      b.add(fmt::format(" [{}] {} {}: {};", printable(a.severity), printable(a.rule), printable(a.scope),
+                        printable(a.message)),
+            Tone::Alert);
+  } else if (alerts_known) {
+    b.add("no alerts firing", Tone::Dim);
+  }
+  return b.take(W);
+}
+
+// Anomalies and stragglers holding now, only while there are some.
+std::optional<Line> anomaly_line(const std::vector<HostView>& hosts, size_t W) {
+  size_t n = 0;
+  for (const auto& h : hosts)
+    n += h.anomalies.size();
+  if (n == 0) return std::nullopt;
+  LineBuilder b;
+  b.add(fmt::format("ANOMALIES {}:", n), Tone::Warn);
+  for (const auto& h : hosts)
+    for (const auto& a : h.anomalies)
+      b.add(" " + printable(a) + ";", Tone::Warn);
+  return b.take(W);
+}
+
+Line keys_line(const ViewState& view, size_t W) {
+  LineBuilder b;
+  b.add(fmt::format("q quit  s sort:{}  up/down select  left/right {}  h help", sort_name(view.sort),
+                    view.focus == ViewState::Focus::Gpus ? "to processes" : "to GPUs"),
+        Tone::Title);
+  return b.take(W);
+}
+
+void help_lines(Screen& body, size_t rows, size_t W) {
+  for (const char* l : kHelp) {
+    if (rows == 0) break;
+    LineBuilder b;
+    b.add(l);
+    body.push_back(b.take(W));
+    --rows;
+  }
+}
+
+// The host's processes, sorted, in `rows` lines (its header included), scrolled to show the selected one.
+void process_lines(Screen& body, std::vector<TopProcess> procs, ViewState& view, size_t rows, size_t W) {
+  sort_processes(procs, view.sort);
+  const size_t comm_w = W > kProcFixed + 15 ? W - kProcFixed : 15;
+  body.push_back(proc_header(view.sort, comm_w, W));
+  --rows;
+  if (procs.empty())
+    view.proc_sel = 0;
+  else
+    view.proc_sel = std::min(view.proc_sel, procs.size() - 1);
+  if (rows == 0) return;
+  if (view.proc_sel < view.proc_top) view.proc_top = view.proc_sel;
+  if (view.proc_sel >= view.proc_top + rows) view.proc_top = view.proc_sel + 1 - rows;
+  view.proc_top = std::min(view.proc_top, procs.size() > rows ? procs.size() - rows : 0);
+  for (size_t i = view.proc_top; i < procs.size() && rows > 0; ++i, --rows)
+    body.push_back(proc_row(procs[i], comm_w, W, view.focus == ViewState::Focus::Processes && i == view.proc_sel));
+}
+
 } // namespace
 
 const char* sort_name(SortKey k) {
@@ -370,186 +549,31 @@ Screen render(const std::vector<HostView>& hosts, ViewState& view, const RenderO
   const size_t W = static_cast<size_t>(std::max(o.width, 20));
   const size_t H = static_cast<size_t>(std::max(o.height, 5));
   Screen body;
-  const GpuCols gc = gpu_cols(o.width);
+  const auto [sel_host, sel_gpu] = select_gpu(hosts, view);
+  const Fleet fleet = fleet_of(hosts);
+  body.push_back(title_line(hosts, fleet, o, W));
+  gpu_table(body, hosts, view, o, W);
+  if (o.fleet) body.push_back(fleet_line(hosts, fleet, o, W));
+  if (sel_gpu) body.push_back(gpu_detail_line(*sel_gpu, hosts[sel_host], o, W));
+  forecast_lines(body, hosts, o, W);
 
-  // Selection over every host's GPUs.
-  size_t gpu_count = 0;
-  for (const auto& h : hosts)
-    gpu_count += h.gpus.size();
-  if (gpu_count == 0)
-    view.gpu_sel = 0;
-  else
-    view.gpu_sel = std::min(view.gpu_sel, gpu_count - 1);
-  size_t sel_host = 0;
-  const TopGpu* sel_gpu = nullptr;
-  {
-    size_t k = 0;
-    for (size_t hi = 0; hi < hosts.size(); ++hi)
-      for (const auto& g : hosts[hi].gpus) {
-        if (k == view.gpu_sel) {
-          sel_host = hi;
-          sel_gpu = &g;
-        }
-        ++k;
-      }
-  }
-
-  // Title.
-  OptF fleet_power, fleet_energy;
-  size_t answering = 0;
-  std::vector<std::string> host_methods;
-  for (const auto& h : hosts)
-    host_methods.push_back(host_energy_method(h).label());
-  const std::string fleet_method = combine_method_labels(host_methods, "host");
-  for (const auto& h : hosts) {
-    if (h.state == HostView::State::Live) ++answering;
-    if (const OptF p = h.power_w(); p && h.state == HostView::State::Live) fleet_power = fleet_power.value_or(0) + *p;
-    if (const OptF e = h.energy_j()) fleet_energy = fleet_energy.value_or(0) + *e;
-  }
-  {
-    LineBuilder b;
-    b.add("wattscope top", Tone::Title);
-    if (!o.fleet && !hosts.empty()) b.add("  " + printable(hosts.front().name));
-    bool any_simulated = false;
-    for (const auto& h : hosts)
-      any_simulated = any_simulated || h.simulated;
-    if (any_simulated) b.add("  SIMULATED GPUs, not measurements", Tone::Warn);
-    const double iv = std::chrono::duration<double>(o.interval).count();
-    b.add(iv < 1 ? fmt::format("  every {:.0f}ms", iv * 1000) : fmt::format("  every {}", age_text(iv)), Tone::Dim);
-    b.add(fmt::format("  power {}  energy {}{} since {}", power_text(fleet_power), energy_text(fleet_energy),
-                      method_tag(fleet_method), o.started));
-    body.push_back(b.take(W));
-  }
-
-  body.push_back(gpu_header(gc, W));
-  size_t k = 0;
-  for (size_t hi = 0; hi < hosts.size(); ++hi) {
-    const HostView& h = hosts[hi];
-    if (o.fleet) body.push_back(host_row(h, o, false));
-    if (h.gpus.empty()) {
-      LineBuilder b;
-      b.add("    no GPUs", Tone::Dim);
-      body.push_back(b.take(W));
-    }
-    for (const auto& g : h.gpus) {
-      body.push_back(gpu_row(g, gc, o, view.focus == ViewState::Focus::Gpus && k == view.gpu_sel));
-      ++k;
-    }
-    body.push_back(cpu_row(h, gc, o));
-  }
-  if (o.fleet) {
-    LineBuilder b;
-    b.add("FLEET", Tone::Title);
-    b.add(fmt::format("  {} hosts, {} answering  power {}  energy {}{} since {}", hosts.size(), answering,
-                      power_text(fleet_power), energy_text(fleet_energy), method_tag(fleet_method), o.started));
-    if (answering < hosts.size()) b.add("  (power: answering hosts only)", Tone::Dim);
-    body.push_back(b.take(W));
-  }
-  if (sel_gpu) {
-    const auto& s = sel_gpu->s;
-    LineBuilder b;
-    b.add(fmt::format("GPU {} {}", s.gpu_index, printable(sel_gpu->name)), Tone::Title); // a simulated name says so
-    if (o.fleet) b.add(" on " + printable(hosts[sel_host].name), Tone::Dim);
-    b.add(fmt::format(": util {}%  mem {}/{}  power {} of {}  temp {} C  {}", opt_num(s.util_gpu_pct, "{:.0f}"),
-                      bytes_text(s.mem_used_bytes), bytes_text(s.mem_total_bytes), power_text(s.power_w),
-                      opt_num(s.power_limit_w, "{:.0f} W"), opt_num(s.temp_gpu_c, "{:.0f}"),
-                      energy_text(sel_gpu->energy_j) +
-                          (sel_gpu->energy_j
-                               ? method_tag(sel_gpu->energy_method.empty() ? "unknown" : sel_gpu->energy_method)
-                               : "")));
-    body.push_back(b.take(W));
-  }
-
-  // issue 36: the forecasts, one line per host that has any
-  for (const auto& h : hosts) {
-    if (h.forecast.empty()) continue;
-    LineBuilder b;
-    b.add("FORECAST", Tone::Title);
-    if (o.fleet) b.add(" " + printable(h.name), Tone::Dim);
-    b.add(" " + printable(h.forecast));
-    body.push_back(b.take(W));
-  }
-
-  // The status lines at the bottom: firing alerts, then keys.
-  std::vector<FiringAlert> firing;
-  bool alerts_known = false;
-  for (const auto& h : hosts) {
-    alerts_known = alerts_known || h.alerts_supported;
-    for (const auto& a : h.alerts)
-      firing.push_back(a);
-  }
-  Line alert_line;
-  {
-    LineBuilder b;
-    if (!firing.empty()) {
-      b.add(fmt::format("ALERTS {}:", firing.size()), Tone::Alert);
-      for (const auto& a : firing)
-        b.add(fmt::format(" [{}] {} {}: {};", printable(a.severity), printable(a.rule), printable(a.scope),
-                          printable(a.message)),
-              Tone::Alert);
-    } else if (alerts_known) {
-      b.add("no alerts firing", Tone::Dim);
-    }
-    alert_line = b.take(W);
-  }
-  // issue 36: anomalies and stragglers holding now, one line above the alerts, only while there are some.
-  std::optional<Line> anomaly_line;
-  {
-    LineBuilder b;
-    size_t n = 0;
-    for (const auto& h : hosts)
-      n += h.anomalies.size();
-    if (n > 0) {
-      b.add(fmt::format("ANOMALIES {}:", n), Tone::Warn);
-      for (const auto& h : hosts)
-        for (const auto& a : h.anomalies)
-          b.add(" " + printable(a) + ";", Tone::Warn);
-      anomaly_line = b.take(W);
-    }
-  }
-  Line keys;
-  {
-    LineBuilder b;
-    b.add(fmt::format("q quit  s sort:{}  up/down select  left/right {}  h help", sort_name(view.sort),
-                      view.focus == ViewState::Focus::Gpus ? "to processes" : "to GPUs"),
-          Tone::Title);
-    keys = b.take(W);
-  }
+  // The status lines at the bottom: anomalies (while there are some), firing alerts, then keys.
+  std::optional<Line> anomalies = anomaly_line(hosts, W);
+  Line alerts = alert_line(hosts, W);
+  Line keys = keys_line(view, W);
 
   // Processes (or the help) fill what is left.
-  const size_t reserved = anomaly_line ? 3 : 2;
-  size_t left_rows = H > body.size() + reserved ? H - body.size() - reserved : 0;
-  if (view.help) {
-    for (const char* l : kHelp) {
-      if (left_rows == 0) break;
-      LineBuilder b;
-      b.add(l);
-      body.push_back(b.take(W));
-      --left_rows;
-    }
-  } else if (left_rows > 0 && !hosts.empty()) {
-    std::vector<TopProcess> procs = hosts[sel_host].procs;
-    sort_processes(procs, view.sort);
-    const size_t comm_w = W > kProcFixed + 15 ? W - kProcFixed : 15;
-    body.push_back(proc_header(view.sort, comm_w, W));
-    --left_rows;
-    if (procs.empty())
-      view.proc_sel = 0;
-    else
-      view.proc_sel = std::min(view.proc_sel, procs.size() - 1);
-    if (left_rows > 0) {
-      if (view.proc_sel < view.proc_top) view.proc_top = view.proc_sel;
-      if (view.proc_sel >= view.proc_top + left_rows) view.proc_top = view.proc_sel + 1 - left_rows;
-      view.proc_top = std::min(view.proc_top, procs.size() > left_rows ? procs.size() - left_rows : 0);
-      for (size_t i = view.proc_top; i < procs.size() && left_rows > 0; ++i, --left_rows)
-        body.push_back(proc_row(procs[i], comm_w, W, view.focus == ViewState::Focus::Processes && i == view.proc_sel));
-    }
-  }
+  const size_t reserved = anomalies ? 3 : 2;
+  const size_t left_rows = H > body.size() + reserved ? H - body.size() - reserved : 0;
+  if (view.help)
+    help_lines(body, left_rows, W);
+  else if (left_rows > 0 && !hosts.empty())
+    process_lines(body, hosts[sel_host].procs, view, left_rows, W);
   if (body.size() > H - reserved) body.resize(H - reserved); // too small a terminal: the bottom lines stay
   while (body.size() < H - reserved)
     body.push_back({});
-  if (anomaly_line) body.push_back(std::move(*anomaly_line));
-  body.push_back(std::move(alert_line));
+  if (anomalies) body.push_back(std::move(*anomalies));
+  body.push_back(std::move(alerts));
   body.push_back(std::move(keys));
   return body;
 }
