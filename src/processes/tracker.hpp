@@ -94,7 +94,37 @@ private:
     pid_t pid;
     PidStat st;
   };
+  // This scan's processes that are tracked, in pid order, each with its entry in known_.
+  using Mine = std::vector<std::pair<pid_t, std::map<ProcessId, Known>::iterator>>;
   void loop();
+  // The steps of a scan, in order.
+  void open_root();                          // once: the procfs root, and whether stat descriptors may be kept
+  void read_host_cpu(ProcessSnapshot& snap); // the host's busy and total CPU time in the window (/proc/stat)
+  void read_every_stat(std::chrono::steady_clock::time_point now); // seen_: every process's stat
+  void read_process(pid_t pid, bool read_kthreads); // one process's stat (a known kernel thread's schedstat) to seen_
+  std::set<pid_t> run_tree();                       // run mode: the root, its cgroup's members, their descendants
+  Mine update_known(const std::set<pid_t>& tree, bool filtered); // known_ brought to this scan; the run's processes
+  // Filtered mode, a process not yet known: whether it is the run's (its cgroup text read into cgroup_text).
+  bool judged_in(const Seen& s, const ProcessId& id, std::string& cgroup_text, bool& have_cgroup);
+  void fold_gone(const Mine& mine, ProcessSnapshot& snap); // processes gone: their parents' time, their rows
+  void list_gpu_processes(ProcessSnapshot& snap);          // every GPU source's process list, into snap.gpu_procs
+  // Each GPU process identified by this scan's (pid, start time) and judged the run's or not; its GPU use by id.
+  std::map<ProcessId, double> attribute_gpu_processes(ProcessSnapshot& snap, const Mine& mine,
+                                                      const std::set<pid_t>& tree, bool filtered);
+  bool in_tree_by_parents(GpuProcessSample& g, const std::set<pid_t>& tree);
+  // The top N by CPU and GPU use, of those that used either: sorted by address, for binary_search.
+  std::vector<const Known*> busiest(const Mine& mine, const std::map<ProcessId, double>& gpu_score,
+                                    double window_s) const;
+  // One process's sample; detail (the top N): its memory map and I/O; every: all processes are sampled (a run).
+  ProcessSample sample(const ProcessId& id, Known& k, bool detail, bool every, size_t top_n, double window_s,
+                       std::chrono::steady_clock::time_point now);
+  void read_detail(const ProcessId& id, Known& k, ProcessSample& p, size_t top_n, double window_s,
+                   std::chrono::steady_clock::time_point now);
+  void read_identity(const ProcessId& id, Known& k);       // its first row: command line and owner
+  void name_pods(const Mine& mine, ProcessSnapshot& snap); // the kubelet's names of this scan's pods
+  const Seen* find_seen(pid_t pid) const;                  // in seen_, sorted by pid
+  static Known* find_mine(const Mine& mine, pid_t pid);
+  static ProcessRow gone_row(const ProcessId& id, const Known& k); // its `processes` row, marked gone
   // Reads /proc/PID/stat into stat_buf_: through a descriptor kept open from an earlier scan where procfs is the real
   // one (a kept descriptor of a process that is gone fails with ESRCH, so a reused pid is never read as the old
   // process), else opened now. False when the process is gone.
