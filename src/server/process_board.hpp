@@ -48,21 +48,25 @@ public:
   // processes outside the top N used, so the `other` energy counters only grow.
   std::shared_ptr<const ProcessBoard> build(const ProcessSnapshot& snap);
 
-private:
-  size_t cap_;
-  std::string host_;
-  ProcessSeries series_;
-  std::map<int, double> series_other_energy_j_; // per device: exported processes' energy while outside the top N
-  // Device keys: -1 the CPU, else the GPU index. Energy per process and device at the previous scan.
   struct PidHash {
     size_t operator()(const ProcessId& id) const noexcept {
       return std::hash<int64_t>()(id.pid * 1000003 + id.start_time);
     }
   };
-  std::unordered_map<ProcessId, std::vector<std::pair<int, double>>, PidHash> prev_;
-  std::map<int, double> other_energy_j_; // per device: processes' energy while outside the top N
+  // Energy per process and device at a scan; device keys: -1 the CPU, else the GPU index.
+  using ProcessEnergies = std::unordered_map<ProcessId, std::vector<std::pair<int, double>>, PidHash>;
+  // Energy per unit at a scan: the CPU's, every GPU's.
+  using UnitEnergies = std::unordered_map<std::string, std::pair<double, double>>;
+
+private:
+  size_t cap_;
+  std::string host_;
+  ProcessSeries series_;
+  std::map<int, double> series_other_energy_j_; // per device: exported processes' energy while outside the top N
+  ProcessEnergies prev_;                        // at the previous scan
+  std::map<int, double> other_energy_j_;        // per device: processes' energy while outside the top N
   // Units: device "cpu" (-1) and "gpu" (every GPU, 0).
-  std::unordered_map<std::string, std::pair<double, double>> prev_unit_;
+  UnitEnergies prev_unit_;
   std::map<int, double> unit_other_energy_j_;
 };
 
