@@ -333,8 +333,10 @@ TEST(Repair, PhasesLeftOpenByAKilledRecorderAreClosedFromTheStoredSamples) {
   const Samples in_csv = csv_gpu0_samples(csv);
   const json sqlite_view = json::parse(k.ws({"show", "--db", k.db(), "--json"}).out);
   const json csv_view = json::parse(k.ws({"show", "--csv", csv, "--json"}).out);
-  for (const auto& [view, samples] : {std::pair<const json*, const Samples*>{&sqlite_view, &in_sqlite},
-                                      std::pair<const json*, const Samples*>{&csv_view, &in_csv}}) {
+  for (const auto& view_samples : {std::pair<const json*, const Samples*>{&sqlite_view, &in_sqlite},
+                                   std::pair<const json*, const Samples*>{&csv_view, &in_csv}}) {
+    const json* view = view_samples.first; // not a structured binding: clang 14 cannot capture one in a lambda
+    const Samples* samples = view_samples.second;
     ASSERT_GE(samples->size(), 4u);
     auto energy_at = [&](int64_t t) { // the stored counter, linear between the samples around t
       auto [t0, e0] = samples->front();
