@@ -23,15 +23,15 @@ EnvLookup env_lookup(std::vector<std::string> environment);
 
 // What slurmd tells its prolog and epilog about the job (their environment).
 struct SlurmJob {
-  std::string job_id;       // SLURM_JOB_ID: digits
-  std::string user;         // SLURM_JOB_USER
-  std::string uid;          // SLURM_JOB_UID
-  std::string node;         // SLURMD_NODENAME
-  std::string gpus;         // SLURM_JOB_GPUS: "0,2" (Slurm's GPU indices on this node); empty: none allocated
-  std::string array_job_id; // SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID: empty outside a job array
-  std::string array_task_id;
-  std::string partition; // SLURM_JOB_PARTITION
-  std::string cluster;   // SLURM_CLUSTER_NAME
+  std::string job_id{};       // SLURM_JOB_ID: digits
+  std::string user{};         // SLURM_JOB_USER
+  std::string uid{};          // SLURM_JOB_UID
+  std::string node{};         // SLURMD_NODENAME
+  std::string gpus{};         // SLURM_JOB_GPUS: "0,2" (Slurm's GPU indices on this node); empty: none allocated
+  std::string array_job_id{}; // SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID: empty outside a job array
+  std::string array_task_id{};
+  std::string partition{}; // SLURM_JOB_PARTITION
+  std::string cluster{};   // SLURM_CLUSTER_NAME
 };
 // Throws std::invalid_argument naming the variable when SLURM_JOB_ID is missing or not a number (not run by slurmd).
 SlurmJob slurm_job_from_env(const EnvLookup& env);

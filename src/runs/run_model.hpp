@@ -26,8 +26,8 @@ namespace wattscope {
 struct RunModelWants {
   bool advice = false; // the advice: reads every GPU and CPU sample
   bool events = false; // every event row (the report's timeline); marks and the model marker are always kept
-  std::function<void(std::span<const Value>)> gpu_sample; // each gpu_samples row, in stored (tick) order
-  std::function<void(std::span<const Value>)> cpu_sample; // each cpu_samples row, likewise
+  std::function<void(std::span<const Value>)> gpu_sample{}; // each gpu_samples row, in stored (tick) order
+  std::function<void(std::span<const Value>)> cpu_sample{}; // each cpu_samples row, likewise
 };
 
 // How far the run's figures can be trusted, said once for every view.

@@ -17,7 +17,7 @@ struct StaticFile {
   std::string_view gzip;     // the body gzip-compressed
   std::string etag;          // of the identity body, quoted; the gzip body's is etag_gzip
   std::string etag_gzip;
-  std::string csp; // an HTML page's Content-Security-Policy (web/csp.hpp), made once; empty for the scripts
+  std::string csp{}; // an HTML page's Content-Security-Policy (web/csp.hpp), made once; empty for the scripts
 };
 
 class StaticFiles {

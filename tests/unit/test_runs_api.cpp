@@ -134,8 +134,9 @@ TEST(RunsApi, PagesWithADefaultAndAMaximumInBoundedMemory) {
   const int64_t after = vm_hwm_kib(pid);
   // Under AddressSanitizer the figure is ASan's, not serve's: freed blocks wait in its quarantine (up to 256 MiB) and
   // every block has red zones (412 MiB of growth measured there). The release build checks the bound.
-  if (!kAddressSanitizer)
+  if (!kAddressSanitizer) {
     EXPECT_LT(after - before, 64 * 1024) << "serve's peak memory grew from " << before << " to " << after << " KiB";
+  }
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid), 0);
 }
