@@ -146,6 +146,10 @@ struct GpuDevice {
   OptF power_limit_w;
   OptI clock_sm_max_mhz;
   OptI clock_mem_max_mhz;
+  // The device's own temperatures where it slows its clocks down and where it shuts down (the driver's thresholds),
+  // which the throttle forecast aims at.
+  OptF slowdown_temp_c;
+  OptF shutdown_temp_c;
   std::string energy_method; // counter | integrated | simulated (--simulate)
   std::string power_source;  // which reading power_w holds
   bool xid_events = false;   // issue 32: the driver delivers this GPU's Xid errors (serve counts them)

@@ -3,8 +3,8 @@
 //
 //   {"driver_version": "550.54.15", "nvml_version": "12.550.54.15", "init_error": 0,
 //    "devices": [{"name": "...", "uuid": "GPU-...", "pci_bus_id": "...", "max_clock_sm_mhz": 1980,
-//                 "max_clock_mem_mhz": 2619, "lost_at_tick": 5, "unsupported": ["fan_pct"],
-//                 "metrics": {"power_mw": 250000, "util_gpu": [10, 20, 30], ...}}]}
+//                 "max_clock_mem_mhz": 2619, "slowdown_temp_c": 87, "shutdown_temp_c": 92, "lost_at_tick": 5,
+//                 "unsupported": ["fan_pct"], "metrics": {"power_mw": 250000, "util_gpu": [10, 20, 30], ...}}]}
 //
 // A metric's value is chosen by how many times that metric was asked for on that device (k, from 0) or by the
 // seconds since nvmlInit (t):  number (constant) | [list] (k-th, last repeats) | {"linear": [a, b]} (a + b*k) |
@@ -558,6 +558,19 @@ Return device_max_clock(Device d, int type, unsigned int* mhz) {
                                         : "max_clock_gfx_mhz";
   if (!fd->spec.contains(key)) return kErrorNotSupported;
   *mhz = fd->spec[key].get<unsigned int>();
+  return kSuccess;
+}
+// "slowdown_temp_c" / "shutdown_temp_c" on a device: what nvmlDeviceGetTemperatureThreshold answers (an H100 SXM says
+// 87 and 92); absent: NVML_ERROR_NOT_SUPPORTED, as consumer boards answer for some thresholds.
+Return device_temperature_threshold(Device d, int type, unsigned int* c) {
+  std::lock_guard lock(g.mu);
+  FakeDevice* fd = dev(d);
+  if (!fd || !c) return kErrorInvalidArgument;
+  const char* key = type == kTempThresholdSlowdown   ? "slowdown_temp_c"
+                    : type == kTempThresholdShutdown ? "shutdown_temp_c"
+                                                     : nullptr;
+  if (!key || !fd->spec.contains(key)) return kErrorNotSupported;
+  *c = fd->spec[key].get<unsigned int>();
   return kSuccess;
 }
 Return device_memory_v2(Device d, MemoryV2* m) {

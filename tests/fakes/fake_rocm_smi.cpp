@@ -10,6 +10,8 @@
 //                             "socket_power_uw": [...], "power_ave_uw": ..., "power_cap_uw": ..., "busy_pct": ...,
 //                             "mem_busy_pct": ..., "vram_used_bytes": ..., "vram_total_bytes": ...,
 //                             "temp_edge_mc": ..., "temp_junction_mc": ..., "temp_memory_mc": ...,
+//                             "temp_edge_crit_mc": ..., "temp_edge_emergency_mc": ... (RSMI_TEMP_CRITICAL and
+//                             _EMERGENCY of a sensor, also _junction_ and _memory_),
 //                             "sclk_levels_hz": [500e6, 1700e6], "sclk_level": [0, 1], "mclk_levels_hz": [...],
 //                             "mclk_level": ..., "fan_speed": ..., "fan_max": 255, "pcie_lanes": [1, 16],
 //                             "pcie_level": ..., "pcie_sent_packets": ..., "pcie_received_packets": ...,
@@ -377,13 +379,16 @@ Status dev_memory_usage(uint32_t dv, uint32_t type, uint64_t* bytes) {
   return metric_to(dv, "vram_used_bytes", bytes);
 }
 Status dev_temp_metric(uint32_t dv, uint32_t sensor, uint32_t metric_kind, int64_t* millidegrees) {
-  if (metric_kind != kTempCurrent) return kNotSupported;
-  const char* name = sensor == kTempEdge       ? "temp_edge_mc"
-                     : sensor == kTempJunction ? "temp_junction_mc"
-                     : sensor == kTempMemory   ? "temp_memory_mc"
+  const char* base = sensor == kTempEdge       ? "temp_edge"
+                     : sensor == kTempJunction ? "temp_junction"
+                     : sensor == kTempMemory   ? "temp_memory"
                                                : nullptr;
-  if (!name) return kNotSupported;
-  return metric_to(dv, name, millidegrees);
+  const char* kind = metric_kind == kTempCurrent     ? "_mc"
+                     : metric_kind == kTempCritical  ? "_crit_mc"
+                     : metric_kind == kTempEmergency ? "_emergency_mc"
+                                                     : nullptr;
+  if (!base || !kind) return kNotSupported;
+  return metric_to(dv, (std::string(base) + kind).c_str(), millidegrees);
 }
 Status dev_gpu_clk_freq(uint32_t dv, uint32_t clk, FrequenciesBuf* f) {
   if (!f) return kInvalidArgs;

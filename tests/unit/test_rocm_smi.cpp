@@ -392,9 +392,17 @@ TEST(RocmSmi, ProcessesWithoutThePerDeviceCall) {
 TEST(RocmSmi, GpuTemperatureFromTheJunctionWhereThereIsNoEdgeSensor) {
   json scen = scenario(2);
   scen["devices"][1]["unsupported"] = {"temp_edge_mc"};
+  // GPU 0 says where it throttles and shuts down (RSMI_TEMP_CRITICAL, _EMERGENCY of its edge sensor); GPU 1 neither.
+  scen["devices"][0]["metrics"]["temp_edge_crit_mc"] = 100000;
+  scen["devices"][0]["metrics"]["temp_edge_emergency_mc"] = 105000;
   Fake f(scen);
   ::setenv("WATTSCOPE_FAKE_ROCM_SMI_CALLS", (f.dir / "calls.json").c_str(), 1);
   ASSERT_TRUE(f.src->open());
+  const auto devs = f.src->devices();
+  ASSERT_EQ(devs.size(), 2u);
+  EXPECT_EQ(devs[0].slowdown_temp_c, 100.0);
+  EXPECT_EQ(devs[0].shutdown_temp_c, 105.0);
+  EXPECT_FALSE(devs[1].slowdown_temp_c.has_value());
   for (int k = 0; k < 3; ++k) {
     const Frame fr = f.tick(k);
     ASSERT_EQ(fr.gpus.size(), 2u);
@@ -405,8 +413,9 @@ TEST(RocmSmi, GpuTemperatureFromTheJunctionWhereThereIsNoEdgeSensor) {
   ::unsetenv("WATTSCOPE_FAKE_ROCM_SMI_CALLS");
   const json c = json::parse(read_file(f.dir / "calls.json"));
   // Over 3 ticks: memory on both GPUs, edge on GPU 0, edge once on GPU 1 (NOT_SUPPORTED switches it off), and the
-  // junction on GPU 1 only.
+  // junction on GPU 1 only; at open, GPU 0's edge limits (critical, emergency) and GPU 1's critical of the edge,
+  // then of the junction (neither there).
   EXPECT_EQ(c["rsmi_dev_temp_metric_get"].get<int>(),
-            3 * 2 /*memory*/ + 3 /*edge, gpu 0*/ + 1 /*edge, gpu 1*/ + 3 /*junction, gpu 1*/);
+            3 * 2 /*memory*/ + 3 /*edge, gpu 0*/ + 1 /*edge, gpu 1*/ + 3 /*junction, gpu 1*/ + 2 + 2 /*limits*/);
 }
 } // namespace unit_rocm_smi

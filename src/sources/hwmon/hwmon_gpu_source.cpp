@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -82,8 +83,19 @@ bool HwmonGpuSource::open() {
         const std::string label = sysfs::read_line(hw / fmt::format("temp{}_label", i));
         if (label == "mem" && !c.temp_mem_mc)
           c.temp_mem_mc = open_if(input);
-        else if ((label == "edge" || label.empty() || label == "pkg") && !c.temp_edge_mc)
+        else if ((label == "edge" || label.empty() || label == "pkg") && !c.temp_edge_mc) {
           c.temp_edge_mc = open_if(input);
+          // The sensor's limits (millidegrees): amdgpu throttles from temp_crit and shuts down at temp_emergency.
+          const auto limit = [&](const char* what) -> OptF {
+            const std::string v = sysfs::read_line(hw / fmt::format("temp{}_{}", i, what));
+            char* end = nullptr;
+            const double mc = v.empty() ? 0 : std::strtod(v.c_str(), &end);
+            if (v.empty() || *end || !(mc > 0 && mc < 200000)) return std::nullopt;
+            return mc / 1000.0;
+          };
+          c.info.slowdown_temp_c = limit("crit");
+          c.info.shutdown_temp_c = limit("emergency");
+        }
       }
       for (int i = 1; i <= 4; ++i) {
         const std::string label = sysfs::read_line(hw / fmt::format("freq{}_label", i));

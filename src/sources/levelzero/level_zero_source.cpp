@@ -446,6 +446,9 @@ void find_temperature_sensors(const Library& lib, Device h, Dev& d) {
     t.type = p.type;
     t.on_subdevice = p.onSubdevice != 0;
     t.subdevice = p.subdeviceId;
+    // The GPU sensor's maximum (zes_temp_properties_t.maxTemperature) is where the device starts to throttle.
+    if (p.type == kTempGpu && !p.onSubdevice && p.maxTemperature > 0 && p.maxTemperature < 200)
+      d.info.slowdown_temp_c = p.maxTemperature;
     d.temperature.push_back(t);
   }
 }

@@ -123,6 +123,8 @@ inline constexpr int kTemperatureGpu = 0; // NVML_TEMPERATURE_GPU
 inline constexpr int kClockGraphics = 0;  // NVML_CLOCK_GRAPHICS
 inline constexpr int kClockSm = 1;        // NVML_CLOCK_SM
 inline constexpr int kClockMem = 2;       // NVML_CLOCK_MEM
+inline constexpr int kTempThresholdShutdown = 0; // NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
+inline constexpr int kTempThresholdSlowdown = 1; // NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
 inline constexpr int kClockVideo = 3;     // NVML_CLOCK_VIDEO
 inline constexpr int kPcieUtilTx = 0;     // NVML_PCIE_UTIL_TX_BYTES (KB/s)
 inline constexpr int kPcieUtilRx = 1;     // NVML_PCIE_UTIL_RX_BYTES (KB/s)
@@ -261,6 +263,8 @@ enum class Need { Required, Optional };
   X1(device_pci_info, Optional, (Device d, PciInfo * p), (d, p), nvmlDeviceGetPciInfo_v3)                              \
   X1(device_pci_info_legacy, Optional, (Device d, PciInfoLegacy * p), (d, p), nvmlDeviceGetPciInfo_v2)                 \
   X1(device_max_clock, Optional, (Device d, int type, unsigned int* mhz), (d, type, mhz), nvmlDeviceGetMaxClockInfo)   \
+  X1(device_temperature_threshold, Optional, (Device d, int type, unsigned int* c), (d, type, c),                      \
+     nvmlDeviceGetTemperatureThreshold)                                                                                \
   X1(device_memory_v2, Optional, (Device d, MemoryV2 * m), (d, m), nvmlDeviceGetMemoryInfo_v2)                         \
   X1(device_memory, Optional, (Device d, Memory * m), (d, m), nvmlDeviceGetMemoryInfo)                                 \
   X1(device_power_usage, Optional, (Device d, unsigned int* mw), (d, mw), nvmlDeviceGetPowerUsage)                     \

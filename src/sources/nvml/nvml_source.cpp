@@ -781,6 +781,13 @@ void NvmlSource::open_gpu(unsigned int index, std::set<std::string>& models) {
     d.info.clock_sm_max_mhz = mhz;
   if (lib_->device_max_clock && lib_->device_max_clock(d.handle, nvml::kClockMem, &mhz) == kSuccess)
     d.info.clock_mem_max_mhz = mhz;
+  unsigned int celsius = 0;
+  if (lib_->device_temperature_threshold &&
+      lib_->device_temperature_threshold(d.handle, nvml::kTempThresholdSlowdown, &celsius) == kSuccess && celsius > 0)
+    d.info.slowdown_temp_c = celsius;
+  if (lib_->device_temperature_threshold &&
+      lib_->device_temperature_threshold(d.handle, nvml::kTempThresholdShutdown, &celsius) == kSuccess && celsius > 0)
+    d.info.shutdown_temp_c = celsius;
   d.fields = {kFieldPowerInstant, kFieldPowerAverage, kFieldMemoryTemp, kFieldNvlinkDataTx, kFieldNvlinkDataRx};
   // ---- issue 17: MIG mode, and the instances where it is on
   if (lib_->device_mig_mode) {

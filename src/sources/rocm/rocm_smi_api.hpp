@@ -88,6 +88,8 @@ inline constexpr uint32_t kTempEdge = 0;          // RSMI_TEMP_TYPE_EDGE
 inline constexpr uint32_t kTempJunction = 1;      // RSMI_TEMP_TYPE_JUNCTION (hotspot)
 inline constexpr uint32_t kTempMemory = 2;        // RSMI_TEMP_TYPE_MEMORY (VRAM / HBM)
 inline constexpr uint32_t kTempCurrent = 0;       // RSMI_TEMP_CURRENT
+inline constexpr uint32_t kTempCritical = 5;      // RSMI_TEMP_CRITICAL: the clocks are slowed from here
+inline constexpr uint32_t kTempEmergency = 7;     // RSMI_TEMP_EMERGENCY: the board shuts down from here
 inline constexpr uint32_t kMemVram = 0;           // RSMI_MEM_TYPE_VRAM
 inline constexpr uint32_t kSwComponentDriver = 0; // RSMI_SW_COMP_DRIVER
 

@@ -258,6 +258,16 @@ bool RocmSmiSource::open() {
       d.info.power_limit_w = static_cast<double>(u) / 1e6;
     for (size_t c = 0; c < kCallCount; ++c)
       d.on[c] = present(*lib_, static_cast<Call>(c), lib_major_ != 0);
+    // The edge sensor's limits where the board has one, else the junction's (as temp_gpu_c reads).
+    if (lib_->dev_temp_metric)
+      for (const uint32_t sensor : {kTempEdge, kTempJunction}) {
+        int64_t crit = 0, emergency = 0;
+        if (lib_->dev_temp_metric(i, sensor, kTempCritical, &crit) != kSuccess || crit <= 0) continue;
+        d.info.slowdown_temp_c = static_cast<double>(crit) / 1000.0; // millidegrees
+        if (lib_->dev_temp_metric(i, sensor, kTempEmergency, &emergency) == kSuccess && emergency > 0)
+          d.info.shutdown_temp_c = static_cast<double>(emergency) / 1000.0;
+        break;
+      }
     // The highest clock levels, once: the device's maximum clocks.
     for (const auto& [clk, member] :
          {std::pair{kClkSys, &GpuDevice::clock_sm_max_mhz}, std::pair{kClkMem, &GpuDevice::clock_mem_max_mhz}}) {
