@@ -33,16 +33,25 @@ std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& all) {
       if (dt > 0) slopes.push_back((pts[j].y - pts[i].y) / dt);
     }
   if (slopes.empty()) return std::nullopt;
-  std::sort(slopes.begin(), slopes.end());
+  // Three order statistics, not a sort: a forecast asks for several fits a second on every GPU.
+  auto quantile = [](std::vector<double>& v, double q) {
+    const double pos = q * static_cast<double>(v.size() - 1);
+    const auto i = static_cast<size_t>(pos);
+    const auto at = v.begin() + static_cast<std::ptrdiff_t>(i);
+    std::nth_element(v.begin(), at, v.end());
+    const double lo = *at;
+    if (i + 1 >= v.size()) return lo;
+    const double hi = *std::min_element(at + 1, v.end());
+    return lo + (hi - lo) * (pos - static_cast<double>(i));
+  };
   RobustSlope r;
-  r.slope = sorted_quantile(slopes, 0.5);
-  r.low = sorted_quantile(slopes, 0.1);
-  r.high = sorted_quantile(slopes, 0.9);
+  r.slope = quantile(slopes, 0.5);
+  r.low = quantile(slopes, 0.1);
+  r.high = quantile(slopes, 0.9);
   std::vector<double> levels;
   for (const auto& p : pts)
     levels.push_back(p.y + r.slope * (t_last - static_cast<double>(p.ts_ms) / 1000.0));
-  std::sort(levels.begin(), levels.end());
-  r.level = sorted_quantile(levels, 0.5);
+  r.level = quantile(levels, 0.5);
   return r;
 }
 

@@ -4,13 +4,16 @@
 // finishes and how much more energy that takes; per GPU, its utilisation over the next minute.
 //
 // Each figure rests on a robust slope (core/trend.hpp, Theil–Sen: the median of the pairwise slopes, so a few
-// outliers or a step do not move it) over the run's recent window, and carries an interval from the spread of those
-// pairwise slopes (their 10th and 90th percentiles): a steady trend gives a narrow interval, a noisy one a wide one. A
-// forecast that cannot be made (too little history, nothing growing, no declared total) is missing with the reason,
-// never 0.
+// outliers or a step do not move it) over the part of the recent window after its last change point
+// (forecast/trend_fit.hpp), and carries an interval from the spread of those pairwise slopes (their 10th and 90th
+// percentiles). A temperature that follows a first-order curve is projected along it (it settles; a straight line
+// through a GPU warming from cold would not). A forecast never reaches further ahead than max_projection times the
+// history it rests on, and a temperature must have risen by more than its sensor's whole degrees. A forecast that
+// cannot be made (too little history, nothing growing, no declared total) is missing with the reason, never 0.
 //
-// The engine sees plain numbers (the pipeline feeds it from the frames and the markers) and keeps bounded history:
-// at most kMaxPoints points per series, thinned to one per Options::min_spacing_ms, within the window.
+// The engine sees plain numbers (the pipeline feeds it from the frames and the markers) and keeps bounded history in
+// time, not samples: the whole window in at most kMaxPoints points per series, one per Options::min_spacing_ms where
+// recent and sparser with age.
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -46,12 +49,17 @@ struct DeviceForecast {
   OptF mem_growth_bytes_per_s;
   OptF mem_growth_bytes_per_epoch; // when epochs are marked
   std::string oom_basis;           // what it rests on, or why it is missing
+  // Growing, but the trend since its last change is too short to project that far: an event already said is
+  // neither updated nor withdrawn on it.
+  bool oom_unsure = false;
   // Throttling: seconds until the temperature reaches the throttle point.
   Estimate throttle_in_s;
   double throttle_temp_c = 0;
   bool throttle_temp_default = true; // the documented default, not the device's own slowdown temperature
   OptF temp_rise_c_per_s;
+  OptF temp_settles_c; // where a first-order curve through the history settles, when one fits
   std::string throttle_basis;
+  bool throttle_unsure = false; // as oom_unsure
   // Utilisation over the next minute, from the default series model.
   OptF util_next_mean_pct;
   OptF util_next_peak_pct;
@@ -81,6 +89,9 @@ struct Snapshot {
   std::string line() const;
 };
 
+// The history a live forecast needs at least, whatever the interval.
+inline constexpr int64_t kForecastMinHistoryMs = 10'000;
+
 // "12 min", "1 h 05 min", "40 s".
 std::string human_duration(double s);
 
@@ -89,11 +100,25 @@ public:
   struct Options {
     int64_t window_ms = 15 * 60 * 1000; // the recent history a slope rests on
     size_t min_points = 8;              // fewer points in the window: not enough history
-    int64_t min_span_ms = 30 * 1000;    // a window shorter than this: not enough history
+    int64_t min_span_ms = 30 * 1000;    // a window shorter than this: not enough history (the session: 10 s)
     int64_t min_spacing_ms = 1000;      // history is thinned to a point this often (the last is always the latest)
     int64_t horizon_ms = 60 * 1000;     // utilisation forecast
     double default_throttle_c = 87.0;   // NVIDIA's common slowdown temperature where the device does not say its own
     int64_t warn_within_ms = 30 * 60 * 1000; // an event when OOM or throttling first comes this close
+    double max_projection = 3;               // a forecast reaches at most this many times its history ahead
+    double min_temp_rise_c = 2;              // a rise within two whole-degree sensor steps is not a trend
+    // A throttle forecast rests on at least this much of its trend: a GPU that starts work heats at 2-3 °C/s for
+    // its first seconds and settles within about a minute (a fan that stops is the anomaly detector's ramp).
+    int64_t min_throttle_history_ms = 60 * 1000;
+    // Forecasts of devices are made at most this often (a trend of minutes needs no more; the cost is per GPU).
+    int64_t device_every_ms = 5000;
+    // An announced event is withdrawn once its forecast has been gone (or past twice warn_within) this long: a
+    // forecast that blinks out for a tick neither withdraws nor re-announces it.
+    int64_t withdraw_after_ms = 60 * 1000;
+    // An announced event is updated when the time left moves by more than this share of what was announced (and at
+    // least update_min_s): "in ~13 min" that becomes "in ~45 s" is said at once.
+    double update_share = 0.25;
+    double update_min_s = 30;
     std::string model = std::string(default_series_model());
   };
   static constexpr size_t kMaxPoints = 512;
@@ -115,8 +140,10 @@ public:
   void set_energy_method(std::string method);
 
   Snapshot forecast(int64_t now_ms) const;
-  // Events for forecasts that came within warn_within_ms for the first time (re-armed when they go away):
-  // "GPU 2 out of memory in ~12 min (epoch 14)". Call with the snapshot just made.
+  // `forecast` events: when an out-of-memory or throttle forecast first comes within warn_within_ms ("forecast: GPU 2
+  // out of memory in ~12 min (epoch 14): ..."), when its time left then moves materially ("... updated from ~13
+  // min"), and when it has not held for withdraw_after_ms ("forecast withdrawn: ..."). Call with the snapshot just
+  // made.
   std::vector<Event> crossings(const Snapshot& s);
 
   using Point = TrendPoint;
@@ -134,6 +161,10 @@ private:
     std::unique_ptr<SeriesModel> util;
     int64_t last_util_ms = 0;
     double tick_ms = 0;
+    double step_ms = 0; // of the utilisation model: a second, or the tick where longer
+    double util_sum = 0;
+    int util_n = 0;
+    int64_t util_second_ms = -1; // the first tick of the second being summed
     // The peak memory of each completed epoch: (epoch index, its start, bytes). A leak that grows by a step per
     // epoch then has one point per step, and the first epoch whose peak reaches the device's memory is where it runs
     // out.
@@ -145,8 +176,15 @@ private:
     std::deque<EpochMem> epochs;
     OptI last_mem;
     OptF epoch_peak; // of the epoch in progress
-    bool oom_warned = false;
-    bool throttle_warned = false;
+    // An announced forecast event: the time left it said, when, and since when the forecast no longer holds.
+    struct Warning {
+      bool on = false;
+      double said_s = 0;
+      int64_t said_at_ms = 0;
+      std::optional<int64_t> gone_since_ms;
+    };
+    Warning oom_warning;
+    Warning throttle_warning;
   };
   struct Work {
     double done = 0;
@@ -154,8 +192,22 @@ private:
     Series cumulative;
   };
   Device& device(int gpu_index);
+  std::optional<std::string> too_far(const Estimate& e, double history_s) const;
+  std::optional<std::string> too_short(double history_s) const;
+  void forecast_oom(const Device& d, int64_t now_ms, DeviceForecast& df) const;
+  void forecast_throttle(const Device& d, int64_t now_ms, DeviceForecast& df) const;
+  void forecast_util(const Device& d, DeviceForecast& df) const;
+  FinishForecast forecast_finish(const std::string& unit, const Work& w, int64_t now_ms) const;
+  void warn(Device::Warning& w, const Estimate& e, bool unsure, int64_t now_ms, const std::string& what,
+            const std::string& gone, const std::string& basis, const std::string& source,
+            std::vector<Event>& out) const;
 
   Options o_;
+  struct Cache {
+    std::vector<DeviceForecast> devices;
+    int64_t ts_ms = 0;
+  };
+  mutable Cache cache_; // the devices' last forecasts (device_every_ms)
   std::map<int, Device> devices_;
   std::map<std::string, Work> work_;
   Series energy_;

@@ -5,7 +5,10 @@
 // its reason), never 0, while there is too little history.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include "forecast/live_forecast.hpp"
 
@@ -56,9 +59,10 @@ void expect_within(const Estimate& e, double truth, double rel_tol, const std::s
 } // namespace
 
 // Memory grows 20 MB/s from 10 GB, with ±50 MB noise and a 5 GB spike every 97 s (an allocator's burst): it reaches
-// the device's 80 GB at t = 3500 s. The robust slope ignores the spikes; the forecast is within 2 % from the first
-// minute on, i.e. about 57 minutes ahead of the crossing.
-TEST(LiveForecast, OomFromSteadyGrowthIsKnownAnHourAhead) {
+// the device's 80 GB at t = 3500 s. The robust slope ignores the spikes. A forecast reaches at most 3x its history
+// ahead: missing (and saying why) until the history is a third of the time left (t = 875 s), then within 2 %, about
+// 43 minutes ahead of the crossing.
+TEST(LiveForecast, OomFromSteadyGrowthIsKnownFortyMinutesAhead) {
   LiveForecaster lf;
   const double truth_s = (kDeviceBytes - 10e9) / 20e6;
   bool first = true;
@@ -69,21 +73,27 @@ TEST(LiveForecast, OomFromSteadyGrowthIsKnownAnHourAhead) {
     if (t < 60 || t % 60 != 0) continue;
     const Snapshot s = lf.forecast(kT0 + t * 1000);
     const auto& d = gpu0(s);
+    if (3 * static_cast<double>(t) < 0.97 * (truth_s - static_cast<double>(t))) {
+      EXPECT_FALSE(d.oom_in_s.value) << "t=" << t << ": " << d.oom_basis;
+      EXPECT_NE(d.oom_basis.find("at most 3x its history"), std::string::npos) << d.oom_basis;
+      continue;
+    }
     expect_within(d.oom_in_s, truth_s - static_cast<double>(t), 0.02, "t=" + std::to_string(t));
     if (first) {
-      EXPECT_GE(*d.oom_in_s.value, 55 * 60.0) << "the first forecast comes early";
+      EXPECT_GE(*d.oom_in_s.value, 40 * 60.0) << "the first forecast comes early";
     }
     first = false;
     ASSERT_TRUE(d.mem_growth_bytes_per_s);
     EXPECT_NEAR(*d.mem_growth_bytes_per_s, 20e6, 0.02 * 20e6);
     EXPECT_NE(d.oom_basis.find("robust slope"), std::string::npos) << d.oom_basis;
   }
+  EXPECT_FALSE(first) << "a forecast came";
 }
 
 // A leak of 3 GB per epoch (epochs of 120 s, marked with their index; memory steps up at each epoch's start, flat
 // with noise inside it) from 40 GB: epoch e peaks at 40 + 3e GB, so epoch 14 (40 + 42 > 80) runs out, at its start,
-// t = 14 × 120 = 1680 s. From the third complete epoch (t = 360 s, 22 min ahead) the forecast names epoch 14 and its
-// time within one tick.
+// t = 14 × 120 = 1680 s. From the third complete epoch on, once the epochs seen span a third of the time left (t = 420
+// s, 21 min ahead), the forecast names epoch 14 and its time within one tick.
 TEST(LiveForecast, OomPerEpochNamesTheEpochAndItsTime) {
   LiveForecaster lf;
   int64_t epoch = -1;
@@ -100,6 +110,11 @@ TEST(LiveForecast, OomPerEpochNamesTheEpochAndItsTime) {
       EXPECT_FALSE(d.mem_growth_bytes_per_epoch.has_value());
       continue;
     }
+    if (!d.oom_in_s.value) {
+      EXPECT_LT(3 * static_cast<double>(t), 1680.0 - static_cast<double>(t)) << d.oom_basis;
+      EXPECT_NE(d.oom_basis.find("at most 3x its history"), std::string::npos) << d.oom_basis;
+      continue;
+    }
     if (!first_forecast_t) first_forecast_t = t;
     ASSERT_TRUE(d.oom_epoch.has_value()) << d.oom_basis;
     EXPECT_EQ(*d.oom_epoch, 14) << d.oom_basis;
@@ -113,22 +128,23 @@ TEST(LiveForecast, OomPerEpochNamesTheEpochAndItsTime) {
   EXPECT_GE(1680 - *first_forecast_t, 20 * 60) << "the per-epoch forecast comes at least 20 min ahead";
 }
 
-// The temperature rises 0.5 °C/min from 50 °C: it reaches the 87 °C default at 4440 s, and a device's own 90 °C
-// slowdown point at 4800 s.
+// The temperature rises 2 °C/min from 50 °C: it reaches the 87 °C default at 1110 s, and a device's own 90 °C
+// slowdown point at 1200 s. A straight rise: no first-order curve fits it better than the line.
 TEST(LiveForecast, TimeToThrottleFromATemperatureRamp) {
   for (const std::optional<double> own : {std::optional<double>(), std::optional<double>(90.0)}) {
     LiveForecaster lf;
     if (own) lf.set_throttle_temp(0, *own);
     for (int64_t t = 0; t <= 900; ++t)
-      lf.observe(frame(t * 1000, 1e9, 50 + 0.5 / 60 * static_cast<double>(t) + 0.3 * wiggle(t), 80, 0));
+      lf.observe(frame(t * 1000, 1e9, 50 + 2.0 / 60 * static_cast<double>(t) + 0.3 * wiggle(t), 80, 0));
     const Snapshot s = lf.forecast(kT0 + 900 * 1000);
     const auto& d = gpu0(s);
     const double limit = own.value_or(87.0);
     EXPECT_EQ(d.throttle_temp_c, limit);
     EXPECT_EQ(d.throttle_temp_default, !own);
-    expect_within(d.throttle_in_s, (limit - 50) / (0.5 / 60) - 900, 0.03, d.throttle_basis);
+    expect_within(d.throttle_in_s, (limit - 50) / (2.0 / 60) - 900, 0.03, d.throttle_basis);
+    EXPECT_FALSE(d.temp_settles_c.has_value()) << d.throttle_basis;
     EXPECT_FALSE(d.oom_in_s.value.has_value()) << "flat memory has no out-of-memory time";
-    EXPECT_EQ(d.oom_basis, "memory is not growing");
+    EXPECT_NE(d.oom_basis.find("memory keeps within"), std::string::npos) << d.oom_basis;
   }
 }
 
@@ -216,7 +232,159 @@ TEST(LiveForecast, CrossingEventsComeOnce) {
   EXPECT_EQ(events[0].source, "gpu0");
   // Crossing at 3500 s: the warning comes when 30 min are left, at 1700 s (the first check at or after it).
   EXPECT_NEAR(static_cast<double>(events[0].ts_ms - kT0), 1700e3, 10e3);
-  EXPECT_NE(events[0].detail.find("GPU 0 out of memory in ~30 min"), std::string::npos) << events[0].detail;
+  EXPECT_NE(events[0].detail.find("forecast: GPU 0 out of memory in ~30 min"), std::string::npos) << events[0].detail;
+}
+
+namespace {
+
+// As the session sets them for an interval: history a point a tick (at most a second apart), 10 s of it before a
+// forecast.
+LiveForecaster::Options options_for(int64_t tick_ms) {
+  LiveForecaster::Options o;
+  o.min_spacing_ms = std::min<int64_t>(tick_ms, 1000);
+  o.min_span_ms = wattscope::forecast::kForecastMinHistoryMs;
+  return o;
+}
+
+// Drives a forecaster as the session does: a frame a tick, a forecast and its events once a second. `mem` and `temp`
+// give the GPU's reading at t seconds; returns the events.
+template <typename Mem, typename Temp>
+std::vector<Event> drive(LiveForecaster& lf, int64_t tick_ms, int64_t until_ms, Mem mem, Temp temp,
+                         const std::function<void(int64_t, const Snapshot&)>& each = {}) {
+  std::vector<Event> events;
+  int64_t last = -1000;
+  for (int64_t ms = 0; ms <= until_ms; ms += tick_ms) {
+    const double t = static_cast<double>(ms) / 1000.0;
+    lf.observe(frame(ms, mem(t), temp(t), 80, 0));
+    if (ms - last < 1000) continue;
+    last = ms;
+    const Snapshot s = lf.forecast(kT0 + ms);
+    if (each) each(ms, s);
+    for (auto& e : lf.crossings(s))
+      events.push_back(std::move(e));
+  }
+  return events;
+}
+
+std::string all(const std::vector<Event>& events) {
+  std::string out;
+  for (const auto& e : events)
+    out += e.detail + "\n";
+  return out;
+}
+
+} // namespace
+
+// A GPU warming from cold: first order from 33 °C toward 66 °C (time constant 60 s), read in whole degrees. A straight
+// line through its first 30 s reaches the 87 °C default in about 2 min; it never gets there, and nothing may say it
+// does, at 1 s or 100 ms. The curve's level is found once it bends (from a minute on, within 3 °C).
+TEST(LiveForecast, AGpuWarmingFromColdIsNotForecastToThrottle) {
+  for (const int64_t tick : {1000, 100}) {
+    LiveForecaster lf(options_for(tick));
+    std::optional<double> settles;
+    auto temp = [](double t) { return std::round(66 - 33 * std::exp(-t / 60)); };
+    const auto events = drive(
+        lf, tick, 600'000, [](double) { return 1e9; }, temp,
+        [&](int64_t ms, const Snapshot& s) {
+          EXPECT_FALSE(gpu0(s).throttle_in_s.value) << tick << " ms, t=" << ms << ": " << gpu0(s).throttle_basis;
+          if (ms >= 60'000 && !settles) settles = gpu0(s).temp_settles_c;
+        });
+    EXPECT_TRUE(events.empty()) << all(events);
+    ASSERT_TRUE(settles) << tick;
+    EXPECT_NEAR(*settles, 66, 3) << tick;
+  }
+}
+
+// One whole-degree step on a GPU steady at 64 °C (a sensor at the edge of two readings) is not a trend.
+TEST(LiveForecast, AOneDegreeStepIsNotATrend) {
+  for (const int64_t tick : {1000, 100}) {
+    LiveForecaster lf(options_for(tick));
+    const auto events = drive(
+        lf, tick, 600'000, [](double) { return 1e9; }, [](double t) { return t < 240 ? 64.0 : 65.0; },
+        [&](int64_t ms, const Snapshot& s) {
+          EXPECT_FALSE(gpu0(s).throttle_in_s.value) << tick << " ms, t=" << ms << ": " << gpu0(s).throttle_basis;
+        });
+    EXPECT_TRUE(events.empty()) << all(events);
+  }
+}
+
+// A cooling fault: steady at 60 °C, then rising 3 °C/min from t = 60 s (whole degrees): 87 °C is crossed at t = 600
+// s. A throttle forecast rests on a minute of its trend at least and reaches 3x its history ahead, so the event comes
+// at least 5 min before the crossing, with a time left within 15 % of the truth. (A fan that stops outright heats a
+// GPU in seconds: the anomaly detector's temperature ramp says that.)
+TEST(LiveForecast, ARisingTemperatureIsForecastMinutesBeforeItCrossesTheThrottlePoint) {
+  for (const int64_t tick : {1000, 100}) {
+    LiveForecaster lf(options_for(tick));
+    auto temp = [](double t) { return std::floor(t < 60 ? 60 : 60 + 0.05 * (t - 60)); };
+    std::map<int64_t, double> said; // the time left forecast at each check
+    const auto events = drive(
+        lf, tick, 620'000, [](double) { return 1e9; }, temp,
+        [&](int64_t ms, const Snapshot& s) {
+          if (gpu0(s).throttle_in_s.value) said[ms] = *gpu0(s).throttle_in_s.value;
+        });
+    ASSERT_FALSE(events.empty()) << tick;
+    const int64_t at_ms = events[0].ts_ms - kT0;
+    const double at_s = static_cast<double>(at_ms) / 1000.0;
+    EXPECT_LE(at_s, 600 - 5 * 60) << tick << " ms\n" << all(events);
+    EXPECT_EQ(events[0].detail.rfind("forecast: GPU 0 reaches 87 °C and throttles in ~", 0), 0u) << all(events);
+    ASSERT_TRUE(said.count(at_ms));
+    EXPECT_NEAR(said[at_ms], 600 - at_s, 0.15 * (600 - at_s)) << tick;
+  }
+}
+
+// A warm-up allocation: 20 GiB over the first 5 s (the model and optimiser state), then flat with ±10 MB of allocator
+// noise. Not a leak: no out-of-memory event at 1 s or 100 ms over 10 min.
+TEST(LiveForecast, AWarmUpAllocationIsNotALeak) {
+  for (const int64_t tick : {1000, 100}) {
+    LiveForecaster lf(options_for(tick));
+    const auto events = drive(
+        lf, tick, 600'000,
+        [](double t) { return std::min(t / 5, 1.0) * 20 * 1073741824.0 + 10e6 * wiggle(static_cast<int64_t>(t * 10)); },
+        [](double) { return 60.0; });
+    EXPECT_TRUE(events.empty()) << tick << " ms:\n" << all(events);
+  }
+}
+
+// A leak of 20 MB/s from 10 GB (80 GB device: out of memory at t = 3500 s) is announced once, when 30 min are left;
+// at t = 2000 s it speeds up to 100 MB/s (out of memory 300 s later: the event is updated, sooner, once the new
+// trend is a third of the time left, 75 s in, and not withdrawn meanwhile);
+// at t = 2100 s it stops (withdrawn once the forecast has not held for a minute). A forecast that blinks out for one
+// check neither withdraws nor re-announces.
+TEST(LiveForecast, AnEventIsUpdatedWhenItsEstimateMovesAndWithdrawnWhenItNoLongerHolds) {
+  LiveForecaster lf(options_for(1000));
+  auto mem = [](double t) {
+    if (t < 2000) return 10e9 + 20e6 * t;
+    if (t < 2100) return 10e9 + 20e6 * 2000 + 100e6 * (t - 2000);
+    return 10e9 + 20e6 * 2000 + 100e6 * 100;
+  };
+  std::vector<Event> events;
+  for (int64_t t = 0; t <= 2600; ++t) {
+    lf.observe(frame(t * 1000, mem(static_cast<double>(t)), 60, 80, 0));
+    Snapshot s = lf.forecast(kT0 + t * 1000);
+    if (t == 1800) s.devices[0].oom_in_s = {}; // a blink
+    for (auto& e : lf.crossings(s))
+      events.push_back(std::move(e));
+  }
+  ASSERT_GE(events.size(), 3u) << all(events);
+  EXPECT_LE(events.size(), 8u) << all(events);
+  EXPECT_EQ(events.front().detail.rfind("forecast: GPU 0 out of memory in ~30 min", 0), 0u) << all(events);
+  EXPECT_NEAR(static_cast<double>(events.front().ts_ms - kT0), 1700e3, 10e3) << all(events);
+  // Sooner, within 90 s of the speed-up.
+  const auto sooner = std::find_if(events.begin(), events.end(), [](const Event& e) {
+    return e.detail.rfind("forecast updated: ", 0) == 0 && e.detail.find("sooner than") != std::string::npos;
+  });
+  ASSERT_NE(sooner, events.end()) << all(events);
+  const double at = static_cast<double>(sooner->ts_ms - kT0) / 1000.0;
+  EXPECT_GE(at, 2000);
+  EXPECT_LE(at, 2090) << all(events);
+  for (const auto& e : events)
+    if (e.ts_ms < kT0 + 2000'000) {
+      EXPECT_EQ(e.detail.rfind("forecast: ", 0), 0u) << "nothing but the announcement before the speed-up\n"
+                                                     << all(events);
+    }
+  EXPECT_EQ(events.back().detail.rfind("forecast withdrawn: GPU 0 is no longer forecast to run out of memory", 0), 0u)
+      << all(events);
+  EXPECT_GE(events.back().ts_ms - kT0, 2160'000) << all(events);
 }
 
 TEST(LiveForecast, HumanDurations) {
