@@ -108,6 +108,11 @@ void AnomalyDetector::find_period() {
     }
 }
 
+void AnomalyDetector::excuse() {
+  if (state_ != State::Active) return;
+  rebaseline(episode_);
+}
+
 std::optional<AnomalyChange> AnomalyDetector::end(int64_t ts_ms, bool adopted, bool at_boundary) {
   AnomalyChange ch;
   ch.onset = false;
@@ -181,10 +186,17 @@ std::optional<AnomalyChange> AnomalyDetector::observe(int64_t ts_ms, double y, b
   if (c_.shape == SeriesShape::Rise) z = below_level ? 0.0 : std::max(z, 0.0);
   // Seasonal: as it was one period ago (± a tick of jitter) is usual at this point of the cycle.
   // Not inside an episode: one period back would then be the episode itself, and a long one would excuse itself.
+  // A value excused this way (past k_off, but as one period back) stays out of the baseline: evaluation passes that
+  // entered it would widen its spread until a real drop of the same size passed for noise.
+  bool excused = false;
   if (period_ && z != 0 && state_ != State::Active) {
+    // One period back must be before a candidate's onset: a stall longer than the period would otherwise excuse
+    // itself by its own first ticks.
     const size_t p = *period_, n = raw_.size();
+    const size_t since_onset = state_ == State::Candidate ? episode_.size() : 0;
     for (size_t j = p - 1; j <= p + 1; ++j)
-      if (n > j && std::fabs(x - raw_[n - 1 - j]) < c_.k_on * scale) {
+      if (n > j && j > since_onset && std::fabs(x - raw_[n - 1 - j]) < c_.k_on * scale) {
+        excused = std::fabs(z) >= c_.k_off;
         z = 0;
         break;
       }
@@ -199,7 +211,7 @@ std::optional<AnomalyChange> AnomalyDetector::observe(int64_t ts_ms, double y, b
   switch (state_) {
   case State::Normal:
     if (!on) {
-      push_base();
+      if (!excused) push_base();
       return out;
     }
     // A phase's new level, or work starting on an idle GPU: the baseline restarts from here.

@@ -81,6 +81,9 @@ public:
   // since the previous tick.
   std::optional<AnomalyChange> observe(int64_t ts_ms, double y, bool boundary);
   bool active() const { return state_ == State::Active; }
+  // The episode just confirmed is the workload's own (every GPU of the job changed together, as at an unmarked
+  // evaluation pass): the baseline restarts from it, as at a phase boundary, and its end is never said.
+  void excuse();
   std::optional<size_t> period() const { return period_; }
   const AnomalyConfig& config() const { return c_; }
   static constexpr int kPeriodEvery = 32;

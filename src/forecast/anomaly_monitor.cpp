@@ -14,6 +14,10 @@ namespace wattscope {
 
 namespace {
 
+// Work starts on a GPU when its utilisation reaches this within kWorkStartMs of reading idle.
+constexpr double kWorkingUtilPct = 50;
+constexpr int64_t kWorkStartMs = 3000;
+
 // Episode values kept for a straggler's medians: the latest ones (a day at 1 s would be 86,400 each).
 constexpr size_t kMaxEpisodeValues = 1024;
 
@@ -95,6 +99,15 @@ std::string anomaly_message(int gpu_index, std::string_view metric, const foreca
 }
 
 AnomalyMonitor::AnomalyMonitor(AnomalyMonitorOptions o, Emit emit) : o_(std::move(o)), emit_(std::move(emit)) {
+  if (!(o_.interval_ms > 0)) o_.interval_ms = 1000;
+  const int64_t second = std::clamp<int64_t>(o_.second_ms, 1, 1000);
+  bucket_ms_ = std::max<int64_t>(second, std::llround(o_.interval_ms));
+  // The durations are seconds: at an interval over a second each value stands for a tick, so fewer of them.
+  const double per = static_cast<double>(second) / static_cast<double>(bucket_ms_);
+  o_.min_ticks = std::max(2, static_cast<int>(std::ceil(o_.min_ticks * per)));
+  o_.end_ticks = std::max(1, static_cast<int>(std::ceil(o_.end_ticks * per)));
+  o_.straggler_min_ticks =
+      std::max(forecast::kStragglerMinSamples, static_cast<int>(std::ceil(o_.straggler_min_ticks * per)));
   for (const auto& name : o_.metrics) {
     size_t i = 0;
     while (i < kGpuMetrics.size() && kGpuMetrics[i].info.column != name)
@@ -110,58 +123,157 @@ AnomalyMonitor::Gpu& AnomalyMonitor::gpu(int index) {
     if (g.index == index) return g;
   Gpu g;
   g.index = index;
+  // The presets count seconds (one value a second); at a longer interval each value stands for a tick, so the counts
+  // shrink to the same seconds (never under what makes the test meaningful).
+  const double per = static_cast<double>(std::clamp<int64_t>(o_.second_ms, 1, 1000)) / static_cast<double>(bucket_ms_);
+  auto scaled = [&](auto n, auto floor) { return std::max(floor, static_cast<decltype(n)>(std::ceil(n * per))); };
   for (const auto& name : o_.metrics) {
     auto c = forecast::anomaly_config_for(name);
     c.min_ticks = o_.min_ticks;
     c.end_ticks = o_.end_ticks;
+    if (per < 1) {
+      c.window = scaled(c.window, size_t{16});
+      c.min_history = scaled(c.min_history, size_t{6});
+      c.boundary_grace = scaled(c.boundary_grace, 1);
+      c.rate_lag = scaled(c.rate_lag, 2);
+      c.adopt_ticks = scaled(c.adopt_ticks, c.min_ticks + 1);
+      c.history = scaled(c.history, size_t{48});
+      c.min_period = scaled(c.min_period, size_t{4});
+    }
     g.series.push_back({forecast::AnomalyDetector(c), std::nullopt});
   }
   gpus_.push_back(std::move(g));
   return gpus_.back();
 }
 
-void AnomalyMonitor::process(Frame& f, int64_t phase_boundaries) {
-  if (f.rows_only || f.markers_only) return;
-  const bool boundary = phase_boundaries != boundaries_;
-  boundaries_ = phase_boundaries;
-  bool changed = false;
+void AnomalyMonitor::add_to_bucket(const Frame& f) {
+  if (!bucket_.open) {
+    bucket_.open = true;
+    bucket_.start_ms = f.ts_ms;
+  }
   for (const auto& s : f.gpus) {
     if (s.gpu_index < 0 || s.gpu_index > 4096) continue;
-    Gpu& g = gpu(s.gpu_index);
-    for (size_t k = 0; k < g.series.size(); ++k) {
-      const auto v = kGpuMetrics[metric_index_[k]].get(s);
-      Series& se = g.series[k];
-      const auto ch = se.det.observe(f.ts_ms, v ? *v : std::nan(""), boundary);
-      if (ch) {
-        changed = true;
-        const std::string& metric = o_.metrics[k];
-        nlohmann::json d = {{"state", ch->onset ? "onset" : "ended"},
-                            {"metric", metric},
-                            {"anomaly", forecast::to_string(ch->kind)},
-                            {"onset", iso_utc_ms(ch->onset_ms)},
-                            {"onset_ms", ch->onset_ms},
-                            {"value", ch->value},
-                            {"expected", ch->expected},
-                            {"z", ch->z},
-                            {"samples", ch->ticks},
-                            {"period_samples", ch->period ? nlohmann::json(*ch->period) : nlohmann::json()},
-                            {"message", anomaly_message(s.gpu_index, metric, *ch)}};
-        emit_({0, f.ts_ms, "anomaly", fmt::format("gpu{}", s.gpu_index), dump(d)});
-        se.open = ch->onset ? ch : std::nullopt;
+    auto it = std::find_if(bucket_.gpus.begin(), bucket_.gpus.end(),
+                           [&](const Bucket::PerGpu& b) { return b.index == s.gpu_index; });
+    if (it == bucket_.gpus.end()) {
+      Bucket::PerGpu b;
+      b.index = s.gpu_index;
+      b.sum.assign(o_.metrics.size(), 0);
+      b.count.assign(o_.metrics.size(), 0);
+      bucket_.gpus.push_back(std::move(b));
+      it = std::prev(bucket_.gpus.end());
+    }
+    for (size_t k = 0; k < o_.metrics.size(); ++k)
+      if (const auto v = kGpuMetrics[metric_index_[k]].get(s); v && std::isfinite(*v)) {
+        it->sum[k] += *v;
+        ++it->count[k];
       }
-      if (se.det.active()) f.anomalies.emplace_back(s.gpu_index, kGpuMetrics[metric_index_[k]].info.column);
+    if (s.clock_sm_mhz) it->clock += static_cast<double>(*s.clock_sm_mhz), ++it->n_clock;
+    if (s.util_gpu_pct) it->util += *s.util_gpu_pct, ++it->n_util;
+    if (s.power_w) it->power += *s.power_w, ++it->n_power;
+    if (s.throttle_reasons) it->reasons |= *s.throttle_reasons, it->any_reasons = true;
+  }
+}
+
+bool AnomalyMonitor::close_bucket() {
+  bool changed = false;
+  const int64_t ts = bucket_.start_ms; // a second's value stands at its first tick: onsets are where they began
+  struct Change {
+    int gpu;
+    size_t k;
+    forecast::AnomalyChange ch;
+  };
+  std::vector<Change> changes;
+  for (const auto& b : bucket_.gpus) {
+    Gpu& g = gpu(b.index);
+    // Work starting on a GPU that was idle a moment ago is a boundary of its own: its power, clocks and temperature
+    // rise with it, and none of that is an anomaly.
+    bool started = false;
+    if (b.n_util) {
+      const double util = b.util / b.n_util;
+      if (util <= forecast::kStragglerIdleUtilPct) g.idle_at_ms = ts;
+      started = util >= kWorkingUtilPct && g.idle_at_ms && ts - *g.idle_at_ms <= kWorkStartMs;
+      // Not the end of a stall: that one ends by itself, back at the level it left.
+      for (const auto& se : g.series)
+        started = started && !se.det.active();
+    }
+    for (size_t k = 0; k < g.series.size(); ++k) {
+      const double v = b.count[k] ? b.sum[k] / b.count[k] : std::nan("");
+      if (auto ch = g.series[k].det.observe(ts, v, bucket_.boundary || started)) changes.push_back({b.index, k, *ch});
     }
   }
+  // A level change that half the job's GPUs (two at least) confirm in the same second is the workload's, not a
+  // device's: an unmarked evaluation pass, a new batch size. A device's fault (a cap, a slowdown) is its own.
+  std::vector<int> together(o_.metrics.size(), 0);
+  for (const auto& c : changes)
+    if (c.ch.onset && c.ch.kind == forecast::AnomalyKind::LevelChange) ++together[c.k];
+  const int quorum = std::max<int>(2, static_cast<int>((bucket_.gpus.size() + 1) / 2));
+  for (const auto& c : changes) {
+    Series& se = gpu(c.gpu).series[c.k];
+    if (c.ch.onset && c.ch.kind == forecast::AnomalyKind::LevelChange && together[c.k] >= quorum) {
+      se.det.excuse();
+      continue;
+    }
+    changed = true;
+    const auto& ch = c.ch;
+    const std::string& metric = o_.metrics[c.k];
+    nlohmann::json d = {{"state", ch.onset ? "onset" : "ended"},
+                        {"metric", metric},
+                        {"anomaly", forecast::to_string(ch.kind)},
+                        {"onset", iso_utc_ms(ch.onset_ms)},
+                        {"onset_ms", ch.onset_ms},
+                        {"value", ch.value},
+                        {"expected", ch.expected},
+                        {"z", ch.z},
+                        {"samples", ch.ticks},
+                        {"period_samples", ch.period ? nlohmann::json(*ch.period) : nlohmann::json()},
+                        {"message", anomaly_message(c.gpu, metric, ch)}};
+    emit_({0, ts, "anomaly", fmt::format("gpu{}", c.gpu), dump(d)});
+    se.open = ch.onset ? std::optional(ch) : std::nullopt;
+  }
   if (o_.stragglers) {
+    Frame agg;
+    agg.ts_ms = ts;
+    for (const auto& b : bucket_.gpus) {
+      GpuSample s;
+      s.gpu_index = b.index;
+      if (b.n_clock) s.clock_sm_mhz = static_cast<int64_t>(std::llround(b.clock / b.n_clock));
+      if (b.n_util) s.util_gpu_pct = b.util / b.n_util;
+      if (b.n_power) s.power_w = b.power / b.n_power;
+      if (b.any_reasons) s.throttle_reasons = b.reasons;
+      agg.gpus.push_back(s);
+    }
     const size_t before = gpus_.size();
     int active_before = 0;
     for (const auto& g : gpus_)
       active_before += g.straggle.active;
-    stragglers(f);
+    stragglers(agg);
     int active_after = 0;
     for (const auto& g : gpus_)
       active_after += g.straggle.active;
     changed = changed || before != gpus_.size() || active_before != active_after;
+  }
+  bucket_.open = false;
+  bucket_.boundary = false;
+  bucket_.gpus.clear();
+  return changed;
+}
+
+void AnomalyMonitor::process(Frame& f, int64_t phase_boundaries) {
+  if (f.rows_only || f.markers_only) return;
+  bool changed = false;
+  // A tick past the open second closes it first (a late tick, a slower adaptive interval).
+  if (bucket_.open && f.ts_ms - bucket_.start_ms >= bucket_ms_) changed = close_bucket();
+  if (phase_boundaries != boundaries_) bucket_.boundary = true;
+  boundaries_ = phase_boundaries;
+  add_to_bucket(f);
+  // The second is complete when the next tick would fall past it: closed now, not a tick later.
+  if (f.ts_ms + static_cast<int64_t>(o_.interval_ms) - bucket_.start_ms >= bucket_ms_) changed |= close_bucket();
+  for (const auto& s : f.gpus) {
+    if (s.gpu_index < 0 || s.gpu_index > 4096) continue;
+    const Gpu& g = gpu(s.gpu_index);
+    for (size_t k = 0; k < g.series.size(); ++k)
+      if (g.series[k].det.active()) f.anomalies.emplace_back(s.gpu_index, kGpuMetrics[metric_index_[k]].info.column);
   }
   if (changed) publish();
 }

@@ -5,8 +5,13 @@
 // source "gpu<i>", detail JSON with the evidence in words under "message"); what holds now is marked on the frame
 // (Frame::anomalies) for the alert rules with `anomaly = true`, and kept for serve's API, the dashboard and `top`.
 //
-// Runs on the sampler thread, after accounting and phases, before the frame is shared: a few dozen comparisons and
-// two medians of at most `window` values per GPU and metric a tick (bench/anomaly_eval measures it).
+// Windows are in seconds, whatever the interval: the detectors and the straggler test see one value a second per GPU
+// and metric, the mean of the ticks within it (at intervals of a second or more, each tick's own value, with the
+// windows scaled to the same seconds). A 384 s history is 384 s at 100 ms as at 1 s; a fast interval costs a sum a
+// tick, not a detector's work.
+//
+// Runs on the sampler thread, after accounting and phases, before the frame is shared (bench/forecast_alarms measures
+// its cost against record's own).
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -25,12 +30,19 @@ namespace wattscope {
 struct AnomalyMonitorOptions {
   // Registry columns (kGpuMetrics) watched on each GPU. Unknown names are refused by the constructor.
   std::vector<std::string> metrics = {"util_gpu_pct", "power_w", "clock_sm_mhz", "temp_gpu_c"};
-  // Minimum duration in ticks: an anomaly must hold this many ticks past its threshold, a straggler stay apart this
-  // many consecutive ticks. Ends: end_ticks back to normal.
-  int min_ticks = 6;
+  // Minimum durations in seconds (values of a second each): an anomaly must hold this long past its threshold, a
+  // straggler stay apart this long. Ends: end_ticks seconds back to normal.
+  // 10 s: an unmarked evaluation pass of a few seconds is not a device's anomaly; a stall is said 10 s in.
+  int min_ticks = 10;
   int straggler_min_ticks = 8;
   int end_ticks = 4;
   bool stragglers = true;
+  // The sampling interval: at a second or more each tick is a value, and the windows above (and the detectors') are
+  // scaled to stay the same seconds.
+  double interval_ms = 1000;
+  // The detectors' unit of time: one value per this many ms (at least the interval). 1 s; the end-to-end tests
+  // shorten it (WATTSCOPE_ANOMALY_SECOND_MS) to run the same pipeline in seconds of wall time, not minutes.
+  int64_t second_ms = 1000;
 };
 
 // What is anomalous now, for the API, the dashboard and `top`.
@@ -72,8 +84,27 @@ private:
     int index = 0;
     std::vector<Series> series; // per o_.metrics
     Straggle straggle;
+    std::optional<int64_t> idle_at_ms; // the last second it read idle
   };
   Gpu& gpu(int index);
+  // One second's values: their sums, counts and throttle reasons per GPU.
+  struct Bucket {
+    int64_t start_ms = 0;
+    bool open = false;
+    bool boundary = false;
+    struct PerGpu {
+      int index = 0;
+      std::vector<double> sum; // per o_.metrics
+      std::vector<int> count;  // per o_.metrics
+      double clock = 0, util = 0, power = 0;
+      int n_clock = 0, n_util = 0, n_power = 0;
+      int64_t reasons = 0;
+      bool any_reasons = false;
+    };
+    std::vector<PerGpu> gpus;
+  };
+  void add_to_bucket(const Frame& f);
+  bool close_bucket(); // true when an episode began or ended
   void stragglers(const Frame& f);
   std::string straggler_message(const Gpu& g, bool ended) const;
   void publish();
@@ -83,6 +114,8 @@ private:
   std::vector<size_t> metric_index_; // into kGpuMetrics, per o_.metrics
   std::vector<Gpu> gpus_;
   int64_t boundaries_ = 0;
+  Bucket bucket_;
+  int64_t bucket_ms_ = 1000;
 
   mutable std::mutex mu_;
   std::vector<ActiveAnomaly> board_;

@@ -1,7 +1,9 @@
 #include "recording/session.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 
 #include <unistd.h>
 
@@ -285,6 +287,15 @@ void Session::open_monitors() {
   // rules are watched too.
   if (devices_ && !devices_->empty()) {
     AnomalyMonitorOptions ao;
+    ao.interval_ms = run_.interval_ms;
+    if (const char* v = std::getenv("WATTSCOPE_ANOMALY_SECOND_MS"); v && *v) { // tests: the detectors' second, shorter
+      int64_t ms = 0;
+      const auto [end, ec] = std::from_chars(v, v + std::strlen(v), ms);
+      if (ec == std::errc() && *end == '\0' && ms >= 1 && ms <= 1000)
+        ao.second_ms = ms;
+      else
+        spdlog::warn("WATTSCOPE_ANOMALY_SECOND_MS='{}' is not a whole number of ms from 1 to 1000: ignored", v);
+    }
     if (opts_.alerts)
       for (const auto& r : opts_.alerts->rules)
         if (r.kind == AlertKind::Anomaly &&
@@ -377,17 +388,19 @@ void Session::open_stores() {
 }
 
 void Session::start() {
-  { // issue 36: history thinned to a point a tick (at most a second apart), and at least 30 ticks of it (at most
-    // 30 s) before a forecast, so a fine interval forecasts sooner; the label the finish forecast's energy carries.
+  { // Forecast history: a point a tick (at most a second apart), and at least 10 s of it before a forecast, whatever
+    // the interval (seconds, not samples); the label the finish forecast's energy carries.
     forecast::LiveForecaster::Options fo;
     const auto tick_ms = static_cast<int64_t>(std::max(1.0, run_.interval_ms));
     fo.min_spacing_ms = std::min<int64_t>(tick_ms, 1000);
-    fo.min_span_ms = std::clamp<int64_t>(30 * tick_ms, 1500, 30000);
+    fo.min_span_ms = forecast::kForecastMinHistoryMs;
     forecaster_ = std::make_unique<forecast::LiveForecaster>(fo);
     std::string method;
     for (const auto& d : *devices_)
       method = method.empty() || method == d.energy_method ? d.energy_method : "mixed";
     forecaster_->set_energy_method(method);
+    for (const auto& d : *devices_)
+      if (d.slowdown_temp_c) forecaster_->set_throttle_temp(d.gpu_index, *d.slowdown_temp_c);
   }
   for (auto& w : writers_)
     w->start();

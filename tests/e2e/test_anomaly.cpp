@@ -98,7 +98,10 @@ TEST(AnomalyLive, InjectedFaultsFoundHealthyGpusQuiet) {
   write_file(dir / "proc/meminfo", "MemTotal: 16000000 kB\nMemAvailable: 8000000 kB\n");
   const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
                                                   {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                                                  {"CUDA_VISIBLE_DEVICES", "\x01"}};
+                                                  {"CUDA_VISIBLE_DEVICES", "\x01"},
+                                                  // The detectors count seconds; a "second" of 50 ms (one sample)
+                                                  // runs the same pipeline in 11 s instead of 4 min.
+                                                  {"WATTSCOPE_ANOMALY_SECOND_MS", "50"}};
   // 220 samples at 50 ms. Late ticks do not move anything: the faults are placed by sample, not by time. Every call
   // is made every tick (--max-read-cost 0): on a loaded machine the quickest of a call's first reads can pass the
   // 50 us budget, and a call then read once a second would reach its fault's call count ticks later (seen at -j8).
