@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/duration.hpp"
 #include "core/metrics.hpp"
 
 namespace wattscope {
@@ -275,10 +276,15 @@ void AlertEvaluator::evaluate(const Frame& f, std::vector<AlertTransition>& out)
 std::string AlertEvaluator::message(const AlertTransition& t) const {
   const AlertRule& r = rules_[t.rule];
   if (t.change == AlertChange::Resolved) return resolved_message(r, t);
+  // A rule that forecasts says so, with the horizon and the value now: "oom_soon on gpu7: 95.04 >= 95" read as if
+  // memory were at 95 % when it was at 51 %.
   std::string tmpl = !r.message.empty()             ? r.message
                      : r.kind == AlertKind::Anomaly ? std::string("{rule} on {scope}: {metric} is anomalous (the "
                                                                   "`anomaly` event says how)")
-                                                    : std::string("{rule} on {scope}: {value} {op} {threshold}");
+                     : r.forecast.count() > 0
+                         ? std::string("{rule} on {scope}: forecast: {metric} {op} {threshold} within {horizon} "
+                                       "({value} projected; {now} now)")
+                         : std::string("{rule} on {scope}: {value} {op} {threshold}");
   const std::string unit = r.kind != AlertKind::Threshold ? std::string()
                            : r.relative_to.empty()        ? std::string(alert_metric_unit(r.scope, r.metric_index))
                                                           : std::string("%");
@@ -296,6 +302,12 @@ std::string AlertEvaluator::message(const AlertTransition& t) const {
           rep = t.scope;
         else if (key == "value")
           rep = format_value(r, t.value);
+        else if (key == "horizon")
+          rep = format_duration(r.forecast);
+        else if (key == "now") // the reading itself (a forecast's {value} is where the trend gets to)
+          rep = r.relative_to.empty()
+                    ? format_value(r, t.raw)
+                    : format_value(r, t.raw) + " " + std::string(alert_metric_unit(r.scope, r.metric_index));
         else if (key == "threshold")
           rep = format_value(r, t.threshold);
         else if (key == "unit")

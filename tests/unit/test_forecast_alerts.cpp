@@ -42,7 +42,8 @@ forecast = "15m"
 
 // Steps the evaluator one frame a second with GPU 0's memory at mem(t) for t in [0, seconds); the tick the rule
 // fired at, or -1.
-template <class F> int64_t fires_at(const std::vector<AlertRule>& r, int64_t seconds, F mem) {
+template <class F>
+int64_t fires_at(const std::vector<AlertRule>& r, int64_t seconds, F mem, std::string* message = nullptr) {
   AlertEvaluator ev(r);
   const auto t0 = SteadyClock::now();
   std::vector<AlertTransition> out;
@@ -58,7 +59,10 @@ template <class F> int64_t fires_at(const std::vector<AlertRule>& r, int64_t sec
     f.gpus.push_back(g);
     ev.evaluate(f, out);
     for (const auto& tr : out)
-      if (tr.change == AlertChange::Firing) return t;
+      if (tr.change == AlertChange::Firing) {
+        if (message) *message = ev.message(tr);
+        return t;
+      }
   }
   return -1;
 }
@@ -91,8 +95,13 @@ TEST(ForecastAlerts, ParsedAndValidated) {
 // minute); the same rule without `forecast` at 45 min.
 TEST(ForecastAlerts, FiresWhenTheForecastCrossesWithinTheHorizon) {
   const auto grow = [](double t) { return kDevice * (0.50 + 0.01 * t / 60.0); };
-  const int64_t forecast = fires_at(rules(kOom), 3000, grow);
+  std::string said;
+  const int64_t forecast = fires_at(rules(kOom), 3000, grow, &said);
   EXPECT_NEAR(static_cast<double>(forecast), 30 * 60.0, 60.0);
+  // It says it is a forecast, its horizon and the reading now (about 64 GB at 30 min), not only "95 >= 95".
+  EXPECT_EQ(said.find("oom_soon on gpu0: forecast: mem_used_bytes >= 95 within 15m ("), 0u) << said;
+  EXPECT_NE(said.find(" projected; 6."), std::string::npos) << said;
+  EXPECT_NE(said.find("e+10 "), std::string::npos) << said;
   std::string plain = kOom;
   plain.erase(plain.find("forecast = \"15m\"\n"));
   const int64_t now = fires_at(rules(plain), 3000, grow);
