@@ -18,12 +18,23 @@ double sorted_quantile(const std::vector<double>& sorted, double q) {
 
 std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& all) {
   if (all.size() < 2) return std::nullopt;
-  // Evenly thinned to kMaxSlopePoints, the last point always kept: the fit's level is taken there.
+  // Thinned to kMaxSlopePoints evenly in time (a history may be dense where recent and sparse where old: thinning by
+  // index would fit its last minute and call it the window's), the last point always kept: the fit's level is
+  // taken there.
   std::vector<TrendPoint> pts;
-  const size_t n = std::min(all.size(), kMaxSlopePoints);
-  for (size_t k = 0; k < n; ++k)
-    pts.push_back(all[(all.size() - 1) - (k * (all.size() - 1)) / std::max<size_t>(n - 1, 1)]);
-  std::reverse(pts.begin(), pts.end());
+  if (all.size() <= kMaxSlopePoints) {
+    pts.assign(all.begin(), all.end());
+  } else {
+    const double t0 = static_cast<double>(all.front().ts_ms), span = static_cast<double>(all.back().ts_ms) - t0;
+    size_t k = 0;
+    for (size_t i = 0; i + 1 < all.size() && k + 1 < kMaxSlopePoints; ++i)
+      if (static_cast<double>(all[i].ts_ms) >= t0 + span * static_cast<double>(k) / (kMaxSlopePoints - 1)) {
+        pts.push_back(all[i]);
+        ++k;
+      }
+    pts.push_back(all.back());
+  }
+  const size_t n = pts.size();
   const double t_last = static_cast<double>(pts.back().ts_ms) / 1000.0;
   std::vector<double> slopes;
   slopes.reserve(n * (n - 1) / 2);

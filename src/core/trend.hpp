@@ -17,7 +17,7 @@ struct TrendPoint {
 // Theil–Sen: the median of the slopes between every pair of points (per second), so a few outliers or a step move it
 // little, with the 10th and 90th percentiles of those slopes as its interval; `level` is the fitted value at the last
 // point's time (the median of the points moved along the slope). Missing when no two points differ in time. At most
-// 64 points are used (evenly thinned, the last kept), so a call costs at most 2016 slopes.
+// 64 points are used (evenly thinned in time, the last kept), so a call costs at most 2016 slopes.
 struct RobustSlope {
   double slope = 0;
   double low = 0;

@@ -26,6 +26,8 @@ constexpr double kMinMemGrowthShare = 0.005;
 // A memory series within this share of the device over the whole window is flat (allocator noise, an evaluation's
 // activations): no fit is made.
 constexpr double kFlatMemShare = 0.01;
+// History thinning: a point of age a is kept a/this from the next (Series::add).
+constexpr int64_t kAgeSpacingDivisor = 64;
 // GPU temperature sensors read whole degrees.
 constexpr double kTempResolutionC = 1;
 
@@ -91,13 +93,16 @@ void LiveForecaster::Series::add(int64_t ts_ms, double y, const Options& o) {
     pts.push_back({ts_ms, y});
   while (!pts.empty() && ts_ms - pts.front().ts_ms > o.window_ms)
     pts.pop_front();
-  // Full: every other point of the older half goes, so the points cover the whole window (seconds, not samples:
-  // 512 points at 100 ms would be 51 s), dense where it is recent, sparser with age.
+  // Full: thinned so that a point of age a stands a/64 from the next kept one (min_spacing_ms at least). The points
+  // then cover the whole window at any interval (seconds, not samples: 512 points at 100 ms would be 51 s), dense
+  // where recent and sparser with age, about 64 ln(window / (64 x spacing)) + 64 of them: 380 at 100 ms, 230 at 1 s.
   if (pts.size() > kMaxPoints) {
-    const size_t half = pts.size() / 2;
     std::deque<Point> kept;
-    for (size_t i = 0; i < pts.size(); ++i)
-      if (i >= half || i % 2 == 0) kept.push_back(pts[i]);
+    kept.push_front(pts.back());
+    for (size_t i = pts.size() - 1; i-- > 0;) {
+      const int64_t gap = std::max<int64_t>(o.min_spacing_ms, (ts_ms - pts[i].ts_ms) / kAgeSpacingDivisor);
+      if (kept.front().ts_ms - pts[i].ts_ms >= gap) kept.push_front(pts[i]);
+    }
     pts.swap(kept);
   }
 }
@@ -324,6 +329,14 @@ void LiveForecaster::forecast_throttle(const Device& d, int64_t now_ms, DeviceFo
   }
   if (rs.slope < kMinTempRiseCPerS) {
     df.throttle_basis = "the temperature is not rising";
+    return;
+  }
+  // Below where it has already been in the window: a GPU warming back after a stall or a pause returns to its level;
+  // a trend toward the throttle point sets new highs.
+  if (rs.level < hi->y - kTempResolutionC) {
+    df.throttle_basis = fmt::format("the temperature rises {:.2f} °C/min back toward the {:.0f} °C it was at in the "
+                                    "last {}: a return, not a new trend",
+                                    rs.slope * 60, hi->y, human_duration(static_cast<double>(o_.window_ms) / 1000.0));
     return;
   }
   // A first-order curve that fits: where it settles, and when it passes the throttle point if it does.

@@ -121,12 +121,22 @@ std::optional<double> SaturatingFit::time_to(double level) const {
 
 std::optional<SaturatingFit> saturating_temperature(const std::deque<TrendPoint>& all) {
   if (all.size() < kMinSaturatingPoints) return std::nullopt;
-  // Evenly thinned, the last point kept.
+  // Thinned evenly in time (the history is dense where recent), the last point kept.
   std::vector<TrendPoint> pts;
-  const size_t m = std::min(all.size(), kMaxSaturatingPoints);
-  for (size_t k = 0; k < m; ++k)
-    pts.push_back(all[(all.size() - 1) - (k * (all.size() - 1)) / (m - 1)]);
-  std::reverse(pts.begin(), pts.end());
+  if (all.size() <= kMaxSaturatingPoints) {
+    pts.assign(all.begin(), all.end());
+  } else {
+    const double t_first = static_cast<double>(all.front().ts_ms),
+                 span = static_cast<double>(all.back().ts_ms) - t_first;
+    size_t k = 0;
+    for (size_t i = 0; i + 1 < all.size() && k + 1 < kMaxSaturatingPoints; ++i)
+      if (static_cast<double>(all[i].ts_ms) >= t_first + span * static_cast<double>(k) / (kMaxSaturatingPoints - 1)) {
+        pts.push_back(all[i]);
+        ++k;
+      }
+    pts.push_back(all.back());
+  }
+  if (pts.size() < kMinSaturatingPoints) return std::nullopt;
   const double t0 = static_cast<double>(pts.front().ts_ms) / 1000.0;
   const double last = static_cast<double>(pts.back().ts_ms) / 1000.0 - t0;
   if (last <= 0) return std::nullopt;
