@@ -90,14 +90,14 @@ double record_ns_per_tick(const std::string& bin, const std::string& interval, d
 }
 
 // Holt-Winters' parameters by grid search on the TRAINING traces' utilisation (mean MAE over the horizons): what
-// models.hpp's HoltWintersParams defaults are set from (docs/forecasts.md). The trend weight stays above 0: at 0 it
-// is Holt-Winters without a trend, which cannot follow a leak's growth, the shape the out-of-memory forecast is for.
+// models.hpp's HoltWintersParams defaults are set from (docs/forecasts.md). A trend weight of 0 (no trend: the level
+// and the season only) is in the grid: utilisation has no trend to follow (a leak is the OOM forecast's, not this).
 int tune_hw(const std::string& traces) {
-  const auto train = load_traces(traces, true);
+  const auto train = load_traces(traces, TraceRole::Training);
   double best = 1e300;
   HoltWintersParams best_p;
   for (double a : {0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9})
-    for (double b : {0.005, 0.01, 0.02, 0.05, 0.1})
+    for (double b : {0.0, 0.005, 0.01, 0.02, 0.05, 0.1})
       for (double g : {0.05, 0.1, 0.2, 0.3, 0.5, 0.8}) {
         const HoltWintersParams p{a, b, g};
         const auto sc = evaluate_model(
@@ -138,12 +138,23 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "forecast_eval: {}\n", e.what());
     return 1;
   }
-  fmt::print("held out: {}\ntraining (LSTM weights, Holt-Winters parameters): {}\n", fmt::join(ev.held_out, ", "),
-             fmt::join(ev.training, ", "));
-  print_table("Utilisation", "percentage points", ev.util);
-  print_table("Power", "W", ev.power);
-  fmt::print("\nwinner (lowest mean utilisation MAE on held-out traces): {}; default_series_model(): {}{}\n", ev.winner,
-             default_series_model(),
+  fmt::print("training (LSTM weights, Holt-Winters parameters): {}\nvalidation (chooses the default): {}\ntest (scored "
+             "once, never chooses): {}\nsimulated (apart): {}\n",
+             fmt::join(ev.training, ", "), fmt::join(ev.validation, ", "), fmt::join(ev.test, ", "),
+             fmt::join(ev.simulated, ", "));
+  print_table("Validation, utilisation", "percentage points", ev.util);
+  print_table("Validation, power", "W", ev.power);
+  if (!ev.test_util.empty()) {
+    print_table("Test, utilisation", "percentage points", ev.test_util);
+    print_table("Test, power", "W", ev.test_power);
+  }
+  if (!ev.simulated_util.empty())
+    print_table("Simulated (not used to choose), utilisation", "percentage points", ev.simulated_util);
+  fmt::print("\nbest per horizon on validation (utilisation):");
+  for (size_t k = 0; k < ev.winner_by_horizon.size(); ++k)
+    fmt::print(" h={}: {}", kEvalHorizons[k], ev.winner_by_horizon[k]);
+  fmt::print("\nwinner (lowest mean utilisation MAE on the validation traces): {}; default_series_model(): {}{}\n",
+             ev.winner, default_series_model(),
              ev.winner == default_series_model() ? "" : "  <-- STALE: make default_series_model() the winner");
 
   fmt::print("\nCost per device per tick (observe + forecast 60 steps), thread CPU time:\n");

@@ -125,10 +125,7 @@ public:
   void observe(double y) override {
     season_.push(y);
     const std::size_t period = season_.period();
-    if (period != seasonal_.size()) {
-      seasonal_.assign(period, 0.0);
-      idx_ = 0;
-    }
+    if (period != seasonal_.size()) rescale_season(period);
     if (std::isnan(y)) { // time passes: the level moves on along the trend, the season turns
       if (seen_) level_ += trend_;
       if (!seasonal_.empty()) idx_ = (idx_ + 1) % seasonal_.size();
@@ -161,7 +158,29 @@ public:
   }
 
 private:
+  // The season learnt is kept across a change of the detected period: stretched or shrunk to the new length (the
+  // same point of the cycle at the same share of it), and put aside while no period is found, so a period that
+  // blinks does not throw away what was learnt.
+  void rescale_season(std::size_t period) {
+    if (period == 0) {
+      if (!seasonal_.empty()) kept_ = seasonal_, kept_idx_ = idx_;
+      seasonal_.clear();
+      idx_ = 0;
+      return;
+    }
+    const std::vector<double>& from = seasonal_.empty() ? kept_ : seasonal_;
+    const std::size_t from_idx = seasonal_.empty() ? kept_idx_ : idx_;
+    std::vector<double> to(period, 0.0);
+    if (!from.empty())
+      for (std::size_t i = 0; i < period; ++i)
+        to[i] = from[(i * from.size()) / period];
+    idx_ = from.empty() ? 0 : (from_idx * period) / from.size() % period;
+    seasonal_ = std::move(to);
+  }
+
   HoltWintersParams p_;
+  std::vector<double> kept_; // the last season while no period is found
+  std::size_t kept_idx_ = 0;
   SeasonTracker season_;
   std::vector<double> seasonal_; // at most kMaxPeriod terms
   std::size_t idx_ = 0;          // the seasonal term of the next step

@@ -24,6 +24,8 @@ constexpr std::size_t kMaxTraceColumns = 64;
 constexpr std::size_t kMaxTraceLineBytes = 64 << 10;
 // Keep in step with bench/train_lstm.py's TRAIN.
 constexpr std::string_view kTrainingTraces[] = {"h100_lm.csv", "cpu_mlp.csv"};
+// One GPU run and one CPU run choose the default model; the others test it.
+constexpr std::string_view kValidationTraces[] = {"h100_cnn.csv", "cpu_conv.csv"};
 
 // Fields of one CSV line; a field in double quotes may hold commas and "" (what Python's csv writes for a phase name).
 std::vector<std::string> split_csv(std::string_view line) {
@@ -159,8 +161,16 @@ std::vector<TraceSeries> parse_trace_csv(std::istream& in, const std::string& pa
   return out;
 }
 
+TraceRole trace_role(std::string_view file_name) {
+  auto in = [&](const auto& list) { return std::find(std::begin(list), std::end(list), file_name) != std::end(list); };
+  if (in(kTrainingTraces)) return TraceRole::Training;
+  if (in(kValidationTraces)) return TraceRole::Validation;
+  if (file_name.substr(0, 4) == "sim_") return TraceRole::Simulated;
+  return TraceRole::Test;
+}
+
 bool is_training_trace(std::string_view file_name) {
-  return std::find(std::begin(kTrainingTraces), std::end(kTrainingTraces), file_name) != std::end(kTrainingTraces);
+  return trace_role(file_name) == TraceRole::Training;
 }
 
 std::vector<ModelScore> evaluate(std::span<const TraceSeries> series, std::string_view metric,
@@ -234,8 +244,7 @@ ModelScore evaluate_model(std::span<const TraceSeries> series, std::string_view 
   return score;
 }
 
-std::vector<TraceSeries> load_traces(const std::string& dir, bool training, std::vector<std::string>* held_out,
-                                     std::vector<std::string>* trained) {
+std::vector<TraceSeries> load_traces(const std::string& dir, TraceRole role, std::vector<std::string>* names) {
   std::vector<std::string> files;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec))
@@ -244,9 +253,8 @@ std::vector<TraceSeries> load_traces(const std::string& dir, bool training, std:
   std::sort(files.begin(), files.end());
   std::vector<TraceSeries> out;
   for (const auto& f : files) {
-    const bool is_training = is_training_trace(f);
-    if (auto* names = is_training ? trained : held_out) names->push_back(f);
-    if (is_training != training) continue;
+    if (trace_role(f) != role) continue;
+    if (names) names->push_back(f);
     for (auto& s : load_trace_csv((std::filesystem::path(dir) / f).string()))
       out.push_back(std::move(s));
   }
@@ -255,15 +263,30 @@ std::vector<TraceSeries> load_traces(const std::string& dir, bool training, std:
 
 Evaluation evaluate_held_out(const std::string& dir) {
   Evaluation ev;
-  const auto held = load_traces(dir, false, &ev.held_out, &ev.training);
-  if (ev.held_out.empty()) throw std::runtime_error(fmt::format("traces '{}': no held-out *.csv trace in it", dir));
+  load_traces(dir, TraceRole::Training, &ev.training);
+  const auto validation = load_traces(dir, TraceRole::Validation, &ev.validation);
+  const auto test = load_traces(dir, TraceRole::Test, &ev.test);
+  const auto simulated = load_traces(dir, TraceRole::Simulated, &ev.simulated);
+  if (ev.validation.empty())
+    throw std::runtime_error(fmt::format("traces '{}': no validation trace in it (src/forecast/evaluate.cpp)", dir));
   const auto names = series_model_names();
-  ev.util = evaluate(held, "util", names, kEvalHorizons);
-  ev.power = evaluate(held, "power", names, kEvalHorizons);
+  ev.util = evaluate(validation, "util", names, kEvalHorizons);
+  ev.power = evaluate(validation, "power", names, kEvalHorizons);
+  if (!test.empty()) {
+    ev.test_util = evaluate(test, "util", names, kEvalHorizons);
+    ev.test_power = evaluate(test, "power", names, kEvalHorizons);
+  }
+  if (!simulated.empty()) ev.simulated_util = evaluate(simulated, "util", names, kEvalHorizons);
   // Ties go to the earlier name: series_model_names() lists the simpler models first.
   const auto best = std::min_element(ev.util.begin(), ev.util.end(),
                                      [](const ModelScore& a, const ModelScore& b) { return a.mean_mae < b.mean_mae; });
   ev.winner = best->model;
+  for (size_t k = 0; k < std::size(kEvalHorizons); ++k) {
+    const auto b = std::min_element(ev.util.begin(), ev.util.end(), [&](const ModelScore& x, const ModelScore& y) {
+      return x.by_horizon[k].mae < y.by_horizon[k].mae;
+    });
+    ev.winner_by_horizon.push_back(b->model);
+  }
   return ev;
 }
 

@@ -30,8 +30,12 @@ std::vector<TraceSeries> load_trace_csv(const std::string& path);
 // The same from a stream (`path` names it in errors); also caps a line at 64 KiB and the header at 64 columns.
 std::vector<TraceSeries> parse_trace_csv(std::istream& in, const std::string& path);
 
-// The traces the LSTM was trained on and Holt-Winters was tuned on (bench/train_lstm.py's TRAIN); every other
-// *.csv in the directory is held out. New files (h100_*.csv from a later GPU session) are held out by default.
+// What each trace file is for, split by run (a file is a run): the traces the LSTM was trained on and Holt-Winters
+// was tuned on; the validation traces that choose the default model; the test traces, scored once and never used to
+// choose; and simulated traces (sim_*.csv), reported apart and never used to choose. A file dropped in later (an
+// h100_*.csv from a later GPU session) is a test trace until it is given another role here.
+enum class TraceRole { Training, Validation, Test, Simulated };
+TraceRole trace_role(std::string_view file_name);
 bool is_training_trace(std::string_view file_name);
 
 inline constexpr std::size_t kEvalHorizons[] = {1, 5, 10, 30, 60};
@@ -60,16 +64,16 @@ ModelScore evaluate_model(std::span<const TraceSeries> series, std::string_view 
                           const std::function<std::unique_ptr<SeriesModel>()>& make,
                           std::span<const std::size_t> horizons);
 
-// Every series of the training (`training` true) or held-out *.csv traces of `dir`; the file names of each kind are
-// appended to `held_out` and `trained` where given.
-std::vector<TraceSeries> load_traces(const std::string& dir, bool training,
-                                     std::vector<std::string>* held_out = nullptr,
-                                     std::vector<std::string>* trained = nullptr);
+// Every series of the `role` *.csv traces of `dir`; the file names of that role are appended to `names` where given.
+std::vector<TraceSeries> load_traces(const std::string& dir, TraceRole role, std::vector<std::string>* names = nullptr);
 
 struct Evaluation {
-  std::vector<std::string> held_out, training; // file names
-  std::vector<ModelScore> util, power;
-  std::string winner; // lowest util mean_mae on the held-out traces (utilisation is what live forecasts predict)
+  std::vector<std::string> training, validation, test, simulated; // file names
+  std::vector<ModelScore> util, power;                            // on the validation traces: what chooses
+  std::vector<ModelScore> test_util, test_power;                  // on the test traces: said once, never chooses
+  std::vector<ModelScore> simulated_util;                         // on the simulated traces: apart
+  std::string winner; // lowest util mean_mae on the validation traces (utilisation is what live forecasts predict)
+  std::vector<std::string> winner_by_horizon; // the same per horizon of kEvalHorizons
 };
 // All of it on the *.csv files of `dir`, every model of series_model_names(), horizons kEvalHorizons.
 Evaluation evaluate_held_out(const std::string& dir);

@@ -16,10 +16,10 @@ inline constexpr std::size_t kMaxPeriod = kSeasonWindow / 2;
 inline constexpr std::size_t kPeriodEvery = 32;
 
 // The defaults are the grid search's best on the training traces' utilisation (`forecast_eval --tune-hw`,
-// docs/forecasts.md): a slow level, a slower trend, a slow season.
+// docs/forecasts.md): a quick level, no trend, a slow season.
 struct HoltWintersParams {
-  double alpha = 0.1;  // level
-  double beta = 0.005; // trend
+  double alpha = 0.9;  // level
+  double beta = 0;     // trend
   double gamma = 0.05; // season
 };
 
