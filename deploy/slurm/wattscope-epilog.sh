@@ -7,7 +7,9 @@ bin=${WATTSCOPE_BIN:-/usr/local/bin/wattscope}
 say() {
   while IFS= read -r line; do
     printf '%s\n' "$line" >&2
-    if command -v logger >/dev/null 2>&1; then logger -t wattscope-slurm -p daemon.warning -- "$line" 2>/dev/null; fi
+    if [ "${WATTSCOPE_SLURM_SYSLOG:-1}" != 0 ] && command -v logger >/dev/null 2>&1; then
+      logger -t wattscope-slurm -p daemon.warning -- "$line" 2>/dev/null
+    fi
   done
 }
 if [ ! -x "$bin" ]; then

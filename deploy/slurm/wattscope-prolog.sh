@@ -5,12 +5,14 @@
 # WATTSCOPE_BIN: where wattscope is (the installed binary by default: the package's /usr/bin/wattscope, rewritten at
 # install time). The configuration is /etc/wattscope/slurm.conf, or the file WATTSCOPE_SLURM_CONFIG names.
 # What goes wrong is said, not swallowed: wattscope's own complaints (also in <state dir>/slurm.log) and a missing
-# binary go to syslog (logger, tag wattscope-slurm) and to stderr.
+# binary go to syslog (logger, tag wattscope-slurm; WATTSCOPE_SLURM_SYSLOG=0 leaves syslog out) and to stderr.
 bin=${WATTSCOPE_BIN:-/usr/local/bin/wattscope}
 say() {
   while IFS= read -r line; do
     printf '%s\n' "$line" >&2
-    if command -v logger >/dev/null 2>&1; then logger -t wattscope-slurm -p daemon.warning -- "$line" 2>/dev/null; fi
+    if [ "${WATTSCOPE_SLURM_SYSLOG:-1}" != 0 ] && command -v logger >/dev/null 2>&1; then
+      logger -t wattscope-slurm -p daemon.warning -- "$line" 2>/dev/null
+    fi
   done
 }
 if [ ! -x "$bin" ]; then

@@ -161,7 +161,9 @@ def test_the_packaged_slurm_hooks_record_a_job_from_a_dpkg_install(deb, tmp_path
     add_shared_libraries(root, str(root / "usr/bin/wattscope"))
     for d in ("proc", "dev", "run", "tmp", "var/lib/wattscope"):
         (root / d).mkdir(parents=True, exist_ok=True)
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice",
+    # WATTSCOPE_SLURM_SYSLOG=0: what the hooks say stays out of the machine's syslog (stderr carries it here).
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "WATTSCOPE_SLURM_SYSLOG": "0",
+           "SLURM_JOB_ID": "4242", "SLURM_JOB_USER": "alice",
            "SLURMD_NODENAME": "node1", "WATTSCOPE_SLURM_DB": "/var/lib/wattscope/slurm.db", "WATTSCOPE_SLURM_STATE_DIR": "/run/wattscope-slurm",
            "WATTSCOPE_SLURM_RECORD_ARGS": "--interval 200ms", "WATTSCOPE_SLURM_STOP_TIMEOUT": "20s",
            "WATTSCOPE_CGROUP_ROOT": "none"}

@@ -75,6 +75,8 @@ class Cluster:
                 f.write("#!/bin/sh\n"
                         f"export WATTSCOPE_BIN='{BINARY}' WATTSCOPE_SLURM_CONFIG='{self.path('wattscope.conf')}'\n"
                         f"export WATTSCOPE_FAKE_NVML_SCENARIO='{self.path('scenario.json')}'\n"
+                        # what the hooks say stays out of the machine's syslog (they say it on stderr too)
+                        "export WATTSCOPE_SLURM_SYSLOG=0\n"
                         f"exec '{SOURCE_DIR}/deploy/slurm/wattscope-{kind}.sh'\n")
             os.chmod(self.path(f"{kind}.sh"), 0o755)
         self.write_scenario()
