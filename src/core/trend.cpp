@@ -16,24 +16,25 @@ double sorted_quantile(const std::vector<double>& sorted, double q) {
   return sorted[i] + (sorted[i + 1] - sorted[i]) * (pos - static_cast<double>(i));
 }
 
+std::vector<TrendPoint> thinned_in_time(const std::deque<TrendPoint>& all, size_t max_points) {
+  if (all.size() <= max_points || max_points < 2) return {all.begin(), all.end()};
+  std::vector<TrendPoint> pts;
+  const double t0 = static_cast<double>(all.front().ts_ms), span = static_cast<double>(all.back().ts_ms) - t0;
+  size_t k = 0;
+  for (size_t i = 0; i + 1 < all.size() && k + 1 < max_points; ++i)
+    if (static_cast<double>(all[i].ts_ms) >= t0 + span * static_cast<double>(k) / static_cast<double>(max_points - 1)) {
+      pts.push_back(all[i]);
+      ++k;
+    }
+  pts.push_back(all.back());
+  return pts;
+}
+
 std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& all) {
   if (all.size() < 2) return std::nullopt;
-  // Thinned to kMaxSlopePoints evenly in time (a history may be dense where recent and sparse where old: thinning by
-  // index would fit its last minute and call it the window's), the last point always kept: the fit's level is
-  // taken there.
-  std::vector<TrendPoint> pts;
-  if (all.size() <= kMaxSlopePoints) {
-    pts.assign(all.begin(), all.end());
-  } else {
-    const double t0 = static_cast<double>(all.front().ts_ms), span = static_cast<double>(all.back().ts_ms) - t0;
-    size_t k = 0;
-    for (size_t i = 0; i + 1 < all.size() && k + 1 < kMaxSlopePoints; ++i)
-      if (static_cast<double>(all[i].ts_ms) >= t0 + span * static_cast<double>(k) / (kMaxSlopePoints - 1)) {
-        pts.push_back(all[i]);
-        ++k;
-      }
-    pts.push_back(all.back());
-  }
+  // Thinned evenly in time (a history may be dense where recent and sparse where old: thinning by index would fit
+  // its last minute and call it the window's); the fit's level is taken at the last point.
+  const std::vector<TrendPoint> pts = thinned_in_time(all, kMaxSlopePoints);
   const size_t n = pts.size();
   const double t_last = static_cast<double>(pts.back().ts_ms) / 1000.0;
   std::vector<double> slopes;

@@ -26,6 +26,10 @@ struct RobustSlope {
 };
 std::optional<RobustSlope> robust_slope(const std::deque<TrendPoint>& pts);
 
+// At most max_points of `all`, evenly spread in time (the first at or after each of max_points even marks), the last
+// always kept; all of them where there are no more.
+std::vector<TrendPoint> thinned_in_time(const std::deque<TrendPoint>& all, size_t max_points);
+
 // The q-quantile (0..1) of an ascending, non-empty vector, linear between neighbours.
 double sorted_quantile(const std::vector<double>& sorted, double q);
 

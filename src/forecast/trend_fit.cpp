@@ -122,20 +122,7 @@ std::optional<double> SaturatingFit::time_to(double level) const {
 std::optional<SaturatingFit> saturating_temperature(const std::deque<TrendPoint>& all) {
   if (all.size() < kMinSaturatingPoints) return std::nullopt;
   // Thinned evenly in time (the history is dense where recent), the last point kept.
-  std::vector<TrendPoint> pts;
-  if (all.size() <= kMaxSaturatingPoints) {
-    pts.assign(all.begin(), all.end());
-  } else {
-    const double t_first = static_cast<double>(all.front().ts_ms),
-                 span = static_cast<double>(all.back().ts_ms) - t_first;
-    size_t k = 0;
-    for (size_t i = 0; i + 1 < all.size() && k + 1 < kMaxSaturatingPoints; ++i)
-      if (static_cast<double>(all[i].ts_ms) >= t_first + span * static_cast<double>(k) / (kMaxSaturatingPoints - 1)) {
-        pts.push_back(all[i]);
-        ++k;
-      }
-    pts.push_back(all.back());
-  }
+  const std::vector<TrendPoint> pts = thinned_in_time(all, kMaxSaturatingPoints);
   if (pts.size() < kMinSaturatingPoints) return std::nullopt;
   const double t0 = static_cast<double>(pts.front().ts_ms) / 1000.0;
   const double last = static_cast<double>(pts.back().ts_ms) / 1000.0 - t0;
