@@ -131,6 +131,20 @@ std::optional<AnomalyChange> AnomalyDetector::end(int64_t ts_ms, bool adopted, b
   return ch;
 }
 
+// As it was one period ago (± a tick of jitter): usual at this point of the cycle. Not inside an episode: one period
+// back would then be the episode itself, and a long one would excuse itself; and one period back must precede a
+// candidate's first tick, or a stall longer than the period would excuse itself by its own first ticks. Excused values
+// stay out of the baseline (the caller's part): evaluation passes that entered it would widen its spread until a real
+// drop of the same size passed for noise.
+bool AnomalyDetector::seasonal_excuse(double x, double scale) const {
+  if (!period_ || state_ == State::Active) return false;
+  const size_t p = *period_, n = raw_.size();
+  const size_t since_onset = state_ == State::Candidate ? episode_.size() : 0;
+  for (size_t j = p - 1; j <= p + 1; ++j)
+    if (n > j && j > since_onset && std::fabs(x - raw_[n - 1 - j]) < c_.k_on * scale) return true;
+  return false;
+}
+
 std::optional<AnomalyChange> AnomalyDetector::observe(int64_t ts_ms, double y, bool boundary) {
   std::optional<AnomalyChange> out;
   if (boundary) {
@@ -184,23 +198,11 @@ std::optional<AnomalyChange> AnomalyDetector::observe(int64_t ts_ms, double y, b
   const double scale = std::max({1.4826 * mad, c_.rel_floor * std::fabs(med), c_.abs_floor, 1e-9});
   double z = (x - med) / scale;
   if (c_.shape == SeriesShape::Rise) z = below_level ? 0.0 : std::max(z, 0.0);
-  // Seasonal: as it was one period ago (± a tick of jitter) is usual at this point of the cycle.
-  // Not inside an episode: one period back would then be the episode itself, and a long one would excuse itself.
-  // A value excused this way (past k_off, but as one period back) stays out of the baseline: evaluation passes that
-  // entered it would widen its spread until a real drop of the same size passed for noise.
-  bool excused = false;
-  if (period_ && z != 0 && state_ != State::Active) {
-    // One period back must be before a candidate's onset: a stall longer than the period would otherwise excuse
-    // itself by its own first ticks.
-    const size_t p = *period_, n = raw_.size();
-    const size_t since_onset = state_ == State::Candidate ? episode_.size() : 0;
-    for (size_t j = p - 1; j <= p + 1; ++j)
-      if (n > j && j > since_onset && std::fabs(x - raw_[n - 1 - j]) < c_.k_on * scale) {
-        excused = std::fabs(z) >= c_.k_off;
-        z = 0;
-        break;
-      }
-  }
+  // Seasonal: as it was one period ago (± a tick of jitter) is usual at this point of the cycle. A value excused this
+  // way (past k_off) stays out of the baseline.
+  const bool seasonal = z != 0 && seasonal_excuse(x, scale);
+  const bool excused = seasonal && std::fabs(z) >= c_.k_off;
+  if (seasonal) z = 0;
   const int s = z > 0 ? 1 : z < 0 ? -1 : 0;
   const bool on = std::fabs(z) >= c_.k_on, off = std::fabs(z) >= c_.k_off;
   auto push_base = [&] {

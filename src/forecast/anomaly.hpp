@@ -92,6 +92,7 @@ private:
   enum class State : uint8_t { Normal, Candidate, Active };
   void rebaseline(const std::vector<double>& seed);
   void find_period();
+  bool seasonal_excuse(double x, double scale) const;
   std::optional<AnomalyChange> end(int64_t ts_ms, bool adopted, bool at_boundary);
   double median_of(std::vector<double>& v) const;
 
