@@ -189,7 +189,7 @@ struct WorkRecord {
   double amount = 0;
   std::string unit; // samples, tokens, images, steps, ...
   OptI phase_id;    // innermost phase open when it arrived
-  OptF total;       // issue 36: the run's declared total of this unit, as the marker gave it (latest wins)
+  OptF total{};     // issue 36: the run's declared total of this unit, as the marker gave it (latest wins)
 };
 // --- end phases and work
 

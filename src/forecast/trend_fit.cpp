@@ -107,7 +107,6 @@ std::optional<TrendFit> recent_trend(const std::deque<TrendPoint>& pts, int64_t 
   f.rs = *rs;
   f.from_ms = pts[from].ts_ms;
   f.to_ms = pts.back().ts_ms;
-  f.points = n - from;
   return f;
 }
 
@@ -162,7 +161,6 @@ std::optional<SaturatingFit> saturating_temperature(const std::deque<TrendPoint>
       best.tau_s = tau;
     }
   }
-  best.last_s = last;
   // The longest time constants are a straight line in all but name. A curve only where its one more parameter buys
   // clearly more than noise would (an F test: the squared error it removes over the error per degree of freedom
   // left), so a straight ramp with whole-degree steps stays a straight ramp.

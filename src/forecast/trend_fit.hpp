@@ -21,7 +21,6 @@ struct TrendFit {
   RobustSlope rs;         // over the part it rests on (level at its last point)
   int64_t from_ms = 0;    // the part's first point
   int64_t to_ms = 0;      // its last
-  size_t points = 0;      // in the part
   bool cut = false;       // a change point was found: the part is the history after it
   double whole_slope = 0; // the whole history's least-squares slope
   double span_s() const { return static_cast<double>(to_ms - from_ms) / 1000.0; }
@@ -35,7 +34,6 @@ struct SaturatingFit {
   double asymptote = 0;   // A: where the curve settles
   double amplitude = 0;   // B (< 0: rising toward A)
   double tau_s = 0;       // the time constant
-  double last_s = 0;      // the last point's time, seconds from the first
   double rmse = 0;        // of the curve
   double linear_rmse = 0; // of a least-squares straight line over the same points
   // Seconds from the last point until the curve reaches `level`; missing when it never does.

@@ -61,6 +61,8 @@ inline void amd_and_intel_gpus(const std::string& root) {
   write_file(ah + "/power1_cap", "327000000\n");
   write_file(ah + "/temp1_input", "55000\n");
   write_file(ah + "/temp1_label", "edge\n");
+  write_file(ah + "/temp1_crit", "100000\n"); // amdgpu: where it throttles, and where it shuts down
+  write_file(ah + "/temp1_emergency", "105000\n");
   write_file(ah + "/temp2_input", "61000\n");
   write_file(ah + "/temp2_label", "junction\n");
   write_file(ah + "/temp3_input", "70000\n");

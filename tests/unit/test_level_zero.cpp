@@ -133,6 +133,8 @@ TEST(LevelZero, EveryValuePerTickAndDevice) {
   EXPECT_EQ(*devs[0].mem_total_bytes, 68'719'476'736LL); // the device module only, not system memory
   EXPECT_EQ(*devs[0].clock_mem_max_mhz, 3200);
   EXPECT_STREQ(devs[0].power_source.c_str(), "level zero energy counter (card)");
+  // The GPU sensor's zes_temp_properties_t.maxTemperature (the fake answers 105 °C): where the throttle forecast aims.
+  EXPECT_EQ(devs[0].slowdown_temp_c, 105.0);
 
   const auto frames = ticks(*src, kTicks);
   for (int d = 0; d < 2; ++d) {

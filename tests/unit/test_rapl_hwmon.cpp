@@ -205,7 +205,10 @@ TEST(HwmonGpu, AmdAndIntelLayouts) {
   EXPECT_EQ(devs[0].uuid, "amd-6a2c3e1f0b9d8e7c");
   EXPECT_EQ(devs[0].pci_bus_id, "0000:03:00.0");
   EXPECT_EQ(*devs[0].mem_total_bytes, 25753026560);
+  EXPECT_EQ(devs[0].slowdown_temp_c, 100.0); // temp1_crit, the edge sensor's
+  EXPECT_EQ(devs[0].shutdown_temp_c, 105.0); // temp1_emergency
   EXPECT_EQ(devs[1].vendor, "intel");
+  EXPECT_FALSE(devs[1].slowdown_temp_c.has_value()); // no temp1_crit: none, not a guess
   EXPECT_EQ(devs[1].uuid, "PCI-0000:00:02.0");
   src.set_first_index(2);
   Frame f;

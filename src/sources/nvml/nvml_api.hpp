@@ -119,15 +119,15 @@ inline constexpr unsigned int kFieldPowerAverage = 185; // 1 s average; Ampere (
 inline constexpr unsigned int kFieldPowerInstant = 186; // instantaneous; all architectures with field support
 
 // Enumerations passed by value.
-inline constexpr int kTemperatureGpu = 0; // NVML_TEMPERATURE_GPU
-inline constexpr int kClockGraphics = 0;  // NVML_CLOCK_GRAPHICS
-inline constexpr int kClockSm = 1;        // NVML_CLOCK_SM
-inline constexpr int kClockMem = 2;       // NVML_CLOCK_MEM
+inline constexpr int kTemperatureGpu = 0;        // NVML_TEMPERATURE_GPU
+inline constexpr int kClockGraphics = 0;         // NVML_CLOCK_GRAPHICS
+inline constexpr int kClockSm = 1;               // NVML_CLOCK_SM
+inline constexpr int kClockMem = 2;              // NVML_CLOCK_MEM
 inline constexpr int kTempThresholdShutdown = 0; // NVML_TEMPERATURE_THRESHOLD_SHUTDOWN
 inline constexpr int kTempThresholdSlowdown = 1; // NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
-inline constexpr int kClockVideo = 3;     // NVML_CLOCK_VIDEO
-inline constexpr int kPcieUtilTx = 0;     // NVML_PCIE_UTIL_TX_BYTES (KB/s)
-inline constexpr int kPcieUtilRx = 1;     // NVML_PCIE_UTIL_RX_BYTES (KB/s)
+inline constexpr int kClockVideo = 3;            // NVML_CLOCK_VIDEO
+inline constexpr int kPcieUtilTx = 0;            // NVML_PCIE_UTIL_TX_BYTES (KB/s)
+inline constexpr int kPcieUtilRx = 1;            // NVML_PCIE_UTIL_RX_BYTES (KB/s)
 
 inline constexpr unsigned int kStringBuffer = 96; // >= NVML_DEVICE_NAME_V2_BUFFER_SIZE (96) and UUID/version sizes
 
