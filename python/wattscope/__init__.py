@@ -47,6 +47,7 @@ import time
 import warnings
 
 __all__ = ["phase", "work", "mark", "describe_model", "enabled", "flush", "count", "batch_size", "Phase", "configure",
+           "measure", "begin_window", "end_window", "Measurement", "measurements", "default_socket",
            "MarkerWarning", "open", "Store", "Run", "Records", "StoreError", "StoreWarning"]
 __version__ = "0.1.0"
 
@@ -248,9 +249,52 @@ def _unit(unit):
     return unit
 
 
+def default_socket():
+    """This user's default marker socket, where `wattscope record --socket` (or `serve --socket`) started without a
+    path listens: $XDG_RUNTIME_DIR/wattscope/markers.sock where the session has a runtime directory of this user's,
+    else /tmp/wattscope-user-UID/markers.sock. The binary computes the same path."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    try:
+        if xdg and xdg.startswith("/"):
+            st = os.stat(xdg)
+            if os.path.isdir(xdg) and st.st_uid == os.geteuid():
+                return os.path.join(xdg, "wattscope", "markers.sock")
+    except OSError:
+        pass
+    return f"/tmp/wattscope-user-{os.geteuid()}/markers.sock"
+
+
+_found = (0.0, None)  # (when looked, the default socket found then or None): looked up at most once a second
+
+
+def _meter_path():
+    """Where markers go: WATTSCOPE_SOCKET (set by `wattscope run`), else this user's default socket when a wattscope
+    listens there (a socket file of this user's; looked for at most once a second), else None."""
+    global _found
+    path = os.environ.get(_ENV)
+    if path:
+        return path
+    now = time.monotonic()
+    looked, found = _found
+    if now - looked < 1.0 and looked > 0:
+        return found
+    found = None
+    try:
+        candidate = default_socket()
+        st = os.lstat(candidate)
+        import stat as _stat
+        if _stat.S_ISSOCK(st.st_mode) and st.st_uid == os.geteuid():
+            found = candidate
+    except OSError:
+        found = None
+    _found = (now, found)
+    return found
+
+
 def enabled():
-    """True when running under a wattscope that listens for markers (WATTSCOPE_SOCKET is set)."""
-    return bool(os.environ.get(_ENV))
+    """True when a wattscope listens for this program's markers: under `wattscope run` (WATTSCOPE_SOCKET is set),
+    or a `wattscope record --socket` of this user's on the machine."""
+    return bool(_meter_path())
 
 
 def _socket():
@@ -260,6 +304,11 @@ def _socket():
         with _lock:
             if _sock is None or _sock_pid != pid:
                 s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+                try:
+                    # Autobound (an abstract address of its own): wattscope answers a measured window's end here.
+                    s.bind("")
+                except OSError:
+                    pass  # markers still go; windows get no figures back
                 s.setblocking(False)
                 _sock, _sock_pid = s, pid
     return _sock
@@ -269,6 +318,7 @@ def _after_fork_in_child():
     # The parent's pending work is the parent's to send: a child that sent it too would count it twice.
     global _lock, _pending, _totals, _last_flush, _wake, _flusher, _sock, _sock_pid, _undelivered
     _lock = threading.RLock()
+    _windows_after_fork()
     _totals = {}
     _pending, _last_flush, _wake, _flusher, _sock, _sock_pid, _undelivered = {}, 0.0, threading.Event(), None, None, None, 0
 
@@ -359,7 +409,7 @@ def _flush_locked(path, tail=None):
 def _send(message):
     """Sends one marker (after the pending work); True when it was handed to wattscope, False when dropped. Never
     raises; waits only as _BOUNDARY_RETRY_S says, and only when wattscope's queue is full."""
-    path = os.environ.get(_ENV)
+    path = _meter_path()
     if not path:
         return False
     try:
@@ -378,7 +428,7 @@ def _flusher_loop():
     while True:
         _wake.wait()
         time.sleep(min(_INTERVAL_S, 0.25))
-        path = os.environ.get(_ENV)
+        path = _meter_path()
         with _lock:
             if not _pending or not path:
                 _wake.clear()  # under the lock: work() adds, then sets it again, so no wake-up is lost
@@ -399,7 +449,7 @@ def _start_flusher():
 def flush():
     """Sends the work summed so far now (work() sends at most every 100 ms; phases, marks and the end of the program
     send it too). True when everything was handed to wattscope."""
-    path = os.environ.get(_ENV)
+    path = _meter_path()
     if not path:
         return False
     with _lock:
@@ -471,7 +521,7 @@ def work(amount, unit="samples", total=None):
         total = _number(total, "work total", _MAX_AMOUNT)
         if total is None:
             return False
-    path = os.environ.get(_ENV)
+    path = _meter_path()
     if not path:
         return False
     with _lock:
@@ -680,6 +730,18 @@ def describe_model(model, flops=None, name=None, example=None):
     if _primary():
         _send(msg)
     return count
+
+
+# Measured windows (the energy of a block of code, back in the program) and the Jupyter magics.
+from .windows import Measurement, begin_window, end_window, measure, measurements  # noqa: E402
+from .windows import _after_fork as _windows_after_fork  # noqa: E402
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext wattscope`: the `%%wattscope [name]` cell magic and `%wattscope_summary` (wattscope.jupyter)."""
+    from . import jupyter
+
+    jupyter.load(ipython)
 
 
 # Reading the stores back (standard library only; pandas when a DataFrame is asked for).

@@ -125,6 +125,13 @@ Marker parse_marker(std::string_view line) {
     m.mono_ns = integer(*it, "mono_ns");
     if (*m.mono_ns < 0) throw std::invalid_argument("'mono_ns' must not be negative");
   }
+  if (m.kind == Marker::Kind::Begin || m.kind == Marker::Kind::End) {
+    m.window = text_field(j, "window", kMaxWindowIdBytes, false);
+    if (auto it = j.find("reply"); it != j.end() && !it->is_null()) {
+      if (!it->is_boolean()) throw std::invalid_argument("'reply' must be true or false");
+      m.reply = m.kind == Marker::Kind::End && it->get<bool>();
+    }
+  }
   return m;
 }
 
@@ -141,6 +148,8 @@ std::string encode_marker(const Marker& m) {
   if (m.parameters) j["parameters"] = *m.parameters;
   if (m.flops) j["flops"] = *m.flops;
   if (m.mono_ns) j["mono_ns"] = *m.mono_ns;
+  if (!m.window.empty()) j["window"] = m.window;
+  if (m.reply) j["reply"] = true;
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
 }
 

@@ -9,8 +9,8 @@
 #include <vector>
 
 // kMaxMarkerLineBytes (a longer line is refused whole; a datagram may hold several lines, each checked),
-// kMaxPhaseNameBytes, kMaxWorkUnitBytes and kMaxMarkerAmount (the largest amount, total or flops), generated from
-// python/wattscope/marker_limits.json, which the Python helper reads too.
+// kMaxPhaseNameBytes, kMaxWorkUnitBytes, kMaxWindowIdBytes and kMaxMarkerAmount (the largest amount, total or flops),
+// generated from python/wattscope/marker_limits.json, which the Python helper reads too.
 #include "wattscope/marker_limits.hpp"
 
 namespace wattscope {
@@ -29,6 +29,15 @@ struct Marker {
   // the clock wattscope measures on. A marker waits in queues before it arrives; this is its own time. Missing from
   // older senders: then it is placed at its arrival.
   std::optional<int64_t> mono_ns;
+  // A measured window (the Python helper's measure/begin_window/end_window): a begin and an end that carry the same
+  // `window` id open and close exactly that phase, so windows may overlap; an end without one closes the phase it
+  // names and every phase begun inside it.
+  std::string window;
+  // end: the sender waits for the phase's figures, sent back to the address the marker came from (reply_to).
+  bool reply = false;
+  // Not part of the line: the listener sets it to the sender's socket address (the kernel's, from recvfrom) when the
+  // marker asks for a reply.
+  std::string reply_to;
 };
 
 std::string_view kind_name(Marker::Kind k);

@@ -168,6 +168,29 @@ MarkerListener MarkerListener::at_path(const std::string& path, Handler on_marke
   return MarkerListener(path, "", bind_socket(path), std::move(on_marker));
 }
 
+std::string default_marker_socket_path() {
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  struct stat st {};
+  // The runtime directory counts where it is this user's own (logind makes it 0700); else /tmp, per user.
+  if (xdg && *xdg == '/' && ::stat(xdg, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == ::geteuid())
+    return std::string(xdg) + "/wattscope/markers.sock";
+  return fmt::format("/tmp/wattscope-user-{}/markers.sock", ::geteuid());
+}
+
+MarkerListener MarkerListener::at_default_path(Handler on_marker) {
+  const std::string path = default_marker_socket_path();
+  const std::string dir = path.substr(0, path.rfind('/'));
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::runtime_error(
+        fmt::format("cannot make the marker socket's directory '{}': {}", dir, std::strerror(errno)));
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)
+    throw std::runtime_error(fmt::format("'{}' is not a directory of this user's alone (mode 0700): wattscope will not "
+                                         "listen there; remove it, or give --socket PATH",
+                                         dir));
+  return at_path(path, std::move(on_marker));
+}
+
 MarkerListener::~MarkerListener() {
   stop();
   if (!path_.empty()) ::unlink(path_.c_str());
@@ -201,7 +224,10 @@ void MarkerListener::loop() {
     }
     // Whatever arrived before the stop is still handled, so an `end` sent just before the child exits counts.
     for (;;) {
-      const ssize_t n = ::recv(sock_.get(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC);
+      sockaddr_un from{};
+      socklen_t from_len = sizeof from;
+      const ssize_t n = ::recvfrom(sock_.get(), buf.data(), buf.size(), MSG_DONTWAIT | MSG_TRUNC,
+                                   reinterpret_cast<sockaddr*>(&from), &from_len);
       if (n < 0) break; // EAGAIN: drained
       const int64_t now = wall_now_ms();
       stats_->datagrams++;
@@ -210,13 +236,18 @@ void MarkerListener::loop() {
         if (logged_++ < 10) spdlog::warn("marker socket: a datagram of {} bytes ignored (limit {})", n, buf.size());
         continue;
       }
-      handle_datagram(std::string_view(buf.data(), static_cast<size_t>(n)), now);
+      // The sender's address, for a marker that asks for a reply: named only where its socket is bound (the Python
+      // helper's is autobound in the abstract namespace); an unbound sender cannot be answered.
+      std::string_view reply_to;
+      if (from_len > sizeof(sa_family_t) && from_len <= sizeof from && from.sun_family == AF_UNIX)
+        reply_to = std::string_view(reinterpret_cast<const char*>(&from), from_len);
+      handle_datagram(std::string_view(buf.data(), static_cast<size_t>(n)), now, reply_to);
     }
     if (fds[1].revents & POLLIN) return;
   }
 }
 
-void MarkerListener::handle_datagram(std::string_view data, int64_t ts_ms) {
+void MarkerListener::handle_datagram(std::string_view data, int64_t ts_ms, std::string_view reply_to) {
   while (!data.empty()) {
     const size_t nl = data.find('\n');
     const std::string_view line = data.substr(0, nl);
@@ -224,6 +255,13 @@ void MarkerListener::handle_datagram(std::string_view data, int64_t ts_ms) {
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     try {
       Marker m = parse_marker(line);
+      if (m.reply) {
+        if (reply_to.empty()) { // nowhere to answer: the window is still a phase
+          m.reply = false;
+        } else {
+          m.reply_to = reply_to;
+        }
+      }
       stats_->accepted++;
       on_marker_(std::move(m), ts_ms);
     } catch (const std::exception& e) {
@@ -233,6 +271,17 @@ void MarkerListener::handle_datagram(std::string_view data, int64_t ts_ms) {
         spdlog::warn("marker ignored ({} so far): {}: {}", n, e.what(), excerpt(line, 80));
     }
   }
+}
+
+bool MarkerListener::reply(const std::string& to, std::string_view message) const noexcept {
+  if (!sock_ || to.size() <= sizeof(sa_family_t) || to.size() > sizeof(sockaddr_un)) return false;
+  sockaddr_un addr{};
+  std::memcpy(&addr, to.data(), to.size());
+  if (addr.sun_family != AF_UNIX) return false;
+  // Never waits: a sender that is gone (or whose queue is full) loses its answer, and the run goes on.
+  return ::sendto(sock_.get(), message.data(), message.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
+                  reinterpret_cast<const sockaddr*>(&addr),
+                  static_cast<socklen_t>(to.size())) == static_cast<ssize_t>(message.size());
 }
 
 bool send_marker(const std::string& socket_path, std::string_view lines) noexcept {

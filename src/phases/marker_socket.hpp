@@ -44,6 +44,9 @@ public:
   // A socket at `path` (record/serve --socket). An existing socket there that nobody listens on (a crashed
   // wattscope's) is replaced; anything else there is refused. Throws std::runtime_error naming the problem.
   static MarkerListener at_path(const std::string& path, Handler on_marker);
+  // At this user's default socket (default_marker_socket_path()), making its private directory where it is missing;
+  // a directory there that is not this user's alone is refused (any other user could take the socket's place).
+  static MarkerListener at_default_path(Handler on_marker);
 
   MarkerListener(MarkerListener&&) noexcept;
   MarkerListener& operator=(MarkerListener&&) = delete;
@@ -53,12 +56,15 @@ public:
   void start();
   void stop(); // returns once the thread has handled what had arrived and ended
   const std::string& path() const { return path_; }
+  // Thread-safe: a datagram back to a marker's sender (Marker::reply_to), from this socket, never blocking. False when
+  // it could not be sent (the sender is gone, its queue is full).
+  bool reply(const std::string& to, std::string_view message) const noexcept;
   const MarkerStats& stats() const { return *stats_; }
 
 private:
   MarkerListener(std::string path, std::string private_dir, UniqueFd sock, Handler on_marker);
   void loop();
-  void handle_datagram(std::string_view data, int64_t ts_ms);
+  void handle_datagram(std::string_view data, int64_t ts_ms, std::string_view reply_to);
 
   std::string path_;
   std::string private_dir_;
@@ -75,6 +81,12 @@ private:
 // at all, for at least a minute, so a run between mkdtemp and bind keeps its own). Anything else is left alone.
 // Returns how many were removed; never throws. MarkerListener::in_private_dir calls it first.
 int remove_stale_marker_dirs(const std::string& base) noexcept;
+
+// This user's default marker socket, where a `wattscope record --socket` (or `serve --socket`) started without a path
+// listens and where the Python helper and `wattscope mark` look when WATTSCOPE_SOCKET is not set:
+// $XDG_RUNTIME_DIR/wattscope/markers.sock where the session has a runtime directory, else
+// /tmp/wattscope-user-UID/markers.sock ($TMPDIR is not used: the helper must find the same path from any shell).
+std::string default_marker_socket_path();
 
 // Sends one encoded marker (or several lines) to `socket_path` without ever blocking: false when it was dropped
 // (no socket, nobody listening, its queue full). Never throws.

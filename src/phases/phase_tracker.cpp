@@ -31,6 +31,14 @@ void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at) {
 void PhaseTracker::push(Marker m, int64_t ts_ms, SteadyClock::time_point at, SteadyClock::time_point arrived) {
   if (m.kind != Marker::Kind::Begin && m.kind != Marker::Kind::End && m.kind != Marker::Kind::Work) return;
   const bool phase = m.kind != Marker::Kind::Work;
+  // An end whose sender waits: its readings are to be handed over as they come (after it is queued, whatever happens
+  // below).
+  struct Prompt {
+    const std::function<void()>* hook = nullptr;
+    ~Prompt() {
+      if (hook && *hook) (*hook)();
+    }
+  } prompt{m.reply ? &prompt_hook_ : nullptr};
   // The reading is asked for the marker's own time; for one that came late it is read now (the power's integral back
   // to a time already past would rest on power not seen), and the marker is interpolated up to it.
   const SteadyClock::time_point edge = arrived - at > kLateMarker ? arrived : at;
@@ -132,7 +140,7 @@ void PhaseTracker::add_gpu_reading(int gpu_index, SteadyClock::time_point at, do
   add_point(gpu_key(gpu_index), {at, at - stale, at, energy_j, err_j < 0, true, std::max(0.0, err_j)});
 }
 
-PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_point at) const {
+PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_point at, bool carry_on) const {
   using K = Edge::Kind;
   const auto& pts = line.pts;
   Edge out;
@@ -153,9 +161,16 @@ PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_poi
       break;
     }
   bool used_reading = false;
+  bool carried = false;
   double soft_err = kInf;
   if (next == pts.end()) {
-    out.e = prev->e; // nothing after it yet: the last value, held
+    out.e = prev->e;                       // nothing after it yet: the last value, held
+    if (carry_on && prev != pts.begin()) { // or carried on at its last rate (a window closed between ticks)
+      const auto before = std::prev(prev);
+      const double span = secs(prev->at - before->at);
+      if (span > 0) out.e += std::max(0.0, (prev->e - before->e) / span) * secs(at - prev->at);
+      carried = true;
+    }
   } else {
     const double span = secs(next->at - prev->at);
     const double f = span > 0 ? secs(at - prev->at) / span : 1;
@@ -196,13 +211,14 @@ PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_poi
   }
   out.kind = !h1 && line.any_hard ? K::none : used_reading ? K::reading : K::interpolated;
   if (next == pts.end()) out.kind = K::none;
+  if (carried) out.kind = K::interpolated;
   return out;
 }
 
-std::map<std::string, PhaseTracker::Edge> PhaseTracker::edges_at(SteadyClock::time_point at) const {
+std::map<std::string, PhaseTracker::Edge> PhaseTracker::edges_at(SteadyClock::time_point at, bool carry_on) const {
   std::map<std::string, Edge> out;
   for (const auto& [device, line] : lines_)
-    if (!line.pts.empty()) out.emplace(device, edge_at(line, at));
+    if (!line.pts.empty()) out.emplace(device, edge_at(line, at, carry_on && !line.any_reading));
   return out;
 }
 
@@ -214,19 +230,23 @@ std::pair<int64_t, int64_t> PhaseTracker::ticks_around(SteadyClock::time_point a
   return {std::prev(after)->first, after->first};
 }
 
-bool PhaseTracker::ready(const EdgeWait& e, SteadyClock::time_point now, SteadyClock::time_point served) const {
+bool PhaseTracker::ready(const EdgeWait& e, SteadyClock::time_point now, SteadyClock::time_point served,
+                         bool between_ticks) const {
   if (now - e.arrived >= kMaxEdgeWait) return true;
   if (now - e.arrived < hold_ || e.at > now) return false;
   if (e.reading_for && served < *e.reading_for) return false;
+  bool any_read = false;
   for (const auto& [device, line] : lines_) {
+    if (between_ticks && !line.any_reading) continue; // carried on to the edge (edges_at)
     bool after = false;
     for (auto it = line.pts.rbegin(); it != line.pts.rend() && !after; ++it) {
       if (it->at < e.at) break;
       after = (it->hard || !line.any_hard) && (it->hard ? it->lo : it->at) >= e.at;
     }
     if (!after) return false;
+    any_read = true;
   }
-  return true;
+  return any_read || !between_ticks;
 }
 
 void PhaseTracker::place(Frame& out, SteadyClock::time_point now, SteadyClock::time_point served, bool force) {
@@ -310,20 +330,16 @@ void PhaseTracker::process(Frame& f) {
   ticks_.emplace_back(f.tick, f.mono);
   last_tick_mono_ = f.mono;
 
+  // Rows settled between ticks (windows answered early) come first, with this tick.
+  take_between(f, f.tick);
   // Every marker that arrived before this tick began is settled now, in arrival order (a phase's row begins, an end
   // closes it, work counts to the innermost open phase); their edges are placed once the points around them came.
   const SteadyClock::time_point served = served_ ? served_() : SteadyClock::time_point::max();
-  std::deque<Pending> due;
   {
     std::lock_guard lock(mu_);
-    while (!pending_.empty() && pending_.front().arrived <= f.mono) {
-      due.push_back(std::move(pending_.front()));
-      pending_.pop_front();
-    }
     events_this_tick_ = 0;
   }
-  for (const auto& p : due)
-    settle(p, f);
+  settle_due(f.mono, f);
   place(f, f.mono, served, false);
   SteadyClock::time_point horizon = f.mono - kNearReadings;
   {
@@ -336,6 +352,79 @@ void PhaseTracker::process(Frame& f) {
   for (const auto& c : closing_)
     horizon = std::min({horizon, c.o.start.at - kNearReadings, c.end.at - kNearReadings});
   prune(horizon);
+}
+
+void PhaseTracker::settle_due(SteadyClock::time_point by, Frame& out) {
+  std::deque<Pending> due;
+  {
+    std::lock_guard lock(mu_);
+    while (!pending_.empty() && pending_.front().arrived <= by) {
+      due.push_back(std::move(pending_.front()));
+      pending_.pop_front();
+    }
+  }
+  for (const auto& p : due)
+    settle(p, out);
+}
+
+void PhaseTracker::take_between(Frame& f, int64_t tick) {
+  const auto prepend = [](auto& to, auto& from) {
+    if (from.empty()) return;
+    to.insert(to.begin(), std::make_move_iterator(from.begin()), std::make_move_iterator(from.end()));
+    from.clear();
+  };
+  for (auto& r : between_.phases)
+    if (r.end_tick < 0) r.end_tick = tick; // closed before the tick after its end existed
+  prepend(f.phases_begun, between_.phases_begun);
+  prepend(f.phases, between_.phases);
+  prepend(f.work, between_.work);
+}
+
+bool PhaseTracker::place_windows(SteadyClock::time_point now) {
+  settle_due(now, between_);
+  const SteadyClock::time_point served = served_ ? served_() : SteadyClock::time_point::max();
+  const auto try_place = [&](EdgeWait& e) {
+    if (!e.edges && ready(e, now, served, /*between_ticks=*/true)) e.edges = edges_at(e.at, /*carry_on=*/true);
+  };
+  bool any = false;
+  for (auto it = closing_.begin(); it != closing_.end();) {
+    if (it->reply_to.empty()) {
+      ++it;
+      continue;
+    }
+    try_place(it->o.start);
+    try_place(it->end);
+    if (!it->o.start.edges || !it->end.edges) {
+      ++it;
+      continue;
+    }
+    close(*it, between_);
+    it = closing_.erase(it);
+    any = true;
+  }
+  return any;
+}
+
+void PhaseTracker::end_phase(const Pending& p, std::vector<Open>::iterator it) {
+  const std::string reply_to = p.m.reply ? p.m.reply_to : std::string();
+  if (!it->window.empty()) { // a window: exactly this phase, whatever is open inside it
+    closing_.push_back({std::move(*it), {p.at, p.arrived, p.reading_for, std::nullopt}, p.ts_ms, reply_to, p.m.name});
+    open_.erase(it);
+    return;
+  }
+  // A phase: it, and the phases (not windows) begun inside it and still open, the innermost first.
+  const auto target = it - open_.begin();
+  for (auto i = static_cast<std::ptrdiff_t>(open_.size()) - 1; i >= target; --i) {
+    auto at = open_.begin() + i;
+    if (!at->window.empty()) continue;
+    const bool last = i == target;
+    closing_.push_back({std::move(*at),
+                        {p.at, p.arrived, p.reading_for, std::nullopt},
+                        p.ts_ms,
+                        last ? reply_to : std::string(),
+                        p.m.name});
+    open_.erase(at);
+  }
 }
 
 void PhaseTracker::settle(const Pending& p, Frame& out) {
@@ -360,22 +449,44 @@ void PhaseTracker::settle(const Pending& p, Frame& out) {
     o.rec.start_ms = p.ts_ms;
     o.rec.start_tick = ticks_around(p.at).first;
     o.start = {p.at, p.arrived, p.reading_for, std::nullopt};
+    o.window = m.window;
     out.phases_begun.push_back(o.rec);
     open_.push_back(std::move(o));
     return;
   }
   case Marker::Kind::End: {
     // `end` names the phase it ends, or ends the innermost one. Phases begun inside it and still open end with it.
+    // A window's end names its window; windows are no phase a plain end closes.
     auto it = open_.end();
+    const auto unmatched = [&] {
+      if (unmatched_ends_++ < 10)
+        spdlog::warn("marker 'end{}{}' ignored: no such {} is open", m.name.empty() ? "" : " ", m.name,
+                     m.window.empty() ? "phase" : "window");
+      if (m.reply && on_window_) on_window_({m.reply_to, m.window, m.name, std::nullopt, {}, 0});
+    };
+    if (!m.window.empty()) {
+      for (auto r = open_.rbegin(); r != open_.rend(); ++r)
+        if (r->window == m.window) {
+          it = std::prev(r.base());
+          break;
+        }
+      if (it == open_.end()) return unmatched();
+      end_phase(p, it);
+      return;
+    }
     if (m.name.empty()) {
       if (lost_depth_ > 0) { // the innermost phase is one that was dropped
         --lost_depth_;
         return;
       }
-      if (!open_.empty()) it = open_.end() - 1;
+      for (auto r = open_.rbegin(); r != open_.rend(); ++r)
+        if (r->window.empty()) {
+          it = std::prev(r.base());
+          break;
+        }
     } else {
       for (auto r = open_.rbegin(); r != open_.rend(); ++r)
-        if (r->rec.name == m.name) {
+        if (r->window.empty() && r->rec.name == m.name) {
           it = std::prev(r.base());
           break;
         }
@@ -389,16 +500,8 @@ void PhaseTracker::settle(const Pending& p, Frame& out) {
         lost_depth_ = 0;
       }
     }
-    if (it == open_.end()) {
-      if (unmatched_ends_++ < 10)
-        spdlog::warn("marker 'end{}{}' ignored: no such phase is open", m.name.empty() ? "" : " ", m.name);
-      return;
-    }
-
-    while (open_.end() != it) {
-      closing_.push_back({std::move(open_.back()), {p.at, p.arrived, p.reading_for, std::nullopt}, p.ts_ms});
-      open_.pop_back();
-    }
+    if (it == open_.end()) return unmatched();
+    end_phase(p, it);
     return;
   }
   case Marker::Kind::Work: {
@@ -422,7 +525,8 @@ void PhaseTracker::close(Closing& c, Frame& out) {
   const auto& end = *c.end.edges;
   const auto& start = *c.o.start.edges;
   r.end_ms = std::max(c.end_ms, r.start_ms);
-  r.end_tick = ticks_around(c.end.at).second;
+  // Closed between ticks (a window answered early): the tick after its end is the next one (take_between).
+  r.end_tick = ticks_.empty() || ticks_.back().second < c.end.at ? -1 : ticks_around(c.end.at).second;
   std::string method;
   bool any_simulated = false;
   // Edges over the devices that give readings at edges (the GPUs); over all where none does.
@@ -453,6 +557,14 @@ void PhaseTracker::close(Closing& c, Frame& out) {
   }
   // issue 19: a total with any simulated part in it is no measurement, and says so
   r.energy_method = any_simulated ? "simulated" : method;
+  if (!c.reply_to.empty() && on_window_) {
+    WindowReply w{c.reply_to, c.o.window, c.end_name, r, {}, secs(c.end.at - c.o.start.at)};
+    for (const auto& [device, e] : r.device_energy_j) {
+      auto m = energy_method_.find(device);
+      w.methods[device] = m == energy_method_.end() ? "integrated" : m->second;
+    }
+    on_window_(w);
+  }
   out.phases.push_back(std::move(r));
 }
 
@@ -466,6 +578,7 @@ Frame PhaseTracker::finish(int64_t end_ms) {
     rest.swap(pending_);
   }
   out.tick = ticks_.empty() ? 0 : ticks_.back().first;
+  take_between(out, out.tick);
   for (const auto& p : rest)
     settle(p, out);
   // Phases still open end with the run, at its last tick, where the run's own total ends too; every edge is placed
@@ -473,7 +586,7 @@ Frame PhaseTracker::finish(int64_t end_ms) {
   const SteadyClock::time_point last = last_tick_mono_.value_or(SteadyClock::time_point{});
   while (!open_.empty()) {
     open_.back().rec.closed_by_run_end = true;
-    closing_.push_back({std::move(open_.back()), {last, last, std::nullopt, std::nullopt}, end_ms});
+    closing_.push_back({std::move(open_.back()), {last, last, std::nullopt, std::nullopt}, end_ms, {}, {}});
     open_.pop_back();
   }
   place(out, last, SteadyClock::time_point::max(), true);

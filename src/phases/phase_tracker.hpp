@@ -116,6 +116,28 @@ public:
   void set_readings_served(std::function<SteadyClock::time_point()> served) { served_ = std::move(served); }
   // Before the run: markers wait at least this long after their arrival before they are settled.
   void set_hold(std::chrono::nanoseconds hold) { hold_ = hold; }
+
+  // ---- measured windows (Marker::window, Marker::reply): the sender of an `end` that asks for a reply waits for the
+  // phase's figures. A reply names the phase as closed (stored with the next tick as every phase is), or none when no
+  // window of that id (or phase of that name) was open.
+  struct WindowReply {
+    std::string to;     // the sender's socket address (Marker::reply_to)
+    std::string window; // the window's id, as the end gave it
+    std::string name;   // the end's name
+    std::optional<PhaseRecord> phase;
+    std::map<std::string, std::string> methods; // device -> counter | integrated | estimated | simulated
+    double duration_s = 0;                      // between the begin's and the end's own times
+  };
+  // Before the run: called on the sampler thread as each answer is known.
+  void set_on_window(std::function<void(const WindowReply&)> f) { on_window_ = std::move(f); }
+  // Before the run: called (on the marker's thread, outside the lock) when an `end` asks for a reply, so that the
+  // readings of its edge are handed over as soon as they are taken rather than with the next tick.
+  void set_prompt_hook(std::function<void()> f) { prompt_hook_ = std::move(f); }
+  // Sampler thread, between ticks (after add_gpu_reading of readings handed over early): settles the markers that
+  // arrived by `now` and closes the windows that asked for a reply whose edges some device read at them; a device
+  // read only at ticks (the CPU) is carried on at its last rate up to the edge, within a bound of its most power over
+  // the time since its last tick. Their rows travel with the next tick's frame. Returns whether any reply went out.
+  bool place_windows(SteadyClock::time_point now);
   // Sampler thread, before the next tick's process(): the devices' energy_j read at `at`, exact there (a device
   // absent: no reading).
   void add_reading(SteadyClock::time_point at, Energies energies);
@@ -162,11 +184,14 @@ private:
   struct Open {
     PhaseRecord rec;
     EdgeWait start;
+    std::string window; // a measured window's id: only an end with the same id closes it
   };
   struct Closing {
     Open o;
     EdgeWait end;
     int64_t end_ms = 0;
+    std::string reply_to; // the sender waits for the figures
+    std::string end_name;
   };
   struct Pending {
     Marker m;
@@ -193,9 +218,15 @@ private:
     double cap_w = 0; // the most power the device can draw over a few ms (0: unknown)
   };
   void add_point(const std::string& device, Known k);
-  Edge edge_at(const Line& line, SteadyClock::time_point at) const;
-  std::map<std::string, Edge> edges_at(SteadyClock::time_point at) const;
-  bool ready(const EdgeWait& e, SteadyClock::time_point now, SteadyClock::time_point served) const;
+  // `carry_on`: a device with no point after `at` is carried on at its last rate (a window placed between ticks)
+  Edge edge_at(const Line& line, SteadyClock::time_point at, bool carry_on = false) const;
+  std::map<std::string, Edge> edges_at(SteadyClock::time_point at, bool carry_on = false) const;
+  // `between_ticks`: devices read only at ticks are not waited for, but some device must have been read past `e.at`
+  bool ready(const EdgeWait& e, SteadyClock::time_point now, SteadyClock::time_point served,
+             bool between_ticks = false) const;
+  void settle_due(SteadyClock::time_point by, Frame& out);
+  void take_between(Frame& f, int64_t tick); // rows settled between ticks, at the front of this tick's
+  void end_phase(const Pending& p, std::vector<Open>::iterator it);
   // Places the edges whose points have come (all of them when `force`: the run's end) and closes the phases whose
   // both edges are placed, into `out`.
   void place(Frame& out, SteadyClock::time_point now, SteadyClock::time_point served, bool force);
@@ -227,6 +258,9 @@ private:
   std::optional<SteadyClock::time_point> edge_refilled_; // guarded by mu_
   std::function<bool(SteadyClock::time_point)> edge_hook_;
   std::function<SteadyClock::time_point()> served_;
+  std::function<void(const WindowReply&)> on_window_;
+  std::function<void()> prompt_hook_;
+  Frame between_; // sampler thread: rows settled between ticks (place_windows), handed on with the next tick
   std::chrono::nanoseconds hold_{0};
   std::optional<SteadyClock::time_point> last_edge_; // guarded by mu_: the edge that last asked for a reading
   int64_t edge_requests_ = 0;                        // guarded by mu_

@@ -320,6 +320,10 @@ void Session::open_markers() {
     Sampler* s = edge_sampler_.load(std::memory_order_acquire);
     return s ? s->counter_readings_served() : SteadyClock::time_point::max();
   });
+  phases_->set_prompt_hook([this] {
+    if (Sampler* s = edge_sampler_.load(std::memory_order_acquire)) s->hand_over_readings_soon();
+  });
+  phases_->set_on_window([this](const PhaseTracker::WindowReply& w) { answer_window(w); });
   on_marker_ = [this](Marker m, int64_t ts_ms) { on_marker(std::move(m), ts_ms); };
   // issue 29: `run --simulate` keeps the scenario's phases and work apart until the command shows whether it sends
   // its own (simulate_loop, hold_simulated, finish).
@@ -334,7 +338,9 @@ void Session::open_markers() {
       on_marker_(std::move(m), ts_ms);
     };
     if (!opts_.marker_socket_path.empty()) {
-      markers_ = std::make_unique<MarkerListener>(MarkerListener::at_path(opts_.marker_socket_path, handler));
+      markers_ = std::make_unique<MarkerListener>(opts_.marker_socket_path == default_marker_socket_path()
+                                                      ? MarkerListener::at_default_path(handler)
+                                                      : MarkerListener::at_path(opts_.marker_socket_path, handler));
     } else {
       // `run` works without markers when its private socket cannot be made (a TMPDIR too long for a socket path).
       try {
@@ -345,6 +351,50 @@ void Session::open_markers() {
     }
   }
   // --- end issue 15
+}
+
+// Sampler thread: the counters read at phase edges, as energy_j by the ticks' rule (before the next tick moves it on).
+void Session::add_edge_readings(const std::vector<CounterReading>& readings) {
+  for (const auto& r : readings)
+    if (auto e = acc_->counter_energy_j(r.gpu_index, r.counter_uj)) {
+      phases_->add_gpu_reading(r.gpu_index, r.at, *e, -1, r.stale);
+      // a counter that moves on a period: the reading followed the edge's next update; the energy at the edge is the
+      // reading less the power's integral back to it (CounterReading), off by at most its error
+      if (r.edge_at && *r.edge_at < r.at)
+        phases_->add_gpu_reading(r.gpu_index, *r.edge_at, *e - static_cast<double>(r.edge_back_uj) / 1e6,
+                                 static_cast<double>(r.edge_err_uj) / 1e6);
+    }
+}
+
+// Sampler thread: a measured window's figures, back to the program that waits for them (python/wattscope's
+// end_window). The same figures as the phase row stored with the next tick.
+void Session::answer_window(const PhaseTracker::WindowReply& w) {
+  if (!markers_) return;
+  nlohmann::json j{{"kind", "window"}, {"run_id", run_.run_id}, {"window", w.window}, {"name", w.name}};
+  if (!w.phase) {
+    j["error"] = w.window.empty() ? "no such phase is open" : "no such window is open";
+  } else {
+    const PhaseRecord& p = *w.phase;
+    j["phase_id"] = p.phase_id;
+    j["name"] = p.name;
+    j["start_ms"] = p.start_ms;
+    j["end_ms"] = p.end_ms;
+    j["duration_s"] = w.duration_s;
+    j["energy_j"] = p.energy_j ? nlohmann::json(*p.energy_j) : nlohmann::json();
+    j["method"] = p.energy_j ? nlohmann::json(p.energy_method) : nlohmann::json();
+    auto devices = nlohmann::json::object();
+    for (const auto& [device, e] : p.device_energy_j)
+      devices[device] = e;
+    j["devices"] = std::move(devices);
+    j["device_methods"] = w.methods;
+    j["energy_bound_j"] = p.energy_bound_j ? nlohmann::json(*p.energy_bound_j) : nlohmann::json();
+    j["start_edge"] = p.start_edge;
+    j["end_edge"] = p.end_edge;
+    j["closed_by_run_end"] = p.closed_by_run_end;
+  }
+  const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!markers_->reply(w.to, text) && windows_unanswered_++ == 0)
+    spdlog::debug("a window's figures could not be sent back (its program is gone, or its queue is full)");
 }
 
 void Session::on_marker(Marker m, int64_t ts_ms) {
@@ -415,16 +465,7 @@ void Session::start() {
             if (p.in_run) busy_s += p.cpu_time_s;
           run_busy_cores_ = busy_s / f.processes->window_s;
         }
-        // issue 33: the counters read at phase edges, as energy_j by the ticks' rule (before this tick moves it on)
-        for (const auto& r : f.counter_readings)
-          if (auto e = acc_->counter_energy_j(r.gpu_index, r.counter_uj)) {
-            phases_->add_gpu_reading(r.gpu_index, r.at, *e, -1, r.stale);
-            // a counter that moves on a period: the reading followed the edge's next update; the energy at the edge
-            // is the reading less the power's integral back to it (CounterReading), off by at most its error
-            if (r.edge_at && *r.edge_at < r.at)
-              phases_->add_gpu_reading(r.gpu_index, *r.edge_at, *e - static_cast<double>(r.edge_back_uj) / 1e6,
-                                       static_cast<double>(r.edge_err_uj) / 1e6);
-          }
+        add_edge_readings(f.counter_readings);
         acc_->process(f);
         phases_->process(f);
         if (sim_phases_) hold_simulated(f); // issue 29
@@ -457,6 +498,12 @@ void Session::start() {
   // (sources/counter_clock.hpp). Each marker waits for its reading and for every device's next counter value past it
   // (PhaseTracker::kMaxEdgeWait at most).
   phases_->set_edge_budget(kEdgeReadingPeriod, kEdgeReadingBurst);
+  // A measured window's sender waits for its figures: its edge readings are handed over as they are taken, and the
+  // window is closed between ticks (PhaseTracker::place_windows).
+  sampler_->set_readings_handler([this](std::vector<CounterReading>& readings) {
+    add_edge_readings(readings);
+    phases_->place_windows(SteadyClock::now());
+  });
   edge_sampler_.store(sampler_.get(), std::memory_order_release);
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();

@@ -120,6 +120,9 @@ private:
   void open_monitors();
   void open_markers();
   void on_marker(Marker m, int64_t ts_ms); // a marker from the socket (or the simulation), placed at its own time
+  void add_edge_readings(const std::vector<CounterReading>& readings);
+  void answer_window(const PhaseTracker::WindowReply& w);
+  int64_t windows_unanswered_ = 0; // sampler thread
   void open_stores();
   // ---- issue 31: vendor libraries open beside the command (threads of their own), never before it
   struct Opening;

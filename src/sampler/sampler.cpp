@@ -28,6 +28,24 @@ std::chrono::nanoseconds source_deadline(std::chrono::nanoseconds interval) {
 
 // One source that may block, on its own thread. The scratch frame belongs to the worker while `requested || busy`
 // and to the sampler otherwise; the worker writes only its gpus and events, so merging them is an append.
+struct Sampler::Bell {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false; // guarded by mu
+  bool rung = false; // guarded by mu: readings to hand over
+  std::atomic<int64_t> prompt_until_ns{0};
+  void ring() {
+    {
+      std::lock_guard lock(mu);
+      rung = true;
+    }
+    cv.notify_all();
+  }
+  bool prompt() const {
+    return SteadyClock::now().time_since_epoch().count() < prompt_until_ns.load(std::memory_order_relaxed);
+  }
+};
+
 struct Sampler::Worker {
   std::shared_ptr<Source> source;
   std::mutex mu;
@@ -46,6 +64,7 @@ struct Sampler::Worker {
   bool reading_steps = false;              // guarded by mu: a reading in steps is under way
   SteadyClock::time_point serving_for{};   // guarded by mu: the edge of the reading under way
   std::vector<CounterReading> readings;    // guarded by mu
+  std::shared_ptr<Bell> bell;              // set before the thread starts
   Frame scratch;
   // Sampler thread only.
   bool asked = false;    // asked on this tick
@@ -57,7 +76,8 @@ struct Sampler::Worker {
 
 Sampler::Sampler(std::vector<std::shared_ptr<Source>> sources, std::chrono::nanoseconds interval, FrameHandler on_frame,
                  AdaptiveOptions adaptive, size_t gpus)
-    : interval_(interval), on_frame_(std::move(on_frame)), adaptive_(adaptive), gpus_(gpus) {
+    : interval_(interval), on_frame_(std::move(on_frame)), adaptive_(adaptive), gpus_(gpus),
+      bell_(std::make_shared<Bell>()) {
   for (auto& s : sources) {
     if (s->may_block()) {
       auto w = std::make_shared<Worker>();
@@ -75,6 +95,7 @@ Sampler::~Sampler() {
 
 void Sampler::start_worker(const std::shared_ptr<Worker>& w) {
   // The thread holds the worker (and through it the source): a detached thread never outlives what it uses.
+  w->bell = bell_;
   w->thread = std::thread([w] {
     name_this_thread("ws-" + std::string(w->source->name()));
     std::unique_lock lock(w->mu);
@@ -111,6 +132,11 @@ void Sampler::start_worker(const std::shared_ptr<Worker>& w) {
         // phase's edge is then interpolated between ticks, as without readings).
         if (w->readings.size() + got.size() <= kMaxHeldReadings)
           w->readings.insert(w->readings.end(), got.begin(), got.end());
+        if (!got.empty() && !step_at && w->bell->prompt()) { // someone waits on it: handed over now
+          lock.unlock();
+          w->bell->ring();
+          lock.lock();
+        }
         continue; // nobody waits on it: a tick asked meanwhile is taken next
       }
       w->requested = false;
@@ -182,6 +208,33 @@ bool Sampler::request_counter_reading(SteadyClock::time_point at) {
   return any;
 }
 
+void Sampler::hand_over_readings_soon() {
+  const auto until = SteadyClock::now() + std::chrono::seconds(1);
+  bell_->prompt_until_ns.store(until.time_since_epoch().count(), std::memory_order_relaxed);
+  bell_->ring();
+}
+
+void Sampler::hand_over_readings() {
+  std::vector<std::shared_ptr<Worker>> workers;
+  {
+    std::lock_guard lock(mu_);
+    workers = counter_workers_;
+  }
+  std::vector<CounterReading> got;
+  for (auto& w : workers) {
+    std::lock_guard lock(w->mu);
+    got.insert(got.end(), w->readings.begin(), w->readings.end());
+    w->readings.clear();
+  }
+  counter_readings_.fetch_add(static_cast<int64_t>(got.size()), std::memory_order_relaxed);
+  if (!readings_handler_) return;
+  try {
+    readings_handler_(got);
+  } catch (const std::exception& e) {
+    spdlog::error("readings between ticks: {}", e.what()); // the sampling loop never throws (STYLE 14)
+  }
+}
+
 SteadyClock::time_point Sampler::counter_readings_served() const {
   std::vector<std::shared_ptr<Worker>> workers;
   {
@@ -249,7 +302,11 @@ void Sampler::stop() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  {
+    std::lock_guard lock(bell_->mu);
+    bell_->stop = true;
+  }
+  bell_->cv.notify_all();
   if (thread_.joinable()) thread_.join();
   for (auto& w : workers_) {
     bool busy = false;
@@ -388,17 +445,25 @@ void Sampler::loop() {
   int64_t slot = 0;
   for (;;) {
     if (slot > 0) { // tick 0 is taken whatever happens: every run has at least its starting sample
-      std::unique_lock lock(mu_);
-      // wait_until on steady_clock uses pthread_cond_clockwait: immune to wall-clock jumps.
-      stopping = cv_.wait_until(lock, grid.due(slot), [this] { return stop_; });
+      const auto due = grid.due(slot);
+      for (;;) {
+        bool rung = false;
+        {
+          std::unique_lock lock(bell_->mu);
+          // wait_until on steady_clock uses pthread_cond_clockwait: immune to wall-clock jumps.
+          bell_->cv.wait_until(lock, due, [this] { return bell_->stop || bell_->rung; });
+          stopping = bell_->stop;
+          rung = bell_->rung;
+          bell_->rung = false;
+        }
+        // Readings someone waits on, between ticks; the tick itself takes those that come as it is due.
+        if (stopping || !rung || SteadyClock::now() >= due) break;
+        hand_over_readings();
+      }
       // issue 33: the run's last phase edge is read before its last sample (a reading in steps takes up to a period
       // of the counter and the read; bounded), and a reading held makes that sample, however recent the last one
       bool readings_held = false;
-      if (stopping) {
-        lock.unlock();
-        readings_held = wait_for_counter_readings(SteadyClock::now() + kFinalReadingWait);
-        lock.lock();
-      }
+      if (stopping) readings_held = wait_for_counter_readings(SteadyClock::now() + kFinalReadingWait);
       // A run ends with one last full sample, now: its energy counters and the integrals close at the end of the
       // run, not up to an interval (or an idle interval) before it. Without it, a 7 s run at --interval 5s stored
       // 5 s of energy, and a phase after the last tick got none (issue 29: phases must add up to the run). Skipped

@@ -98,6 +98,13 @@ public:
   // this frame or an earlier one; time_point::max() when none is under way.
   SteadyClock::time_point counter_readings_served() const;
   int64_t counter_readings() const { return counter_readings_.load(std::memory_order_relaxed); }
+  // Before start(): readings taken between ticks may be handed over at once (on the sampler thread, between ticks)
+  // rather than with the next frame, for a caller waiting on them (a measured window's end).
+  using ReadingsHandler = std::function<void(std::vector<CounterReading>&)>;
+  void set_readings_handler(ReadingsHandler h) { readings_handler_ = std::move(h); }
+  // Thread-safe: for the next second, each reading is handed to the readings handler as soon as it is taken; the
+  // handler is also called now (with what is already taken, or nothing).
+  void hand_over_readings_soon();
   // Lets the tick in progress finish (bounded by its deadline), then joins. A worker still inside its source is not
   // waited for: it is detached and ends when the call returns.
   void stop();
@@ -106,6 +113,8 @@ public:
 
 private:
   struct Worker;
+  struct Bell;
+  void hand_over_readings(); // sampler thread, between ticks
   void loop();
   void start_worker(const std::shared_ptr<Worker>& w);
   void take_adopted();
@@ -125,7 +134,6 @@ private:
   ActivityRule::ScopeCores cpu_scope_;
   std::thread thread_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   bool stop_ = false;
   std::vector<std::shared_ptr<Source>> adopted_; // guarded by mu_: sources to join at the next tick
   // issue 33: at the run's end, waits (until `until` at most) for the off-grid readings asked for or under way;
@@ -134,6 +142,10 @@ private:
   static constexpr std::chrono::milliseconds kFinalReadingWait{500};
   std::vector<std::shared_ptr<Worker>> counter_workers_; // guarded by mu_: workers whose source reads_energy_counters()
   std::atomic<int64_t> counter_readings_{0};             // issue 33: off-grid readings taken (GPU reads)
+  // What wakes the sampler between ticks (the run's stop, readings to hand over early), shared with the workers: a
+  // worker left behind in a driver call may ring it after the sampler is gone.
+  std::shared_ptr<Bell> bell_;
+  ReadingsHandler readings_handler_;
   SamplerStats stats_;
 };
 

@@ -3,6 +3,7 @@
 // with no wattscope listening the marker is dropped and the command still succeeds (unless --strict), so a script
 // runs the same with and without wattscope.
 #include <poll.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -255,14 +256,13 @@ public:
     const std::string line = encode_marker(m);
     // The listener's own rules, applied here too, so a mistake is an error now rather than a warning in the run.
     flag_value("", [&] { return parse_marker(std::string_view(line).substr(0, line.size() - 1)); });
-    std::string path = socket_;
-    if (path.empty())
-      if (const char* env = std::getenv(kMarkerSocketEnv)) path = env;
+    const std::string path = socket_path();
     const bool sent = !path.empty() && send_marker(path, line);
     if (!sent && strict_) {
       const int why = errno; // send_marker's reason
       std::cerr << "wattscope mark: not delivered ("
-                << (path.empty() ? "WATTSCOPE_SOCKET is not set: not running under wattscope"
+                << (path.empty() ? "WATTSCOPE_SOCKET is not set and no wattscope record --socket listens: not "
+                                   "running under wattscope"
                                  : marker_send_failure(path, why))
                 << ")\n";
       return 1;
@@ -271,13 +271,24 @@ public:
   }
 
 private:
+  // --socket, else $WATTSCOPE_SOCKET (set by wattscope run), else this user's default socket where a `wattscope
+  // record --socket` listens; empty when there is none.
+  std::string socket_path() const {
+    if (!socket_.empty()) return socket_;
+    if (const char* env = std::getenv(kMarkerSocketEnv); env && *env) return env;
+    std::string fallback = default_marker_socket_path();
+    struct stat st {};
+    return ::lstat(fallback.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_uid == ::geteuid() ? fallback
+                                                                                                   : std::string();
+  }
+
   int run_stdin() {
     if (!action_.empty()) throw UsageError("--stdin reads the markers from stdin: give no marker on the command line");
-    std::string path = socket_;
-    if (path.empty())
-      if (const char* env = std::getenv(kMarkerSocketEnv)) path = env;
+    const std::string path = socket_path();
     if (path.empty()) { // outside wattscope: read and check the input all the same, send nothing
-      if (strict_) throw std::runtime_error("WATTSCOPE_SOCKET is not set: not running under wattscope");
+      if (strict_)
+        throw std::runtime_error("WATTSCOPE_SOCKET is not set and no wattscope record --socket listens: not running "
+                                 "under wattscope");
     }
     const int rc = MarkerStream(path, unit_).run();
     return strict_ ? rc : 0;

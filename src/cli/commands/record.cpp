@@ -10,6 +10,7 @@
 #include "cli/record_flags.hpp"
 #include "core/duration.hpp"
 #include "core/text.hpp"
+#include "phases/marker_socket.hpp"
 #include "recording/session.hpp"
 #include "runs/run_view.hpp"
 
@@ -23,8 +24,10 @@ public:
     add_record_options(sub, flags_);
     sub.add_option("--duration,-d", duration_, "Stop after this long, e.g. 30s, 10m (default: until stopped)");
     sub.add_option("--socket", socket_,
-                   "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
-                   "WATTSCOPE_SOCKET=PATH in the workloads that send them");
+                   "Listen for markers (wattscope mark, the Python helper, its energy windows and Jupyter magics) on "
+                   "this Unix socket; without PATH, on this user's default socket, which the helper and `wattscope "
+                   "mark` find by themselves (else set WATTSCOPE_SOCKET=PATH in the workloads that send them)")
+        ->expected(0, 1);
     // issue 18: one job's run on a shared node (wattscope slurm prolog passes both)
     sub.add_option("--only-unit", only_units_,
                    "Only the processes of this unit are the run's, e.g. \"slurm job 42\" (the unit names of "
@@ -41,7 +44,7 @@ public:
 
   int run(CLI::App& sub, const CliContext& ctx) override {
     SessionOptions opts = session_options(flags_, {});
-    opts.marker_socket_path = socket_;
+    opts.marker_socket_path = sub.count("--socket") > 0 && socket_.empty() ? default_marker_socket_path() : socket_;
     for (const auto& u : only_units_)
       flag_value("--only-unit", [&] { validate_printable_text("the unit", u, kMaxTagValueBytes); });
     for (const auto& e : only_env_)

@@ -11,6 +11,7 @@
 #include "cli/record_flags.hpp"
 #include "core/duration.hpp"
 #include "core/thread_name.hpp"
+#include "phases/marker_socket.hpp"
 #include "recording/session.hpp"
 #include "runs/run_view.hpp"
 #include "server/live.hpp"
@@ -59,8 +60,10 @@ public:
     sub.add_option("--procfs-root", rec_.procfs_root, "Where procfs is mounted")->capture_default_str();
     sub.add_option("--sysfs-root", rec_.sysfs_root, "Where sysfs is mounted")->capture_default_str();
     sub.add_option("--socket", socket_,
-                   "Listen for markers (wattscope mark, the Python helper) on this Unix socket; set "
-                   "WATTSCOPE_SOCKET=PATH in the workloads that send them");
+                   "Listen for markers (wattscope mark, the Python helper, its energy windows and Jupyter magics) on "
+                   "this Unix socket; without PATH, on this user's default socket, which the helper and `wattscope "
+                   "mark` find by themselves (else set WATTSCOPE_SOCKET=PATH in the workloads that send them)")
+        ->expected(0, 1);
     add_alerts_option(sub, rec_);    // alerts (issue 14)
     add_adaptive_options(sub, rec_); // issue 18
     add_per_core_options(sub, rec_); // issue 33
@@ -73,7 +76,7 @@ public:
                "Grafana dashboard,\na Prometheus scrape config and a systemd unit. SIGTERM stops it cleanly.");
   }
 
-  int run(CLI::App&, const CliContext& ctx) override {
+  int run(CLI::App& sub, const CliContext& ctx) override {
     const ListenAddress addr = flag_value("--listen", [&] { return parse_listen(listen_); });
     std::string token;
     // Bounded read, regular files only, visible characters, no group/world-writable file or directory (as ssh).
@@ -88,7 +91,7 @@ public:
     if (!db_.empty()) session_flags.db = db_;
     if (session_flags.task.empty()) session_flags.task = "serve";
     SessionOptions opts = session_options(session_flags, {}, /*require_store=*/false);
-    opts.marker_socket_path = socket_;
+    opts.marker_socket_path = sub.count("--socket") > 0 && socket_.empty() ? default_marker_socket_path() : socket_;
     std::optional<StoreSpec> store;
     if (!opts.stores.empty()) store = opts.stores.front();
     block_control_signals();
