@@ -231,16 +231,8 @@ def _await(window, timeout):
                     data = sock.recv(65536)
                 except OSError:  # BlockingIOError: drained
                     break
-                try:
-                    answer = json.loads(data.decode("utf-8", "replace"))
-                except ValueError:
-                    continue
-                if isinstance(answer, dict) and answer.get("kind") == "window" and isinstance(answer.get("window"),
-                                                                                               str):
-                    with _recv:
-                        _answers[answer["window"]] = answer
-                        while len(_answers) > _MAX_WAITING:
-                            _answers.popitem(last=False)
+                with _recv:
+                    _keep(data)
         finally:
             with _recv:
                 _receiving = False
@@ -253,6 +245,33 @@ def _await(window, timeout):
     _say_once("silent", f"wattscope: no answer for a window within {wait:g} s; its figures are None (later windows "
                         f"wait at most {_SHORT_TIMEOUT_S:g} s until wattscope answers again)")
     return None, f"wattscope did not answer within {wait:g} s"
+
+
+def _drain():
+    """Takes the answers already waiting on the helper's socket (never waits): with wait=False they would otherwise
+    fill its queue (the kernel's, a few datagrams long), and the later ones would be lost."""
+    if _receiving or _ws._sock is None or _ws._sock_pid != os.getpid():
+        return
+    with _recv:
+        sock = _ws._sock
+        for _ in range(_MAX_WAITING):
+            try:
+                data = sock.recv(65536)
+            except OSError:  # BlockingIOError: nothing waiting
+                return
+            _keep(data)
+
+
+def _keep(data):
+    """Called with _recv held or by the one receiving thread."""
+    try:
+        answer = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        return
+    if isinstance(answer, dict) and answer.get("kind") == "window" and isinstance(answer.get("window"), str):
+        _answers[answer["window"]] = answer
+        while len(_answers) > _MAX_WAITING:
+            _answers.popitem(last=False)
 
 
 def _send_marker(message):
@@ -303,6 +322,7 @@ def end_window(name, timeout=None, wait=True):
     if window is None:
         m.error = "no wattscope listening" if not _ws._meter_path() else "the window's begin was not delivered"
         return _record(m)
+    _drain()
     sent, error = _send_marker({"kind": "end", "name": key, "window": window, "reply": True,
                                 "mono_ns": time.monotonic_ns()})
     if not sent:
