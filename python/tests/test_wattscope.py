@@ -616,3 +616,33 @@ def test_a_bad_total_is_dropped_before_sending(listener, no_totals, bad):
     wattscope.configure(strict=True)
     with pytest.raises(ValueError, match="work total"):
         wattscope.work(1, total=bad)
+
+
+def test_trainer_callbacks_take_any_arguments_and_never_raise_without_a_meter(monkeypatch, tmp_path):
+    import warnings
+
+    from wattscope.callbacks import EnergyCallback
+
+    monkeypatch.delenv("WATTSCOPE_SOCKET", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))  # no default socket there
+    seen = []
+    cb = EnergyCallback(every_n_steps=2, on_measurement=seen.append)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cb.set_model(object())
+        cb.on_train_begin(None, None, None, model=None)  # Hugging Face: (args, state, control, **kwargs)
+        for epoch in range(2):
+            cb.on_epoch_begin(epoch, {})  # Keras: (epoch, logs)
+            for step in range(3):
+                cb.on_step_begin(None, None, None)
+                cb.on_step_end(None, None, None)
+            cb.on_prediction_step(None, None, None)
+            cb.on_evaluate(None, None, None, metrics={})
+            cb.on_epoch_end(epoch, {"loss": 1.0})
+        cb.on_train_epoch_start("trainer", "module")  # Lightning, then a run stopped mid-epoch
+        cb.on_train_end(None, None, None)
+        cb.on_anything_else(1, 2, x=3)
+    names = [m.name for m in cb.measurements]
+    assert names == ["step 0", "step 2", "evaluate", "epoch 0", "step 4", "evaluate", "epoch 1", "epoch 2"]
+    assert seen == cb.measurements
+    assert all(m.energy_j is None and m.duration_s is not None and m.error for m in cb.measurements)

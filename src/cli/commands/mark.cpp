@@ -244,7 +244,9 @@ public:
                "  wattscope mark end epoch\n"
                "  wattscope mark model resnet50 --parameters 25557032 --flops 4.1e9\n"
                "  for f in *.jpg; do convert \"$f\" ...; echo work 1 images; done | wattscope mark --stdin\n"
-               "Outside wattscope (no WATTSCOPE_SOCKET) a marker is dropped and the command succeeds.\n"
+               "Outside wattscope (no WATTSCOPE_SOCKET, no `wattscope record --socket` of this user's) a marker is "
+               "dropped and the "
+               "command succeeds.\n"
                "The protocol (one JSON object per datagram line) is in docs/markers.md.");
   }
 
