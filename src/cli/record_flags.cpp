@@ -1,11 +1,14 @@
 #include "cli/record_flags.hpp"
 
+#include <cstdlib>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "cli/command.hpp"
 #include "core/duration.hpp"
 #include "core/text.hpp"
+#include "phases/scrape.hpp"
 #include "sources/nvml/gpu_selection.hpp"
 
 namespace wattscope {
@@ -46,6 +49,7 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
   add_adaptive_options(sub, f); // issue 18
   add_per_core_options(sub, f); // issue 33
   add_read_cost_option(sub, f); // issue 33
+  add_scrape_options(sub, f);   // run and record: a workload's Prometheus endpoint as work
 }
 
 // issue 33: run, record and serve
@@ -54,6 +58,22 @@ void add_read_cost_option(CLI::App& sub, RecordFlags& f) {
                  "A GPU read costing more CPU than this (timed on its first reads) is read at most once a second, or "
                  "as often as its value changes; the ticks between carry its last value with its age (default 50us; "
                  "0 reads everything every tick)");
+}
+
+void add_scrape_options(CLI::App& sub, RecordFlags& f) {
+  sub.add_option("--scrape", f.scrape,
+                 "Read this Prometheus endpoint of the workload at each interval (at most 5 times a second): the token "
+                 "and request counters of vLLM, Text Generation Inference, SGLang and llama.cpp's server become work "
+                 "(output_tokens, prompt_tokens, requests), so show and the report give J per output token; steady "
+                 "batches become 'steady-state' phases (docs/inference.md). Repeatable, e.g. "
+                 "http://127.0.0.1:8000/metrics");
+  sub.add_option("--scrape-unit", f.scrape_units,
+                 "Count another counter of the scraped endpoints as work: METRIC=UNIT, e.g. "
+                 "myapp_images_total=images (repeatable)");
+  sub.add_option("--scrape-max-batch", f.scrape_max_batch,
+                 "The engine's configured maximum batch (e.g. vLLM's --max-num-seqs): steady-state windows need at "
+                 "least 0.85 of it running (default: the largest running count seen so far)")
+      ->check(CLI::PositiveNumber);
 }
 
 // ---- issue 33: per-core rows ----
@@ -207,6 +227,20 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
       throw UsageError(fmt::format("--max-read-cost {}: at most 1s (a read's CPU cost, e.g. 50us; 0 reads everything "
                                    "every tick)",
                                    excerpt(f.max_read_cost)));
+  }
+  for (const auto& url : f.scrape)
+    if (!(url.starts_with("http://") || url.starts_with("https://")) || url.size() > 2048)
+      throw UsageError(fmt::format("--scrape '{}': an http:// or https:// URL of a Prometheus endpoint, e.g. "
+                                   "http://127.0.0.1:8000/metrics",
+                                   excerpt(url)));
+  o.scrape.urls = f.scrape;
+  o.scrape.unit_mappings = f.scrape_units;
+  flag_value("--scrape-unit", [&] { return scrape_metrics(f.scrape_units); });
+  if (f.scrape_max_batch > 0) o.scrape.max_batch = f.scrape_max_batch;
+  if (const char* hold = std::getenv("WATTSCOPE_STEADY_HOLD_S"); hold && *hold) { // tests: a shorter hold
+    char* end = nullptr;
+    const double s = std::strtod(hold, &end);
+    if (end && *end == '\0' && s >= 0 && s <= 3600) o.scrape.hold_s = s;
   }
   return o;
 }

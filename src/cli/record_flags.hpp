@@ -42,8 +42,14 @@ struct RecordFlags {
   bool per_core_every_tick = false; // --per-core-every-tick
   bool no_per_core = false;         // --no-per-core
   // ---- end issue 33
-  std::string max_read_cost; // issue 33: --max-read-cost ("" the default, 50us)
+  std::string max_read_cost;             // issue 33: --max-read-cost ("" the default, 50us)
+  std::vector<std::string> scrape;       // --scrape URL (repeatable)
+  std::vector<std::string> scrape_units; // --scrape-unit METRIC=UNIT (repeatable)
+  double scrape_max_batch = 0;           // --scrape-max-batch N (0: the largest running count seen)
 };
+
+// --scrape, --scrape-unit and --scrape-max-batch (run, record, serve; docs/inference.md)
+void add_scrape_options(CLI::App& sub, RecordFlags& f);
 
 // ---- issue 33: --per-core-every-tick and --no-per-core (run, record, serve; docs/storage.md)
 void add_per_core_options(CLI::App& sub, RecordFlags& f);

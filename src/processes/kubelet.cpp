@@ -1,11 +1,10 @@
 #include "processes/kubelet.hpp"
 
-#include "core/lazy/lazy_lib.hpp"
+#include "core/lazy/http_get.hpp"
 
 #include <cstdlib>
 #include <stdexcept>
 
-#include <curl/curl.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -120,70 +119,24 @@ void KubeletPodNames::loop() {
   }
 }
 
-namespace {
-struct Body {
-  std::string text;
-  size_t max = 0;
-  bool too_big = false;
-};
-size_t on_body(char* data, size_t size, size_t n, void* user) {
-  auto* b = static_cast<Body*>(user);
-  if (b->text.size() + size * n > b->max) {
-    b->too_big = true;
-    return 0; // aborts the transfer
-  }
-  b->text.append(data, size * n);
-  return size * n;
-}
-} // namespace
-
 std::optional<std::string> KubeletPodNames::fetch(std::string& error) const {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-  CURL* h = curl_easy_init();
-  if (!h) {
-    error = lazy::curl().available() ? "libcurl could not start a transfer" : lazy::curl().error();
-    return std::nullopt;
-  }
-  char errbuf[CURL_ERROR_SIZE] = {};
-  Body body;
-  body.max = opts_.max_body_bytes;
-  curl_slist* headers = nullptr;
+  HttpGet get;
+  get.url = opts_.url;
+  get.timeout = opts_.timeout;
+  get.max_body_bytes = opts_.max_body_bytes;
+  get.ca_file = opts_.ca_file;
+  get.user_agent = "wattscope-kubelet";
   if (!opts_.token_file.empty()) {
     std::string token;
     if (!read_small_file(opts_.token_file, token)) {
-      curl_easy_cleanup(h);
       error = fmt::format("cannot read the token file {}", opts_.token_file);
       return std::nullopt;
     }
     while (!token.empty() && (token.back() == '\n' || token.back() == '\r' || token.back() == ' '))
       token.pop_back();
-    headers = curl_slist_append(headers, ("Authorization: Bearer " + token).c_str());
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    get.bearer_token = std::move(token);
   }
-  curl_easy_setopt(h, CURLOPT_URL, opts_.url.c_str());
-  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(h, CURLOPT_FAILONERROR, 1L);
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(opts_.timeout.count()));
-  curl_easy_setopt(h, CURLOPT_USERAGENT, "wattscope-kubelet");
-  curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, ""); // gzip where the kubelet offers it
-  if (!opts_.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opts_.ca_file.c_str());
-  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
-  const CURLcode rc = curl_easy_perform(h);
-  curl_easy_cleanup(h);
-  curl_slist_free_all(headers);
-  if (body.too_big) {
-    error = fmt::format("the answer is larger than {} bytes", opts_.max_body_bytes);
-    return std::nullopt;
-  }
-  if (rc != CURLE_OK) {
-    error = errbuf[0] ? std::string(errbuf) : std::string(curl_easy_strerror(rc));
-    return std::nullopt;
-  }
-  return std::move(body.text);
+  return http_get(get, error);
 }
 
 } // namespace wattscope

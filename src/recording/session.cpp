@@ -351,6 +351,11 @@ void Session::open_markers() {
     }
   }
   // --- end issue 15
+  if (!opts_.scrape.urls.empty()) {
+    ScrapeOptions so = opts_.scrape;
+    so.period = opts_.interval;
+    scraper_ = std::make_unique<Scraper>(std::move(so), [this](Marker m) { on_marker_(std::move(m), wall_now_ms()); });
+  }
 }
 
 // Sampler thread: the counters read at phase edges, as energy_j by the ticks' rule (before the next tick moves it on).
@@ -508,6 +513,7 @@ void Session::start() {
   sampler_->start();
   if (tracker_ && opts_.command.empty()) tracker_->start_machine();
   if (markers_) markers_->start();
+  if (scraper_) scraper_->start();
   if (opts_.simulate) // issue 19
     sim_thread_ = std::thread([this] {
       name_this_thread("ws-simulate");
@@ -656,6 +662,7 @@ RunInfo Session::finish(std::optional<int64_t> exit_status) {
       run_.tags = tags.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     }
   }
+  if (scraper_) scraper_->stop(); // an open steady-state window ends here
   if (markers_) markers_->stop(); // what arrived before now is settled below
   if (sim_thread_.joinable()) {   // issue 19
     {

@@ -23,6 +23,7 @@
 #include "phases/phase_tracker.hpp"
 #include "processes/cgroup.hpp"
 #include "processes/tracker.hpp"
+#include "recording/scraper.hpp"
 #include "sampler/sampler.hpp"
 #include "simulation/simulate.hpp"
 #include "sinks/sink_writer.hpp"
@@ -68,6 +69,9 @@ struct SessionOptions {
   // record/serve at --socket PATH. Neither: no socket.
   bool private_marker_socket = false;
   std::string marker_socket_path;
+  // --scrape URL (repeatable), --scrape-unit, --scrape-max-batch: a workload's Prometheus endpoint as work
+  // (recording/scraper.hpp); the period is the interval.
+  ScrapeOptions scrape;
   // ---- simulate (issue 19): simulated GPUs instead of the machine's (simulation/simulate.hpp); the run is tagged
   // simulated=true and the scenario's timeline sends its phase and work markers.
   std::shared_ptr<const Simulation> simulate;
@@ -157,6 +161,7 @@ private:
   std::unique_ptr<ProcessTracker> tracker_;
   std::unique_ptr<PhaseTracker> phases_;    // issue 15
   std::unique_ptr<MarkerListener> markers_; // issue 15
+  std::unique_ptr<Scraper> scraper_;        // --scrape
   std::unique_ptr<AlertEngine> alerts_;     // issue 14
   // issue 36
   std::unique_ptr<AnomalyMonitor> anomalies_;
