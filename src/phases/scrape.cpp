@@ -215,13 +215,11 @@ ScrapeStep ScrapeState::observe(const ScrapeParse& parsed, double t_s) {
     if (cur == now.end()) continue;
     auto prev = last_.find(key);
     if (!first_ && prev != last_.end()) {
-      double delta = cur->second - prev->second;
-      if (delta < 0) { // a counter that fell: the engine restarted, and counts from 0 again
-        delta = cur->second;
+      const double delta = cur->second - prev->second;
+      if (delta < 0) { // a counter that fell: the engine restarted and counts from 0 again
         if (std::find(step.restarts.begin(), step.restarts.end(), m.engine) == step.restarts.end())
           step.restarts.push_back(m.engine);
-      }
-      if (delta > 0) {
+      } else if (delta > 0) {
         step.work[m.unit] += delta;
         output = output || m.unit == "output_tokens";
       }
@@ -229,6 +227,14 @@ ScrapeStep ScrapeState::observe(const ScrapeParse& parsed, double t_s) {
     last_[key] = cur->second;
   }
   first_ = false;
+  if (!step.restarts.empty()) {
+    // What the engine did between the last scrape and its restart is unknowable, and what it did since is mixed
+    // with the time before: this scrape is a new baseline, never negative work nor a guess (the caller ends its
+    // spans at the last scrape and begins them again here).
+    step.work.clear();
+    reset_window();
+    return step;
+  }
   if (running) {
     max_running_ = std::max(max_running_, *running);
     const double full = rule_.max_batch.value_or(max_running_);

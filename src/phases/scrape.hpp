@@ -65,7 +65,7 @@ struct SteadyRule {
 };
 struct ScrapeStep {
   std::map<std::string, double> work; // unit -> amount since the last scrape (a counter that fell: a restart)
-  std::vector<std::string> restarts;  // engines whose counters fell
+  std::vector<std::string> restarts;  // engines whose counters fell: no work, a new baseline, the window ended
   std::optional<bool> steady_begins;  // true: a steady window begins at this scrape; false: it ends
   std::string engine;                 // the engine recognised (the first whose names were found)
 };

@@ -124,7 +124,11 @@ void Scraper::scrape(Target& t) {
     t.last_trouble = kind;
   };
   auto body = http_get(get, error);
-  if (!body) return trouble("get", error, false);
+  if (!body) { // said once per kind of failure: the text without its numbers (a timeout's milliseconds)
+    std::string kind = error;
+    std::erase_if(kind, [](char c) { return c >= '0' && c <= '9'; });
+    return trouble(kind, error, false);
+  }
   const ScrapeParse parsed = parse_exposition(*body, t.state.wanted());
   // An endpoint that lies is not believed in part: a scrape with a bad line or too many series is refused whole.
   if (parsed.bad_lines > 0 || parsed.cut)
@@ -135,7 +139,13 @@ void Scraper::scrape(Target& t) {
                    true);
   if (!t.last_trouble.empty()) spdlog::info("--scrape {}: answers well again", excerpt(t.url, 120));
   t.last_trouble.clear();
+  const bool was_in_window = t.state.in_window();
   const ScrapeStep step = t.state.observe(parsed, static_cast<double>(at) / 1e9);
+  if (!step.restarts.empty() && t.serving) { // the spans end at the last scrape before the restart
+    if (was_in_window) emit_(marker(Marker::Kind::End, t.last_good_ns));
+    emit_(marker(Marker::Kind::End, t.last_good_ns, kServingPhase));
+    t.serving = false;
+  }
   t.last_good_ns = at;
   {
     std::lock_guard lock(mu_);

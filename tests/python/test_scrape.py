@@ -1,0 +1,93 @@
+"""Energy per token through the real binary (`--scrape`): stand-in engine endpoints (llm_standin.py, from each engine's
+documented metric names) beside two stand-in GPUs at a constant 200 W and 100 W, so J per output token is 300 W over
+the token rate. Each engine, a restart, a ramp before steady batches, and endpoints that lie."""
+
+import os
+import socket
+import sqlite3
+
+import pytest
+
+from conftest import PYTHON
+
+STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llm_standin.py")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(w, engine, *standin, scrape_args=(), seconds=7, extra_urls=()):
+    """`wattscope run --scrape` of a stand-in engine as the run's command; the run's phases by name and its units."""
+    port = free_port()
+    w.env["WATTSCOPE_STEADY_HOLD_S"] = "2"  # steady 2 s before a window (20 s in use), to keep the test short
+    r = w.wattscope("run", "--interval", "500ms", "--task", f"serve-{engine}", "--sysfs-root",
+                    os.path.join(w.path, "sys"), "--scrape", f"http://127.0.0.1:{port}/metrics",
+                    *[a for u in extra_urls for a in ("--scrape", u)], *scrape_args, "--",
+                    PYTHON, STANDIN, "--engine", engine, "--port", str(port), "--seconds", str(seconds), *standin)
+    db = sqlite3.connect(os.path.join(w.path, "wattscope.db"))
+    run_id = db.execute("SELECT run_id FROM runs ORDER BY start_ms DESC LIMIT 1").fetchone()[0]
+    shown = w.show(run_id)
+    return shown, r
+
+
+def phase(shown, name):
+    got = [p for p in shown["phases"] if p["name"] == name]
+    assert len(got) == 1, (name, [p["name"] for p in shown["phases"]])
+    return got[0]
+
+
+def per_token(p):
+    return p["energy_j"] / p["work"]["amount"]["output_tokens"]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "tgi", "sglang", "llama.cpp"])
+def test_each_engine_gives_joules_per_output_token(steady_world, engine):
+    shown, _ = serve(steady_world, engine, "--rate", "400")
+    serving = phase(shown, "serving")
+    assert per_token(serving) == pytest.approx(300 / 400, rel=0.03)
+    assert serving["work"]["amount"]["prompt_tokens"] == pytest.approx(serving["work"]["amount"]["output_tokens"] / 4,
+                                                                       rel=0.02)
+    if engine != "llama.cpp":  # its server counts no requests
+        assert serving["work"]["amount"]["requests"] == pytest.approx(
+            serving["work"]["amount"]["output_tokens"] / 100, rel=0.05)
+    # the whole run's figure is the serving span's (the time before the engine answered made no counted tokens)
+    assert shown["work"]["covers"]["output_tokens"]["phases"] == [serving["phase_id"]]
+    assert shown["work"]["energy_per_unit_j"]["output_tokens"] == pytest.approx(300 / 400, rel=0.03)
+
+
+def test_a_ramp_then_steady_batches_make_a_steady_window_and_a_restart_is_no_negative_work(steady_world):
+    shown, r = serve(steady_world, "vllm", "--rate", "600", "--ramp", "2", "--restart-at", "5", seconds=9)
+    steady = [p for p in shown["phases"] if p["name"] == "steady-state"]
+    assert steady, [p["name"] for p in shown["phases"]]
+    serving = [p for p in shown["phases"] if p["name"] == "serving"][0]
+    for p in steady:
+        # begun once the full batch held for 2 s (the ramp's half size is not steady)
+        assert p["start_ms"] - serving["start_ms"] >= 2000, (p, serving)
+        assert per_token(p) == pytest.approx(300 / 600, rel=0.03)
+    # every token counted once: 600/s over the span, the restart's fall from ~3000 to 0 not subtracted
+    assert per_token(serving) == pytest.approx(300 / 600, rel=0.03)
+    assert "restart" in r.stderr
+
+
+def test_an_endpoint_that_lies_gives_nothing(steady_world):
+    w = steady_world
+    liars = []
+    import subprocess
+    procs = []
+    try:
+        for lie in ("huge", "slow", "malformed"):
+            port = free_port()
+            procs.append(subprocess.Popen([PYTHON, STANDIN, "--engine", "sglang", "--port", str(port), "--lie", lie,
+                                           "--seconds", "30"]))
+            liars.append(f"http://127.0.0.1:{port}/metrics")
+        shown, r = serve(w, "vllm", "--rate", "400", extra_urls=liars)
+    finally:
+        for p in procs:
+            p.kill()
+    serving = phase(shown, "serving")  # the honest endpoint alone: one span, its tokens only
+    assert per_token(serving) == pytest.approx(300 / 400, rel=0.03)
+    for said in ("larger than", "bad line", "timed out"):
+        assert said.lower() in r.stderr.lower(), r.stderr
