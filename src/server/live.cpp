@@ -376,6 +376,14 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
       cpu_power_method_ = f->cpu.power_method ? f->cpu.power_method : "";
     }
     if (f->cpu.dram_energy_j) cpu_dram_energy_j_ = f->cpu.dram_energy_j;
+    // Work reported (markers, --scrape): a counter per unit, at most kMaxWorkUnits units (a unit past them is
+    // summed under "other", so a workload that invents units cannot grow the scrape).
+    for (const auto& w : f->work) {
+      auto it = work_total_.find(w.unit);
+      if (it == work_total_.end() && work_total_.size() >= kMaxWorkUnits) it = work_total_.try_emplace("other").first;
+      if (it == work_total_.end()) it = work_total_.try_emplace(w.unit).first;
+      it->second += w.amount;
+    }
     ++seq_;
     for (const auto& e : f->events) {
       if (e.kind == "xid" && e.source.starts_with("gpu")) // issue 32: counted per GPU for /metrics
@@ -946,11 +954,15 @@ void write_alerts(std::string& out, const AlertEngine& alerts, const std::vector
 // The counters whose count starts at a known instant: the run's start (serve records one run from its start). Their
 // OpenMetrics `_created` sample says so; the others count since the driver loaded or the machine booted (NVML's ECC
 // and NVLink counters, /proc/stat's busy time) or since a process or unit was first seen, and get none.
-constexpr std::string_view kCountedFromRunStart[] = {
-    "wattscope_gpu_energy_joules_total",     "wattscope_gpu_throttle_seconds_total",
-    "wattscope_cpu_energy_joules_total",     "wattscope_gpu_xid_errors_total",
-    "wattscope_sampler_probe_ticks_total",   "wattscope_sampler_ticks_total",
-    "wattscope_sampler_skipped_ticks_total", "wattscope_sampler_late_total"};
+constexpr std::string_view kCountedFromRunStart[] = {"wattscope_gpu_energy_joules_total",
+                                                     "wattscope_gpu_throttle_seconds_total",
+                                                     "wattscope_cpu_energy_joules_total",
+                                                     "wattscope_gpu_xid_errors_total",
+                                                     "wattscope_sampler_probe_ticks_total",
+                                                     "wattscope_sampler_ticks_total",
+                                                     "wattscope_sampler_skipped_ticks_total",
+                                                     "wattscope_sampler_late_total",
+                                                     "wattscope_work_total"};
 
 } // namespace
 
@@ -1046,6 +1058,14 @@ std::string LiveState::metrics_text(MetricsFormat format) const {
     write_gpu_health(x, devices_, gs, xid_errors_, host);
     write_migs(x, f, devices_, host);
     write_cpu(x, f.cpu, host);
+    if (!work_total_.empty()) {
+      // Energy per unit is a ratio of rates: rate(wattscope_gpu_energy_joules_total[5m]) / rate(this[5m])
+      x.family("wattscope_work_total", "counter",
+               "Work the workload reported since serve started (its markers, --scrape's token and request "
+               "counters), by unit: output_tokens, prompt_tokens, requests, samples, ...");
+      for (const auto& [unit, amount] : work_total_)
+        x.sample(fmt::format("{},unit=\"{}\"", host_label, prom_label_value(unit)), amount);
+    }
     out = x.take();
     if (board_) out += board_->metrics_text; // prepared once per process scan
     if (alerts_) write_alerts(out, *alerts_, devices_, host);

@@ -160,6 +160,8 @@ private:
   // dips nor reads "not measured" for that tick.
   std::map<int, std::optional<double>> gpu_energy_j_; // a slot per GPU from set_run: push() allocates nothing
   std::optional<double> cpu_package_energy_j_, cpu_dram_energy_j_;
+  std::map<std::string, double> work_total_; // unit -> amount reported since serve started
+  static constexpr size_t kMaxWorkUnits = 32;
   std::string cpu_power_method_; // of the CPU's latest energy
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;

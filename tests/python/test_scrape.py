@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from conftest import PYTHON
+from conftest import BINARY, PYTHON
 
 STANDIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "llm_standin.py")
 
@@ -91,3 +91,41 @@ def test_an_endpoint_that_lies_gives_nothing(steady_world):
     assert per_token(serving) == pytest.approx(300 / 400, rel=0.03)
     for said in ("larger than", "bad line", "timed out"):
         assert said.lower() in r.stderr.lower(), r.stderr
+
+
+def test_serve_exports_the_scraped_work_as_a_counter(steady_world):
+    import subprocess
+    import time
+    import urllib.request
+
+    w = steady_world
+    engine_port, serve_port = free_port(), free_port()
+    engine = subprocess.Popen([PYTHON, STANDIN, "--engine", "tgi", "--port", str(engine_port), "--rate", "400",
+                               "--seconds", "60"])
+    serve = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{serve_port}", "--interval", "500ms",
+                              "--sysfs-root", os.path.join(w.path, "sys"), "--scrape",
+                              f"http://127.0.0.1:{engine_port}/metrics"], cwd=w.path, env=w.env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline, seen = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{serve_port}/metrics", timeout=5).read().decode()
+            except OSError:
+                continue
+            line = [x for x in text.splitlines() if x.startswith("wattscope_work_total{") and
+                    'unit="output_tokens"' in x]
+            if line:
+                seen.append((time.monotonic(), float(line[0].rsplit(" ", 1)[1])))
+            if len(seen) >= 2 and seen[-1][0] - seen[0][0] >= 3:
+                break
+        assert len(seen) >= 2, "no wattscope_work_total{unit=\"output_tokens\"} in /metrics"
+        assert "# TYPE wattscope_work_total counter" in text
+        # a counter that rises at the engine's rate (400 tokens a second, give or take a scrape)
+        rate = (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
+        assert 250 < rate < 550, rate
+    finally:
+        serve.terminate()
+        serve.wait(timeout=60)
+        engine.kill()
