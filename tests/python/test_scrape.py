@@ -129,3 +129,55 @@ def test_serve_exports_the_scraped_work_as_a_counter(steady_world):
         serve.terminate()
         serve.wait(timeout=60)
         engine.kill()
+
+
+GENERATE = r"""
+import json, sys, time
+import torch
+import wattscope
+
+# A real small model, trained and then served here (no downloaded weights): a character-level bigram language model
+# over a short text; generation marks its output tokens as an engine without an endpoint would.
+torch.manual_seed(0)
+torch.set_num_threads(1)
+text = "the energy of a token is the energy of the window over the tokens it made. " * 20
+chars = sorted(set(text))
+idx = torch.tensor([chars.index(c) for c in text])
+model = torch.nn.Embedding(len(chars), len(chars))
+opt = torch.optim.Adam(model.parameters(), lr=0.1)
+with wattscope.phase("train"):
+    for step in range(200):
+        loss = torch.nn.functional.cross_entropy(model(idx[:-1]), idx[1:])
+        opt.zero_grad(); loss.backward(); opt.step()
+out_tokens = 0
+with torch.no_grad(), wattscope.measure("generate") as m:
+    seq = torch.zeros(16, dtype=torch.long)  # 16 requests served together
+    t_end = time.monotonic() + 2.0
+    while time.monotonic() < t_end:
+        probs = torch.softmax(model(seq), dim=-1)
+        seq = torch.multinomial(probs, 1).squeeze(1)
+        wattscope.work(len(seq), unit="output_tokens")
+        out_tokens += len(seq)
+        time.sleep(0.002)
+    wattscope.flush()
+json.dump({"tokens": out_tokens, "loss": loss.item(), "window": m.as_dict()}, open(sys.argv[1], "w"))
+"""
+
+
+def test_a_real_model_served_in_python_marks_its_output_tokens(steady_world):
+    pytest.importorskip("torch", reason="python3-torch is not installed (scripts/setup.sh installs it)")
+    w = steady_world
+    prog = w.file("generate.py", GENERATE)
+    result = os.path.join(w.path, "generate.json")
+    w.wattscope("run", "--interval", "500ms", "--task", "generate", "--sysfs-root", os.path.join(w.path, "sys"), "--",
+                PYTHON, prog, result)
+    import json
+    mine = json.load(open(result))
+    assert mine["loss"] < 3.0  # it learnt something
+    shown = w.show(mine["window"]["run_id"])
+    gen = phase(shown, "generate")
+    assert gen["work"]["amount"]["output_tokens"] == mine["tokens"]  # every token, once
+    # J per output token: the window's energy (300 W over its time) over the tokens it made
+    assert gen["energy_j"] == pytest.approx(mine["window"]["energy_j"], abs=1e-6)
+    assert per_token(gen) == pytest.approx(300 * gen["duration_s"] / mine["tokens"], rel=0.03)
+    assert shown["work"]["energy_per_unit_j"]["output_tokens"] == pytest.approx(per_token(gen), rel=1e-9)
