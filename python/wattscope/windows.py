@@ -121,50 +121,6 @@ class Measurement:
         return default if self._answer is None else self._answer.get(key, default)
 
     @property
-    def energy_j(self):
-        return self._get("energy_j")
-
-    @property
-    def devices(self):
-        return dict(self._get("devices") or {})
-
-    @property
-    def device_methods(self):
-        return dict(self._get("device_methods") or {})
-
-    @property
-    def method(self):
-        return self._get("method")
-
-    @property
-    def bound_j(self):
-        return self._get("energy_bound_j")
-
-    @property
-    def start_edge(self):
-        return self._get("start_edge")
-
-    @property
-    def end_edge(self):
-        return self._get("end_edge")
-
-    @property
-    def run_id(self):
-        return self._get("run_id")
-
-    @property
-    def phase_id(self):
-        return self._get("phase_id")
-
-    @property
-    def attributed_j(self):
-        return self._get("attributed_j")
-
-    @property
-    def carbon_g(self):
-        return self._get("carbon_g")
-
-    @property
     def duration_s(self):
         d = self._get("duration_s")
         return d if d is not None else self._duration_local
@@ -191,6 +147,16 @@ class Measurement:
     def __repr__(self):
         return (f"Measurement(name={self.name!r}, energy_j={self.energy_j!r}, duration_s={self.duration_s!r}, "
                 f"method={self.method!r})")
+
+
+# The answer's figures, as read-only attributes (fetched first where the window was ended with wait=False).
+for _attr, _key in (("energy_j", "energy_j"), ("method", "method"), ("bound_j", "energy_bound_j"),
+                    ("start_edge", "start_edge"), ("end_edge", "end_edge"), ("run_id", "run_id"),
+                    ("phase_id", "phase_id"), ("attributed_j", "attributed_j"), ("carbon_g", "carbon_g")):
+    setattr(Measurement, _attr, property(lambda self, key=_key: self._get(key)))
+Measurement.devices = property(lambda self: dict(self._get("devices") or {}))
+Measurement.device_methods = property(lambda self: dict(self._get("device_methods") or {}))
+del _attr, _key
 
 
 def _joules(j):

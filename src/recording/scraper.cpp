@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/frame.hpp" // SteadyClock
 #include "core/lazy/http_get.hpp"
 #include "core/text.hpp"
 #include "core/thread_name.hpp"

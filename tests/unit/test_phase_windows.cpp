@@ -67,6 +67,17 @@ void answer_to(PhaseTracker& t, Replies& replies) {
   t.set_on_window([&](const PhaseTracker::WindowReply& w) { replies.got.push_back(w); });
 }
 
+// A tracker whose answers are kept, with a first tick at 0.
+struct World {
+  Replies replies;
+  PhaseTracker t;
+  std::vector<PhaseRecord> rows;
+  World() {
+    answer_to(t, replies);
+    tick(t, 0, 0, rows);
+  }
+};
+
 double energy_of(const PhaseRecord& p, const std::string& device) {
   for (const auto& [d, e] : p.device_energy_j)
     if (d == device) return e;
@@ -76,11 +87,8 @@ double energy_of(const PhaseRecord& p, const std::string& device) {
 } // namespace
 
 TEST(PhaseWindows, OverlappingWindowsCloseOnlyThemselvesAndPlainEndsPassThemBy) {
-  Replies replies;
-  PhaseTracker t;
-  answer_to(t, replies);
-  std::vector<PhaseRecord> rows;
-  tick(t, 0, 0, rows);
+  World world;
+  auto& [replies, t, rows] = world;
   // a at 100-700 ms, b at 400-1300 ms (overlapping), a plain phase p at 200-900 ms around them, ended by a plain end
   t.push(window_marker(Marker::Kind::Begin, "a", "w1"), 100, at_ms(100));
   Marker p;
@@ -115,11 +123,8 @@ TEST(PhaseWindows, OverlappingWindowsCloseOnlyThemselvesAndPlainEndsPassThemBy) 
 }
 
 TEST(PhaseWindows, AnEndForNoOpenWindowIsAnsweredAtOnce) {
-  Replies replies;
-  PhaseTracker t;
-  answer_to(t, replies);
-  std::vector<PhaseRecord> rows;
-  tick(t, 0, 0, rows);
+  World world;
+  auto& [replies, t, rows] = world;
   t.push(window_marker(Marker::Kind::End, "x", "nope", true), 100, at_ms(100));
   tick(t, 1, 1000, rows);
   ASSERT_EQ(replies.got.size(), 1u);
@@ -129,11 +134,8 @@ TEST(PhaseWindows, AnEndForNoOpenWindowIsAnsweredAtOnce) {
 }
 
 TEST(PhaseWindows, AWindowReadAtItsEdgesIsAnsweredBetweenTicksWithTheCpuCarriedOnWithinItsBound) {
-  Replies replies;
-  PhaseTracker t;
-  answer_to(t, replies);
-  std::vector<PhaseRecord> rows;
-  tick(t, 0, 0, rows);
+  World world;
+  auto& [replies, t, rows] = world;
   tick(t, 1, 1000, rows); // the CPU's rate is known from two ticks
   t.push(window_marker(Marker::Kind::Begin, "w", "w1"), 1200, at_ms(1200), at_ms(1200));
   t.add_gpu_reading(0, at_ms(1201), kGpuW * 1.201);
@@ -157,11 +159,8 @@ TEST(PhaseWindows, AWindowReadAtItsEdgesIsAnsweredBetweenTicksWithTheCpuCarriedO
 }
 
 TEST(PhaseWindows, WithoutAReadingAtTheEdgeAWindowWaitsForTheNextTick) {
-  Replies replies;
-  PhaseTracker t;
-  answer_to(t, replies);
-  std::vector<PhaseRecord> rows;
-  tick(t, 0, 0, rows);
+  World world;
+  auto& [replies, t, rows] = world;
   t.push(window_marker(Marker::Kind::Begin, "w", "w1"), 200, at_ms(200), at_ms(200));
   t.push(window_marker(Marker::Kind::End, "w", "w1", true), 600, at_ms(600), at_ms(600));
   EXPECT_FALSE(t.place_windows(at_ms(610))); // nothing was read past the edge: no guess
