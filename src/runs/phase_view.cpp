@@ -24,6 +24,26 @@ json opt(const std::optional<int64_t>& v) {
   return v ? json(*v) : json();
 }
 
+// Prefill and decode (an LLM server's counters, --scrape; docs/inference.md): the energy split by the time the engine
+// says it spent in each. An estimate (the same power assumed in both), labelled so; null without both times.
+json prefill_decode(const std::map<std::string, double>& work, std::optional<double> energy_j) {
+  const auto get = [&](const char* unit) {
+    auto it = work.find(unit);
+    return it == work.end() ? 0.0 : it->second;
+  };
+  const double prefill_s = get("prefill_seconds"), decode_s = get("decode_seconds");
+  if (!energy_j || !(prefill_s > 0 && decode_s > 0)) return json();
+  const double share = prefill_s / (prefill_s + decode_s);
+  const double prefill_j = *energy_j * share, decode_j = *energy_j - prefill_j;
+  const double prompt = get("prompt_tokens"), output = get("output_tokens");
+  return {{"prefill_time_share", share},
+          {"prefill_energy_j", prefill_j},
+          {"decode_energy_j", decode_j},
+          {"prefill_energy_per_prompt_token_j", prompt > 0 ? json(prefill_j / prompt) : json()},
+          {"decode_energy_per_output_token_j", output > 0 ? json(decode_j / output) : json()},
+          {"method", "estimated"}};
+}
+
 // Work per unit, energy per unit and throughput for one stretch of time.
 json work_figures(const std::map<std::string, double>& work, std::optional<double> energy_j, double duration_s) {
   json amounts = json::object(), per_unit = json::object(), rate = json::object();
@@ -32,7 +52,20 @@ json work_figures(const std::map<std::string, double>& work, std::optional<doubl
     per_unit[unit] = energy_j && amount > 0 ? json(*energy_j / amount) : json();
     rate[unit] = duration_s > 0 ? json(amount / duration_s) : json();
   }
-  return {{"amount", amounts}, {"energy_per_unit_j", per_unit}, {"throughput_per_s", rate}};
+  json out = {{"amount", amounts}, {"energy_per_unit_j", per_unit}, {"throughput_per_s", rate}};
+  if (json split = prefill_decode(work, energy_j); !split.is_null()) out["prefill_decode"] = std::move(split);
+  return out;
+}
+
+// The same over the span the prefill and decode times cover (their units' own cover: the `serving` phase).
+json run_prefill_decode(const std::vector<UnitFigure>& units) {
+  std::map<std::string, double> work;
+  std::optional<double> energy_j;
+  for (const auto& u : units) {
+    work[u.unit] = u.amount;
+    if (u.unit == "decode_seconds") energy_j = u.energy_j;
+  }
+  return prefill_decode(work, energy_j);
 }
 
 } // namespace
@@ -288,6 +321,7 @@ json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFi
                {"attributed_energy_per_unit_j", json::object()},
                {"throughput_per_s", json::object()},
                {"covers", json::object()}};
+  if (json split = run_prefill_decode(unit_figs); !split.is_null()) work["prefill_decode"] = std::move(split);
   for (const auto& u : unit_figs) {
     work["amount"][u.unit] = u.amount;
     work["energy_per_unit_j"][u.unit] = opt(u.energy_per_unit_j());
@@ -394,6 +428,15 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector
       s += fmt::format(" · {} {} [{}]", run.command.empty() ? "tracked processes" : "your processes",
                        format_si(*a, "J/" + unit_singular(u.unit)), u.attributed_method);
     units += fmt::format("{}{}\n", units.empty() ? "  work      " : "            ", s);
+  }
+  if (const json split = run_prefill_decode(unit_figs); !split.is_null()) {
+    std::string s =
+        fmt::format("prefill {:.1f} % of the engine's time", 100 * split["prefill_time_share"].get<double>());
+    if (split["decode_energy_per_output_token_j"].is_number())
+      s += " · decode " + format_si(split["decode_energy_per_output_token_j"].get<double>(), "J/output_token");
+    if (split["prefill_energy_per_prompt_token_j"].is_number())
+      s += " · prefill " + format_si(split["prefill_energy_per_prompt_token_j"].get<double>(), "J/prompt_token");
+    units += "            " + s + " [estimated: the energy split by the engine's prefill and decode times]\n";
   }
   if (!units.empty())
     out += units;

@@ -54,6 +54,15 @@ def test_each_engine_gives_joules_per_output_token(steady_world, engine):
         assert serving["work"]["amount"]["requests"] == pytest.approx(
             serving["work"]["amount"]["output_tokens"] / 100, rel=0.05)
     # the whole run's figure is the serving span's (the time before the engine answered made no counted tokens)
+    if engine != "sglang":  # the stand-ins spend 10 % of their time in prefill; SGLang exposes no such times
+        split = shown["work"]["prefill_decode"]
+        assert split["method"] == "estimated"
+        assert split["prefill_time_share"] == pytest.approx(0.1, rel=0.03)
+        assert split["decode_energy_per_output_token_j"] == pytest.approx(0.9 * 300 / 400, rel=0.03)
+        assert split["prefill_energy_per_prompt_token_j"] == pytest.approx(0.1 * 300 / 100, rel=0.03)
+        assert serving["work"]["prefill_decode"]["prefill_time_share"] == pytest.approx(0.1, rel=0.03)
+    else:
+        assert "prefill_decode" not in shown["work"]
     assert shown["work"]["covers"]["output_tokens"]["phases"] == [serving["phase_id"]]
     assert shown["work"]["energy_per_unit_j"]["output_tokens"] == pytest.approx(300 / 400, rel=0.03)
 
