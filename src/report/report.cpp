@@ -90,10 +90,12 @@ public:
   void gpu(std::span<const Value> row) {
     constexpr TableId gt = TableId::GpuSamples;
     static const size_t g_ts = column_index(gt, "ts_ms"), g_tick = column_index(gt, "tick"),
-                        g_idx = column_index(gt, "gpu_index"), g_power = column_index(gt, "power_w");
+                        g_idx = column_index(gt, "gpu_index"), g_power = column_index(gt, "power_w"),
+                        g_energy = column_index(gt, "energy_j");
     static const std::vector<size_t> g_cols = columns_of(gt, kGpuSeries);
     ++rows_read_;
     const int64_t idx = value_int(row[g_idx]).value_or(0);
+    if (auto e = value_real(row[g_energy])) energy_edges_[idx].add(t_of(row[g_ts]), *e);
     auto [it, fresh] = gpu_.try_emplace(idx);
     if (fresh)
       for (size_t i = 0; i < std::size(kGpuSeries); ++i)
@@ -147,7 +149,66 @@ public:
     out["rows_read"] = rows_read_;
   }
 
+  // GPU energy per unit of work over time (an LLM server's J per output token, docs/inference.md): the GPUs' energy
+  // in each of up to 120 equal slices of the run over the work reported in it. A slice is at least two sampling
+  // intervals wide, so a scrape's tokens (reported at its end) rarely fall in the slice after theirs. Null where a
+  // slice has no work.
+  nlohmann::json energy_per_unit(const std::vector<WorkRecord>& work, const std::string& unit) const {
+    std::vector<double> amount(kWorkSlices, 0.0);
+    bool any = false;
+    for (const auto& w : work)
+      if (w.unit == unit && w.amount > 0) {
+        const double t = seconds_between(run_.start_ms, w.ts_ms);
+        amount[std::min<size_t>(kWorkSlices - 1, static_cast<size_t>(std::max(0.0, t) / slice_s()))] += w.amount;
+        any = true;
+      }
+    if (!any || energy_edges_.empty()) return nlohmann::json();
+    nlohmann::json t = nlohmann::json::array(), y = nlohmann::json::array();
+    for (size_t k = 0; k < kWorkSlices && (k + 1) * slice_s() <= t_end_ + slice_s(); ++k) {
+      std::optional<double> joules = 0.0;
+      for (const auto& [idx, edges] : energy_edges_) {
+        const auto a = edges.at(k), b = edges.at(k + 1);
+        if (!a || !b) joules.reset();
+        if (joules) *joules += *b - *a;
+      }
+      t.push_back(round_t((static_cast<double>(k) + 0.5) * slice_s()));
+      y.push_back(joules && amount[k] > 0 ? nlohmann::json(round_y(*joules / amount[k])) : nlohmann::json());
+    }
+    return {{"unit", unit}, {"what", "GPU energy"}, {"t", std::move(t)}, {"y", std::move(y)}};
+  }
+
 private:
+  static constexpr size_t kWorkSlices = 120;
+  double slice_s() const {
+    return std::max({t_end_ / static_cast<double>(kWorkSlices), 2 * run_.interval_ms / 1000.0, 1e-3});
+  }
+  // One GPU's cumulative energy at the slice edges, interpolated between its rows as they stream by (O(slices)).
+  struct EnergyEdges {
+    const ChartSeries* owner = nullptr;
+    std::vector<double> at_edge;
+    double last_t = -1, last_e = 0;
+    void add(double t, double e) {
+      const double w = owner->slice_s();
+      while (at_edge.size() <= kWorkSlices && static_cast<double>(at_edge.size()) * w <= t) {
+        const double edge = static_cast<double>(at_edge.size()) * w;
+        at_edge.push_back(last_t < 0 || t <= last_t ? e : last_e + (e - last_e) * (edge - last_t) / (t - last_t));
+      }
+      last_t = t;
+      last_e = e;
+    }
+    std::optional<double> at(size_t k) const {
+      return k < at_edge.size() ? std::optional<double>(at_edge[k]) : std::nullopt;
+    }
+  };
+  struct EnergyEdgeMap : std::map<int64_t, EnergyEdges> {
+    const ChartSeries* owner = nullptr;
+    EnergyEdges& operator[](int64_t idx) {
+      auto [it, fresh] = try_emplace(idx);
+      if (fresh) it->second.owner = owner;
+      return it->second;
+    }
+  };
+  EnergyEdgeMap energy_edges_{{}, this};
   static std::vector<size_t> columns_of(TableId t, const std::vector<SeriesSpec>& specs) {
     std::vector<size_t> cols;
     for (const auto& s : specs)
@@ -221,6 +282,8 @@ RunModel run_data(StoreReader& store, const RunInfo& run, const ReportOptions& o
   nlohmann::json ph = phase_json(m.phases, m.run, m.units);
   out["phases"] = phases_on_charts(std::move(ph["phases"]), run, charts.t_end());
   out["work"] = std::move(ph["work"]);
+  if (auto per = charts.energy_per_unit(m.phases.work, "output_tokens"); !per.is_null())
+    out["energy_per_token"] = std::move(per);
   out["model"] = std::move(ph["model"]);
   // A run that measured no CPU energy has no CPU share of it.
   const nlohmann::json& cpu_sum = summary["cpu"];

@@ -64,6 +64,17 @@ def test_each_engine_gives_joules_per_output_token(steady_world, engine):
     else:
         assert "prefill_decode" not in shown["work"]
     assert shown["work"]["covers"]["output_tokens"]["phases"] == [serving["phase_id"]]
+    if engine == "vllm":  # the report's energy per token over time: the GPUs' energy in each slice over its tokens
+        import json
+        import re
+        w = steady_world
+        w.wattscope("report", shown["run_id"], "-o", os.path.join(w.path, "r.html"))
+        html = open(os.path.join(w.path, "r.html")).read()
+        data = json.loads(re.search(r'<script id="ws-data" type="application/json">(.*?)</script>', html, re.S)[1])
+        ept = (data["runs"][0] if "runs" in data else data)["energy_per_token"]
+        assert ept["unit"] == "output_tokens" and len(ept["t"]) == len(ept["y"]) >= 3
+        inner = [y for y in ept["y"][1:-1] if y is not None]  # the first and last slices are partly outside serving
+        assert inner and all(y == pytest.approx(300 / 400, rel=0.05) for y in inner), ept
     assert shown["work"]["energy_per_unit_j"]["output_tokens"] == pytest.approx(300 / 400, rel=0.03)
 
 
