@@ -384,6 +384,11 @@ void LiveState::push(const std::shared_ptr<const Frame>& f) {
       if (it == work_total_.end()) it = work_total_.try_emplace(w.unit).first;
       it->second += w.amount;
     }
+    if (!work_total_.empty() && (work_marks_.empty() || f->ts_ms - work_marks_.back().ts_ms >= 1000)) {
+      work_marks_.push_back({f->ts_ms, energy_so_far_locked(), work_total_});
+      while (work_marks_.size() > static_cast<size_t>(kWorkWindowS) + 1)
+        work_marks_.pop_front();
+    }
     ++seq_;
     for (const auto& e : f->events) {
       if (e.kind == "xid" && e.source.starts_with("gpu")) // issue 32: counted per GPU for /metrics
@@ -464,6 +469,34 @@ std::pair<std::shared_ptr<const Frame>, uint64_t> LiveState::wait_next(uint64_t 
   return {seq_ > after ? latest_ : nullptr, seq_};
 }
 
+// Work reported since serve started, per unit, and the energy per unit over the last minute (the energy the devices
+// used over the work reported since the oldest mark of the last minute); under mu_.
+nlohmann::json LiveState::work_json() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& [unit, total] : work_total_) {
+    nlohmann::json u{{"total", total}, {"energy_per_unit_j", nullptr}, {"over_s", nullptr}};
+    if (work_marks_.size() >= 2) {
+      const WorkMark& a = work_marks_.front();
+      const WorkMark& b = work_marks_.back();
+      auto wa = a.work.find(unit), wb = b.work.find(unit);
+      const double done = (wb == b.work.end() ? 0 : wb->second) - (wa == a.work.end() ? 0 : wa->second);
+      if (done > 0 && b.energy_j > a.energy_j) {
+        u["energy_per_unit_j"] = (b.energy_j - a.energy_j) / done;
+        u["over_s"] = static_cast<double>(b.ts_ms - a.ts_ms) / 1000.0;
+      }
+    }
+    out[unit] = std::move(u);
+  }
+  return out;
+}
+
+double LiveState::energy_so_far_locked() const {
+  double total = 0;
+  for (const auto& [index, j] : gpu_energy_j_)
+    total += j.value_or(0);
+  return total + cpu_package_energy_j_.value_or(0) + cpu_dram_energy_j_.value_or(0);
+}
+
 nlohmann::json LiveState::current_json() const {
   std::lock_guard lock(mu_);
   nlohmann::json gpus = nlohmann::json::array();
@@ -536,6 +569,7 @@ nlohmann::json LiveState::current_json() const {
           {"devices", devices},
           {"gpus", gpus},
           {"cpu", cpu},
+          {"work", work_json()},
           {"energy_j", any_energy ? nlohmann::json(total) : nlohmann::json()},
           {"energy_method", any_energy ? nlohmann::json(energy_method) : nlohmann::json()},
           {"events", events},

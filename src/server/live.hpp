@@ -162,7 +162,18 @@ private:
   std::optional<double> cpu_package_energy_j_, cpu_dram_energy_j_;
   std::map<std::string, double> work_total_; // unit -> amount reported since serve started
   static constexpr size_t kMaxWorkUnits = 32;
-  std::string cpu_power_method_; // of the CPU's latest energy
+  // Once a second while work is reported: the energy so far and the work totals, for the dashboard's energy per unit
+  // over the last minute (at most kWorkWindowS + 1 entries).
+  struct WorkMark {
+    int64_t ts_ms = 0;
+    double energy_j = 0;
+    std::map<std::string, double> work;
+  };
+  std::deque<WorkMark> work_marks_;
+  static constexpr int64_t kWorkWindowS = 60;
+  double energy_so_far_locked() const; // the devices' energy so far (gpu_energy_j_, the CPU's)
+  nlohmann::json work_json() const;    // /api/v1/current's "work"
+  std::string cpu_power_method_;       // of the CPU's latest energy
   uint64_t seq_ = 0;
   std::deque<Event> recent_events_;
   std::map<int, int64_t> xid_errors_;         // issue 32: Xid events per GPU index since serve started

@@ -145,6 +145,12 @@ def test_serve_exports_the_scraped_work_as_a_counter(steady_world):
         # a counter that rises at the engine's rate (400 tokens a second, give or take a scrape)
         rate = (seen[-1][1] - seen[0][1]) / (seen[-1][0] - seen[0][0])
         assert 250 < rate < 550, rate
+        # the dashboard's figure: energy per output token over the last minute (/api/v1/current "work")
+        import json
+        cur = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{serve_port}/api/v1/current", timeout=5).read())
+        ot = cur["work"]["output_tokens"]
+        assert ot["total"] > 0 and ot["over_s"] >= 2, ot
+        assert ot["energy_per_unit_j"] == pytest.approx(300 / 400, rel=0.1), ot
     finally:
         serve.terminate()
         serve.wait(timeout=60)
