@@ -152,7 +152,7 @@ public:
   // GPU energy per unit of work over time (an LLM server's J per output token, docs/inference.md): the GPUs' energy
   // in each of up to 120 equal slices of the run over the work reported in it. A slice is at least two sampling
   // intervals wide, so a scrape's tokens (reported at its end) rarely fall in the slice after theirs. Null where a
-  // slice has no work.
+  // slice has no work, and for the first and last slices with work.
   nlohmann::json energy_per_unit(const std::vector<WorkRecord>& work, const std::string& unit) const {
     std::vector<double> amount(kWorkSlices, 0.0);
     bool any = false;
@@ -163,6 +163,12 @@ public:
         any = true;
       }
     if (!any || energy_edges_.empty()) return nlohmann::json();
+    // The first and the last slice with work are partly outside the time it was counted over (before the engine's
+    // first answer, after its last): their energy would be over only part of their tokens. Left out.
+    const auto first = std::find_if(amount.begin(), amount.end(), [](double a) { return a > 0; });
+    const auto last = std::find_if(amount.rbegin(), amount.rend(), [](double a) { return a > 0; });
+    *first = 0;
+    *last = 0;
     nlohmann::json t = nlohmann::json::array(), y = nlohmann::json::array();
     for (size_t k = 0; k < kWorkSlices && (k + 1) * slice_s() <= t_end_ + slice_s(); ++k) {
       std::optional<double> joules = 0.0;
