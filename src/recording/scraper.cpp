@@ -125,10 +125,10 @@ void Scraper::scrape(Target& t) {
     t.last_trouble = kind;
   };
   auto body = http_get(get, error);
-  // The counters are the engine's at its answer, which a busy engine (or a loaded machine) makes well after the
-  // request: the answer's arrival stands for their time (tokens counted at a time before their energy would make J
-  // per output token too high; 6-9 % on a loaded 2-core machine when the request's time was used).
-  at = mono_ns_now();
+  // The counters are the engine's at some moment between the request and the answer's arrival (a busy engine, or a
+  // loaded machine, answers well after the request): the middle of the two stands for their time, off by at most half
+  // the round trip. The request's own time made J per output token 6-9 % high on a loaded 2-core machine.
+  at += (mono_ns_now() - at) / 2;
   if (!body) { // said once per kind of failure: the text without its numbers (a timeout's milliseconds)
     std::string kind = error;
     std::erase_if(kind, [](char c) { return c >= '0' && c <= '9'; });
