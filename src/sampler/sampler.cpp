@@ -26,8 +26,7 @@ std::chrono::nanoseconds source_deadline(std::chrono::nanoseconds interval) {
   return std::clamp<std::chrono::nanoseconds>(interval * 3 / 4, 250ms, 1s);
 }
 
-// One source that may block, on its own thread. The scratch frame belongs to the worker while `requested || busy`
-// and to the sampler otherwise; the worker writes only its gpus and events, so merging them is an append.
+// What wakes the sampler between ticks: the run's stop, and readings a caller waits on (hand_over_readings_soon).
 struct Sampler::Bell {
   std::mutex mu;
   std::condition_variable cv;
@@ -46,6 +45,8 @@ struct Sampler::Bell {
   }
 };
 
+// One source that may block, on its own thread. The scratch frame belongs to the worker while `requested || busy`
+// and to the sampler otherwise; the worker writes only its gpus and events, so merging them is an append.
 struct Sampler::Worker {
   std::shared_ptr<Source> source;
   std::mutex mu;
@@ -215,6 +216,7 @@ void Sampler::hand_over_readings_soon() {
 }
 
 void Sampler::hand_over_readings() {
+  if (!readings_handler_) return; // nobody takes them between ticks: they travel with the next frame
   std::vector<std::shared_ptr<Worker>> workers;
   {
     std::lock_guard lock(mu_);
@@ -227,7 +229,6 @@ void Sampler::hand_over_readings() {
     w->readings.clear();
   }
   counter_readings_.fetch_add(static_cast<int64_t>(got.size()), std::memory_order_relaxed);
-  if (!readings_handler_) return;
   try {
     readings_handler_(got);
   } catch (const std::exception& e) {

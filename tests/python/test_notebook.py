@@ -4,6 +4,7 @@ itself), `%wattscope_summary`, and the cells stored as phases of the recorder's 
 200 W and 100 W: a cell's true energy is 300 W times its length."""
 
 import json
+import os
 
 import nbclient
 import nbformat
@@ -31,6 +32,10 @@ def test_a_notebook_measures_its_cells(steady_world, monkeypatch):
         ]
         for key in ("XDG_RUNTIME_DIR", "PYTHONPATH"):  # the kernel inherits them: the default socket, the package
             monkeypatch.setenv(key, w.env[key])
+        # IPython's profile and Jupyter's runtime, data and config files in this test's directory, not the home's
+        for key, sub in (("IPYTHONDIR", "ipython"), ("JUPYTER_RUNTIME_DIR", "jupyter-runtime"),
+                         ("JUPYTER_DATA_DIR", "jupyter-data"), ("JUPYTER_CONFIG_DIR", "jupyter-config")):
+            monkeypatch.setenv(key, os.path.join(w.path, sub))
         monkeypatch.delenv("WATTSCOPE_SOCKET", raising=False)
         client = nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
                                          resources={"metadata": {"path": w.path}})
