@@ -72,7 +72,14 @@ nlohmann::json RunSummary::to_json() const {
           {"events", events},
           {"sampling", sampling.adaptive ? sampling.to_json() : nlohmann::json()},
           {"total_energy_j", opt(total_energy_j())},
-          {"attribution", attribution.tracked ? attribution.to_json() : nlohmann::json()}};
+          {"attribution", attribution.tracked ? attribution.to_json() : nlohmann::json()},
+          {"carbon", footprint.is_object() ? footprint.value("carbon", nlohmann::json()) : nlohmann::json()},
+          {"cost", footprint.is_object() ? footprint.value("cost", nlohmann::json()) : nlohmann::json()},
+          {"measurement",
+           {{"gpu_temp_start_c", opt(gpu_temp_start_c)},
+            {"gpu_temp_end_c", opt(gpu_temp_end_c)},
+            {"warmup_s", opt(warmup_s)},
+            {"settled", settled}}}};
 }
 
 Accounting::Accounting(std::vector<GpuDevice> devices) {
@@ -208,9 +215,99 @@ std::optional<double> Accounting::counter_energy_j(int gpu_index, int64_t counte
   return static_cast<double>(st.carried_uj + counter_uj - st.base_uj) / 1e6;
 }
 
+void Accounting::set_footprint(Footprint f) {
+  std::lock_guard lock(mu_);
+  ledger_.emplace(std::move(f));
+}
+
+std::optional<Footprint> Accounting::footprint() const {
+  std::lock_guard lock(mu_);
+  return ledger_ ? std::optional<Footprint>(ledger_->footprint()) : std::nullopt;
+}
+
+// Each device's energy since the last sample is charged at the rates of that stretch: grams follow the hour it ran in.
+void Accounting::charge(const Frame& f) {
+  if (!ledger_) return;
+  const auto one = [&](const std::string& device, const OptF& cumulative_j) {
+    if (!cumulative_j) return;
+    auto [it, fresh] = charged_.try_emplace(device, first_ts_ms_, 0.0);
+    auto& [ts, j] = it->second;
+    if (*cumulative_j > j) ledger_->add(device, ts, f.ts_ms, *cumulative_j - j);
+    j = std::max(j, *cumulative_j);
+    ts = f.ts_ms;
+  };
+  for (const auto& s : f.gpus)
+    one("gpu" + std::to_string(s.gpu_index), s.energy_j);
+  one("cpu_package", f.cpu.package_energy_j);
+  one("cpu_dram", f.cpu.dram_energy_j);
+}
+
+// The GPUs' total power over the run, kept to at most 4096 points (every other one dropped whenever it fills), from
+// which the summary finds where power settled; the hottest GPU's temperature at the first and last sample.
+void Accounting::track_warmup(const Frame& f) {
+  OptF hottest;
+  double power = 0;
+  bool any_power = false;
+  for (const auto& s : f.gpus) {
+    if (s.temp_gpu_c && (!hottest || *s.temp_gpu_c > *hottest)) hottest = s.temp_gpu_c;
+    if (s.power_w) {
+      power += *s.power_w;
+      any_power = true;
+    }
+  }
+  if (hottest) {
+    if (!summary_.gpu_temp_start_c) summary_.gpu_temp_start_c = hottest;
+    summary_.gpu_temp_end_c = hottest;
+  }
+  if (!any_power) return;
+  if (trace_seen_++ % trace_stride_ != 0) return;
+  power_trace_.emplace_back(static_cast<double>(f.ts_ms - first_ts_ms_) / 1000.0, power);
+  if (power_trace_.size() >= 4096) {
+    std::vector<std::pair<double, double>> half;
+    half.reserve(power_trace_.size() / 2 + 1);
+    for (size_t i = 0; i < power_trace_.size(); i += 2)
+      half.push_back(power_trace_[i]);
+    power_trace_ = std::move(half);
+    trace_stride_ *= 2;
+  }
+}
+
+namespace {
+
+// Warm-up: the level power kept is the median over the run's second half; power settled where the mean of three
+// consecutive points first reached 90 % of it. A run whose level is under 5 W (idle GPUs) has nothing to settle.
+void find_warmup(const std::vector<std::pair<double, double>>& trace, RunSummary& out) {
+  if (trace.empty()) return;
+  const double end_s = trace.back().first;
+  std::vector<double> late;
+  for (const auto& [t, w] : trace)
+    if (t >= end_s / 2) late.push_back(w);
+  std::nth_element(late.begin(), late.begin() + static_cast<std::ptrdiff_t>(late.size() / 2), late.end());
+  const double level = late[late.size() / 2];
+  out.warmup_s = 0.0;
+  out.settled = true;
+  if (level < 5) return;
+  for (size_t i = 0; i + 2 < trace.size() || (i < trace.size() && trace.size() < 3); ++i) {
+    const size_t n = std::min<size_t>(3, trace.size() - i);
+    double sum = 0;
+    for (size_t k = 0; k < n; ++k)
+      sum += trace[i + k].second;
+    if (sum / static_cast<double>(n) >= 0.9 * level) {
+      out.warmup_s = trace[i].first;
+      return;
+    }
+  }
+  out.warmup_s = end_s;
+  out.settled = false;
+}
+
+} // namespace
+
 void Accounting::process(Frame& f) {
   std::lock_guard lock(mu_);
   settle_events_locked(f);
+  if (summary_.samples == 0) first_ts_ms_ = f.ts_ms;
+  last_ts_ms_ = f.ts_ms;
 
   summary_.samples++;
   last_tick_ = f.tick;
@@ -264,6 +361,8 @@ void Accounting::process(Frame& f) {
         g.peak_mem_used_bytes = s.mem_used_bytes;
     }
   }
+  charge(f);
+  track_warmup(f);
   attributor_.process(f, f.cpu.power_method);
   for (const auto& ev : f.events)
     if (ev.kind == "device-lost")
@@ -304,6 +403,8 @@ RunSummary Accounting::summary() const {
   std::lock_guard lock(mu_);
   RunSummary out = summary_;
   out.attribution = attributor_.summary();
+  if (ledger_) out.footprint = ledger_->summary_json(first_ts_ms_, last_ts_ms_);
+  find_warmup(power_trace_, out);
   if (idle_since_) out.sampling.idle_s += std::chrono::duration<double>(last_mono_ - *idle_since_).count(); // issue 18
   // ---- simulate (issue 19): shares of a simulated GPU's energy are simulated too, and say so
   for (const auto& g : out.gpus)

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "accounting/attribution.hpp"
+#include "accounting/footprint.hpp"
 #include "core/frame.hpp"
 
 namespace wattscope {
@@ -78,7 +79,16 @@ struct RunSummary {
   int64_t events = 0;
   SamplingSummary sampling;       // issue 18
   AttributionSummary attribution; // who used the energy; tracked only when a process scan reached accounting
-  OptF total_energy_j() const;    // GPUs + CPU package + DRAM; missing when nothing measured energy
+  // Carbon and cost, charged sample by sample ({"carbon": ..., "cost": ...}, FootprintLedger::summary_json); null
+  // when no footprint was set (a run of an older version reads as the world's yearly average, runs/footprint.hpp).
+  nlohmann::json footprint;
+  // How far the run's figures can be trusted as measured: the hottest GPU's temperature at the first and last sample,
+  // and the warm-up (from the first sample until the GPUs' power first settled near the level it kept).
+  OptF gpu_temp_start_c;
+  OptF gpu_temp_end_c;
+  OptF warmup_s;               // missing when no GPU reported power
+  bool settled = true;         // false: power never settled (still warming up when the run ended)
+  OptF total_energy_j() const; // GPUs + CPU package + DRAM; missing when nothing measured energy
   nlohmann::json to_json() const;
 };
 
@@ -88,6 +98,10 @@ public:
   // Adaptive sampling is on (issue 18): the summary says how idle stretches were sampled (the configuration part of
   // `sampling`; the counts are accounting's).
   void set_sampling(const SamplingSummary& configured);
+  // Charges the run's energy at these rates, device by device and sample by sample (accounting/footprint.hpp).
+  void set_footprint(Footprint f);
+  // The rates, for a stretch of the run (a window's answer); null before set_footprint.
+  std::optional<Footprint> footprint() const;
   // Issue 31: GPUs of a source that opened after the run began (a vendor library's init ran beside the command).
   // Thread-safe; their gpu_devices rows go out with their first sample.
   void add_devices(std::vector<GpuDevice> devices);
@@ -141,6 +155,14 @@ private:
   int64_t last_tick_ = 0;
   RunSummary summary_;
   std::optional<SteadyClock::time_point> idle_since_; // issue 18: the current idle stretch began
+  void charge(const Frame& f);
+  void track_warmup(const Frame& f);
+  std::optional<FootprintLedger> ledger_;
+  std::map<std::string, std::pair<int64_t, double>> charged_; // device -> (ts_ms, cumulative J) last charged
+  int64_t first_ts_ms_ = 0, last_ts_ms_ = 0;
+  // (seconds since the first sample, the GPUs' total power), thinned to every other point whenever it fills
+  std::vector<std::pair<double, double>> power_trace_;
+  int64_t trace_stride_ = 1, trace_seen_ = 0;
   SteadyClock::time_point last_mono_{};
 };
 

@@ -50,6 +50,7 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
   add_per_core_options(sub, f); // issue 33
   add_read_cost_option(sub, f); // issue 33
   add_scrape_options(sub, f);   // run and record: a workload's Prometheus endpoint as work
+  add_footprint_record_options(sub, f.footprint);
 }
 
 // issue 33: run, record and serve
@@ -234,6 +235,7 @@ SessionOptions session_options(const RecordFlags& f, const std::vector<std::stri
                                    "http://127.0.0.1:8000/metrics",
                                    excerpt(url)));
   o.scrape.urls = f.scrape;
+  o.footprint = footprint_for_recording(f.footprint);
   o.scrape.unit_mappings = f.scrape_units;
   flag_value("--scrape-unit", [&] { return scrape_metrics(f.scrape_units); });
   if (f.scrape_max_batch > 0) o.scrape.max_batch = f.scrape_max_batch;

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/footprint_flags.hpp"
 #include "recording/session.hpp"
 #include "sinks/store.hpp"
 
@@ -46,6 +47,7 @@ struct RecordFlags {
   std::vector<std::string> scrape;       // --scrape URL (repeatable)
   std::vector<std::string> scrape_units; // --scrape-unit METRIC=UNIT (repeatable)
   double scrape_max_batch = 0;           // --scrape-max-batch N (0: the largest running count seen)
+  FootprintFlags footprint;              // carbon and cost: --carbon-*, --pue, --energy-price*, --currency, --config
 };
 
 // --scrape, --scrape-unit and --scrape-max-batch (run, record, serve; docs/inference.md)

@@ -182,6 +182,10 @@ struct PhaseRecord {
   // and both edges); missing where the phase has no energy.
   OptF energy_bound_j;
   bool closed_by_repair = false; // the recorder died with it open (or its end not yet stored): `repair` closed it
+  // The hottest GPU's temperature at the ticks nearest its begin and its end (a phase begun hot draws more power for
+  // the same work); missing without GPU temperatures and on rows of older versions.
+  OptF gpu_temp_start_c;
+  OptF gpu_temp_end_c;
 };
 struct WorkRecord {
   int64_t seq = 0; // per run, in arrival order

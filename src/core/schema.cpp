@@ -114,7 +114,9 @@ constexpr C kPhaseCols[] = {{"run_id", T},
                             {"start_edge", T},
                             {"end_edge", T},
                             {"energy_bound_j", R},
-                            {"closed_by_repair", I}};
+                            {"closed_by_repair", I},
+                            {"gpu_temp_start_c", R},
+                            {"gpu_temp_end_c", R}};
 constexpr std::string_view kPhaseKey[] = {"run_id", "phase_id"};
 // issue 36: total, the run's declared total of the unit (`work(n, unit, total=N)`); NULL when none was declared.
 constexpr C kWorkCols[] = {{"run_id", T}, {"seq", I},      {"ts_ms", I}, {"amount", R},
@@ -346,6 +348,8 @@ static void append_marker_rows(std::string_view run_id, const Frame& f, RowBatch
     p.push_back(text_or_null(ph.end_edge));
     p.push_back(to_value(ph.energy_bound_j));
     p.emplace_back(int64_t{ph.closed_by_repair ? 1 : 0});
+    p.push_back(to_value(ph.gpu_temp_start_c));
+    p.push_back(open ? Value() : to_value(ph.gpu_temp_end_c));
   };
   for (const auto& ph : f.phases_begun)
     if (std::none_of(f.phases.begin(), f.phases.end(), [&](const PhaseRecord& c) { return c.phase_id == ph.phase_id; }))

@@ -304,6 +304,10 @@ void PhaseTracker::process(Frame& f) {
   // a node of eight), and one that did not answer has no point here: it is interpolated across the gap when it does.
   for (const auto& d : f.device_rows)
     energy_method_[gpu_key(d.gpu_index)] = d.energy_method;
+  OptF hottest;
+  for (const auto& s : f.gpus)
+    if (s.temp_gpu_c && (!hottest || *s.temp_gpu_c > *hottest)) hottest = s.temp_gpu_c;
+  if (hottest) hottest_c_ = hottest;
   for (const auto& s : f.gpus) {
     const std::string key = gpu_key(s.gpu_index);
     Line& line = lines_[key];
@@ -448,6 +452,7 @@ void PhaseTracker::settle(const Pending& p, Frame& out) {
     if (!open_.empty()) o.rec.parent = open_.back().rec.phase_id;
     o.rec.start_ms = p.ts_ms;
     o.rec.start_tick = ticks_around(p.at).first;
+    o.rec.gpu_temp_start_c = hottest_c_;
     o.start = {p.at, p.arrived, p.reading_for, std::nullopt};
     o.window = m.window;
     out.phases_begun.push_back(o.rec);
@@ -525,6 +530,7 @@ void PhaseTracker::close(Closing& c, Frame& out) {
   const auto& end = *c.end.edges;
   const auto& start = *c.o.start.edges;
   r.end_ms = std::max(c.end_ms, r.start_ms);
+  r.gpu_temp_end_c = hottest_c_;
   // Closed between ticks (a window answered early): the tick after its end is the next one (take_between).
   r.end_tick = ticks_.empty() || ticks_.back().second < c.end.at ? -1 : ticks_around(c.end.at).second;
   std::string method;

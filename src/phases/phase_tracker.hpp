@@ -258,6 +258,7 @@ private:
   std::optional<SteadyClock::time_point> edge_refilled_; // guarded by mu_
   std::function<bool(SteadyClock::time_point)> edge_hook_;
   std::function<SteadyClock::time_point()> served_;
+  OptF hottest_c_; // the hottest GPU at the latest tick: a phase's temperatures at its edges
   std::function<void(const WindowReply&)> on_window_;
   std::function<void()> prompt_hook_;
   Frame between_; // sampler thread: rows settled between ticks (place_windows), handed on with the next tick

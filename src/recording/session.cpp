@@ -244,6 +244,9 @@ void Session::open_sources(std::vector<Event>& notices) {
 
 void Session::open_accounting() {
   acc_ = std::make_unique<Accounting>(*devices_);
+  // Every run is charged: at the rates given, else at the world's yearly figure, which says it was assumed.
+  footprint_ = opts_.footprint ? *opts_.footprint : resolve_footprint({});
+  acc_->set_footprint(*footprint_);
   if (opts_.adaptive.enabled()) { // issue 18: the idle interval as in force, a whole number of grid slots
     const IdleSchedule schedule(opts_.adaptive, opts_.interval);
     SamplingSummary sampling;
@@ -396,6 +399,15 @@ void Session::answer_window(const PhaseTracker::WindowReply& w) {
     j["start_edge"] = p.start_edge;
     j["end_edge"] = p.end_edge;
     j["closed_by_run_end"] = p.closed_by_run_end;
+    // Carbon and cost at the run's rates over the window's own stretch (its energy spread evenly over it).
+    if (p.energy_j && footprint_) {
+      const FootprintLedger at(*footprint_);
+      j["carbon_g"] = at.grams(*p.energy_j, p.start_ms, p.end_ms);
+      j["carbon_source"] = footprint_->carbon.source;
+      const auto c = at.cost(*p.energy_j, p.start_ms, p.end_ms);
+      j["cost"] = c ? nlohmann::json(*c) : nlohmann::json();
+      if (c) j["currency"] = footprint_->currency;
+    }
   }
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (!markers_->reply(w.to, text) && windows_unanswered_++ == 0)

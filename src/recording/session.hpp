@@ -81,6 +81,9 @@ struct SessionOptions {
   std::shared_ptr<const AlertConfig> alerts;
   std::chrono::nanoseconds alert_delivery_timeout = std::chrono::seconds(5);
   // ---- end alerts
+  // Carbon and cost rates (--carbon-intensity, --carbon-region, --carbon-intensity-file, --pue, --energy-price, ...);
+  // unset: the world's yearly carbon intensity, marked as assumed, and no cost.
+  std::optional<Footprint> footprint;
 };
 
 class Session {
@@ -145,6 +148,7 @@ private:
   std::vector<std::shared_ptr<Source>> sources_; // shared with the sampler: a worker stuck in a driver may outlive it
   std::shared_ptr<std::vector<GpuDevice>> devices_;
   std::unique_ptr<Accounting> acc_;
+  std::optional<Footprint> footprint_; // the rates the run is charged at (set with the accounting)
   std::vector<std::unique_ptr<SinkWriter>> writers_;
   std::unique_ptr<Sampler> sampler_;
   // issue 33: the sampler that phase edges ask for counter readings (null: none asked); the marker thread reads it

@@ -168,6 +168,7 @@ std::vector<UnitFigure> unit_figures(const PhaseData& d, const RunInfo& run) {
       }
       if (nested) continue;
       u.phase_ids.push_back(id);
+      u.coarse = u.coarse || phase_coarse(*p, run);
       u.energy_j = p->energy_j && u.energy_j ? OptF(*u.energy_j + *p->energy_j) : std::nullopt;
       if (!phase_open(*p)) u.duration_s += static_cast<double>(p->end_ms - p->start_ms) / 1000.0;
       const std::string m = p->energy_method;
@@ -233,6 +234,8 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run, std::vector<Ev
     p.start_edge = value_text(row[pc("start_edge")]);
     p.end_edge = value_text(row[pc("end_edge")]);
     p.energy_bound_j = value_real(row[pc("energy_bound_j")]);
+    p.gpu_temp_start_c = value_real(row[pc("gpu_temp_start_c")]);
+    p.gpu_temp_end_c = value_real(row[pc("gpu_temp_end_c")]);
     const json dev = read_stored_object(value_text(row[pc("device_energy_j")]), run.run_id, "phases.device_energy_j");
     if (dev.is_object())
       for (const auto& [k, v] : dev.items())
@@ -275,7 +278,8 @@ PhaseData load_phase_data(StoreReader& store, const RunInfo& run, std::vector<Ev
   return d;
 }
 
-json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& unit_figs) {
+json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& unit_figs,
+                const RunFootprint* fp) {
   const int64_t dropped = markers_dropped(run);
   json phases = json::array();
   for (const auto& p : d.phases) {
@@ -310,7 +314,14 @@ json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFi
               {"energy_bound_j", opt(p.energy_bound_j)},
               {"energy_bound_pct", opt(phase_bound_pct(p))},
               {"uncertain", phase_bound_pct(p).value_or(0) > kPhaseBoundFlagPct},
-              {"incomplete", dropped > 0}};
+              {"incomplete", dropped > 0},
+              // the hottest GPU at the ticks nearest its edges: a phase begun hot draws more for the same work
+              {"gpu_temp_start_c", opt(p.gpu_temp_start_c)},
+              {"gpu_temp_end_c", opt(p.gpu_temp_end_c)}};
+    if (fp && !open) {
+      j["carbon_g"] = opt(fp->grams(p.energy_j, p.start_ms, p.end_ms));
+      if (fp->cost) j["cost"] = opt(fp->cost_of(p.energy_j, p.start_ms, p.end_ms));
+    }
     if (dropped > 0) j["markers_dropped"] = dropped;
     j["work"] = work_figures(d.phase_work(p.phase_id), p.energy_j, dur);
     phases.push_back(std::move(j));
@@ -331,7 +342,8 @@ json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFi
     work["covers"][u.unit] = {
         {"description", u.covers},    {"whole_run", u.phase_ids.empty()},
         {"phases", u.phase_ids},      {"energy_j", opt(u.energy_j)},
-        {"duration_s", u.duration_s}, {"energy_method", u.energy_method.empty() ? json() : json(u.energy_method)}};
+        {"duration_s", u.duration_s}, {"energy_method", u.energy_method.empty() ? json() : json(u.energy_method)},
+        {"coarse", u.coarse}};
   }
   // issue 36: the declared total per unit (the latest one declared); a unit with none is absent, not 0.
   work["total"] = json::object();
@@ -347,7 +359,7 @@ json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFi
 }
 
 std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& unit_figs,
-                       size_t max_rows) {
+                       const RunFootprint* fp, size_t max_rows) {
   std::string out;
   auto work_cell = [](const std::map<std::string, double>& work, std::optional<double> energy_j, double dur) {
     std::string s;
@@ -359,8 +371,8 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector
     return s;
   };
   if (!d.phases.empty()) {
-    out += fmt::format("  phases    {:<28} {:>9} {:>10} {:>14}  {}\n", "NAME [INDEX]", "START s", "DURATION", "ENERGY",
-                       "WORK");
+    out += fmt::format("  phases    {:<28} {:>9} {:>10} {:>14} {:>9}  {}\n", "NAME [INDEX]", "START s", "DURATION",
+                       "ENERGY", "CO2e", "WORK");
     std::map<int64_t, int> depth;
     size_t shown = 0, uncertain = 0;
     for (const auto& p : d.phases) {
@@ -389,16 +401,17 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector
                           : " (coarse: under 2 sampling intervals)";
       }
       const std::string duration = open ? "open" : fmt::format("{:.2f} s", dur);
-      out += fmt::format("            {:<28} {:>9.2f} {:>10} {:>14}  {}{}{}{}\n", name,
-                         static_cast<double>(p.start_ms - run.start_ms) / 1000.0, duration, energy,
-                         p.energy_method.empty() || p.energy_method == "counter" ? "" : "[" + p.energy_method + "] ",
-                         work_cell(d.phase_work(p.phase_id), p.energy_j, dur),
-                         p.closed_by_run_end ? " (no end: closed by the run's end)"
-                         : p.closed_by_repair
-                             ? " (closed by repair: the recorder died; its energy up to the last stored sample)"
-                         : open ? " (open: no end stored yet)"
-                                : "",
-                         coarse);
+      const OptF grams = fp && !open ? fp->grams(p.energy_j, p.start_ms, p.end_ms) : std::nullopt;
+      out += fmt::format(
+          "            {:<28} {:>9.2f} {:>10} {:>14} {:>9}  {}{}{}{}\n", name,
+          static_cast<double>(p.start_ms - run.start_ms) / 1000.0, duration, energy, grams ? format_grams(*grams) : "–",
+          p.energy_method.empty() || p.energy_method == "counter" ? "" : "[" + p.energy_method + "] ",
+          work_cell(d.phase_work(p.phase_id), p.energy_j, dur),
+          p.closed_by_run_end  ? " (no end: closed by the run's end)"
+          : p.closed_by_repair ? " (closed by repair: the recorder died; its energy up to the last stored sample)"
+          : open               ? " (open: no end stored yet)"
+                               : "",
+          coarse);
     }
     if (d.phases.size() > max_rows)
       out += fmt::format("            … {} more phases ('wattscope show --json' lists them all)\n",
@@ -424,6 +437,7 @@ std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector
     if (auto r = u.throughput_per_s()) s += fmt::format(" · {} {}/s", format_si(*r, ""), u.unit);
     const std::string method = simulated ? "simulated" : u.energy_method;
     if (!method.empty() && method != "counter") s += " [" + method + "]";
+    if (u.coarse) s += " (coarse: a phase it covers is under 2 sampling intervals)";
     if (auto a = u.attributed_energy_per_unit_j())
       s += fmt::format(" · {} {} [{}]", run.command.empty() ? "tracked processes" : "your processes",
                        format_si(*a, "J/" + unit_singular(u.unit)), u.attributed_method);

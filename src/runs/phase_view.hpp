@@ -11,6 +11,7 @@
 
 #include "core/frame.hpp"
 #include "core/schema.hpp"
+#include "runs/footprint_view.hpp"
 #include "sinks/sink.hpp"
 
 namespace wattscope {
@@ -51,6 +52,7 @@ struct UnitFigure {
   // run only, where attribution exists.
   OptF attributed_energy_j;
   std::string attributed_method;
+  bool coarse = false; // a covered phase is shorter than two sampling intervals: its energy rests on one tick
   OptF energy_per_unit_j() const;
   OptF attributed_energy_per_unit_j() const;
   OptF throughput_per_s() const;
@@ -74,15 +76,17 @@ OptF resolving_interval_ms(const PhaseRecord& p, const RunInfo& run);
 // {"phases": [...], "work": {...}, "marks": [...], "model": ...}: merged into `show --json`.
 // `units` are unit_figures(d, run), worked out once by the caller (the run model); the two-argument form works them
 // out.
-nlohmann::json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& units);
+// `fp`, when given, adds each phase's carbon and cost at the run's rates over the phase's own time.
+nlohmann::json phase_json(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& units,
+                          const RunFootprint* fp = nullptr);
 inline nlohmann::json phase_json(const PhaseData& d, const RunInfo& run) {
   return phase_json(d, run, unit_figures(d, run));
 }
 // The summary's phase table and work line; "" when the run has neither.
 std::string phase_text(const PhaseData& d, const RunInfo& run, const std::vector<UnitFigure>& units,
-                       size_t max_rows = 40);
+                       const RunFootprint* fp = nullptr, size_t max_rows = 40);
 inline std::string phase_text(const PhaseData& d, const RunInfo& run, size_t max_rows = 40) {
-  return phase_text(d, run, unit_figures(d, run), max_rows);
+  return phase_text(d, run, unit_figures(d, run), nullptr, max_rows);
 }
 // A work unit's singular for "J/sample": samples -> sample, copies -> copy, batches -> batch; kept when not plural.
 std::string unit_singular(const std::string& unit);

@@ -1,14 +1,30 @@
 #include "runs/run_model.hpp"
 
+#include <fmt/format.h>
+
 #include "advice/advice_input.hpp"
+#include "core/json_opt.hpp"
+#include "core/stored_json.hpp"
 #include "runs/repair.hpp"
 
 namespace wattscope {
 
+bool RunQuality::warming_up(const OptF& duration_s) const {
+  if (!warmup_s) return false;
+  return !settled || (duration_s && *duration_s > 0 && *warmup_s > kWarmupShare * *duration_s);
+}
+
 nlohmann::json RunQuality::json() const {
-  return {{"unfinished", unfinished},       {"markers_dropped", markers_dropped},
-          {"phases_open", phases_open},     {"phases_uncertain", phases_uncertain},
-          {"phases_coarse", phases_coarse}, {"phases_closed_by_repair", phases_closed_by_repair}};
+  return {{"unfinished", unfinished},
+          {"markers_dropped", markers_dropped},
+          {"phases_open", phases_open},
+          {"phases_uncertain", phases_uncertain},
+          {"phases_coarse", phases_coarse},
+          {"phases_closed_by_repair", phases_closed_by_repair},
+          {"gpu_temp_start_c", opt(gpu_temp_start_c)},
+          {"gpu_temp_end_c", opt(gpu_temp_end_c)},
+          {"warmup_s", opt(warmup_s)},
+          {"settled", settled}};
 }
 
 namespace {
@@ -26,6 +42,14 @@ RunQuality quality_of(const RunModel& m) {
     if (phase_coarse(p, m.run)) ++q.phases_coarse;
     if (p.closed_by_repair) ++q.phases_closed_by_repair;
   }
+  const nlohmann::json meas = json_member(run_summary_json(m.run), "measurement");
+  const auto num = [&](const char* k) {
+    return json_has_number(meas, k) ? OptF(json_number(meas, k, 0)) : std::nullopt;
+  };
+  q.gpu_temp_start_c = num("gpu_temp_start_c");
+  q.gpu_temp_end_c = num("gpu_temp_end_c");
+  q.warmup_s = num("warmup_s");
+  q.settled = json_bool(meas, "settled", true);
   return q;
 }
 
@@ -60,6 +84,7 @@ RunModel load_run_model(StoreReader& store, const RunInfo& stored, const RunMode
   m.energy_method = run_energy_method(m.run);
   m.attributed = run_attributed_energy(m.run);
   m.quality = quality_of(m);
+  m.footprint = run_footprint(m.run, wants.footprint);
   read_samples(store, wants, m);
   return m;
 }
@@ -67,18 +92,41 @@ RunModel load_run_model(StoreReader& store, const RunInfo& stored, const RunMode
 nlohmann::json RunModel::summary_json() const {
   nlohmann::json j = run_json(run);
   j["quality"] = quality.json();
+  j["carbon"] = footprint.carbon_json();
+  j["cost"] = footprint.cost_json();
   return j;
 }
 
 nlohmann::json RunModel::json() const {
   nlohmann::json j = summary_json();
-  j.update(phase_json(phases, run, units));
+  j.update(phase_json(phases, run, units, &footprint));
   if (advice) j["advice"] = advice::to_json(*advice);
   return j;
 }
 
 std::string RunModel::text() const {
-  return run_text(run) + phase_text(phases, run, units);
+  return run_text(run) + footprint.text() + quality_text() + phase_text(phases, run, units, &footprint);
+}
+
+} // namespace wattscope
+
+namespace wattscope {
+
+// How the run was measured, where it matters for comparing it: temperatures and warm-up.
+std::string RunModel::quality_text() const {
+  const RunQuality& q = quality;
+  if (!q.gpu_temp_start_c && !q.warmup_s) return "";
+  std::string out = "  measured ";
+  if (q.gpu_temp_start_c && q.gpu_temp_end_c)
+    out += fmt::format(" GPU {:.0f} °C at start, {:.0f} °C at end", *q.gpu_temp_start_c, *q.gpu_temp_end_c);
+  if (q.warmup_s) {
+    if (q.gpu_temp_start_c) out += " ·";
+    out += !q.settled ? fmt::format(" power never settled ({:.1f} s): still warming up when it ended", *q.warmup_s)
+                      : fmt::format(" warm-up {:.1f} s before power settled", *q.warmup_s);
+    if (q.settled && q.warming_up(run.duration_s()))
+      out += fmt::format(" (over {:.0f} % of the run)", 100 * kWarmupShare);
+  }
+  return out + "\n";
 }
 
 } // namespace wattscope

@@ -15,6 +15,7 @@
 #include "advice/advice.hpp"
 #include "core/frame.hpp"
 #include "core/schema.hpp"
+#include "runs/footprint_view.hpp"
 #include "runs/phase_view.hpp"
 #include "runs/run_view.hpp"
 #include "sinks/sink.hpp"
@@ -28,6 +29,7 @@ struct RunModelWants {
   bool events = false; // every event row (the report's timeline); marks and the model marker are always kept
   std::function<void(std::span<const Value>)> gpu_sample{}; // each gpu_samples row, in stored (tick) order
   std::function<void(std::span<const Value>)> cpu_sample{}; // each cpu_samples row, likewise
+  FootprintOverride footprint{}; // carbon and cost at a read command's rates instead of the recorded ones
 };
 
 // How far the run's figures can be trusted, said once for every view.
@@ -38,6 +40,14 @@ struct RunQuality {
   size_t phases_uncertain = 0; // stated bound over kPhaseBoundFlagPct of their energy
   size_t phases_coarse = 0;    // shorter than two sampling intervals
   size_t phases_closed_by_repair = 0;
+  // As measured: the hottest GPU's temperature at the run's first and last sample, and its warm-up (until the GPUs'
+  // power first settled near the level it kept); missing for runs of older versions or without GPUs.
+  OptF gpu_temp_start_c;
+  OptF gpu_temp_end_c;
+  OptF warmup_s;
+  bool settled = true; // false: power never settled before the run ended
+  // Still warming up: power never settled, or took more than a quarter of the run (kWarmupShare) to.
+  bool warming_up(const OptF& duration_s) const;
   nlohmann::json json() const;
 };
 
@@ -48,6 +58,7 @@ struct RunModel {
   EnergyMethod energy_method;    // per device, and the run's label
   std::optional<AttributedEnergy> attributed; // the run's own processes' energy, where attribution exists
   RunQuality quality;
+  RunFootprint footprint;                          // carbon and cost, with their sources
   std::vector<Event> events;                       // when wanted (RunModelWants::events)
   std::optional<std::vector<advice::Item>> advice; // when wanted (RunModelWants::advice)
 
@@ -58,10 +69,13 @@ struct RunModel {
   nlohmann::json json() const;
   // `show`: the run's summary and its phase table.
   std::string text() const;
+  std::string quality_text() const;
 };
 
 // Reads the run from the store once (only read). `stored` is the run's row as listed; an unfinished one is shown
 // from its samples (repair.hpp, as_shown).
 RunModel load_run_model(StoreReader& store, const RunInfo& stored, const RunModelWants& wants = {});
+
+inline constexpr double kWarmupShare = 0.25;
 
 } // namespace wattscope

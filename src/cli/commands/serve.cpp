@@ -69,6 +69,7 @@ public:
     add_per_core_options(sub, rec_); // issue 33
     add_read_cost_option(sub, rec_); // issue 33
     add_scrape_options(sub, rec_);   // a workload's Prometheus endpoint as work
+    add_footprint_record_options(sub, rec_.footprint);
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
                "  wattscope serve --simulate                        # simulated GPUs: see every view without one\n"
                "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
