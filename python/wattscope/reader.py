@@ -66,7 +66,7 @@ _ORDER = {
 _STORED_COLUMNS = {t: tuple(cols.split()) for t, cols in {
     "phases": "run_id phase_id name index parent start_ms end_ms start_tick end_tick energy_j energy_method "
               "device_energy_j attributed_energy_j closed_by_run_end start_edge end_edge energy_bound_j "
-              "closed_by_repair",
+              "closed_by_repair gpu_temp_start_c gpu_temp_end_c",
     "work": "run_id seq ts_ms amount unit phase_id total",
     "events": "run_id seq ts_ms kind source detail",
     "processes": "run_id pid start_time ppid comm cmdline uid unit unit_kind first_tick last_tick",
@@ -84,7 +84,7 @@ _STORED_COLUMNS = {t: tuple(cols.split()) for t, cols in {
 # What a Run record holds, in this order (Run.as_dict; its nested devices and tags follow).
 _RUN_FIELDS = ("run_id", "task", "command", "host", "start", "end", "start_ms", "end_ms", "duration_s", "exit_status",
                "interval_s", "samples", "energy_j", "energy_method", "attributed_energy_j", "attributed_energy_method",
-               "simulated", "wattscope_version")
+               "simulated", "wattscope_version", "carbon", "cost", "measurement")
 _MAX_CSV_FIELD = 64 << 20  # as the binary's CSV reader: a longer record is not a wattscope CSV file
 # A JSON cell (runs.tags, runs.summary, phases.device_energy_j, events.detail) is parsed only within these bounds:
 # Python's json recurses once per level and ends in RecursionError (or, with a raised recursion limit, a crash) on a
@@ -606,7 +606,34 @@ class Run:
         # The run's own processes' share, measured as the run's total is (show --json has the same two keys).
         self.attributed_energy_method = (None if self.attributed_energy_j is None else
                                          f"attributed ({self.energy_method})" if self.energy_method else "attributed")
+        # Carbon and cost as the recorder charged them, with their source (`show --json` gives the same keys); None for
+        # a run recorded before wattscope charged carbon (show gives it the world's yearly figure, marked assumed),
+        # and for cost, one recorded without a price.
+        self.carbon = self._rate("carbon", ("grams", "g_per_kwh", "source", "region", "assumed", "pue", "devices"))
+        self.cost = self._rate("cost", ("amount", "price_per_kwh", "currency", "source", "pue", "devices"))
+        m = self.summary.get("measurement")
+        m = m if isinstance(m, dict) else {}
+        # The hottest GPU at the first and last sample, and the warm-up before its power settled.
+        self.measurement = {k: (_num(m.get(k)) if k != "settled" else m.get(k) is not False)
+                            for k in ("gpu_temp_start_c", "gpu_temp_end_c", "warmup_s", "settled")}
         self._phases = self._work = None
+
+    def _rate(self, key, fields):
+        part = self.summary.get(key)
+        if not isinstance(part, dict) or _num(part.get(fields[0])) is None:
+            return None
+        out = {}
+        for f in fields:
+            v = part.get(f)
+            if f == "devices":
+                out[f] = {str(k): _num(x) for k, x in v.items()} if isinstance(v, dict) else {}
+            elif f in ("source", "region", "currency"):
+                out[f] = _str(v)
+            elif f == "assumed":
+                out[f] = v is True
+            else:
+                out[f] = _num(v)
+        return out
 
     def _devices(self):
         energy, method = {}, {}

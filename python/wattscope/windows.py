@@ -88,8 +88,9 @@ class Measurement:
     wattscope answered); `devices`: {"gpu0": J, "cpu_package": J, ...}; `duration_s`; `method`: how the energy was
     obtained, as everywhere in wattscope (counter, integrated, estimated, simulated, or mixed over the devices, whose
     own methods are in `device_methods`); `bound_j`: the most the energy can be off by, from its edges (None: not
-    bounded); `start_edge`/`end_edge`: reading, interpolated or none. `attributed_j` and `carbon_g` are None until
-    wattscope measures them for a window. `error` says why figures are missing. With `wait=False` the figures are
+    bounded); `start_edge`/`end_edge`: reading, interpolated or none; `carbon_g`: grams CO2e at the run's carbon
+    intensity over the window (PUE included), `carbon_source` where that intensity came from, `cost` and `currency`
+    where the run has a price (else None). `attributed_j` is None until wattscope measures it for a window. `error` says why figures are missing. With `wait=False` the figures are
     fetched when first read (or by `result()`)."""
 
     __slots__ = ("name", "window", "_duration_local", "_answer", "_pending", "_timeout", "error")
@@ -152,7 +153,8 @@ class Measurement:
 # The answer's figures, as read-only attributes (fetched first where the window was ended with wait=False).
 for _attr, _key in (("energy_j", "energy_j"), ("method", "method"), ("bound_j", "energy_bound_j"),
                     ("start_edge", "start_edge"), ("end_edge", "end_edge"), ("run_id", "run_id"),
-                    ("phase_id", "phase_id"), ("attributed_j", "attributed_j"), ("carbon_g", "carbon_g")):
+                    ("phase_id", "phase_id"), ("attributed_j", "attributed_j"), ("carbon_g", "carbon_g"),
+                    ("carbon_source", "carbon_source"), ("cost", "cost"), ("currency", "currency")):
     setattr(Measurement, _attr, property(lambda self, key=_key: self._get(key)))
 Measurement.devices = property(lambda self: dict(self._get("devices") or {}))
 Measurement.device_methods = property(lambda self: dict(self._get("device_methods") or {}))

@@ -226,7 +226,7 @@ std::optional<Footprint> Accounting::footprint() const {
 }
 
 // Each device's energy since the last sample is charged at the rates of that stretch: grams follow the hour it ran in.
-void Accounting::charge(const Frame& f) {
+void Accounting::charge(Frame& f) {
   if (!ledger_) return;
   const auto one = [&](const std::string& device, const OptF& cumulative_j) {
     if (!cumulative_j) return;
@@ -240,6 +240,10 @@ void Accounting::charge(const Frame& f) {
     one("gpu" + std::to_string(s.gpu_index), s.energy_j);
   one("cpu_package", f.cpu.package_energy_j);
   one("cpu_dram", f.cpu.dram_energy_j);
+  f.carbon_g.assign(ledger_->device_grams().begin(), ledger_->device_grams().end());
+  f.cost.assign(ledger_->device_cost().begin(), ledger_->device_cost().end());
+  f.carbon_assumed = ledger_->footprint().carbon.assumed;
+  if (ledger_->footprint().price) f.currency = ledger_->footprint().currency;
 }
 
 // The GPUs' total power over the run, kept to at most 4096 points (every other one dropped whenever it fills), from

@@ -155,7 +155,7 @@ private:
   int64_t last_tick_ = 0;
   RunSummary summary_;
   std::optional<SteadyClock::time_point> idle_since_; // issue 18: the current idle stretch began
-  void charge(const Frame& f);
+  void charge(Frame& f);
   void track_warmup(const Frame& f);
   std::optional<FootprintLedger> ledger_;
   std::map<std::string, std::pair<int64_t, double>> charged_; // device -> (ts_ms, cumulative J) last charged

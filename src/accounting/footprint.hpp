@@ -104,6 +104,8 @@ public:
   explicit FootprintLedger(Footprint f) : f_(std::move(f)) {}
   void add(const std::string& device, int64_t from_ms, int64_t to_ms, double joules);
   const Footprint& footprint() const { return f_; }
+  const std::map<std::string, double>& device_grams() const { return device_g_; }
+  const std::map<std::string, double>& device_cost() const { return device_cost_; }
   // {"carbon": {grams, g_per_kwh, source, region, pue, energy_kwh, devices, steps}, "cost": {... or null}}. The
   // steps are those the run spanned (at most kMaxSummarySteps, evenly thinned past that), so that a view can charge a
   // phase at the rates of its own hours.

@@ -250,6 +250,12 @@ struct Frame {
   std::vector<std::pair<int, std::string_view>> anomalies;
   // issue 33: energy counters read at phase edges since the previous frame (for the phase tracker only: no rows)
   std::vector<CounterReading> counter_readings;
+  // Carbon (g CO2e) and cost charged since the run began, per device, as accounting has them after this frame (serve's
+  // /metrics); empty where nothing was charged yet.
+  std::vector<std::pair<std::string, double>> carbon_g;
+  std::vector<std::pair<std::string, double>> cost;
+  std::string currency;
+  bool carbon_assumed = false; // charged at the world's yearly figure: no carbon source was given
 };
 
 } // namespace wattscope

@@ -273,7 +273,8 @@ RunModel run_data(StoreReader& store, const RunInfo& run, const ReportOptions& o
                               {.advice = true,
                                .events = true,
                                .gpu_sample = [&](std::span<const Value> row) { charts.gpu(row); },
-                               .cpu_sample = [&](std::span<const Value> row) { charts.cpu(row); }});
+                               .cpu_sample = [&](std::span<const Value> row) { charts.cpu(row); },
+                               .footprint = opts.footprint});
   const nlohmann::json summary = m.summary_json();
   out = nlohmann::json::object();
   charts.finish_into(out, summary);
@@ -285,7 +286,7 @@ RunModel run_data(StoreReader& store, const RunInfo& run, const ReportOptions& o
                       {"detail", e.detail}});
   out["events"] = std::move(events);
   out["buckets"] = opts.buckets;
-  nlohmann::json ph = phase_json(m.phases, m.run, m.units);
+  nlohmann::json ph = phase_json(m.phases, m.run, m.units, &m.footprint);
   out["phases"] = phases_on_charts(std::move(ph["phases"]), run, charts.t_end());
   out["work"] = std::move(ph["work"]);
   if (auto per = charts.energy_per_unit(m.phases.work, "output_tokens"); !per.is_null())
@@ -566,11 +567,6 @@ nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>&
                         {"wattscope_version", kVersion},
                         {"metrics", {{"gpu", series_meta(kGpuMetrics)}, {"cpu", series_meta(kCpuMetrics)}}},
                         {"source", store.describe()},
-                        {"assumptions",
-                         {{"co2_g_per_kwh", opts.co2_g_per_kwh},
-                          {"price_per_kwh", opts.price_per_kwh},
-                          {"currency", opts.currency},
-                          {"pue", opts.pue}}},
                         {"runs", rs}};
   // issue 35: several runs are compared by task, with the figures `wattscope compare` tests
   if (runs.size() > 1) out["comparison"] = comparison_json(models);

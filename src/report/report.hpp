@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accounting/footprint.hpp"
+
 #include "core/schema.hpp"
 #include "sinks/sink.hpp"
 #include "web/report_page.hpp" // script_safe_json
@@ -14,10 +16,9 @@
 namespace wattscope {
 
 struct ReportOptions {
-  double co2_g_per_kwh = 475; // IEA world-average grid intensity; set yours with --co2-intensity
-  double price_per_kwh = 0.15;
-  std::string currency = "USD";
-  double pue = 1.0;             // data-centre overhead; 1.0 counts the measured devices only
+  // Carbon and cost at these rates instead of those each run was recorded with (--carbon-intensity, --energy-price,
+  // --pue, ...): the run model's figures either way, with their source.
+  FootprintOverride footprint;
   size_t buckets = 1000;        // per series: at most 2 points per bucket
   bool follow_symlinks = false; // write_report through a symbolic link at the path (else refused, naming it)
 };

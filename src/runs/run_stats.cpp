@@ -1,11 +1,13 @@
 #include "runs/run_stats.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
+#include "core/json_opt.hpp"
 #include "core/text.hpp"
 #include "runs/phase_view.hpp"
 #include "runs/repair.hpp"
@@ -25,8 +27,92 @@ struct PhaseSums {
 
 } // namespace
 
-Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* notes) {
-  return model_figures(load_run_model(store, stored), notes);
+Figures run_figures(StoreReader& store, const RunInfo& stored, FigureNotes* notes, RunQuality* quality,
+                    const FootprintOverride& footprint) {
+  const RunModel m = load_run_model(store, stored, {.footprint = footprint});
+  if (quality) *quality = m.quality;
+  return model_figures(m, notes);
+}
+
+namespace {
+
+OptF mean_start_c(const std::vector<MeasuredRun>& runs) {
+  double sum = 0;
+  size_t n = 0;
+  for (const auto& r : runs)
+    if (r.quality.gpu_temp_start_c) {
+      sum += *r.quality.gpu_temp_start_c;
+      ++n;
+    }
+  return n ? OptF(sum / static_cast<double>(n)) : std::nullopt;
+}
+
+} // namespace
+
+nlohmann::json measurement_warnings(const std::vector<MeasuredRun>& a, const std::vector<MeasuredRun>& b) {
+  nlohmann::json out = nlohmann::json::array();
+  const bool two = !b.empty();
+  // Temperature at the start: the spread over every run compared.
+  const MeasuredRun *cold = nullptr, *hot = nullptr;
+  for (const auto* side : {&a, &b})
+    for (const auto& r : *side)
+      if (r.quality.gpu_temp_start_c) {
+        if (!cold || *r.quality.gpu_temp_start_c < *cold->quality.gpu_temp_start_c) cold = &r;
+        if (!hot || *r.quality.gpu_temp_start_c > *hot->quality.gpu_temp_start_c) hot = &r;
+      }
+  if (cold && hot && *hot->quality.gpu_temp_start_c - *cold->quality.gpu_temp_start_c > kStartTempSpreadC) {
+    const double spread = *hot->quality.gpu_temp_start_c - *cold->quality.gpu_temp_start_c;
+    nlohmann::json w = {{"kind", "temperature"},
+                        {"spread_c", spread},
+                        {"coldest", {{"run_id", cold->run_id}, {"gpu_temp_start_c", *cold->quality.gpu_temp_start_c}}},
+                        {"hottest", {{"run_id", hot->run_id}, {"gpu_temp_start_c", *hot->quality.gpu_temp_start_c}}}};
+    std::string text =
+        fmt::format("the runs started at GPU temperatures {:.0f} °C apart ({} at {:.0f} °C, {} at "
+                    "{:.0f} °C): a hotter GPU draws more power for the same work",
+                    spread, cold->run_id, *cold->quality.gpu_temp_start_c, hot->run_id, *hot->quality.gpu_temp_start_c);
+    const OptF ma = mean_start_c(a), mb = two ? mean_start_c(b) : std::nullopt;
+    if (ma && mb && std::abs(*mb - *ma) > 1) {
+      const bool b_hot = *mb > *ma;
+      w["a_mean_start_c"] = *ma;
+      w["b_mean_start_c"] = *mb;
+      w["biased"] = b_hot ? "b_up" : "a_up";
+      text += fmt::format("; {} started hotter on average ({:.0f} vs {:.0f} °C), so its energy reads high: the "
+                          "difference B - A is biased {} (cool down between runs: wattscope run --repeat N "
+                          "--cooldown-until 45C)",
+                          b_hot ? "B" : "A", b_hot ? *mb : *ma, b_hot ? *ma : *mb, b_hot ? "upwards" : "downwards");
+    } else {
+      text += "; their spread widens the statistics (cool down between runs: wattscope run --repeat N "
+              "--cooldown-until 45C)";
+    }
+    w["text"] = text;
+    out.push_back(std::move(w));
+  }
+  // Warm-up: a run whose power had not settled (or took over a quarter of it to) carries its start-up in its figures.
+  for (const auto* side : {&a, &b})
+    for (const auto& r : *side) {
+      if (!r.quality.warming_up(r.duration_s)) continue;
+      const char* label = !two ? "" : side == &a ? "A" : "B";
+      std::string text =
+          !r.quality.settled
+              ? fmt::format("run {}{}{} was still warming up when it ended: its GPUs' power never settled", r.run_id,
+                            two ? " of " : "", label)
+              : fmt::format("run {}{}{} spent {:.1f} s of {:.1f} s warming up before its GPUs' power settled", r.run_id,
+                            two ? " of " : "", label, *r.quality.warmup_s, r.duration_s.value_or(0));
+      text += ": its figures include a start-up at lower power, so its average power reads low and its energy per "
+              "unit of work carries the start-up";
+      if (two)
+        text += fmt::format("; the difference B - A is biased {} (run long enough to settle, or compare phases after "
+                            "the warm-up)",
+                            side == &a ? "upwards in power, against A's start-up in energy per work"
+                                       : "downwards in power, against B's start-up in energy per work");
+      out.push_back({{"kind", "warmup"},
+                     {"run_id", r.run_id},
+                     {"side", two ? nlohmann::json(label) : nlohmann::json()},
+                     {"warmup_s", opt(r.quality.warmup_s)},
+                     {"settled", r.quality.settled},
+                     {"text", text}});
+    }
+  return out;
 }
 
 Figures model_figures(const RunModel& model, FigureNotes* notes) {
@@ -39,6 +125,17 @@ Figures model_figures(const RunModel& model, FigureNotes* notes) {
   };
   add("duration_s", j["duration_s"]);
   add("energy_j", j["total_energy_j"]);
+  // Carbon and cost, each labelled with its source (a mean over runs charged at different rates says so).
+  if (model.footprint.carbon) {
+    f.emplace_back("carbon_g", model.footprint.carbon->value);
+    n.method["carbon_g"] = model.footprint.carbon->source;
+  } else {
+    n.missing["carbon_g"] = "no energy measured";
+  }
+  if (model.footprint.cost) {
+    f.emplace_back("cost", model.footprint.cost->value);
+    n.method["cost"] = model.footprint.cost->currency + ": " + model.footprint.cost->source;
+  }
   n.run_energy = model.energy_method;
   n.run_method = n.run_energy.label();
   if (j["total_energy_j"].is_number())

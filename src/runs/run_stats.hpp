@@ -36,7 +36,24 @@ struct FigureNotes {
 
 // The run's figures for statistics over runs, from its model (what every other view of the run shows).
 Figures model_figures(const RunModel& model, FigureNotes* notes = nullptr);
-Figures run_figures(StoreReader& store, const RunInfo& run, FigureNotes* notes = nullptr);
+// `quality`, when given, receives the run's measurement quality (its temperatures and warm-up); `footprint` replaces
+// its carbon and cost rates (a read command's --carbon-intensity, --energy-price, ...).
+Figures run_figures(StoreReader& store, const RunInfo& run, FigureNotes* notes = nullptr, RunQuality* quality = nullptr,
+                    const FootprintOverride& footprint = {});
+
+// A run as a comparison sees its measurement: for warnings that say when a difference is biased by how the runs were
+// measured rather than by what they ran.
+struct MeasuredRun {
+  std::string run_id;
+  RunQuality quality;
+  OptF duration_s;
+};
+// GPUs more than this apart at the runs' starts bias a comparison: power rises with temperature.
+inline constexpr double kStartTempSpreadC = 5;
+// {"kind": "temperature" | "warmup", "text": ..., ...}: runs (of both sides; `b` empty for `stats`) that started at
+// GPU temperatures more than kStartTempSpreadC apart, or were still warming up, each saying which way that biases the
+// difference of B against A.
+nlohmann::json measurement_warnings(const std::vector<MeasuredRun>& a, const std::vector<MeasuredRun>& b = {});
 
 // The finished runs of `task`, oldest first, the latest `last` of them when given. Throws std::runtime_error naming
 // the task when it has none.

@@ -996,7 +996,9 @@ constexpr std::string_view kCountedFromRunStart[] = {"wattscope_gpu_energy_joule
                                                      "wattscope_sampler_ticks_total",
                                                      "wattscope_sampler_skipped_ticks_total",
                                                      "wattscope_sampler_late_total",
-                                                     "wattscope_work_total"};
+                                                     "wattscope_work_total",
+                                                     "wattscope_carbon_grams_total",
+                                                     "wattscope_energy_cost_total"};
 
 } // namespace
 
@@ -1099,6 +1101,26 @@ std::string LiveState::metrics_text(MetricsFormat format) const {
                "counters), by unit: output_tokens, prompt_tokens, requests, samples, ...");
       for (const auto& [unit, amount] : work_total_)
         x.sample(fmt::format("{},unit=\"{}\"", host_label, prom_label_value(unit)), amount);
+    }
+    if (!f.carbon_g.empty()) {
+      // At the run's rates, sample by sample (docs/carbon.md): assumed="true" when no carbon source was given and the
+      // world's yearly figure stands in.
+      x.family("wattscope_carbon_grams_total", "counter",
+               "Grams of CO2e charged for each device's energy since serve started, at --carbon-intensity, "
+               "--carbon-region or --carbon-intensity-file (PUE included).");
+      for (const auto& [device, g] : f.carbon_g)
+        x.sample(fmt::format("{},device=\"{}\",assumed=\"{}\"", host_label, prom_label_value(device),
+                             f.carbon_assumed ? "true" : "false"),
+                 g);
+    }
+    if (!f.cost.empty()) {
+      x.family("wattscope_energy_cost_total", "counter",
+               "Cost of each device's energy since serve started, at --energy-price or --energy-price-file (PUE "
+               "included), in the currency its label names.");
+      for (const auto& [device, c] : f.cost)
+        x.sample(fmt::format("{},device=\"{}\",currency=\"{}\"", host_label, prom_label_value(device),
+                             prom_label_value(f.currency)),
+                 c);
     }
     out = x.take();
     if (board_) out += board_->metrics_text; // prepared once per process scan

@@ -441,7 +441,7 @@ test('figures keep 3 significant digits with an SI prefix, units singular after 
       '$.attribution', json('{"devices":{"cpu":{"attributed_j":2030,"other_j":0,"unattributed_j":1232537,"idle_j":0,"measured_j":1234567,"method":"attributed (estimated)"}}}'),
       '$.attributed_energy_j', 2030, '$.attributed_energy_method', 'attributed (estimated)') WHERE run_id = '${id}';`);
   const file = join(dir, 'digits.html');
-  ws(['report', '--db', db, id, '-o', file]);
+  ws(['report', '--db', db, id, '-o', file, '--carbon-intensity', '475', '--energy-price', '0.15']);
   const { page, errors, requests } = await open(file);
   assert.deepEqual(errors, []);
   assert.deepEqual(requests, []);
@@ -449,8 +449,10 @@ test('figures keep 3 significant digits with an SI prefix, units singular after 
   assert.deepEqual(await card('total_energy_j'), ['1.23 MJ', '343 Wh']);
   assert.deepEqual(await card('attributed_energy_j'), ['2.03 kJ', 'your processes: 2.03 kJ of 1.23 MJ total (0.164 %)']);
   assert.match(await page.textContent('.card[data-key="attributed_energy_j"] .label'), /your processes attributed \(estimated\)$/);
-  // 1,234,567 J = 0.343 kWh: 475 g/kWh and 0.15 USD/kWh (the defaults)
-  assert.deepEqual(await card('co2_g'), ['163 g', '475 gCO₂/kWh × PUE 1']);
+  // 1,234,567 J = 0.343 kWh at 475 g/kWh and 0.15 USD/kWh, the rates given to `report`, each with its source
+  const [co2, co2Sub] = await card('co2_g');
+  assert.equal(co2, '163 g');
+  assert.match(co2Sub, /^475 gCO₂\/kWh × PUE 1 · constant 475 g\/kWh \(--carbon-intensity\)$/);
   assert.equal((await card('cost'))[0], '0.0514 USD');
   const [perSample, sampleSub] = await card('work.samples.energy_per_unit_j');
   assert.equal(perSample, '16.4 mJ/sample');

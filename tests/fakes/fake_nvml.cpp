@@ -9,6 +9,7 @@
 // A metric's value is chosen by how many times that metric was asked for on that device (k, from 0) or by the
 // seconds since nvmlInit (t):  number (constant) | [list] (k-th, last repeats) | {"linear": [a, b]} (a + b*k) |
 // {"piecewise": [[k, v], ...]} (straight between the points, issue 36) | {"sine": {"base", "amp", "period_s"}} (of t) |
+// {"file": PATH, "default": V} (the number in that file at each call: a test's thermal chamber) |
 // {"sine_integral": {...}} (the exact integral of that sine over [0, t], for an energy counter in mJ that matches a
 // power trace in mW). Any object of t may add "update_s": 0.1: it then moves only every 0.1 s, holding its value at the
 // last multiple (an H100's energy counter, issue 33). A metric that is absent or listed in "unsupported" answers
@@ -296,6 +297,14 @@ double eval(const json& v, long long k, double t) {
     return v.empty()
                ? 0
                : v[static_cast<size_t>(std::min<long long>(k, static_cast<long long>(v.size()) - 1))].get<double>();
+  // A value a test sets from outside, as a thermal chamber sets a GPU's temperature: {"file": "/tmp/…/temp"} answers
+  // the number in that file at each call ("default" while it is missing or unreadable).
+  if (const auto f = v.find("file"); f != v.end() && f->is_string()) {
+    std::ifstream in(f->get<std::string>());
+    double x = 0;
+    if (in >> x) return x;
+    return v.value("default", 0.0);
+  }
   // ---- simulate (issue 19) ----
   if (v.contains("timeline")) {
     double r = std::max(0.0, timeline_at(v["timeline"], t, false) + wiggle(v.value("noise", json(0)), t));

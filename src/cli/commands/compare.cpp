@@ -27,6 +27,7 @@ struct Side {
   std::vector<Figures> figs;
   std::vector<FigureNotes> notes;
   std::vector<MetricStats> stats;
+  std::vector<MeasuredRun> measured; // temperatures and warm-up, for the warnings
   const MetricStats* find(const std::string& figure) const {
     for (const auto& m : stats)
       if (m.name == figure) return &m;
@@ -54,7 +55,7 @@ struct Side {
 // The figures a comparison tests: the run's energy and duration first, then per phase kind and per kind of work, in
 // A's order. Device figures and counts are left to `stats`.
 bool tested(const std::string& name) {
-  if (name == "energy_j" || name == "duration_s") return true;
+  if (name == "energy_j" || name == "duration_s" || name == "carbon_g" || name == "cost") return true;
   if (name.starts_with("phase."))
     return (name.ends_with(".energy_j") || name.ends_with(".duration_s")) && !name.ends_with("run_total_energy_j") &&
            !name.ends_with("run_total_duration_s");
@@ -231,11 +232,15 @@ nlohmann::json comparison_json(const Side& a, const Side& b, const std::vector<d
                       {"within_noise", g.within},
                       {"too_few_runs", g.untold}};
   j["welch"] = welch_json(welch);
+  j["warnings"] = measurement_warnings(a.measured, b.measured);
   return j;
 }
 
-void print_comparison(const Verdict& v, const std::vector<FigureTest>& tests, const Groups& g) {
+void print_comparison(const Verdict& v, const std::vector<FigureTest>& tests, const Groups& g, const Side& a,
+                      const Side& b) {
   std::cout << v.sentence << "\n";
+  for (const auto& w : measurement_warnings(a.measured, b.measured))
+    std::cout << "WARNING: " << w["text"].get<std::string>() << ".\n";
   std::cout << fmt::format("{:<36} {:>20} {:>20} {:>10} {:>9}  {}\n", "FIGURE", "A MEAN (N)", "B MEAN (N)", "B VS A",
                            "P", "VERDICT");
   for (const auto& t : tests) {
@@ -264,6 +269,7 @@ class CompareCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
     add_read_options(sub, flags_);
+    add_footprint_read_options(sub, footprint_);
     sub.add_option("a", a_, "A task name (its finished runs) or a run id")->required();
     sub.add_option("b", b_, "A task name (its finished runs) or a run id")->required();
     sub.add_option("--last,-n", last_, "Only the latest N runs of each task");
@@ -281,6 +287,7 @@ public:
   int run(CLI::App& sub, const CliContext&) override {
     if (sub.count("--last") && last_ == 0) throw UsageError("--last must be at least 1");
     const auto filters = flag_value("", [&] { return parse_tag_filters(tags_); });
+    rates_ = footprint_for_reading(footprint_);
     auto store = reader_for(flags_);
     const auto last = sub.count("--last") ? std::optional<size_t>(last_) : std::nullopt;
     Side a = side(*store, a_, filters, last), b = side(*store, b_, filters, last);
@@ -307,7 +314,7 @@ public:
     if (flags_.json)
       std::cout << comparison_json(a, b, ea, eb, v, tests, g, differ, force_).dump(2) << "\n";
     else
-      print_comparison(v, tests, g);
+      print_comparison(v, tests, g, a, b);
     return 0;
   }
 
@@ -328,8 +335,11 @@ private:
       s.label = "run " + s.runs[0].run_id;
     }
     s.notes.resize(s.runs.size());
-    for (size_t i = 0; i < s.runs.size(); ++i)
-      s.figs.push_back(run_figures(store, s.runs[i], &s.notes[i]));
+    for (size_t i = 0; i < s.runs.size(); ++i) {
+      RunQuality q;
+      s.figs.push_back(run_figures(store, s.runs[i], &s.notes[i], &q, rates_));
+      s.measured.push_back({s.runs[i].run_id, q, s.runs[i].duration_s()});
+    }
     s.stats = figure_stats(s.figs, s.notes);
     return s;
   }
@@ -339,6 +349,8 @@ private:
   size_t last_ = 0;
   std::vector<std::string> tags_;
   bool force_ = false;
+  FootprintOptions footprint_;
+  FootprintOverride rates_;
 };
 
 } // namespace

@@ -63,19 +63,15 @@ public:
         ->capture_default_str();
     sub.add_option("--csv", csv_, "Read wattscope CSV files or directories instead")->expected(1, -1);
     sub.add_option("-o,--output", out_, "The HTML file to write")->required();
-    sub.add_option("--co2-intensity", opts_.co2_g_per_kwh, "Grid carbon intensity in gCO2/kWh for the CO2 estimate")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 5000.0));
-    sub.add_option("--price", opts_.price_per_kwh, "Electricity price per kWh for the cost estimate")
-        ->capture_default_str()
-        ->check(CLI::Range(0.0, 100.0));
-    sub.add_option("--currency", opts_.currency, "Currency of --price")->capture_default_str();
-    sub.add_option("--pue", opts_.pue, "Power usage effectiveness of the data centre (1.0: the devices alone)")
-        ->capture_default_str()
-        ->check(CLI::Range(1.0, 5.0));
+    add_footprint_read_options(sub, footprint_);
+    // The names of earlier versions, kept for scripts that use them.
+    sub.add_option_function<double>(
+        "--co2-intensity", [this](double g) { footprint_.carbon_intensity = g; }, "Old name of --carbon-intensity");
+    sub.add_option_function<double>(
+        "--price", [this](double p) { footprint_.energy_price = p; }, "Old name of --energy-price");
     sub.footer("Examples:\n  wattscope report -o run.html                          # the latest run in wattscope.db\n"
                "  wattscope report 20261121-1203 20261121-1410 -o cmp.html   # two runs compared\n"
-               "  wattscope report --csv results/ -o run.html --co2-intensity 56 --price 0.21 --currency EUR\n"
+               "  wattscope report --csv results/ -o run.html --carbon-region FRA --energy-price 0.21 --currency EUR\n"
                "  wattscope report --task bert --tag lr=3e-4 --last 3 -o bert.html   # a task's runs compared\n"
                "  wattscope report --task bert --task gpt --last 2 -o tasks.html    # two tasks' runs side by side\n"
                "The file opens offline in any browser: plotly.js and the data are inside it.");
@@ -117,6 +113,7 @@ public:
     for (const auto& id : runs_)
       runs.push_back(as_shown(*reader, resolve_run(*reader, id)));
     const auto t0 = SteadyClock::now();
+    opts_.footprint = footprint_for_reading(footprint_);
     write_report(*reader, runs, opts_, out_);
     if (!ctx.quiet)
       std::fprintf(stderr, "wattscope: report of %zu run(s) written to %s (%.1f s)\n", runs.size(), out_.c_str(),
@@ -133,6 +130,7 @@ private:
   std::vector<std::string> csv_;
   std::string out_;
   ReportOptions opts_;
+  FootprintOptions footprint_;
 };
 
 } // namespace

@@ -19,6 +19,7 @@ class ShowCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
     add_read_options(sub, flags_);
+    add_footprint_read_options(sub, footprint_);
     sub.add_option("run", run_, "Run id, or a unique prefix or suffix of it");
     sub.add_option("--tag", tags_,
                    "Every run with this tag, KEY=VALUE (repeatable), as one: per run its node, duration, exit and "
@@ -32,7 +33,8 @@ public:
     if (!tags_.empty() || !task_.empty()) return show_tagged();
     auto store = reader_for(flags_);
     // One model of the run: an unfinished run is shown with figures rebuilt from its stored samples, and says so.
-    const RunModel model = load_run_model(*store, resolve_run(*store, run_), {.advice = flags_.json});
+    const RunModel model = load_run_model(*store, resolve_run(*store, run_),
+                                          {.advice = flags_.json, .footprint = footprint_for_reading(footprint_)});
     if (flags_.json)
       std::cout << model.json().dump(2) << "\n";
     else
@@ -66,6 +68,7 @@ private:
   std::string run_;
   std::vector<std::string> tags_;
   std::string task_; // issue 29
+  FootprintOptions footprint_;
 };
 
 } // namespace

@@ -28,6 +28,7 @@ class StatsCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
     add_read_options(sub, flags_);
+    add_footprint_read_options(sub, footprint_);
     sub.add_option("runs", ids_, "Runs (ids or unique prefixes); or use --task / --tag");
     sub.add_option("--task,-t", task_, "Every finished run of this task");
     sub.add_option("--tag", tags_, "Only the runs with this tag, KEY=VALUE (repeatable: every one must match)");
@@ -46,6 +47,7 @@ public:
       throw UsageError("give either --task NAME / --tag KEY=VALUE or run ids, not both or neither");
     if (sub.count("--last") && last_ == 0) throw UsageError("--last must be at least 1");
     if (sub.count("--last") && selection.empty()) throw UsageError("--last goes with --task or --tag");
+    const FootprintOverride rates = footprint_for_reading(footprint_);
     auto store = reader_for(flags_);
     std::vector<RunInfo> runs;
     if (!selection.empty()) {
@@ -56,8 +58,13 @@ public:
     }
     std::vector<Figures> figs;
     std::vector<FigureNotes> notes(runs.size());
-    for (size_t i = 0; i < runs.size(); ++i)
-      figs.push_back(run_figures(*store, runs[i], &notes[i]));
+    std::vector<MeasuredRun> measured;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      RunQuality q;
+      figs.push_back(run_figures(*store, runs[i], &notes[i], &q, rates));
+      measured.push_back({runs[i].run_id, q, runs[i].duration_s()});
+    }
+    const nlohmann::json warnings = measurement_warnings(measured);
     const auto stats = figure_stats(figs, notes);
     std::vector<std::string> run_methods;
     for (const auto& n : notes)
@@ -81,6 +88,7 @@ public:
             notes[i].run_method.empty() ? nlohmann::json() : nlohmann::json(notes[i].run_method);
       j["methods_differ"] = differ;
       j["ci95_note"] = kIntervalNote;
+      j["warnings"] = warnings;
       j["metrics"] = nlohmann::json::object();
       for (const auto& m : stats)
         j["metrics"][m.name] = metric_json(m);
@@ -100,6 +108,8 @@ public:
     if (differ)
       std::cout << "WARNING: these runs' energies were measured by different methods or devices; a mean over them "
                    "mixes what was measured with how\n";
+    for (const auto& w : warnings)
+      std::cout << "WARNING: " << w["text"].get<std::string>() << ".\n";
     std::cout << fmt::format("{:<40} {:>3} {:>14} {:>12} {:>29}  {}\n", "FIGURE", "N", "MEAN", "SD",
                              "95 % CI OF THE MEAN", "METHOD");
     std::string left_out;
@@ -122,6 +132,7 @@ private:
   std::string task_;
   std::vector<std::string> tags_; // issue 29
   size_t last_ = 0;
+  FootprintOptions footprint_;
 };
 
 } // namespace

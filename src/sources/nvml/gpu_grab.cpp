@@ -133,6 +133,8 @@ std::vector<GpuState> probe_gpus(const std::string& library_path) {
     }
     if (rc == kSuccess) g.compute_processes = 0;
     if (rc == kErrorInsufficientSize) g.compute_processes = static_cast<int>(std::max(n, 1u));
+    unsigned int temp = 0;
+    if (lib->device_temperature && lib->device_temperature(d, kTemperatureGpu, &temp) == kSuccess) g.temp_c = temp;
     out.push_back(std::move(g));
   }
   return out;

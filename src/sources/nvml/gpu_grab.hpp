@@ -21,6 +21,7 @@ struct GpuState {
   std::optional<int64_t> mem_used_bytes;
   std::optional<int64_t> mem_total_bytes;
   std::optional<int> compute_processes; // missing: the driver would not list them (then the GPU is not taken)
+  std::optional<double> temp_c;         // the GPU's temperature (run --cooldown-until waits on it)
 };
 
 // "free:N" -> N (1 to 64); nullopt when the flag is not a free: request. Throws std::invalid_argument naming the
