@@ -220,11 +220,6 @@ void Accounting::set_footprint(Footprint f) {
   ledger_.emplace(std::move(f));
 }
 
-std::optional<Footprint> Accounting::footprint() const {
-  std::lock_guard lock(mu_);
-  return ledger_ ? std::optional<Footprint>(ledger_->footprint()) : std::nullopt;
-}
-
 // Each device's energy since the last sample is charged at the rates of that stretch: grams follow the hour it ran in.
 void Accounting::charge(Frame& f) {
   if (!ledger_) return;

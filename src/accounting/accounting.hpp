@@ -100,8 +100,6 @@ public:
   void set_sampling(const SamplingSummary& configured);
   // Charges the run's energy at these rates, device by device and sample by sample (accounting/footprint.hpp).
   void set_footprint(Footprint f);
-  // The rates, for a stretch of the run (a window's answer); null before set_footprint.
-  std::optional<Footprint> footprint() const;
   // Issue 31: GPUs of a source that opened after the run began (a vendor library's init ran beside the command).
   // Thread-safe; their gpu_devices rows go out with their first sample.
   void add_devices(std::vector<GpuDevice> devices);

@@ -323,13 +323,13 @@ void FootprintLedger::add(const std::string& device, int64_t from_ms, int64_t to
   if (const auto c = cost(joules, from_ms, to_ms)) device_cost_[device] += *c;
 }
 
-double FootprintLedger::grams(double joules, int64_t from_ms, int64_t to_ms) const {
-  return joules / kJoulesPerKwh * f_.pue * f_.carbon.series.mean_over(from_ms, to_ms);
+double grams_at(const Footprint& f, double joules, int64_t from_ms, int64_t to_ms) {
+  return joules / kJoulesPerKwh * f.pue * f.carbon.series.mean_over(from_ms, to_ms);
 }
 
-std::optional<double> FootprintLedger::cost(double joules, int64_t from_ms, int64_t to_ms) const {
-  if (!f_.price) return std::nullopt;
-  return joules / kJoulesPerKwh * f_.pue * f_.price->series.mean_over(from_ms, to_ms);
+std::optional<double> cost_at(const Footprint& f, double joules, int64_t from_ms, int64_t to_ms) {
+  if (!f.price) return std::nullopt;
+  return joules / kJoulesPerKwh * f.pue * f.price->series.mean_over(from_ms, to_ms);
 }
 
 namespace {

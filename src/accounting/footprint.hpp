@@ -85,6 +85,10 @@ struct Footprint {
 // unknown region with the nearest codes, a file's first fault).
 Footprint resolve_footprint(const FootprintOptions& o);
 
+// A stretch's grams or cost at these rates (a window's answer): its energy spread evenly over it, PUE included.
+double grams_at(const Footprint& f, double joules, int64_t from_ms, int64_t to_ms);
+std::optional<double> cost_at(const Footprint& f, double joules, int64_t from_ms, int64_t to_ms);
+
 // What a command that reads a stored run replaces of the rates it was recorded with: only what it was given (a
 // price alone keeps the run's carbon source). Constant rates only: a file's steps need the samples as they come.
 struct FootprintOverride {
@@ -110,9 +114,10 @@ public:
   // steps are those the run spanned (at most kMaxSummarySteps, evenly thinned past that), so that a view can charge a
   // phase at the rates of its own hours.
   nlohmann::json summary_json(int64_t run_start_ms, int64_t run_end_ms) const;
-  // A stretch's grams or cost at these rates (a window's answer, a phase): its energy spread evenly over it.
-  double grams(double joules, int64_t from_ms, int64_t to_ms) const;
-  std::optional<double> cost(double joules, int64_t from_ms, int64_t to_ms) const;
+  double grams(double joules, int64_t from_ms, int64_t to_ms) const { return grams_at(f_, joules, from_ms, to_ms); }
+  std::optional<double> cost(double joules, int64_t from_ms, int64_t to_ms) const {
+    return cost_at(f_, joules, from_ms, to_ms);
+  }
 
 private:
   Footprint f_;

@@ -401,10 +401,9 @@ void Session::answer_window(const PhaseTracker::WindowReply& w) {
     j["closed_by_run_end"] = p.closed_by_run_end;
     // Carbon and cost at the run's rates over the window's own stretch (its energy spread evenly over it).
     if (p.energy_j && footprint_) {
-      const FootprintLedger at(*footprint_);
-      j["carbon_g"] = at.grams(*p.energy_j, p.start_ms, p.end_ms);
+      j["carbon_g"] = grams_at(*footprint_, *p.energy_j, p.start_ms, p.end_ms);
       j["carbon_source"] = footprint_->carbon.source;
-      const auto c = at.cost(*p.energy_j, p.start_ms, p.end_ms);
+      const auto c = cost_at(*footprint_, *p.energy_j, p.start_ms, p.end_ms);
       j["cost"] = c ? nlohmann::json(*c) : nlohmann::json();
       if (c) j["currency"] = footprint_->currency;
     }

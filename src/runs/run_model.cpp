@@ -115,11 +115,11 @@ namespace wattscope {
 // How the run was measured, where it matters for comparing it: temperatures and warm-up.
 std::string RunModel::quality_text() const {
   const RunQuality& q = quality;
-  if (!q.gpu_temp_start_c && !q.warmup_s) return "";
+  if (!q.gpu_temp_start_c && !(q.warmup_s && (*q.warmup_s > 0 || !q.settled))) return "";
   std::string out = "  measured ";
   if (q.gpu_temp_start_c && q.gpu_temp_end_c)
     out += fmt::format(" GPU {:.0f} °C at start, {:.0f} °C at end", *q.gpu_temp_start_c, *q.gpu_temp_end_c);
-  if (q.warmup_s) {
+  if (q.warmup_s && (*q.warmup_s > 0 || !q.settled)) { // settled from the first sample: nothing to say
     if (q.gpu_temp_start_c) out += " ·";
     out += !q.settled ? fmt::format(" power never settled ({:.1f} s): still warming up when it ended", *q.warmup_s)
                       : fmt::format(" warm-up {:.1f} s before power settled", *q.warmup_s);

@@ -331,7 +331,9 @@ nlohmann::json summary_json(const SampleSummary& s) {
 nlohmann::json metric_json(const MetricStats& m) {
   nlohmann::json s = summary_json(m.summary);
   s["values"] = m.values;
-  s["energy_method"] = m.method.empty() ? nlohmann::json() : nlohmann::json(m.method);
+  // Carbon and cost carry their rates' source where energy figures carry their method.
+  const bool rated = m.name == "carbon_g" || m.name == "cost";
+  s[rated ? "source" : "energy_method"] = m.method.empty() ? nlohmann::json() : nlohmann::json(m.method);
   s["left_out"] = m.left_out_count();
   nlohmann::json why = nlohmann::json::object();
   for (const auto& [reason, count] : m.left_out)

@@ -217,7 +217,7 @@ TEST(Schema, TablesAndColumnsCarryUnits) {
       // Not from the registry: run and device facts, which still carry their unit in the name.
       const bool has_suffix = c.name.ends_with("_ms") || c.name.ends_with("_s") || c.name.ends_with("_w") ||
                               c.name.ends_with("_j") || c.name.ends_with("_bytes") || c.name.ends_with("_mhz") ||
-                              c.name.ends_with("_pct");
+                              c.name.ends_with("_pct") || c.name.ends_with("_c");
       EXPECT_TRUE(has_suffix) << t.name << "." << c.name << " names no unit";
     }
   }
