@@ -14,6 +14,7 @@
 #include "alerts/evaluator.hpp"
 #include "core/duration.hpp"
 #include "core/metrics.hpp"
+#include "core/protected_file.hpp"
 
 namespace wattscope {
 
@@ -726,17 +727,7 @@ AlertConfig load_alert_config(const std::string& path) {
 }
 
 std::string default_alert_config_path() {
-  std::vector<std::string> candidates;
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x)
-    candidates.push_back(std::string(x) + "/wattscope/alerts.toml");
-  else if (const char* h = std::getenv("HOME"); h && *h)
-    candidates.push_back(std::string(h) + "/.config/wattscope/alerts.toml");
-  candidates.push_back("/etc/wattscope/alerts.toml");
-  for (const auto& c : candidates) {
-    struct stat st {};
-    if (::stat(c.c_str(), &st) == 0) return c;
-  }
-  return {};
+  return default_config_path("alerts.toml");
 }
 
 std::string describe_rule(const AlertRule& r) {

@@ -1,7 +1,5 @@
 #include "cli/footprint_flags.hpp"
 
-#include <sys/stat.h>
-
 #include <cstdlib>
 
 #include <CLI/CLI.hpp>
@@ -85,17 +83,7 @@ void add_footprint_read_options(CLI::App& sub, FootprintOptions& f) {
 }
 
 std::string default_footprint_config_path() {
-  std::vector<std::string> candidates;
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x)
-    candidates.push_back(std::string(x) + "/wattscope/wattscope.toml");
-  else if (const char* h = std::getenv("HOME"); h && *h)
-    candidates.push_back(std::string(h) + "/.config/wattscope/wattscope.toml");
-  candidates.push_back("/etc/wattscope/wattscope.toml");
-  for (const auto& c : candidates) {
-    struct stat st {};
-    if (::stat(c.c_str(), &st) == 0) return c;
-  }
-  return {};
+  return default_config_path("wattscope.toml");
 }
 
 FootprintOptions load_footprint_config(const std::string& path) {

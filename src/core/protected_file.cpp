@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
 #include <system_error>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -108,6 +110,20 @@ void check_protected_directory(const std::string& path, std::string_view what) {
   const auto real = std::filesystem::canonical(path, ec);
   if (ec) throw bad(fmt::format("cannot resolve it: {}", ec.message()));
   check_parents(real, what, path, "it");
+}
+
+std::string default_config_path(std::string_view name) {
+  std::vector<std::string> candidates;
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x && *x)
+    candidates.push_back(std::string(x) + "/wattscope/" + std::string(name));
+  else if (const char* h = std::getenv("HOME"); h && *h)
+    candidates.push_back(std::string(h) + "/.config/wattscope/" + std::string(name));
+  candidates.push_back("/etc/wattscope/" + std::string(name));
+  for (const auto& c : candidates) {
+    struct stat st {};
+    if (::stat(c.c_str(), &st) == 0) return c;
+  }
+  return {};
 }
 
 } // namespace wattscope

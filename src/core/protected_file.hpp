@@ -27,4 +27,8 @@ void check_protected_file(const std::string& path, std::string_view what);
 // may rename or remove a directory of ours in it).
 void check_protected_directory(const std::string& path, std::string_view what);
 
+// The configuration file `name` (alerts.toml, wattscope.toml) a command reads when none is given: the first that
+// exists of $XDG_CONFIG_HOME/wattscope/NAME (else ~/.config/wattscope/NAME) and /etc/wattscope/NAME; "" when none.
+std::string default_config_path(std::string_view name);
+
 } // namespace wattscope

@@ -12,5 +12,7 @@ std::string iso_utc_ms(int64_t ts_ms);
 std::string compact_utc(int64_t ts_ms);
 // Parses what iso_utc_ms writes (milliseconds optional). Returns false on anything else.
 bool parse_iso_utc_ms(const std::string& text, int64_t& ts_ms);
+// Days since 1970-01-01 of a date in the proleptic Gregorian calendar (H. Hinnant's days_from_civil).
+int64_t days_from_civil(int64_t y, unsigned m, unsigned d);
 
 } // namespace wattscope

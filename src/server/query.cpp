@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/duration.hpp"
+#include "core/time_util.hpp"
 
 namespace wattscope::query {
 
@@ -196,16 +197,6 @@ std::variant<RunsPageQuery, Error> parse_runs_page(std::string_view raw) {
 namespace wattscope::query {
 
 namespace {
-
-// Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (H. Hinnant's days_from_civil).
-int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const auto yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int64_t>(doe) - 719468;
-}
 
 // `n` digits at text[pos] as a number, or -1.
 int digits(std::string_view text, size_t pos, size_t n) {
