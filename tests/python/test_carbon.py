@@ -12,16 +12,12 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 
-from conftest import PYTHON, SOURCE_DIR, World
+from conftest import BINARY, PYTHON, SOURCE_DIR, World
 
 sys.path.insert(0, os.path.join(SOURCE_DIR, "python"))
 import wattscope  # noqa: E402
 
 WATTS = 300.0  # the two stand-in GPUs together
-
-
-def iso(ms):
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat()
 
 
 def store(world):
@@ -232,3 +228,52 @@ def test_the_table_script_regenerates_from_the_published_csv(tmp_path):
     assert "// Source: test." in out
     shipped = [l for l in open(os.path.join(SOURCE_DIR, "src/accounting/carbon_regions.inc")) if l.startswith("{")]
     assert len(shipped) > 200 and all(l.rstrip().endswith("},") and l.count(",") >= 4 for l in shipped)
+
+
+def test_serve_exports_carbon_and_cost_as_counters(steady_world):
+    """/metrics: grams and cost per device since serve started, rising at power x rate (200 W and 100 W at
+    400 g/kWh: 0.0222 and 0.0111 g/s; at 0.20 EUR/kWh)."""
+    import socket
+    import urllib.request
+
+    w = steady_world
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve = subprocess.Popen([BINARY, "serve", "--listen", f"127.0.0.1:{port}", "--interval", "250ms", "--sysfs-root",
+                              os.path.join(w.path, "sys"), "--carbon-intensity", "400", "--energy-price", "0.20",
+                              "--currency", "EUR"], cwd=w.path, env=w.env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+
+    def counters():
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        out = {}
+        for line in text.splitlines():
+            for family in ("wattscope_carbon_grams_total{", "wattscope_energy_cost_total{"):
+                if line.startswith(family) and 'device="gpu0"' in line:
+                    out[family] = (line, float(line.rsplit(" ", 1)[1]))
+        return out
+
+    try:
+        deadline, seen = time.monotonic() + 60, []
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                c = counters()
+            except OSError:
+                continue
+            if len(c) == 2:
+                seen.append((time.monotonic(), c))
+            if len(seen) >= 2 and seen[-1][0] - seen[0][0] >= 3:
+                break
+        assert len(seen) >= 2, "no wattscope_carbon_grams_total / wattscope_energy_cost_total for gpu0 in /metrics"
+        (t0, a), (t1, b) = seen[0], seen[-1]
+        carbon, cost = "wattscope_carbon_grams_total{", "wattscope_energy_cost_total{"
+        assert 'assumed="false"' in b[carbon][0] and 'currency="EUR"' in b[cost][0]
+        g_rate = (b[carbon][1] - a[carbon][1]) / (t1 - t0)
+        assert abs(g_rate - 200 * 400 / 3.6e6) <= 0.15 * 200 * 400 / 3.6e6, g_rate
+        eur_rate = (b[cost][1] - a[cost][1]) / (t1 - t0)
+        assert abs(eur_rate - 200 * 0.20 / 3.6e6) <= 0.15 * 200 * 0.20 / 3.6e6, eur_rate
+    finally:
+        serve.terminate()
+        serve.wait(timeout=30)
