@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "accounting/accounting.hpp"
 #include "alerts/evaluator.hpp" // issue 14
 #include "core/metrics.hpp"
 #include "core/schema.hpp"
@@ -554,5 +555,47 @@ void BM_AlertEval(benchmark::State& state) {
 }
 BENCHMARK(BM_AlertEval)->Unit(benchmark::kMicrosecond);
 // ---- end alerts
+
+// Carbon and cost are charged in accounting, per device and sample: what that adds to a tick of 8 GPUs and the CPU.
+// Arg 0: accounting without a footprint (the baseline, in the same run); 1: a constant intensity and price; 2: an
+// hourly intensity file over a year (8,760 steps: a search per device and tick).
+void BM_AccountingTick(benchmark::State& state) {
+  std::vector<GpuDevice> devices(8);
+  for (int i = 0; i < 8; ++i)
+    devices[static_cast<size_t>(i)].gpu_index = i;
+  Accounting acc(devices);
+  if (state.range(0) >= 1) {
+    Footprint f = resolve_footprint({});
+    f.price = Rate{StepSeries{{{0, 0.2}}}, "bench", "", false};
+    if (state.range(0) == 2) {
+      f.carbon.series.steps.clear();
+      for (int h = 0; h < 8760; ++h)
+        f.carbon.series.steps.emplace_back(int64_t{1'767'225'600'000} + int64_t{h} * 3'600'000, 100 + h % 300);
+    }
+    acc.set_footprint(std::move(f));
+  }
+  int64_t tick = 0;
+  double e = 0;
+  for (auto _ : state) {
+    Frame f;
+    f.tick = tick;
+    f.ts_ms = 1'780'000'000'000 + tick * 1000;
+    f.mono = SteadyClock::time_point(std::chrono::seconds(tick));
+    e += 700;
+    for (int i = 0; i < 8; ++i) {
+      GpuSample g;
+      g.gpu_index = i;
+      g.power_w = 700;
+      g.temp_gpu_c = 60;
+      g.energy_counter_uj = static_cast<int64_t>(e * 1e6);
+      f.gpus.push_back(g);
+    }
+    f.cpu.package_energy_j = e / 4;
+    acc.process(f);
+    benchmark::DoNotOptimize(f.carbon_g.data());
+    ++tick;
+  }
+}
+BENCHMARK(BM_AccountingTick)->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
