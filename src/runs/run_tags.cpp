@@ -8,6 +8,7 @@
 #include "core/stored_json.hpp"
 #include "core/text.hpp"
 #include "core/time_util.hpp"
+#include "runs/footprint_view.hpp"
 #include "runs/run_view.hpp"
 
 namespace wattscope {
@@ -52,7 +53,8 @@ nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vect
   j["tags"] = nlohmann::json::object();
   for (const auto& f : filters)
     j["tags"][f.key] = f.value;
-  double total = 0, cpu = 0, gpu = 0, cpu_attr = 0;
+  double total = 0, cpu = 0, gpu = 0, cpu_attr = 0, grams = 0;
+  std::vector<std::string> carbon_sources;
   size_t measured = 0, unfinished = 0;
   bool cpu_seen = false, gpu_seen = false, cpu_attr_seen = false;
   std::vector<std::string> nodes;
@@ -79,6 +81,13 @@ nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vect
     if (cpu_j) cpu += *cpu_j, cpu_seen = true;
     if (gpu_j) gpu += *gpu_j, gpu_seen = true;
     if (r.total_energy_j) total += *r.total_energy_j, ++measured;
+    // Each run's carbon as `show RUN` gives it; the total names its sources (a job's nodes may sit on two grids).
+    const RunFootprint fp = run_footprint(r);
+    one["carbon"] = fp.carbon_json();
+    if (fp.carbon) {
+      grams += fp.carbon->value;
+      carbon_sources.push_back(fp.carbon->source);
+    }
     if (!r.end_ms) ++unfinished;
     if (std::find(nodes.begin(), nodes.end(), one["node"].get<std::string>()) == nodes.end())
       nodes.push_back(one["node"].get<std::string>());
@@ -96,6 +105,9 @@ nlohmann::json runs_total_json(const std::vector<RunInfo>& runs, const std::vect
   j["cpu_energy_j"] = cpu_seen ? nlohmann::json(cpu) : nlohmann::json();
   j["gpu_energy_j"] = gpu_seen ? nlohmann::json(gpu) : nlohmann::json();
   j["cpu_attributed_j"] = cpu_attr_seen ? nlohmann::json(cpu_attr) : nlohmann::json();
+  j["carbon_g"] = carbon_sources.empty() ? nlohmann::json() : nlohmann::json(grams);
+  j["carbon_source"] =
+      carbon_sources.empty() ? nlohmann::json() : nlohmann::json(combine_method_labels(carbon_sources));
   return j;
 }
 
@@ -131,6 +143,9 @@ std::string runs_total_text(const std::vector<RunInfo>& runs, const std::vector<
       out += fmt::format("            of the CPU energy, {} is attributed to the runs' own processes (by CPU "
                          "time; the rest is other processes' and idle)\n",
                          format_si(j["cpu_attributed_j"].get<double>(), "J"));
+    if (j["carbon_g"].is_number())
+      out += fmt::format("  carbon    {} CO2e in all · {}\n", format_grams(j["carbon_g"].get<double>()),
+                         j["carbon_source"].get<std::string>());
     const size_t measured = j["runs_measured"].get<size_t>();
     if (measured < runs.size())
       out += fmt::format("            {} of the {} runs measured no energy: the total is of the other {}\n",
