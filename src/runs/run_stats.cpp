@@ -21,7 +21,7 @@ struct PhaseSums {
   size_t instances = 0;
   size_t with_energy = 0;
   OptF bound_pct; // the largest stated bound of its instances, in % of their energy
-  double energy_j = 0, duration_s = 0;
+  double energy_j = 0, duration_s = 0, carbon_g = 0;
   std::vector<std::string> methods;
 };
 
@@ -132,6 +132,11 @@ Figures model_figures(const RunModel& model, FigureNotes* notes) {
   } else {
     n.missing["carbon_g"] = "no energy measured";
   }
+  if (model.footprint.carbon) // per device, as its energy: gpu0.carbon_g, cpu_package.carbon_g, ...
+    for (const auto& [device, g] : model.footprint.carbon->devices) {
+      f.emplace_back(device + ".carbon_g", g);
+      n.method[device + ".carbon_g"] = model.footprint.carbon->source;
+    }
   if (model.footprint.cost) {
     f.emplace_back("cost", model.footprint.cost->value);
     n.method["cost"] = model.footprint.cost->currency + ": " + model.footprint.cost->source;
@@ -176,6 +181,7 @@ Figures model_figures(const RunModel& model, FigureNotes* notes) {
     if (p.energy_j) {
       ++ps.with_energy;
       ps.energy_j += *p.energy_j;
+      ps.carbon_g += model.footprint.grams(p.energy_j, p.start_ms, p.end_ms).value_or(0);
       ps.methods.push_back(p.energy_method);
     }
   }
@@ -190,6 +196,10 @@ Figures model_figures(const RunModel& model, FigureNotes* notes) {
       f.emplace_back(key + ".energy_j", ps.energy_j / count);
       f.emplace_back(key + ".run_total_energy_j", ps.energy_j);
       n.method[key + ".energy_j"] = n.method[key + ".run_total_energy_j"] = combine_method_labels(ps.methods, "phase");
+      if (model.footprint.carbon) {
+        f.emplace_back(key + ".carbon_g", ps.carbon_g / count);
+        n.method[key + ".carbon_g"] = model.footprint.carbon->source;
+      }
     } else {
       const std::string why = fmt::format("{} of its {} '{}' phases has no energy figure",
                                           ps.instances - ps.with_energy, ps.instances, name);
@@ -332,7 +342,7 @@ nlohmann::json metric_json(const MetricStats& m) {
   nlohmann::json s = summary_json(m.summary);
   s["values"] = m.values;
   // Carbon and cost carry their rates' source where energy figures carry their method.
-  const bool rated = m.name == "carbon_g" || m.name == "cost";
+  const bool rated = m.name.ends_with("carbon_g") || m.name == "cost";
   s[rated ? "source" : "energy_method"] = m.method.empty() ? nlohmann::json() : nlohmann::json(m.method);
   s["left_out"] = m.left_out_count();
   nlohmann::json why = nlohmann::json::object();
