@@ -1,6 +1,7 @@
 // A carbon intensity or price file (--carbon-intensity-file, --energy-price-file): a CSV from a grid operator or any
 // provider. The parser must accept it or refuse it with std::invalid_argument, never hold more than its cap of steps,
 // and what it accepts must be a series every charge can use: sorted, distinct times, finite values >= 0.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
