@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "check.hpp"
+#include "runs/footprint_view.hpp"
 #include "runs/phase_view.hpp"
 #include "runs/run_tags.hpp"
 #include "runs/run_view.hpp"
@@ -115,6 +116,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)phase_json(d, run).dump(-1, ' ', false, json::error_handler_t::replace);
     (void)phase_text(d, run, 10);
     (void)markers_dropped(run);
+    // Carbon and cost as stored (a hostile summary's "carbon"/"cost"), and at a read command's rates: finite
+    // figures or none, never a throw.
+    for (const FootprintOverride& o : {FootprintOverride{}, FootprintOverride{std::nullopt, std::nullopt, "", 2.0}}) {
+      const RunFootprint fp = run_footprint(run, o);
+      (void)fp.carbon_json().dump(-1, ' ', false, json::error_handler_t::replace);
+      (void)fp.cost_json().dump(-1, ' ', false, json::error_handler_t::replace);
+      (void)fp.text();
+      (void)fp.grams(2.0, run.start_ms, run.start_ms + 1000);
+      (void)phase_json(d, run, unit_figures(d, run), &fp).dump(-1, ' ', false, json::error_handler_t::replace);
+    }
   }
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "runs/footprint_view.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -30,10 +31,14 @@ StepSeries steps_of(const nlohmann::json& j) {
   StepSeries s;
   if (const auto& a = json_member(j, "steps"); a.is_array())
     for (const auto& st : a)
-      if (st.is_array() && st.size() == 2 && st[0].is_number() && st[1].is_number() && s.steps.size() < 100'000) {
+      if (st.is_array() && st.size() == 2 && st[0].is_number_integer() && st[1].is_number() &&
+          s.steps.size() < kMaxSummarySteps) {
         const double v = st[1].get<double>();
         if (std::isfinite(v) && v >= 0) s.steps.emplace_back(st[0].get<int64_t>(), v);
       }
+  // A stored row is anyone's: steps out of order are no series to search.
+  if (!std::is_sorted(s.steps.begin(), s.steps.end(), [](auto& x, auto& y) { return x.first < y.first; }))
+    s.steps.clear();
   return s;
 }
 
@@ -71,6 +76,7 @@ RateFigure stored(const nlohmann::json& j, const char* value_key, const char* ra
   f.currency = excerpt(json_string(j, "currency"), 8);
   f.assumed = json_bool(j, "assumed", false);
   f.pue = json_number(j, "pue", 1);
+  if (!(f.pue >= 1 && f.pue <= 5)) f.pue = 1; // as --pue allows: a stored row is anyone's
   f.devices = devices_of(j);
   f.steps = steps_of(j);
   if (f.steps.steps.empty()) f.steps.steps = {{0, f.per_kwh}};
@@ -104,8 +110,8 @@ RunFootprint run_footprint(const RunInfo& run, const FootprintOverride& o) {
     Footprint world = resolve_footprint({});
     world.carbon.source = "assumed: " + std::string(find_carbon_region("WRL")->name) + " " +
                           std::to_string(find_carbon_region("WRL")->year) +
-                          " yearly average (recorded before wattscope charged carbon; give --carbon-region or "
-                          "--carbon-intensity to replace it)";
+                          " yearly average (no carbon stored with the run: recorded before wattscope charged carbon, "
+                          "or not finished; give --carbon-region or --carbon-intensity to replace it)";
     out.carbon = at_rate(world.carbon, pue, energy, a, b);
   }
   if (o.price) {

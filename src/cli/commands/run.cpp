@@ -92,7 +92,8 @@ std::string brief_line(const RunInfo& run) {
   std::string s = fmt::format("{} task {} · {}", run.run_id, run.task,
                               run.total_energy_j ? format_si(*run.total_energy_j, "J") : "energy not measured");
   if (run.duration_s()) s += fmt::format(" in {:.2f} s", *run.duration_s());
-  const auto& m = json_member(run_summary_json(run), "measurement");
+  const nlohmann::json summary = run_summary_json(run);
+  const auto& m = json_member(summary, "measurement"); // a reference into `summary`, kept alive above
   if (json_has_number(m, "gpu_temp_start_c"))
     s += fmt::format(" · GPU {:.0f} °C at start, {:.0f} °C at end", json_number(m, "gpu_temp_start_c", 0),
                      json_number(m, "gpu_temp_end_c", 0));
