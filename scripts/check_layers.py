@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fails when an #include in src/ runs up the layers, or a folder grows past what a reader takes in at a glance.
 Includes run one way:
-core <- sources/sinks/accounting/phases/importers/alerts/forecast <- sampler/processes/simulation/advice
+core <- sources/sinks/accounting/phases/importers/alerts/forecast/remote_write <- sampler/processes/simulation/advice
      <- recording/runs/integrations <- web <- report/top <- server <- cli (<- main.cpp).
 A folder may include its own files and any lower layer's, never a higher one's nor a sibling's of the same layer.
 No folder holds more than MAX_OWN_SOURCES .cpp files of its own (its subfolders apart; cli/commands/ is one file per
@@ -15,6 +15,7 @@ LAYERS = {
     "core": 0, "wattscope": 0,  # wattscope/ is the generated version header
     "sources": 1, "sinks": 1, "accounting": 1, "phases": 1, "importers": 1,  # markers, phase accounting; logs
     "alerts": 1,  # rules, evaluation, notifiers
+    "remote_write": 1,  # --remote-write: the series /metrics has, batched, queued on disk and pushed
     "forecast": 1,  # series models (pure arithmetic over a series) and the live monitors made of them
     "sampler": 2, "processes": 2,
     "simulation": 2,  # --simulate: scenarios and the stand-in devices they drive

@@ -275,7 +275,8 @@ Footprint resolve_footprint(const FootprintOptions& o) {
     if (!std::isfinite(*o.energy_price) || *o.energy_price < 0 || *o.energy_price > 100)
       throw std::invalid_argument(
           fmt::format("--energy-price {}: expected a price per kWh between 0 and 100", *o.energy_price));
-    f.price = Rate{{{{0, *o.energy_price}}}, fmt::format("constant {:g} per kWh (--energy-price)", *o.energy_price)};
+    f.price = Rate{
+        {{{0, *o.energy_price}}}, fmt::format("constant {:g} per kWh (--energy-price)", *o.energy_price), {}, false};
   } else if (!o.energy_price_file.empty()) {
     Rate r;
     r.series = load_step_csv(o.energy_price_file, "price_per_kwh");

@@ -51,6 +51,7 @@ void add_record_options(CLI::App& sub, RecordFlags& f) {
   add_read_cost_option(sub, f); // issue 33
   add_scrape_options(sub, f);   // run and record: a workload's Prometheus endpoint as work
   add_footprint_record_options(sub, f.footprint);
+  add_remote_write_options(sub, f.remote_write);
 }
 
 // issue 33: run, record and serve

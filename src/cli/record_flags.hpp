@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/footprint_flags.hpp"
+#include "cli/remote_write_flags.hpp"
 #include "recording/session.hpp"
 #include "sinks/store.hpp"
 
@@ -48,6 +49,7 @@ struct RecordFlags {
   std::vector<std::string> scrape_units; // --scrape-unit METRIC=UNIT (repeatable)
   double scrape_max_batch = 0;           // --scrape-max-batch N (0: the largest running count seen)
   FootprintFlags footprint;              // carbon and cost: --carbon-*, --pue, --energy-price*, --currency, --config
+  RemoteWriteFlags remote_write;         // --remote-write URL and its options
 };
 
 // --scrape, --scrape-unit and --scrape-max-batch (run, record, serve; docs/inference.md)

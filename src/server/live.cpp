@@ -1065,6 +1065,38 @@ std::string openmetrics_from_text(std::string_view text, std::span<const std::st
   return out;
 }
 
+namespace {
+// Where each receiver stands, as Prometheus' own prometheus_remote_storage_* families say it of a Prometheus.
+std::string remote_write_text(const remote_write::Writer& w, const std::string& host_label) {
+  const auto stats = w.stats();
+  Exposition x;
+  auto each = [&](auto value) {
+    for (const auto& s : stats)
+      x.sample(fmt::format("{},url=\"{}\"", host_label, prom_label_value(s.url)), static_cast<double>(value(s)));
+  };
+  using S = remote_write::TargetStats;
+  x.family("wattscope_remote_write_samples_sent_total", "counter", "Samples a remote-write receiver took.");
+  each([](const S& s) { return s.sent; });
+  x.family("wattscope_remote_write_samples_dropped_total", "counter",
+           "Samples dropped: the oldest, from a queue past --remote-write-queue-max (reason=\"queue_full\"), or in "
+           "batches the receiver refused for good, a 4xx (reason=\"refused\").");
+  for (const auto& s : stats) {
+    x.sample(fmt::format("{},url=\"{}\",reason=\"queue_full\"", host_label, prom_label_value(s.url)),
+             static_cast<double>(s.dropped));
+    x.sample(fmt::format("{},url=\"{}\",reason=\"refused\"", host_label, prom_label_value(s.url)),
+             static_cast<double>(s.rejected));
+  }
+  x.family("wattscope_remote_write_failed_requests_total", "counter",
+           "Pushes that got no answer, a 5xx or a 429, and were retried.");
+  each([](const S& s) { return s.failures; });
+  x.family("wattscope_remote_write_queued_samples", "gauge", "Samples waiting on disk for the receiver.");
+  each([](const S& s) { return s.queued; });
+  x.family("wattscope_remote_write_queue_bytes", "gauge", "Bytes waiting on disk for the receiver.");
+  each([](const S& s) { return s.queued_bytes; });
+  return x.take();
+}
+} // namespace
+
 std::string LiveState::metrics_text(MetricsFormat format) const {
   std::lock_guard lock(mu_);
   Exposition x;
@@ -1128,6 +1160,7 @@ std::string LiveState::metrics_text(MetricsFormat format) const {
   } else {
     out = x.take();
   }
+  if (remote_write_) out += remote_write_text(*remote_write_, host_label);
   if (format == MetricsFormat::OpenMetrics)
     return openmetrics_from_text(out, kCountedFromRunStart, static_cast<double>(run_.start_ms) / 1000.0);
   return out;

@@ -23,6 +23,7 @@
 #include "core/schema.hpp"
 #include "forecast/anomaly_monitor.hpp" // issue 36
 #include "forecast/live_forecast.hpp"
+#include "remote_write/writer.hpp"
 #include "sampler/sampler.hpp"
 #include "server/process_board.hpp"
 
@@ -60,6 +61,8 @@ public:
   nlohmann::json alerts_json() const;
   // ---- forecasts (issue 36) ----: the session's forecast board; before the server starts. /api/v1/forecast.
   void set_forecasts(const forecast::ForecastBoard* board) { forecasts_ = board; }
+  // --remote-write: its queues and counts in /metrics (wattscope_remote_write_*); before the first frame.
+  void set_remote_write(const remote_write::Writer* w) { remote_write_ = w; }
   nlohmann::json forecast_json() const;
   // Processes and units exported one by one (the rest summed as `other`); before set_run.
   void set_process_cap(size_t n) { process_cap_ = n; }
@@ -152,6 +155,7 @@ private:
   std::vector<GpuDevice> devices_;
   const SamplerStats* sampler_ = nullptr;
   const AlertEngine* alerts_ = nullptr; // issue 14
+  const remote_write::Writer* remote_write_ = nullptr;
   // issue 36
   const AnomalyMonitor* anomalies_ = nullptr;
   std::shared_ptr<const Frame> latest_;

@@ -43,7 +43,8 @@ public:
   }
 
   int run(CLI::App& sub, const CliContext& ctx) override {
-    SessionOptions opts = session_options(flags_, {});
+    // A node that only pushes (--remote-write with --no-db) keeps nothing locally.
+    SessionOptions opts = session_options(flags_, {}, /*require_store=*/flags_.remote_write.urls.empty());
     opts.marker_socket_path = sub.count("--socket") > 0 && socket_.empty() ? default_marker_socket_path() : socket_;
     for (const auto& u : only_units_)
       flag_value("--only-unit", [&] { validate_printable_text("the unit", u, kMaxTagValueBytes); });
@@ -61,18 +62,24 @@ public:
       if (duration->count() <= 0) throw UsageError(fmt::format("--duration '{}': must be longer than 0", duration_));
     }
     block_control_signals();
+    RemoteWriteHook remote_write(flags_.remote_write, opts, nullptr);
     Session session(opts);
     session.open();
+    remote_write.opened(session);
     if (!duration) spdlog::info("recording run {} until Ctrl-C or SIGTERM", session.run().run_id);
     session.start();
+    remote_write.started(session);
     const std::optional<int> sig = wait_for_stop(duration);
     RunInfo run = session.finish(sig ? 128 + *sig : 0);
+    remote_write.finish(run);
     if (!ctx.quiet) {
-      std::string text = "wattscope: " + run_text(run, session.store_names());
+      std::string text = "wattscope: " + run_text(run, session.store_names()) + remote_write.summary();
       // ---- advice (issue 14): the top three, read back from the first store ----
       try {
-        auto reader = open_reader(opts.stores.front());
-        text += advice::summary_text(*reader, run);
+        if (!opts.stores.empty()) {
+          auto reader = open_reader(opts.stores.front());
+          text += advice::summary_text(*reader, run);
+        }
       } catch (const std::exception& e) {
         spdlog::debug("advice not shown: {}", e.what());
       }

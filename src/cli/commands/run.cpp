@@ -231,14 +231,17 @@ RunCommand::Outcome RunCommand::record_once(const std::vector<std::string>& comm
     return {e.exit_code, std::nullopt};
   }
   block_control_signals();
+  RemoteWriteHook remote_write(flags.remote_write, opts, nullptr);
   Session session(opts);
   try {
     session.open();
+    remote_write.opened(session);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return {kRunOwnError, std::nullopt};
   }
   session.start();
+  remote_write.started(session);
   ChildResult child;
   RunCgroup cgroup = session.make_cgroup();
   try {
@@ -253,6 +256,7 @@ RunCommand::Outcome RunCommand::record_once(const std::vector<std::string>& comm
     child.exit_code = e.exit_code;
   }
   RunInfo run = session.finish(child.exit_code);
+  remote_write.finish(run);
   if (!remove_run_cgroup(cgroup))
     spdlog::info("processes the command started are still running in {}; it is left in place", cgroup.dir);
   std::string report_path;
@@ -268,7 +272,7 @@ RunCommand::Outcome RunCommand::record_once(const std::vector<std::string>& comm
     }
     std::fputs(("wattscope: " + line).c_str(), stderr);
   } else if (!ctx.quiet) {
-    std::string text = "wattscope: " + run_text(run, session.store_names());
+    std::string text = "wattscope: " + run_text(run, session.store_names()) + remote_write.summary();
     // The phase table, read back from the first store (so it shows what was stored).
     try {
       auto reader = open_reader(opts.stores.front());

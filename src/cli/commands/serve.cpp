@@ -70,6 +70,7 @@ public:
     add_read_cost_option(sub, rec_); // issue 33
     add_scrape_options(sub, rec_);   // a workload's Prometheus endpoint as work
     add_footprint_record_options(sub, rec_.footprint);
+    add_remote_write_options(sub, rec_.remote_write);
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
                "  wattscope serve --simulate                        # simulated GPUs: see every view without one\n"
                "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
@@ -104,15 +105,18 @@ public:
     // is due (issue 12: the frames are kept once, and a frame costs the advice nothing) ----
     advice::LiveAdvice advice([&live] { return live.advice_input(); });
     opts.on_frame = [&live](const std::shared_ptr<const Frame>& fr) { live.push(fr); };
+    RemoteWriteHook remote_write(rec_.remote_write, opts, &live);
     Session session(opts);
     session.open();
     live.set_run(session.run(), session.devices());
+    remote_write.opened(session);
     ServerOptions server_opts{addr, token, store};
     server_opts.advice = &advice;
     HttpServer http(live, server_opts);
     http.bind();
     session.start();
     live.set_sampler(session.sampler_stats());
+    remote_write.started(session);
     live.set_alerts(session.alerts()); // alerts (issue 14)
     // issue 36
     live.set_anomalies(session.anomalies());
@@ -128,7 +132,9 @@ public:
     http.stop();
     server.join();
     RunInfo run = session.finish(sig ? 128 + *sig : 0);
+    remote_write.finish(run);
     if (!ctx.quiet && store) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    if (!ctx.quiet && remote_write.enabled()) std::fputs(remote_write.summary().c_str(), stderr);
     return 0;
   }
 

@@ -57,4 +57,9 @@ Library& mariadb() {
   return lib;
 }
 
+Library& snappy() {
+  static Library lib({"libsnappy.so.1"}, "libsnappy1v5");
+  return lib;
+}
+
 } // namespace wattscope::lazy

@@ -39,6 +39,7 @@ private:
 
 Library& curl();
 Library& mariadb();
+Library& snappy(); // remote-write's compression (remote_write/wire.hpp)
 
 // The function `name` of `lib` as a pointer of type F, or nullptr.
 template <class F> F* function(Library& lib, const char* name) {
