@@ -42,7 +42,7 @@ void add_remote_write_options(CLI::App& sub, RemoteWriteFlags& f) {
   sub.add_option("--remote-write-key-file", f.key_file, "https: the client certificate's key")->group(g);
   sub.add_option("--external-label", f.external_labels,
                  "NAME=VALUE added to every pushed series that lacks the label, e.g. cluster=a100-east (repeatable; "
-                 "every series already has host)")
+                 "host is added as the machine's name unless given)")
       ->group(g);
   sub.add_option("--remote-write-queue", f.queue_dir,
                  "Where batches wait while a receiver is down (default ~/.local/state/wattscope/remote-write, "
@@ -211,6 +211,10 @@ void RemoteWriteHook::opened(Session& session) {
                      [](const auto& l) { return l.first == "run_id"; }))
       options_.external_labels.emplace_back("run_id", session.run().run_id);
   }
+  // host on every series (build_info and the process families lack it in /metrics): nodes must not collide.
+  if (std::none_of(options_.external_labels.begin(), options_.external_labels.end(),
+                   [](const auto& l) { return l.first == "host"; }))
+    options_.external_labels.emplace_back("host", session.run().host);
   LiveState* live = live_;
   writer_ = std::make_unique<remote_write::Writer>(options_, [live] { return live->metrics_text(); });
   live_->set_remote_write(writer_.get());
