@@ -99,9 +99,9 @@ bool parse_key(std::string_view key, const Labels& external, Labels& out) {
       if (!value.empty()) out.emplace_back(std::move(name), std::move(value));
     }
   }
-  for (const auto& [name, value] : external)
-    if (std::none_of(out.begin(), out.end(), [&](const auto& l) { return l.first == name; }))
-      out.emplace_back(name, value);
+  for (const auto& ext : external)
+    if (std::none_of(out.begin(), out.end(), [&](const auto& l) { return l.first == ext.first; }))
+      out.push_back(ext);
   std::sort(out.begin(), out.end());
   for (size_t i = 1; i < out.size(); ++i)
     if (out[i].first == out[i - 1].first) return false; // a label twice: no receiver takes it
@@ -119,18 +119,17 @@ BatchBuilder::BatchBuilder(Labels external) : external_(std::move(external)) {
     validate_label_name(name);
 }
 
-void BatchBuilder::append(const std::string& key, int64_t ts_ms, double v) {
-  auto [it, fresh] = index_.try_emplace(key, batch_.size());
-  if (fresh) {
+void BatchBuilder::append(KnownMap::value_type& k, int64_t ts_ms, double v) {
+  if (k.second.pos == SIZE_MAX) {
     Series s;
-    if (!parse_key(key, external_, s.labels)) {
-      index_.erase(it);
+    if (!parse_key(k.first, external_, s.labels)) {
       ++bad_lines_;
       return;
     }
+    k.second.pos = batch_.size();
     batch_.push_back(std::move(s));
   }
-  auto& samples = batch_[it->second].samples;
+  auto& samples = batch_[k.second.pos].samples;
   // One sample per series and time: a series written twice in one exposition keeps its first value.
   if (!samples.empty() && samples.back().first >= ts_ms) return;
   samples.emplace_back(ts_ms, v);
@@ -139,7 +138,7 @@ void BatchBuilder::append(const std::string& key, int64_t ts_ms, double v) {
 
 size_t BatchBuilder::add(std::string_view text, int64_t ts_ms) {
   const size_t before = samples_;
-  std::unordered_set<std::string> now;
+  const uint64_t gen = ++gen_;
   size_t lines = 0;
   while (!text.empty()) {
     const size_t nl = text.find('\n');
@@ -157,29 +156,40 @@ size_t BatchBuilder::add(std::string_view text, int64_t ts_ms) {
       ++bad_lines_;
       continue;
     }
-    std::string k(key);
-    append(k, ts_ms, v);
-    now.insert(std::move(k));
+    auto it = known_.find(key);
+    if (it == known_.end()) it = known_.emplace(std::string(key), Known{}).first;
+    it->second.gen = gen;
+    append(*it, ts_ms, v);
   }
-  for (const auto& k : last_)
-    if (!now.count(k)) append(k, ts_ms, std::bit_cast<double>(kStaleNaNBits));
-  last_ = std::move(now);
+  // A series the previous add had and this one lacks ended here.
+  for (auto& k : known_)
+    if (k.second.gen == gen - 1) append(k, ts_ms, std::bit_cast<double>(kStaleNaNBits));
   return samples_ - before;
 }
 
 size_t BatchBuilder::end(int64_t ts_ms) {
   const size_t before = samples_;
-  for (const auto& k : last_)
-    append(k, ts_ms, std::bit_cast<double>(kStaleNaNBits));
-  last_.clear();
+  for (auto& k : known_)
+    if (k.second.gen == gen_) {
+      append(k, ts_ms, std::bit_cast<double>(kStaleNaNBits));
+      k.second.gen = 0;
+    }
   return samples_ - before;
 }
 
 std::vector<Series> BatchBuilder::take() {
   std::vector<Series> out;
   out.swap(batch_);
-  index_.clear();
   samples_ = 0;
+  // Series the last add had stay known (for their staleness later); those that ended are forgotten.
+  for (auto it = known_.begin(); it != known_.end();) {
+    if (it->second.gen != gen_) {
+      it = known_.erase(it);
+    } else {
+      it->second.pos = SIZE_MAX;
+      ++it;
+    }
+  }
   return out;
 }
 

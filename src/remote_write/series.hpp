@@ -5,10 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -51,11 +51,21 @@ public:
   std::vector<Series> take();
 
 private:
-  void append(const std::string& key, int64_t ts_ms, double v);
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view v) const { return std::hash<std::string_view>{}(v); }
+  };
+  // A series known from the adds so far: the add that last had it (gen), its place in the batch being built.
+  struct Known {
+    uint64_t gen = 0;
+    size_t pos = SIZE_MAX;
+  };
+  using KnownMap = std::unordered_map<std::string, Known, Hash, std::equal_to<>>;
+  void append(KnownMap::value_type& k, int64_t ts_ms, double v);
   Labels external_;
-  std::unordered_map<std::string, size_t> index_; // series key (the line up to its value) -> batch_ position
+  KnownMap known_; // key: the line up to its value (name and label set as written)
+  uint64_t gen_ = 0;
   std::vector<Series> batch_;
-  std::unordered_set<std::string> last_; // keys of the previous add
   size_t samples_ = 0, bad_lines_ = 0;
 };
 
