@@ -198,9 +198,9 @@ StepResult fleet(const Options& o, const std::string& text, int nodes, size_t se
   std::vector<double> lat_ms;
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.seconds));
-  const int64_t t0_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
+  const int64_t t0_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
   const double server0 = cpu_seconds_of(o.server_pid), own0 = own_cpu_seconds();
   // Node n posts at n/nodes of each 5 s window, its five seconds of samples; sender s takes nodes s, s+S, ...
   std::vector<std::thread> threads;

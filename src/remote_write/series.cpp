@@ -100,8 +100,7 @@ bool parse_key(std::string_view key, const Labels& external, Labels& out) {
     }
   }
   for (const auto& ext : external)
-    if (std::none_of(out.begin(), out.end(), [&](const auto& l) { return l.first == ext.first; }))
-      out.push_back(ext);
+    if (std::none_of(out.begin(), out.end(), [&](const auto& l) { return l.first == ext.first; })) out.push_back(ext);
   std::sort(out.begin(), out.end());
   for (size_t i = 1; i < out.size(); ++i)
     if (out[i].first == out[i - 1].first) return false; // a label twice: no receiver takes it

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -29,6 +30,9 @@ struct Writer::Target {
   bool stop = false; // leave now (the destructor, or finish's deadline passed)
   bool draining = false;
   Clock::time_point deadline = Clock::time_point::max();
+  // When a request in flight must give up (finish's deadline, or at once when the writer goes): read by libcurl's
+  // progress callback without the lock.
+  std::atomic<int64_t> abort_at{std::numeric_limits<int64_t>::max()};
   std::thread thread;
 
   uint64_t queued() const {
@@ -108,6 +112,7 @@ Writer::~Writer() {
       std::lock_guard lock(t->mu);
       t->stop = true;
     }
+    t->abort_at = 0;
     t->cv.notify_all();
     if (t->thread.joinable()) t->thread.join();
   }
@@ -244,6 +249,7 @@ void Writer::send_loop(Target& t) {
     post.cert_file = opts_.cert_file;
     post.key_file = opts_.key_file;
     post.user_agent = agent;
+    post.abort = [&t] { return Clock::now().time_since_epoch().count() >= t.abort_at.load(); };
     lock.unlock();
     const HttpAnswer answer = http_post(post);
     lock.lock();
@@ -316,6 +322,7 @@ void Writer::finish(Clock::time_point deadline, int64_t end_ts_ms) {
       t->draining = true;
       t->deadline = deadline;
     }
+    t->abort_at = deadline.time_since_epoch().count();
     t->cv.notify_all();
   }
   for (auto& t : targets_) {

@@ -399,3 +399,24 @@ def test_https_with_a_private_ca_and_basic_auth(tmp, procs):
     sent, rest = summary_counts(bad.stderr, vm.write_url)
     assert sent == 0 and re.search(r"\d+ refused by the receiver", rest) and "HTTP 401" in bad.stderr, bad.stderr
     assert "queued" not in rest
+
+
+def test_bad_remote_write_flags_are_usage_errors_that_name_the_flag(tmp_path):
+    (tmp_path / "loose").write_text("s3cret\n")
+    os.chmod(tmp_path / "loose", 0o666)
+    env = env_for(tmp_path)
+    url = "http://127.0.0.1:9/api/v1/write"
+    for args, said in ((["--remote-write", "ftp://x/api/v1/write"], "expected an http:// or https:// URL"),
+                       (["--remote-write", url, "--remote-write", url], "is given twice"),
+                       (["--external-label", "cluster=a"], "need --remote-write URL"),
+                       (["--remote-write", url, "--external-label", "__name__=x"], "reserves"),
+                       (["--remote-write", url, "--external-label", "cluster"], "is not NAME=VALUE"),
+                       (["--remote-write", url, "--remote-write-queue-max", "12 parsecs"], "--remote-write-queue-max"),
+                       (["--remote-write", url, "--remote-write-user", "ws"], "go together"),
+                       (["--remote-write", url, "--remote-write-user", "ws", "--remote-write-password-file",
+                         str(tmp_path / "loose")], "--remote-write-password-file"),
+                       (["--remote-write", url, "--remote-write-interval", "5ms"], "--remote-write-interval")):
+        r = subprocess.run([BINARY, "record", "--db", "never.db", "--duration", "1s", *args], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and said in r.stderr, (args, r.stderr)
+        assert "terminate" not in r.stderr and not (tmp_path / "never.db").exists()

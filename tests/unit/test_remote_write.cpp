@@ -1,13 +1,17 @@
 // Remote-write's pure parts against references: the encoder's bytes parsed (and written) by Debian's libprotobuf from
 // the specification's messages, its batches decompressed by Debian's libsnappy; the exposition turned into series
 // with Prometheus' label rules; the on-disk queue's order, bound, leftovers and locks.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <snappy-c.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <bit>
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -229,4 +233,32 @@ TEST(RemoteWriteWriter, AReceiverThatNeverAnswersLeavesEveryBatchOnDiskForTheNex
   rw::Writer next(o, [] { return std::string(); });
   EXPECT_EQ(next.stats()[0].adopted, 6u);
   EXPECT_EQ(next.stats()[0].queued, 6u);
+}
+
+TEST(RemoteWriteWriter, AHungReceiverDoesNotHoldTheEndOfARunPastItsDeadline) {
+  // A socket that listens and never answers: the kernel takes the connection, the request waits forever.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  wstest::TempDir tmp;
+  rw::Options o;
+  o.urls = {"http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/api/v1/write"};
+  o.queue_base = tmp.path();
+  o.batch = std::chrono::milliseconds(100);
+  o.timeout = std::chrono::seconds(60);
+  rw::Writer w(o, [] { return std::string("a 1\n"); });
+  w.start();
+  w.frame(1000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400)); // the batch is out, its request hangs
+  const auto t0 = std::chrono::steady_clock::now();
+  w.finish(t0 + std::chrono::milliseconds(300), 2000);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)); // not the request's 60 s
+  EXPECT_EQ(w.stats()[0].sent, 0u);
+  EXPECT_EQ(w.stats()[0].queued, 2u); // the sample and the end's staleness marker, kept for the next writer
+  ::close(fd);
 }

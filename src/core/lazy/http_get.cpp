@@ -32,6 +32,10 @@ size_t on_excerpt(char* data, size_t size, size_t n, void* user) {
   if (b->text.size() < b->max) b->text.append(data, std::min(len, b->max - b->text.size()));
   return len;
 }
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* abort = static_cast<const std::function<bool()>*>(user);
+  return (*abort)() ? 1 : 0; // non-zero aborts the transfer (CURLE_ABORTED_BY_CALLBACK)
+}
 } // namespace
 
 std::optional<std::string> http_get(const HttpGet& request, std::string& error) {
@@ -111,6 +115,11 @@ HttpAnswer http_post(const HttpPost& request) {
   if (!request.ca_file.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, request.ca_file.c_str());
   if (!request.cert_file.empty()) curl_easy_setopt(h, CURLOPT_SSLCERT, request.cert_file.c_str());
   if (!request.key_file.empty()) curl_easy_setopt(h, CURLOPT_SSLKEY, request.key_file.c_str());
+  if (request.abort) {
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &request.abort);
+  }
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_excerpt);
   curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
   const CURLcode rc = curl_easy_perform(h);

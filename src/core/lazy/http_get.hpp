@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ struct HttpPost {
   std::string ca_file;             // https: the server's CA; empty: the system's
   std::string cert_file, key_file; // https: a client certificate
   std::string user_agent = "wattscope";
+  // Polled while the request runs (several times a second): true aborts it (a run that ends mid-request).
+  std::function<bool()> abort;
 };
 struct HttpAnswer {
   long status = 0;     // 0: no answer (refused, timed out, TLS failed: `error` says)
