@@ -262,3 +262,59 @@ TEST(RemoteWriteWriter, AHungReceiverDoesNotHoldTheEndOfARunPastItsDeadline) {
   EXPECT_EQ(w.stats()[0].queued, 2u); // the sample and the end's staleness marker, kept for the next writer
   ::close(fd);
 }
+
+TEST(RemoteWriteWriter, PastItsBoundTheQueueDropsTheOldestBatchesAndSaysHowMany) {
+  wstest::TempDir tmp;
+  rw::Options o;
+  o.urls = {"http://127.0.0.1:1/api/v1/write"}; // down for the whole test
+  o.queue_base = tmp.path();
+  o.interval = std::chrono::milliseconds(10);
+  o.batch = std::chrono::milliseconds(10);
+  o.max_samples_per_batch = 1; // a batch per frame
+  o.backoff_min = o.backoff_max = std::chrono::milliseconds(1000);
+  // 200 series of distinct values: each batch a few kB after snappy, the bound a few batches.
+  int frame = 0;
+  auto render = [&] {
+    std::string t;
+    for (int s = 0; s < 200; ++s)
+      t += "m{s=\"" + std::to_string(s) + "\"} " + std::to_string(frame * 1000.5 + s * 3.25) + "\n";
+    return t;
+  };
+  const uint64_t one_batch = [&] {
+    std::string err;
+    rw::BatchBuilder b;
+    b.add(render(), 1);
+    return rw::snappy_compress(rw::encode_write_request(b.take()), err)->size();
+  }();
+  rw::TargetStats s;
+  {
+    rw::Writer w(o, [&] { return render(); });
+    w.start();
+    for (frame = 1; frame <= 40; ++frame) {
+      w.frame(frame * 100);
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    }
+    w.finish(std::chrono::steady_clock::now(), 10000);
+    s = w.stats()[0];
+  }
+  // 256 MiB by default: nothing dropped yet; every batch waits.
+  EXPECT_EQ(s.dropped, 0u);
+  EXPECT_GT(s.queued_bytes, 5 * one_batch);
+
+  // The same queue reopened with a bound of three batches: the next batch pushes the oldest out, and says how many.
+  rw::Options small = o;
+  small.queue_max_bytes = 3 * one_batch + one_batch / 2;
+  rw::Writer next(small, [&] { return render(); });
+  const uint64_t adopted = next.stats()[0].adopted;
+  EXPECT_EQ(adopted, s.queued);
+  next.start();
+  frame = 1000;
+  next.frame(100000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  next.finish(std::chrono::steady_clock::now(), 200000);
+  const auto after = next.stats()[0];
+  EXPECT_GT(after.dropped, 0u);
+  EXPECT_LE(after.queued_bytes, small.queue_max_bytes + one_batch); // the newest batch is always kept
+  EXPECT_EQ(after.dropped + after.queued, adopted + 200 + 200);     // a frame's samples and the end's markers
+  EXPECT_NE(next.summary().find("dropped from a full queue"), std::string::npos) << next.summary();
+}
