@@ -34,6 +34,8 @@
 
 #include <fmt/format.h>
 
+#include "fleet_common.hpp"
+
 #include "core/lazy/http_get.hpp"
 #include "core/metrics.hpp"
 #include "core/time_util.hpp"
@@ -42,6 +44,7 @@
 #include "server/live.hpp"
 
 using namespace wattscope;
+using namespace wattscope::bench;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -55,38 +58,10 @@ struct Options {
   int senders = 16;
 };
 
-double cpu_seconds_of(long pid) {
-  std::ifstream f(fmt::format("/proc/{}/stat", pid));
-  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  const size_t close = s.rfind(')');
-  if (close == std::string::npos) return NAN;
-  std::istringstream rest(s.substr(close + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14) utime = std::stod(field);
-    if (i == 15) stime = std::stod(field);
-  }
-  return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double own_cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 double thread_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())))];
 }
 
 // A node's live state: G GPUs with every registry field, the CPU, one frame.

@@ -208,4 +208,51 @@ std::string format_energy(double joules) {
                      std::fabs(wh) >= 1000 ? format_si(wh / 1000, "kWh") : format_si(wh, "Wh"));
 }
 
+namespace {
+bool prom_name_char(char c, bool first) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':' || (!first && c >= '0' && c <= '9');
+}
+} // namespace
+
+bool parse_label_set(std::string_view& rest, std::vector<std::pair<std::string, std::string>>& out, size_t max_labels,
+                     std::string& why) {
+  rest.remove_prefix(1); // '{'
+  for (;;) {
+    while (!rest.empty() && (rest.front() == ' ' || rest.front() == ','))
+      rest.remove_prefix(1);
+    if (rest.empty()) return why = "an unclosed label set", false;
+    if (rest.front() == '}') {
+      rest.remove_prefix(1);
+      return true;
+    }
+    size_t n = 0;
+    while (n < rest.size() && prom_name_char(rest[n], n == 0))
+      ++n;
+    if (n == 0 || n >= rest.size() || rest[n] != '=' || n + 1 >= rest.size() || rest[n + 1] != '"')
+      return why = "a label that is not name=\"value\"", false;
+    std::string name(rest.substr(0, n));
+    rest.remove_prefix(n + 2);
+    std::string value;
+    bool closed = false;
+    while (!rest.empty()) {
+      const char c = rest.front();
+      rest.remove_prefix(1);
+      if (c == '"') {
+        closed = true;
+        break;
+      }
+      if (c == '\\' && !rest.empty()) {
+        const char e = rest.front();
+        rest.remove_prefix(1);
+        value.push_back(e == 'n' ? '\n' : e);
+        continue;
+      }
+      value.push_back(c);
+    }
+    if (!closed) return why = "an unterminated label value", false;
+    if (out.size() >= max_labels) return why = "too many labels", false;
+    out.emplace_back(std::move(name), std::move(value));
+  }
+}
+
 } // namespace wattscope

@@ -37,6 +37,10 @@ std::string format_bytes(double bytes);
 std::string format_si(double value, std::string_view unit, int digits = 3);
 // A count of things: "56.3 k parameters", "1.20 G FLOPs"; a whole number under 1,000 as it is ("64 samples").
 std::string format_count(double value, std::string_view noun);
-std::string format_energy(double joules); // "2.03 kJ (564 mWh)": format_si in J, and in Wh (kWh from 1 kWh)
+std::string format_energy(double joules);
+// A Prometheus text label set, `{a="x",b="y"}`, at the front of `rest` (consumed), values unescaped; false with `why`
+// on a malformed one or past max_labels. --scrape's answers and remote-write's expositions.
+bool parse_label_set(std::string_view& rest, std::vector<std::pair<std::string, std::string>>& out, size_t max_labels,
+                     std::string& why); // "2.03 kJ (564 mWh)": format_si in J, and in Wh (kWh from 1 kWh)
 
 } // namespace wattscope

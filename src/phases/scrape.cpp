@@ -28,48 +28,6 @@ std::optional<double> parse_value(std::string_view v) {
   return d;
 }
 
-// `{a="x",b="y"}` at the front of `rest`; false on a malformed label set.
-bool parse_labels(std::string_view& rest, std::vector<std::pair<std::string, std::string>>& out, size_t max_labels,
-                  std::string& why) {
-  rest.remove_prefix(1); // '{'
-  for (;;) {
-    while (!rest.empty() && (rest.front() == ' ' || rest.front() == ','))
-      rest.remove_prefix(1);
-    if (rest.empty()) return why = "an unclosed label set", false;
-    if (rest.front() == '}') {
-      rest.remove_prefix(1);
-      return true;
-    }
-    size_t n = 0;
-    while (n < rest.size() && name_char(rest[n], n == 0))
-      ++n;
-    if (n == 0 || n >= rest.size() || rest[n] != '=' || n + 1 >= rest.size() || rest[n + 1] != '"')
-      return why = "a label that is not name=\"value\"", false;
-    std::string name(rest.substr(0, n));
-    rest.remove_prefix(n + 2);
-    std::string value;
-    bool closed = false;
-    while (!rest.empty()) {
-      const char c = rest.front();
-      rest.remove_prefix(1);
-      if (c == '"') {
-        closed = true;
-        break;
-      }
-      if (c == '\\' && !rest.empty()) {
-        const char e = rest.front();
-        rest.remove_prefix(1);
-        value.push_back(e == 'n' ? '\n' : e);
-        continue;
-      }
-      value.push_back(c);
-    }
-    if (!closed) return why = "an unterminated label value", false;
-    if (out.size() >= max_labels) return why = "too many labels", false;
-    out.emplace_back(std::move(name), std::move(value));
-  }
-}
-
 } // namespace
 
 ScrapeParse parse_exposition(std::string_view body, const std::vector<std::string>& wanted,
@@ -113,7 +71,7 @@ ScrapeParse parse_exposition(std::string_view body, const std::vector<std::strin
     s.name = std::string(name);
     if (!rest.empty() && rest.front() == '{') {
       std::string why;
-      if (!parse_labels(rest, s.labels, limits.max_labels, why)) {
+      if (!parse_label_set(rest, s.labels, limits.max_labels, why)) {
         bad(fmt::format("{}: '{}'", why, excerpt(line, 60)));
         continue;
       }

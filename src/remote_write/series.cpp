@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "core/text.hpp"
+
 namespace wattscope::remote_write {
 
 namespace {
@@ -66,38 +68,12 @@ bool parse_key(std::string_view key, const Labels& external, Labels& out) {
   out.emplace_back("__name__", std::string(key.substr(0, n)));
   std::string_view rest = key.substr(n);
   if (!rest.empty()) {
-    rest.remove_prefix(1); // '{'
-    for (;;) {
-      while (!rest.empty() && (rest.front() == ',' || rest.front() == ' '))
-        rest.remove_prefix(1);
-      if (rest.empty()) return false;
-      if (rest.front() == '}') break;
-      size_t k = 0;
-      while (k < rest.size() && name_char(rest[k], k == 0) && rest[k] != ':')
-        ++k;
-      if (k == 0 || k + 1 >= rest.size() || rest[k] != '=' || rest[k + 1] != '"') return false;
-      std::string name(rest.substr(0, k));
-      rest.remove_prefix(k + 2);
-      std::string value;
-      bool closed = false;
-      while (!rest.empty()) {
-        const char c = rest.front();
-        rest.remove_prefix(1);
-        if (c == '"') {
-          closed = true;
-          break;
-        }
-        if (c == '\\' && !rest.empty()) {
-          const char e = rest.front();
-          rest.remove_prefix(1);
-          value.push_back(e == 'n' ? '\n' : e);
-          continue;
-        }
-        value.push_back(c);
-      }
-      if (!closed || out.size() > kMaxLabelsPerSeries) return false;
-      if (!value.empty()) out.emplace_back(std::move(name), std::move(value));
-    }
+    std::string why;
+    if (!parse_label_set(rest, out, kMaxLabelsPerSeries + 1, why)) return false;
+    // A label with an empty value is the same as none to Prometheus.
+    std::erase_if(out, [](const auto& l) { return l.second.empty(); });
+    for (size_t i = 1; i < out.size(); ++i) // Prometheus refuses the whole batch for a ':' in a label name
+      if (out[i].first.find(':') != std::string::npos) return false;
   }
   for (const auto& ext : external)
     if (std::none_of(out.begin(), out.end(), [&](const auto& l) { return l.first == ext.first; })) out.push_back(ext);
