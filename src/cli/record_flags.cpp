@@ -81,8 +81,8 @@ void add_scrape_options(CLI::App& sub, RecordFlags& f) {
 // ---- issue 33: per-core rows ----
 void add_per_core_options(CLI::App& sub, RecordFlags& f) {
   sub.add_flag("--per-core-every-tick", f.per_core_every_tick,
-               "Store each logical CPU's utilisation (cpu_core_samples) every tick; by default it is stored once per "
-               "--process-interval, as the mean over that period (docs/storage.md)");
+               "Store each logical CPU's utilisation (cpu_core_samples) every tick; by default it is stored every 5 s "
+               "(or per --process-interval where longer), as the mean over that period (docs/storage.md)");
   sub.add_flag("--no-per-core", f.no_per_core, "Store no per-core utilisation (cpu_core_samples stays empty)");
 }
 // ---- end issue 33

@@ -23,9 +23,10 @@ namespace {
 constexpr SourceEntry kSources[] = {
     {"procfs",
      [](const SessionOptions& o) -> std::unique_ptr<Source> {
-       // issue 33: the scan period as the process tracker has it (never under 1 s nor the interval).
+       // Every 5 s, or the process-scan period where longer (never under the interval), for run as for record: run
+       // scans its own processes every second, and per-core rows at that rate were 96 % of a 224-CPU node's rows.
        PerCoreStorage per_core = o.per_core;
-       per_core.period = std::max({o.interval, o.process_interval, std::chrono::nanoseconds(std::chrono::seconds(1))});
+       per_core.period = std::max({o.interval, o.process_interval, std::chrono::nanoseconds(kPerCorePeriod)});
        per_core.interval = o.interval;
        return std::make_unique<ProcfsCpuSource>(o.procfs_root, per_core);
      }},

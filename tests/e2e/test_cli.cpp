@@ -49,6 +49,8 @@ TEST(Run, SleepTwoSecondsAt100msStoresAboutTwentyRows) {
   EXPECT_LE(std::stoll(*rows.back()[0]) - last, 160);
   EXPECT_NE(r.err.find("samples every 100ms"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("no NVIDIA GPU"), std::string::npos) << r.err;
+  // Per-core rows every 5 s, as record stores them, though run scans its processes every second: one set here.
+  EXPECT_EQ(scalar(db, "SELECT COUNT(DISTINCT tick) FROM cpu_core_samples"), "1");
 }
 
 TEST(Run, ExitStatusIsTheChilds) {

@@ -1,5 +1,5 @@
-// Issue 33: per-core utilisation stored once per process-scan period, as the true mean over that period, every tick
-// with --per-core-every-tick, or not at all with --no-per-core.
+// Per-core utilisation stored every 5 s (or per process scan where longer), as the true mean over that period, every
+// tick with --per-core-every-tick, or not at all with --no-per-core.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -177,8 +177,9 @@ TEST(PerCorePeriod, FlagsChooseTheMode) {
 
 // The session's procfs source stores per-core rows at the process-scan period: --process-interval 1s at a 250 ms
 // interval is every fourth tick; under 1 s (or the interval) the tracker never scans, and neither are cores stored.
-TEST(PerCorePeriod, TheSessionsSourceUsesTheProcessScanPeriod) {
-  for (const auto& [process_interval, every] : {std::pair{1000ms, 4}, {2000ms, 8}, {100ms, 4}}) {
+TEST(PerCorePeriod, TheSessionsSourceStoresEveryFiveSecondsOrPerProcessScanWhereLonger) {
+  // At 250 ms: 5 s is 20 ticks, whatever the scan period under it (run scans every second); 8 s is 32.
+  for (const auto& [process_interval, every] : {std::pair{1000ms, 20}, {2000ms, 20}, {100ms, 20}, {8000ms, 32}}) {
     Fixture fx;
     fx.write(kSeries[0]);
     SessionOptions o;
@@ -192,7 +193,7 @@ TEST(PerCorePeriod, TheSessionsSourceUsesTheProcessScanPeriod) {
     ASSERT_TRUE(src->open());
     std::vector<int64_t> stored;
     Jiffies j = kSeries[0];
-    for (int64_t t = 0; t < 17; ++t) {
+    for (int64_t t = 0; t < 70; ++t) {
       j.busy0 += 10;
       j.idle0 += 15;
       j.busy1 += 20;
@@ -205,7 +206,7 @@ TEST(PerCorePeriod, TheSessionsSourceUsesTheProcessScanPeriod) {
       if (f.cpu.core_rows) stored.push_back(t);
     }
     std::vector<int64_t> want;
-    for (int64_t t = 0; t < 17; t += every)
+    for (int64_t t = 0; t < 70; t += every)
       want.push_back(t);
     EXPECT_EQ(stored, want) << "--process-interval " << process_interval.count() << " ms";
   }

@@ -30,6 +30,9 @@ std::string parse_cpu_model(std::string_view cpuinfo);
 // busy share of the interval in percent; missing when no time passed.
 OptF util_between(const CpuTimes& before, const CpuTimes& after);
 
+// The least time between two stored sets of per-core rows by default (Mode::Period).
+inline constexpr std::chrono::seconds kPerCorePeriod{5};
+
 // Which ticks store per-core rows (issue 33; Frame's CpuSample::core_rows).
 struct PerCoreStorage {
   enum class Mode { Period, EveryTick, Off };
