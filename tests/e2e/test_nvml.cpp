@@ -655,4 +655,22 @@ TEST(NvmlFake, PcieThroughputHasItsOwnThreadOnlyWhereItIsSlow) {
               std::to_string(rows));
   }
 }
+// The slow reads' pass is under way when a short command ends: the run waits for the call in flight, not for the
+// pass. Here a pass over 8 GPUs takes 8 s (500 ms a call, TX and RX); `run -- true` ends in well under that.
+TEST(NvmlFake, AShortRunDoesNotWaitForTheSlowReadsPass) {
+  TempDir dir;
+  json scen = scenario(8);
+  scen["call_cost_us"] = {{"nvmlDeviceGetPcieThroughput", {{"sleep", 500000}}}};
+  write_file(dir / "scenario.json", scen.dump());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = run({wattscope(), "-q", "run", "--db", dir / "w.db", "--", "true"},
+               {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                {"CUDA_VISIBLE_DEVICES", "\x01"}},
+               dir.path());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(took, std::chrono::seconds(4)) << "the whole pass is 8 s";
+  EXPECT_EQ(scalar(dir / "w.db", "SELECT COUNT(DISTINCT gpu_index) FROM gpu_samples"), "8");
+}
 } // namespace e2e_nvml

@@ -675,6 +675,7 @@ std::string NvmlSource::mig_of(Device gpu) {
 NvmlSource::~NvmlSource() {
   // issue 17: the event set is freed before nvmlShutdown
   if (event_set_ && lib_ && lib_->event_set_free) lib_->event_set_free(event_set_);
+  slow_abort_.store(true, std::memory_order_relaxed);
   {
     std::lock_guard lock(slow_mu_);
     slow_stop_ = true;
@@ -1428,6 +1429,7 @@ void NvmlSource::probe(Frame& frame) noexcept {
 std::chrono::nanoseconds NvmlSource::slow_pass() {
   const auto t0 = SteadyClock::now();
   for (auto& d : devs_) {
+    if (slow_abort_.load(std::memory_order_relaxed)) break;
     bool pcie_off = false;
     {
       std::lock_guard l(d.slow->mu);
@@ -1439,6 +1441,7 @@ std::chrono::nanoseconds NvmlSource::slow_pass() {
     if (pcie_off || !d.on[cPcieThroughput]) continue;
     unsigned int tx = 0, rx = 0;
     Return a = lib_->device_pcie_throughput(d.handle, kPcieUtilTx, &tx);
+    if (slow_abort_.load(std::memory_order_relaxed)) break;
     Return b = a == kSuccess ? lib_->device_pcie_throughput(d.handle, kPcieUtilRx, &rx) : a;
     if (a == kSuccess && b == kSuccess) {
       std::lock_guard l(d.slow->mu);

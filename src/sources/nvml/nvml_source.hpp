@@ -286,6 +286,9 @@ private:
   std::mutex slow_mu_;
   std::condition_variable slow_cv_;
   bool slow_stop_ = false;
+  // Read by slow_pass between calls, without slow_mu_: a run that ends while a pass is under way (a real driver's
+  // PCIe throughput waits 20 ms a call, 320 ms for 8 GPUs) waits for one call, not the pass.
+  std::atomic<bool> slow_abort_{false};
   std::atomic<bool> slow_wanted_{false};
   // The slow reads are made on the tick (by sample(), at most once a slow period) while a pass takes under
   // kSlowInline: a thread hop costs more than the calls then (issue 12). The slow thread decides on its first pass
