@@ -940,12 +940,30 @@ std::chrono::nanoseconds NvmlSource::natural_period(const Dev& d, Call c) const 
 void NvmlSource::time_read(Dev& d, Call c, std::chrono::nanoseconds took, SteadyClock::time_point now) {
   ReadCost& r = d.cost[c];
   r.least = std::min(r.least, took);
-  if (++r.timed < kTimedReads) return;
+  // The energy counter (2.8 ms on an H100) is provisionally costly from a first read far over the budget: the round's
+  // other reads are made at the costly period, each GPU at its own offset in it, so that no tick makes them all at
+  // once. Other calls' first reads are noisier than they are dear (a first call binds symbols, touches cold pages).
+  const bool far_over = c == cEnergy && opts_.max_read_cost.count() > 0 && took > opts_.max_read_cost * 5;
+  if (++r.timed == 1 && far_over && r.period.count() == 0 && r.measured.count() < 0) {
+    r.period = natural_period(d, c);
+    r.measured = took;
+    r.provisional = r.spread = true;
+    if (c == cEnergy) energy_scheduled_.store(true, std::memory_order_relaxed);
+    spdlog::info("GPU {}: {} costs {:.0f} us a read (budget {} us); read at most every {} ms, the ticks between "
+                 "carry the last reading with its age",
+                 d.info.gpu_index, c == cEnergy ? "its energy counter" : call_name(c),
+                 std::chrono::duration<double, std::micro>(took).count(),
+                 std::chrono::duration_cast<std::chrono::microseconds>(opts_.max_read_cost).count(),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(r.period).count());
+  }
+  if (r.timed < kTimedReads) return;
   r.measured = r.least;
   r.recheck = now + opts_.recheck_period;
   const bool costly = opts_.max_read_cost.count() > 0 && r.measured > opts_.max_read_cost;
   const auto period = costly ? natural_period(d, c) : std::chrono::nanoseconds{0};
-  if (period == r.period) return;
+  r.provisional = false;
+  if (period == r.period) return; // a provisional classification confirmed: said when it was made
+  if (period.count() > 0) r.spread = true;
   r.period = period;
   if (c == cEnergy && period.count() > 0) energy_scheduled_.store(true, std::memory_order_relaxed);
   const double us = std::chrono::duration<double, std::micro>(r.measured).count();
@@ -1028,6 +1046,8 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
       rc_cost.last = frame.mono;
       // Less a tenth for jitter: ticks a period apart read it every time.
       rc_cost.next = frame.mono + rc_cost.period * 9 / 10;
+      if (std::exchange(rc_cost.spread, false)) // GPU k of n k/n of a period later: one GPU's read a tick, not all
+        rc_cost.next += rc_cost.period * static_cast<int64_t>(&d - devs_.data()) / static_cast<int64_t>(devs_.size());
       hold(d, c.fills, s);
     }
     if (rc == kSuccess || rc == kNoCall) continue;

@@ -127,6 +127,10 @@ public:
     std::chrono::nanoseconds measured{-1};                            // the last round's; -1 before the first
     std::chrono::nanoseconds period{0};                               // 0: every tick; else at most once this often
     SteadyClock::time_point next{}, last{}, recheck{};
+    // The first read cost over the budget: read at the costly period from then on, the round's other reads timed at
+    // that rate (at 10 ms, five rounds of 8 counters every tick overran each tick they were made on).
+    bool provisional = false;
+    bool spread = false; // the next scheduled read gets this GPU's share of the period as an offset
   };
   struct NvlinkCounter { // previous reading of a cumulative KiB counter
     std::optional<unsigned long long> kib;
