@@ -150,9 +150,9 @@ remote_write::Options remote_write_options(const RemoteWriteFlags& f) {
   }
   if (!f.cert_file.empty() != !f.key_file.empty())
     throw UsageError("--remote-write-cert-file and --remote-write-key-file go together");
-  for (const auto& file : {std::pair{"--remote-write-ca-file", &f.ca_file},
-                           std::pair{"--remote-write-cert-file", &f.cert_file},
-                           std::pair{"--remote-write-key-file", &f.key_file}})
+  for (const auto& file :
+       {std::pair{"--remote-write-ca-file", &f.ca_file}, std::pair{"--remote-write-cert-file", &f.cert_file},
+        std::pair{"--remote-write-key-file", &f.key_file}})
     if (!file.second->empty()) flag_value(file.first, [&] { check_protected_file(*file.second, file.first); });
   o.ca_file = f.ca_file;
   o.cert_file = f.cert_file;

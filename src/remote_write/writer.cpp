@@ -300,7 +300,9 @@ void Writer::send_loop(Target& t) {
                    t.stats.queue_dir);
     t.stats.failing = true;
     const auto until = std::min(Clock::now() + backoff, t.deadline);
-    t.cv.wait_until(lock, until, [&] { return t.stop; });
+    // The run's end cuts a backoff short (its drain has a deadline of its own: one more try, not a 30 s wait).
+    const bool was_draining = t.draining;
+    t.cv.wait_until(lock, until, [&] { return t.stop || t.draining != was_draining; });
     backoff = std::min(backoff * 2, opts_.backoff_max);
   }
 }

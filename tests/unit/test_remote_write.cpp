@@ -318,3 +318,21 @@ TEST(RemoteWriteWriter, PastItsBoundTheQueueDropsTheOldestBatchesAndSaysHowMany)
   EXPECT_EQ(after.dropped + after.queued, adopted + 200 + 200);     // a frame's samples and the end's markers
   EXPECT_NE(next.summary().find("dropped from a full queue"), std::string::npos) << next.summary();
 }
+
+TEST(RemoteWriteWriter, TheEndOfARunCutsALongBackoffShort) {
+  wstest::TempDir tmp;
+  rw::Options o;
+  o.urls = {"http://127.0.0.1:1/api/v1/write"};
+  o.queue_base = tmp.path();
+  o.batch = std::chrono::milliseconds(50);
+  o.backoff_min = o.backoff_max = std::chrono::seconds(60); // a receiver down long enough to back off a minute
+  rw::Writer w(o, [] { return std::string("a 1\n"); });
+  w.start();
+  w.frame(1000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300)); // the batch failed once: the sender waits its minute
+  ASSERT_GT(w.stats()[0].failures, 0u);
+  const auto t0 = std::chrono::steady_clock::now();
+  w.finish(t0 + std::chrono::milliseconds(500), 2000);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10)); // not the backoff's minute
+  EXPECT_EQ(w.stats()[0].queued, 2u);
+}
