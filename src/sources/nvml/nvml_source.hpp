@@ -198,9 +198,6 @@ public:
     unsigned long long last_seen_us = 0;
     size_t list_room = 16; // entries the running-process lists are asked with: a few more than the most seen
   };
-  // A costly energy counter that the instant power field shapes between reads is read at most once every this many
-  // ticks (and at least once a costly_period): 5 s at 1 s, 1 s at 100 ms and below.
-  static constexpr int kAnchorTicks = 5;
   static constexpr int kTimedReads = 5;        // reads of a call timed to tell whether it is costly (issue 33)
   static constexpr int kUnknownLimit = 5;      // failures in a row (back-offs of 1, 2, 4, 8 s between them)
   static constexpr int kFieldFailureLimit = 3; // a field failing this many ticks in a row is not asked for again
