@@ -30,9 +30,23 @@ struct RunsFilter {
   // alone), mixed (two or more), unknown (energy but no method recorded: an old run), none (no energy). "" any.
   std::string method;
   std::string q; // a substring of run id, task, host, command or tags, ASCII case-insensitive; "" any
+  // How the run ended: "ok" (exit status 0), "failed" (another status), "unfinished" (no end stored: still recording,
+  // or its recorder died). "" any. A run ended with no status (finalised by `repair`) is neither ok nor failed.
+  std::string exit;
+  // The run's stored energy (total_energy_j) in millijoules and duration (end - start) in ms, within the bounds
+  // (inclusive). A run without the figure passes no bound on it.
+  std::optional<int64_t> min_energy_mj, max_energy_mj;
+  std::optional<int64_t> min_duration_ms, max_duration_ms;
   RunsSortKey sort = RunsSortKey::Start;
   bool descending = false;
 };
+
+// The words `exit` takes.
+inline constexpr std::string_view kRunExits[] = {"ok", "failed", "unfinished"};
+// Whether the filter bounds how a run ended or one of its figures (no run_tags or run_text row answers those).
+inline bool bounds_figures(const RunsFilter& f) {
+  return !f.exit.empty() || f.min_energy_mj || f.max_energy_mj || f.min_duration_ms || f.max_duration_ms;
+}
 
 // The method words `method` takes, for messages and the parser.
 inline constexpr std::string_view kRunMethods[] = {"counter", "integrated", "estimated", "simulated",

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -65,6 +66,13 @@ public:
   // issue 35: the page of the runs that pass `filter`, in its order, each with its work; total counts every run that
   // passes. SQLite and MySQL ask the database (runs_sql); this default scans runs() and each run's work table.
   virtual RunsPage runs_query(const RunsFilter& filter, size_t offset, size_t limit);
+  // The run whose id is exactly `id`, or nothing. SQLite and MySQL look it up by the runs table's key (a run's page
+  // at 100,000 runs reads one row, not every run); this default reads every run.
+  virtual std::optional<RunInfo> run_by_id(const std::string& id) {
+    for (auto& r : runs())
+      if (r.run_id == id) return std::move(r);
+    return std::nullopt;
+  }
   // Every row of `table` for the run, in key order (time order for samples).
   virtual void scan(TableId table, const RunInfo& run, const RowFn& fn) = 0;
 };

@@ -76,6 +76,9 @@ int64_t copy_run(StoreReader& from, const RunInfo& run, const std::function<void
 }
 
 RunInfo resolve_run(StoreReader& store, std::string_view id) {
+  // A whole id (every link serve writes) is one lookup by the runs table's key; a part of one reads every run.
+  if (!id.empty() && id != "latest")
+    if (auto exact = store.run_by_id(std::string(id))) return std::move(*exact);
   auto runs = store.runs();
   if (runs.empty()) throw std::runtime_error(fmt::format("{} holds no runs yet", store.describe()));
   if (id.empty() || id == "latest") return runs.back();

@@ -88,6 +88,18 @@ const Expect kCounts[] = {
     {"from=1793494800000", 540},                        // runs 60.. (epoch ms of 2026-11-01T01:00Z)
     {"to=2026-11-01", 600},                             // a date alone as `to`: the whole day (runs 0..599 are in it)
     {"from=2026-11-02", 0},
+    // How runs ended: unfinished i % 97 == 96 (96, 193, ..., 581), failed i % 10 == 9 of the rest (none of those six).
+    {"exit=unfinished", 6},
+    {"exit=failed", 60},
+    {"exit=ok", 534},
+    // Duration ((37 i) % 600 + 1) s of a finished run: 37 is prime to 600, so each residue once; the six unfinished
+    // have residues 497..552, all at least 299.
+    {"min_duration_s=300", 295},
+    {"max_duration_s=1", 1}, // run 0
+    // Energy 100 + ((7919 i) % 10000) / 10 J where i % 25 != 24 (counted by the same formula in doubles).
+    {"min_energy_j=1000", 55},
+    {"min_energy_j=500&max_energy_j=600", 58},
+    {"exit=failed&min_energy_j=1000", 5},
 };
 
 } // namespace
@@ -154,6 +166,12 @@ TEST(RunsQueryParser, RefusesWithTheParameterNamed) {
       {"offset=-1", "'offset'"},
       {"limit=0", "1 to 1000"},
       {"color=red", "unknown query parameter 'color'"},
+      {"exit=crashed", "'exit'"},
+      {"min_energy_j=-1", "'min_energy_j'"},
+      {"max_duration_s=1e3", "'max_duration_s'"},
+      {"min_energy_j=2e12", "'min_energy_j'"},
+      {"min_duration_s=5&max_duration_s=1", "minimum is above the maximum"},
+      {"format=xml", "'format'"},
       {"a=1&b=2&c=3&d=4&e=5&f=6&g=7&h=8&i=9&j=10&k=11&l=12&m=13&n=14&o=15&p=16&q=17", "at most 16"},
   };
   for (const auto& [q, want] : cases) {

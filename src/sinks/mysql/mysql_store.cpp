@@ -1026,6 +1026,13 @@ public:
     return out;
   }
 
+  std::optional<RunInfo> run_by_id(const std::string& id) override {
+    std::optional<RunInfo> out;
+    query(table(TableId::Runs), fmt::format("SELECT {} FROM `runs` WHERE `run_id` = ?", select_list(TableId::Runs)),
+          &id, [&](std::span<const Value> row) { out = run_from_row(row); });
+    return out;
+  }
+
   RunsPage runs_page(size_t offset, size_t limit) override {
     RunsPage page;
     if (const auto n = conn_.value("SELECT COUNT(*) FROM `runs`")) page.total = std::stoull(*n);

@@ -465,6 +465,13 @@ public:
     return out;
   }
 
+  std::optional<RunInfo> run_by_id(const std::string& id) override {
+    std::optional<RunInfo> out;
+    query(fmt::format("SELECT {} FROM runs WHERE run_id = ?", select_list(TableId::Runs)), id,
+          [&](std::span<const Value> row) { out = run_from_row(row); });
+    return out;
+  }
+
   RunsPage runs_page(size_t offset, size_t limit) override {
     RunsPage page;
     page.total = count_of("SELECT COUNT(*) FROM runs", {});
