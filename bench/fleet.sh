@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fleet figures, printed for docs/storage.md and docs/serve.md ("Fleet figures"):
-#   1. what one MariaDB takes from 300 nodes x 8 GPUs writing at 1 s as `serve --db mysql://...` does
+#   1. what one MariaDB takes from 300 nodes x 8 GPUs writing at 1 s as `serve --db mysql://... --record` does
 #      (bench/fleet_mysql.cpp, through wattscope's own MySQL store and writer), against a private server with
 #      Debian's defaults (fsync at every commit) and a 512 MiB buffer pool, with per-core rows at the process-scan
 #      period (issue 33), and beside it, in the same run, the bytes per node-day of a few nodes storing per-core rows

@@ -1,6 +1,8 @@
 #include "server/query.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 
@@ -48,6 +50,16 @@ bool has_control(std::string_view s) {
     const auto u = static_cast<unsigned char>(c);
     return u < 0x20 || u == 0x7f;
   });
+}
+
+// A bound of a numeric filter: a plain decimal number from 0 to 1e12, in thousandths (rounded).
+std::optional<int64_t> parse_bound(const std::string& text) {
+  if (text.empty() || text.size() > 32 || text.find_first_not_of("0123456789.") != std::string::npos)
+    return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end != text.c_str() + text.size() || !(v >= 0) || v > 1e12) return std::nullopt;
+  return std::llround(v * 1000);
 }
 
 } // namespace
@@ -302,6 +314,26 @@ std::variant<RunsListQuery, Error> parse_runs_list(std::string_view raw) {
                                  "simulated, mixed, unknown, none",
                                  printable(p.value))};
       f.method = p.value;
+    } else if (p.name == "format") {
+      if (p.value != "json" && p.value != "csv")
+        return Error{fmt::format("query parameter 'format': '{}' is not json or csv", printable(p.value))};
+      out.csv = p.value == "csv";
+    } else if (p.name == "exit") {
+      if (std::find(std::begin(kRunExits), std::end(kRunExits), p.value) == std::end(kRunExits))
+        return Error{
+            fmt::format("query parameter 'exit': '{}' is not one of ok, failed, unfinished", printable(p.value))};
+      f.exit = p.value;
+    } else if (p.name == "min_energy_j" || p.name == "max_energy_j" || p.name == "min_duration_s" ||
+               p.name == "max_duration_s") {
+      // In thousandths: the stores compare millijoules and milliseconds.
+      const auto milli = parse_bound(p.value);
+      if (!milli)
+        return Error{fmt::format("query parameter '{}': '{}' is not a number from 0 to 1e12 ({})", p.name,
+                                 printable(p.value), p.name.ends_with("_j") ? "joules" : "seconds")};
+      (p.name == "min_energy_j"     ? f.min_energy_mj
+       : p.name == "max_energy_j"   ? f.max_energy_mj
+       : p.name == "min_duration_s" ? f.min_duration_ms
+                                    : f.max_duration_ms) = *milli;
     } else if (p.name == "sort") {
       std::string_view key = p.value;
       f.descending = key.starts_with('-');
@@ -322,7 +354,8 @@ std::variant<RunsListQuery, Error> parse_runs_list(std::string_view raw) {
                                  printable(p.value))};
     } else {
       return Error{fmt::format("unknown query parameter '{}' (runs takes limit, offset, task, host, user, tag, from, "
-                               "to, method, q and sort)",
+                               "to, method, exit, min_energy_j, max_energy_j, min_duration_s, max_duration_s, q, "
+                               "sort and format)",
                                printable(p.name))};
     }
   }
@@ -330,8 +363,14 @@ std::variant<RunsListQuery, Error> parse_runs_list(std::string_view raw) {
   if (auto* e = std::get_if<Error>(&page)) return *e;
   out.limit = std::get<RunsPageQuery>(page).limit;
   out.offset = std::get<RunsPageQuery>(page).offset;
+  out.limit_given = page_query.find("limit=") != std::string::npos;
   if (out.filter.from_ms && out.filter.to_ms && *out.filter.from_ms >= *out.filter.to_ms)
     return Error{"query parameters 'from' and 'to': from must be before to"};
+  const RunsFilter& f = out.filter;
+  if (f.min_energy_mj && f.max_energy_mj && *f.min_energy_mj > *f.max_energy_mj)
+    return Error{"query parameters 'min_energy_j' and 'max_energy_j': the minimum is above the maximum"};
+  if (f.min_duration_ms && f.max_duration_ms && *f.min_duration_ms > *f.max_duration_ms)
+    return Error{"query parameters 'min_duration_s' and 'max_duration_s': the minimum is above the maximum"};
   return out;
 }
 

@@ -63,6 +63,8 @@ struct RunsListQuery {
   size_t limit = kDefaultRunsLimit;
   size_t offset = 0;
   RunsFilter filter;
+  bool csv = false;         // format=csv: every run that passes (from offset, limit if given), as CSV
+  bool limit_given = false; // limit= was in the query
 };
 std::variant<RunsListQuery, Error> parse_runs_list(std::string_view raw);
 // A time as `from`/`to` take it; `end_of_day`: a date alone means the end of that day. nullopt when malformed.

@@ -98,4 +98,12 @@ TEST(BadInput, TokenFileIsCheckedBeforeServing) {
   ASSERT_EQ(chmod((dir / "big").c_str(), 0600), 0);
   expect_refused(dir / "big", "at most 4096 bytes");
 }
+
+// serve --record stores what serve samples into --db: without one it says so before it starts.
+TEST(BadInput, ServeRecordNeedsAStore) {
+  TempDir dir;
+  const Result r = run({wattscope(), "serve", "--record"}, {}, dir.path());
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--record stores serve's samples into --db: add --db STORE"), std::string::npos) << r.err;
+}
 } // namespace e2e_bad_input

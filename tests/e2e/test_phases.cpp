@@ -695,9 +695,9 @@ TEST(Import, AMalformedLogIsRefusedWithItsLineAndNothingIsStored) {
 TEST(Phases, ServeListensOnTheSocketItIsGivenAndStoresThePhases) {
   Fixture f;
   const std::string sock = f.dir / "serve.sock";
-  const int pid =
-      start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "50ms", "--db", f.db(), "--socket", sock},
-            f.env, f.dir.path(), f.dir / "out", f.dir / "err");
+  const int pid = start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--interval", "50ms", "--db", f.db(),
+                         "--record", "--socket", sock},
+                        f.env, f.dir.path(), f.dir / "out", f.dir / "err");
   wait_for_serve_port(f.dir / "err", 200);
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   EXPECT_EQ(run({wattscope(), "mark", "--socket", sock, "--strict", "begin", "served"}).exit_code, 0);
@@ -707,6 +707,8 @@ TEST(Phases, ServeListensOnTheSocketItIsGivenAndStoresThePhases) {
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_exit(pid), 0) << read_file(f.dir / "err");
   EXPECT_EQ(scalar(f.db(), "SELECT name || ' ' || closed_by_run_end FROM phases"), "served 0");
+  // Stopped by a signal, as serve always is: a normal end, not a killed run.
+  EXPECT_EQ(scalar(f.db(), "SELECT task || ' ' || exit_status FROM runs"), "serve 0");
   expect_phase_energy_matches_the_counters(f);
 }
 } // namespace e2e_phases

@@ -22,6 +22,16 @@ namespace wattscope {
 
 namespace {
 
+// A store serve only browses may not exist yet (the first run is still to come): said once at the start, and /runs
+// says it again until it can be read.
+void warn_if_unreadable(const StoreSpec& store) {
+  try {
+    open_reader(store);
+  } catch (const std::exception& e) {
+    spdlog::warn("--db: {} (/runs will say so until it can be read)", e.what());
+  }
+}
+
 class ServeCommand final : public Command {
 public:
   void add_options(CLI::App& sub) override {
@@ -31,7 +41,12 @@ public:
         ->capture_default_str()
         ->each([this](const std::string&) { rec_.interval_given = true; });
     add_simulate_option(sub, rec_); // issue 19
-    sub.add_option("--db", db_, "Also store every sample here (FILE.db, csv:DIR or mysql://...)");
+    sub.add_option("--db", db_,
+                   "The stored runs to browse at /runs and /api/v1/runs (FILE.db, csv:DIR or mysql://...), read "
+                   "only: serve stores nothing there unless --record is given");
+    sub.add_flag("--record", record_,
+                 "Also store what serve samples into --db, as a run of its own (task --task): a node's exporter that "
+                 "keeps its history, or a fleet's shared MariaDB");
     sub.add_option("--retain", retain_, "How much history to keep in memory for the dashboard and API")
         ->capture_default_str();
     sub.add_option("--token-file", token_file_,
@@ -73,7 +88,8 @@ public:
     add_remote_write_options(sub, rec_.remote_write);
     sub.footer("Examples:\n  wattscope serve                                   # http://127.0.0.1:9400/\n"
                "  wattscope serve --simulate                        # simulated GPUs: see every view without one\n"
-               "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db\n"
+               "  wattscope serve --db lab.db                       # browse lab.db's runs at /runs (read only)\n"
+               "  wattscope serve --listen 0.0.0.0:9400 --token-file /etc/wattscope/token --db lab.db --record\n"
                "Endpoints: / (dashboard), /metrics (Prometheus), /api/v1/current, /api/v1/history?range=6h&step=1m,\n"
                "/api/v1/runs, /api/v1/runs/ID, /api/v1/events (server-sent events), /api/v1/alerts. deploy/ has a "
                "Grafana dashboard,\na Prometheus scrape config and a systemd unit. SIGTERM stops it cleanly.");
@@ -89,14 +105,18 @@ public:
                                    "secret; every request must then send 'Authorization: Bearer <secret>'",
                                    listen_));
     const auto retain = flag_value("--retain", [&] { return parse_duration(retain_); });
+    if (record_ && db_.empty())
+      throw UsageError("--record stores serve's samples into --db: add --db STORE (FILE.db, csv:DIR or mysql://...)");
     RecordFlags session_flags = rec_;
-    session_flags.no_db = db_.empty();
-    if (!db_.empty()) session_flags.db = db_;
+    // Browsing a store is reading it: a team's /runs shows the team's runs, not a run of the server showing them.
+    session_flags.no_db = !record_;
+    if (record_) session_flags.db = db_;
     if (session_flags.task.empty()) session_flags.task = "serve";
     SessionOptions opts = session_options(session_flags, {}, /*require_store=*/false);
     opts.marker_socket_path = sub.count("--socket") > 0 && socket_.empty() ? default_marker_socket_path() : socket_;
     std::optional<StoreSpec> store;
-    if (!opts.stores.empty()) store = opts.stores.front();
+    if (!db_.empty()) store = store_flag("--db", db_);
+    if (store && !record_) warn_if_unreadable(*store);
     block_control_signals();
     LiveState live(retain, opts.interval);
     live.set_process_cap(opts.top_processes);
@@ -126,14 +146,18 @@ public:
       name_this_thread("ws-http");
       http.run();
     });
-    spdlog::info("serving on http://{}:{}/ (dashboard), /metrics, /api/v1/...; recording run {}{}", addr.host,
-                 http.port(), session.run().run_id, token.empty() ? "" : "; requests need the bearer token");
-    const std::optional<int> sig = wait_for_stop(std::nullopt);
+    spdlog::info("serving on http://{}:{}/ (dashboard), /metrics, /api/v1/...; {}{}", addr.host, http.port(),
+                 record_ ? fmt::format("recording run {} into {}", session.run().run_id, db_)
+                 : store ? fmt::format("the runs of {} at /runs (read only: --record also stores serve's own)", db_)
+                         : std::string("samples kept in memory (--retain)"),
+                 token.empty() ? "" : "; requests need the bearer token");
+    wait_for_stop(std::nullopt);
     http.stop();
     server.join();
-    RunInfo run = session.finish(sig ? 128 + *sig : 0);
+    // A signal is how serve is stopped: its run ends normally (exit 0), not as killed.
+    RunInfo run = session.finish(0);
     remote_write.finish(run);
-    if (!ctx.quiet && store) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
+    if (!ctx.quiet && record_) std::fputs(("wattscope: " + run_text(run, session.store_names())).c_str(), stderr);
     if (!ctx.quiet && remote_write.enabled()) std::fputs(remote_write.summary().c_str(), stderr);
     return 0;
   }
@@ -145,6 +169,7 @@ private:
   std::string retain_ = "24h";
   std::string token_file_;
   std::string db_;
+  bool record_ = false;
   bool process_metrics_ = false; // issue 32
   std::vector<std::string> process_metrics_units_;
 };
