@@ -115,6 +115,7 @@ CompareAnswer CompareView::answer(bool html, std::string_view raw_query) {
                            {"source", store->describe()},
                            {"query", key},
                            {"view", "/runs/compare?" + key},
+                           {"links", nlohmann::json::object()}, // served: the site's navigation, runs linked
                            {"selection", selection},
                            {"capped", capped},
                            {"comparison", comparison_json(*store, runs)}};

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/stored_json.hpp"
 #include "report/report.hpp"
+#include "runs/repair.hpp"
 #include "runs/run_model.hpp"
 #include "runs/run_tags.hpp"
 #include "runs/run_view.hpp"
@@ -14,6 +16,7 @@ namespace wattscope {
 
 namespace {
 
+constexpr std::string_view kApiTotals = "/api/v1/totals";
 constexpr std::string_view kApiRuns = "/api/v1/runs", kApiJobs = "/api/v1/jobs/", kRuns = "/runs", kJobs = "/jobs/";
 
 PageReply error(int status, std::string message) {
@@ -49,6 +52,13 @@ std::optional<std::string_view> after(std::string_view path, std::string_view pr
 // The run as /api/v1/runs lists it: run_json plus its work, J per unit (where it has one unit of work) and user.
 nlohmann::json row_json(const RunInfo& run, const std::vector<RunWork>& work) {
   nlohmann::json j = run_json(run);
+  // Said in so many words: a run with no end is still recording, or its recorder died, and its figures are rebuilt
+  // from the samples it stored.
+  j["unfinished"] = unfinished(run);
+  // The carbon the run was charged when it ended (its summary's), for totals and exports; none for an unfinished run.
+  const nlohmann::json summary = run_summary_json(run);
+  const nlohmann::json& carbon = json_member(summary, "carbon");
+  j["co2_g"] = json_has_number(carbon, "grams") ? nlohmann::json(json_number(carbon, "grams")) : nlohmann::json();
   nlohmann::json w = nlohmann::json::object();
   for (const auto& u : work)
     w[u.unit] = u.amount;
@@ -84,13 +94,119 @@ std::string without_page(std::string_view raw) {
   return out;
 }
 
+std::string html_escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+    case '&':
+      out += "&amp;";
+      break;
+    case '<':
+      out += "&lt;";
+      break;
+    case '>':
+      out += "&gt;";
+      break;
+    case '"':
+      out += "&quot;";
+      break;
+    case '\'':
+      out += "&#39;";
+      break;
+    default:
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// A store's message as a client may read it: the store's own name (a file's path, a server's address) left out.
+std::string without_store(std::string message, const StoreReader& reader) {
+  const std::string name = reader.describe();
+  for (size_t at = message.find(name); at != std::string::npos; at = message.find(name, at))
+    message.replace(at, name.size(), "this store");
+  return message;
+}
+
+// One CSV cell (RFC 4180): numbers as JSON spells them, text quoted when it must be. Text that a spreadsheet would
+// read as a formula (= + - @ first) is kept as text with a leading apostrophe: a task name must not run in a sheet.
+std::string csv_cell(const nlohmann::json& v) {
+  if (v.is_null()) return "";
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number()) return v.dump();
+  std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+  if (!text.empty() && (text[0] == '=' || text[0] == '+' || text[0] == '-' || text[0] == '@')) text.insert(0, "'");
+  if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// The shared frame of the runs pages' own messages: the site's navigation, then what went wrong, as a page a person
+// reads (not the JSON an API client gets, and never the store's path).
+PageReply not_found_page(const std::string& message) {
+  PageReply r = html(fmt::format(
+      "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" "
+      "content=\"width=device-width, initial-scale=1\"><title>wattscope · not found</title><style>body{{margin:0;"
+      "font:14px/1.45 system-ui,sans-serif;color:#1d2430}}nav{{display:flex;gap:18px;padding:8px "
+      "16px;border-bottom:1px "
+      "solid #e3e7ee;background:#f6f8fb}}main{{padding:16px}}a{{color:#0b5cbf}}</style></head><body>"
+      "<nav aria-label=\"wattscope\"><a href=\"/\">Live dashboard</a><a href=\"/runs\">Runs</a></nav><main>"
+      "<h1>Not found</h1><p>{}</p><p><a href=\"/runs\">All stored runs</a></p></main></body></html>\n",
+      html_escape(message)));
+  r.status = 404;
+  return r;
+}
+
+// Where the run sits in /runs as it opens (newest first, 50 a page), and its Slurm job's page.
+nlohmann::json run_links(StoreReader& reader, const RunInfo& run) {
+  constexpr size_t kPage = 50;
+  RunsFilter newer;
+  newer.from_ms = run.start_ms + 1;
+  const size_t before = reader.runs_query(newer, 0, 0).total;
+  const size_t offset = before / kPage * kPage;
+  nlohmann::json links;
+  links["list"] = (offset ? fmt::format("/runs?offset={}", offset) : std::string("/runs")) + "#run-" + run.run_id;
+  const nlohmann::json tags = run_json(run)["tags"];
+  if (tags.is_object() && tags.contains("slurm_job_id")) {
+    const nlohmann::json& job = tags["slurm_job_id"];
+    const std::string job_id = job.is_string() ? job.get<std::string>() : job.dump();
+    if (valid_id(job_id)) {
+      links["job"] = "/jobs/" + job_id;
+      links["job_id"] = job_id;
+    }
+  }
+  return links;
+}
+
+// What /api/v1/totals groups by, and the query without its `by` (the rest are the runs list's filters).
+constexpr std::string_view kTotalsBy[] = {"task", "host", "user", "day", "month", "exit"};
+std::pair<std::string, std::string> split_by(std::string_view raw) {
+  std::string by, rest;
+  size_t pos = 0;
+  while (pos < raw.size()) {
+    size_t amp = raw.find('&', pos);
+    if (amp == std::string_view::npos) amp = raw.size();
+    const std::string_view pair = raw.substr(pos, amp - pos);
+    if (pair.starts_with("by="))
+      by = pair.substr(3);
+    else if (!pair.empty())
+      rest += std::string(rest.empty() ? "" : "&") + std::string(pair);
+    pos = amp + 1;
+  }
+  return {by, rest};
+}
+
 } // namespace
 
 RunsPages::RunsPages(std::optional<StoreSpec> store, std::string plotly_url)
     : store_(std::move(store)), plotly_url_(std::move(plotly_url)) {}
 
 bool RunsPages::handles(std::string_view path) {
-  if (path == kApiRuns || path == kRuns || path == "/runs/") return true;
+  if (path == kApiRuns || path == kApiTotals || path == kRuns || path == "/runs/") return true;
   if (path.starts_with("/runs/compare")) return false; // the comparison view (issue 35, item 1) has its own route
   return path.starts_with("/api/v1/runs/") || path.starts_with(kApiJobs) || path.starts_with("/runs/") ||
          path.starts_with(kJobs);
@@ -100,6 +216,15 @@ std::optional<PageReply> RunsPages::check(std::string_view path, std::string_vie
   if (!store_) return error(404, "serve was started without --db: no runs are stored");
   if (path == kApiRuns) {
     auto parsed = query::parse_runs_list(query);
+    if (auto* e = std::get_if<query::Error>(&parsed)) return error(400, e->message);
+    return std::nullopt;
+  }
+  if (path == kApiTotals) {
+    auto [by, rest] = split_by(query);
+    if (!by.empty() && std::find(std::begin(kTotalsBy), std::end(kTotalsBy), by) == std::end(kTotalsBy))
+      return error(400, fmt::format("query parameter 'by': '{}' is not one of task, host, user, day, month, exit",
+                                    query::printable(by)));
+    auto parsed = query::parse_runs_list(rest);
     if (auto* e = std::get_if<query::Error>(&parsed)) return error(400, e->message);
     return std::nullopt;
   }
@@ -120,6 +245,7 @@ std::optional<PageReply> RunsPages::check(std::string_view path, std::string_vie
 PageReply RunsPages::answer(const std::string& path, const std::string& query) {
   try {
     if (path == kApiRuns) return runs_json(query);
+    if (path == kApiTotals) return totals_json(query);
     if (path == kRuns || path == "/runs/") return html(std::string(assets::runs_html()));
     if (auto id = after(path, "/api/v1/runs/")) return run_json_reply(std::string(*id));
     if (auto id = after(path, kApiJobs)) return job_json(std::string(*id));
@@ -134,10 +260,14 @@ PageReply RunsPages::answer(const std::string& path, const std::string& query) {
 PageReply RunsPages::runs_json(const std::string& raw) {
   const auto q = std::get<query::RunsListQuery>(query::parse_runs_list(raw));
   auto reader = open_reader(*store_);
-  const StoreReader::RunsPage page = reader->runs_query(q.filter, q.offset, q.limit);
+  if (q.csv) return runs_csv(*reader, q);
+  StoreReader::RunsPage page = reader->runs_query(q.filter, q.offset, q.limit);
   std::string body = "[";
   for (size_t i = 0; i < page.runs.size(); ++i) {
     if (i) body += ',';
+    // A runs row as its recorder wrote it at the start (no sample counted yet) holds no figure: rebuilt. One that
+    // carries figures of its own (an import) is listed as stored.
+    if (unfinished(page.runs[i]) && page.runs[i].samples == 0) page.runs[i] = shown_unfinished(*reader, page.runs[i]);
     body += row_json(page.runs[i], i < page.work.size() ? page.work[i] : std::vector<RunWork>{}).dump();
   }
   body += ']';
@@ -150,13 +280,143 @@ PageReply RunsPages::runs_json(const std::string& raw) {
   return r;
 }
 
+PageReply RunsPages::totals_json(const std::string& raw) {
+  const auto [by, rest] = split_by(raw);
+  const auto q = std::get<query::RunsListQuery>(query::parse_runs_list(rest));
+  auto reader = open_reader(*store_);
+  struct Sum {
+    size_t runs = 0, with_energy = 0, with_co2 = 0;
+    double energy_j = 0, co2_g = 0;
+    nlohmann::json json() const {
+      return {{"runs", runs},
+              {"energy_j", energy_j},
+              {"energy_kwh", energy_j / 3.6e6},
+              {"co2_g", co2_g},
+              {"runs_with_energy", with_energy},
+              {"runs_with_co2", with_co2}};
+    }
+    void add(const nlohmann::json& row) {
+      ++runs;
+      if (row["total_energy_j"].is_number()) energy_j += row["total_energy_j"].get<double>(), ++with_energy;
+      if (row["co2_g"].is_number()) co2_g += row["co2_g"].get<double>(), ++with_co2;
+    }
+  };
+  Sum all;
+  std::map<std::string, Sum> groups;
+  size_t total = 0, read = 0;
+  // A page at a time, as the CSV export: at most kMaxCsvRuns runs summed, and the answer says when more passed.
+  for (size_t offset = 0; read < kMaxCsvRuns;) {
+    StoreReader::RunsPage page = reader->runs_query(q.filter, offset, query::kMaxRunsLimit);
+    total = page.total;
+    for (size_t i = 0; i < page.runs.size(); ++i) {
+      if (unfinished(page.runs[i]) && page.runs[i].samples == 0) page.runs[i] = shown_unfinished(*reader, page.runs[i]);
+      const nlohmann::json row = row_json(page.runs[i], i < page.work.size() ? page.work[i] : std::vector<RunWork>{});
+      all.add(row);
+      if (!by.empty()) {
+        std::string key;
+        if (by == "day" || by == "month")
+          key = row["start"].get<std::string>().substr(0, by == "day" ? 10 : 7);
+        else if (by == "exit")
+          key = row["unfinished"].get<bool>()  ? "unfinished"
+                : row["exit_status"].is_null() ? "unknown"
+                : row["exit_status"] == 0      ? "ok"
+                                               : "failed";
+        else
+          key = row[by].is_string() ? row[by].get<std::string>() : std::string();
+        groups[key].add(row);
+      }
+      ++read;
+    }
+    offset += page.runs.size();
+    if (page.runs.empty() || offset >= total) break;
+  }
+  nlohmann::json j = all.json();
+  j["by"] = by.empty() ? nlohmann::json() : nlohmann::json(by);
+  j["runs_passing"] = total;
+  j["truncated"] = read < total;
+  nlohmann::json g = nlohmann::json::array();
+  for (const auto& [key, sum] : groups) {
+    nlohmann::json e = sum.json();
+    e["key"] = key;
+    g.push_back(std::move(e));
+  }
+  // Time in its order; the rest largest first.
+  if (by != "day" && by != "month")
+    std::stable_sort(g.begin(), g.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+      return a["energy_j"].get<double>() > b["energy_j"].get<double>();
+    });
+  // A thousand groups fill any table a person reads; the count says how many there were.
+  j["groups_total"] = g.size();
+  if (g.size() > kMaxTotalsGroups) g.erase(g.begin() + kMaxTotalsGroups, g.end());
+  j["groups"] = std::move(g);
+  PageReply r;
+  r.body = j.dump();
+  return r;
+}
+
+PageReply RunsPages::runs_csv(StoreReader& reader, const query::RunsListQuery& q) {
+  // Read a page at a time (a page's runs and their JSON are what is held), written as the rows come; at most
+  // kMaxCsvRuns rows, and the reply says when the filter passes more.
+  const size_t want = q.limit_given ? q.limit : kMaxCsvRuns;
+  std::string body = "run_id,task,host,user,start,end,duration_s,exit_status,unfinished,samples,energy_j,energy_kwh,"
+                     "energy_method,co2_g,j_per_unit,work_unit,command,tags\r\n";
+  size_t total = 0, written = 0;
+  for (size_t offset = q.offset; written < want;) {
+    const size_t chunk = std::min<size_t>(query::kMaxRunsLimit, want - written);
+    StoreReader::RunsPage page = reader.runs_query(q.filter, offset, chunk);
+    total = page.total;
+    for (size_t i = 0; i < page.runs.size(); ++i) {
+      if (unfinished(page.runs[i]) && page.runs[i].samples == 0) page.runs[i] = shown_unfinished(reader, page.runs[i]);
+      const nlohmann::json j = row_json(page.runs[i], i < page.work.size() ? page.work[i] : std::vector<RunWork>{});
+      const nlohmann::json& energy = j["total_energy_j"];
+      std::string line;
+      for (const char* key :
+           {"run_id", "task", "host", "user", "start", "end", "duration_s", "exit_status", "unfinished", "samples"})
+        line += csv_cell(j.value(key, nlohmann::json())) + ",";
+      line += csv_cell(energy) + ",";
+      line += (energy.is_number() ? csv_cell(energy.get<double>() / 3.6e6) : std::string()) + ",";
+      line += csv_cell(j.value("energy_method", nlohmann::json())) + "," + csv_cell(j["co2_g"]) + ",";
+      for (const char* key : {"j_per_unit", "work_unit", "command"})
+        line += csv_cell(j.value(key, nlohmann::json())) + ",";
+      line +=
+          csv_cell(j["tags"].is_object() && !j["tags"].empty() ? nlohmann::json(j["tags"].dump()) : nlohmann::json());
+      body += line + "\r\n";
+      ++written;
+    }
+    offset += page.runs.size();
+    if (page.runs.size() < chunk || offset >= total) break;
+  }
+  PageReply r;
+  r.content_type = "text/csv; charset=utf-8";
+  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"wattscope-runs.csv\"");
+  r.headers.emplace_back("X-Total-Count", std::to_string(total));
+  if (q.offset + written < total && !q.limit_given)
+    r.headers.emplace_back("X-Wattscope-Truncated", fmt::format("the first {} of {} runs", written, total));
+  r.body = std::move(body);
+  return r;
+}
+
+RunInfo RunsPages::shown_unfinished(StoreReader& reader, const RunInfo& stored) {
+  const auto now = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& e : rebuilt_)
+      if (e.run.run_id == stored.run_id && now - e.at < kRebuiltFor) return e.run;
+  }
+  RunInfo shown = as_shown(reader, stored);
+  std::lock_guard lock(mu_);
+  std::erase_if(rebuilt_, [&](const Rebuilt& e) { return e.run.run_id == stored.run_id || now - e.at >= kRebuiltFor; });
+  if (rebuilt_.size() < kCacheEntries) rebuilt_.push_back({shown, now});
+  return shown;
+}
+
 PageReply RunsPages::run_json_reply(const std::string& id) {
   auto reader = open_reader(*store_);
   RunInfo run;
   try {
     run = resolve_run(*reader, id);
   } catch (const std::exception& e) {
-    return error(404, e.what());
+    return error(404, without_store(e.what(), *reader));
   }
   // The run's own figures from its model, as `show --json` has them (an unfinished run's rebuilt from its samples),
   // beside the columns of its row in the list.
@@ -199,8 +459,7 @@ PageReply RunsPages::run_page(const std::string& id) {
   try {
     run = resolve_run(*reader, id);
   } catch (const std::exception& e) {
-    PageReply r = error(404, e.what());
-    return r;
+    return not_found_page(without_store(e.what(), *reader));
   }
   {
     std::lock_guard lock(mu_);
@@ -213,8 +472,9 @@ PageReply RunsPages::run_page(const std::string& id) {
         return r;
       }
   }
-  auto page = std::make_shared<const std::string>(
-      render_report_linked(build_report_data(*reader, {run}, ReportOptions{}), plotly_url_));
+  nlohmann::json data = build_report_data(*reader, {run}, ReportOptions{});
+  data["links"] = run_links(*reader, run);
+  auto page = std::make_shared<const std::string>(render_report_linked(data, plotly_url_));
   // An unfinished run still grows: rendered afresh each time.
   if (run.end_ms) {
     std::lock_guard lock(mu_);

@@ -148,10 +148,13 @@ StaticFiles::StaticFiles(bool runs_pages) {
   if (at == std::string::npos)
     throw std::runtime_error(fmt::format("web/dashboard.html has no {} placeholder for plotly.js", kPlotlyPlaceholder));
   dashboard_.replace(at, kPlotlyPlaceholder.size(), plotly_url_);
-  const size_t link = dashboard_.find(kRunsLinkPlaceholder);
-  if (link == std::string::npos)
+  // Every runs link (the navigation's and the header's).
+  size_t links = 0;
+  for (size_t link = dashboard_.find(kRunsLinkPlaceholder); link != std::string::npos;
+       link = dashboard_.find(kRunsLinkPlaceholder, link), ++links)
+    dashboard_.replace(link, kRunsLinkPlaceholder.size(), runs_pages ? "" : "hidden");
+  if (links == 0)
     throw std::runtime_error(fmt::format("web/dashboard.html has no {} placeholder", kRunsLinkPlaceholder));
-  dashboard_.replace(link, kRunsLinkPlaceholder.size(), runs_pages ? "" : "hidden");
   dashboard_gzip_ = gzip_compress(dashboard_);
   const std::string dash_hash = fnv1a64_hex(dashboard_);
   files_.push_back({"/", "text/html; charset=utf-8", "no-cache", dashboard_, dashboard_gzip_, '"' + dash_hash + '"',

@@ -46,6 +46,8 @@ test('two dashboards receive live updates', async () => {
   const b = await open();
   for (const t of [a, b]) {
     await t.page.waitForFunction(() => Number(document.body.dataset.updates || 0) >= 3, null, { timeout: 20000 });
+    // The charts are drawn once plotly.js is in (after the page's first frame).
+    await t.page.waitForFunction(() => Number(document.body.dataset.charts || 0) >= 1, null, { timeout: 20000 });
     assert.deepEqual(t.errors, []);
     assert.deepEqual(t.foreign, []);
     assert.equal(await t.page.locator('.gpu[data-gpu]').count(), 3);

@@ -17,6 +17,7 @@
 
 #include "../support/mariadb.hpp"
 #include "../support/support.hpp"
+#include "http_client.hpp"
 
 namespace e2e_repair { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
 
@@ -120,6 +121,39 @@ TEST(Repair, UnfinishedRunIsShownFromItsSamplesThenFinalised) {
   EXPECT_NE(text.out.find("not finished"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("wattscope repair"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("energy not measured"), std::string::npos) << text.out;
+
+  // serve's views of the same store: the run's row in /api/v1/runs and its JSON carry show's rebuilt figures and say
+  // how they were obtained; its page says it is unfinished. serve only reads the store.
+  {
+    auto serve_env = k->env();
+    serve_env["WATTSCOPE_NVML_LIBRARY"] = k->dir / "absent-nvml.so";
+    const int pid = start({wattscope(), "serve", "--listen", "127.0.0.1:0", "--db", k->db()}, serve_env, k->dir.path(),
+                          k->dir / "serve.out", k->dir / "serve.err");
+    const int port = wait_for_serve_port(k->dir / "serve.err", 200);
+    const auto list = http::get(port, "/api/v1/runs", {}, std::chrono::seconds(10));
+    const auto one = http::get(port, "/api/v1/runs/" + j["run_id"].get<std::string>(), {}, std::chrono::seconds(10));
+    const auto page = http::get(port, "/runs/" + j["run_id"].get<std::string>(), {}, std::chrono::seconds(10));
+    const auto missing = http::get(port, "/runs/no-such-run", {}, std::chrono::seconds(10));
+    ::kill(pid, SIGTERM);
+    EXPECT_EQ(wait_exit(pid), 0);
+    ASSERT_EQ(list.status, 200) << list.body;
+    const json rows = json::parse(list.body);
+    ASSERT_EQ(rows.size(), 1u) << "serve stored no run of its own";
+    ASSERT_EQ(one.status, 200) << one.body;
+    for (const json& r : {rows[0], json::parse(one.body)}) {
+      EXPECT_TRUE(r["unfinished"].get<bool>());
+      EXPECT_TRUE(r["rebuilt_from_samples"].get<bool>());
+      EXPECT_EQ(r["samples"], j["samples"]);
+      EXPECT_EQ(r["total_energy_j"], j["total_energy_j"]);
+      EXPECT_EQ(r["energy_method"], j["energy_method"]);
+      EXPECT_EQ(r["duration_s"], j["duration_s"]);
+    }
+    EXPECT_EQ(page.status, 200);
+    EXPECT_NE(page.body.find("\"rebuilt_from_samples\":true"), std::string::npos) << "the page's data says so";
+    EXPECT_EQ(missing.status, 404);
+    EXPECT_EQ(missing.body.find(k->db()), std::string::npos) << "a missing run's page does not reveal the store's path";
+    EXPECT_EQ(scalar(k->db(), "SELECT count(*) FROM runs"), "1");
+  }
 
   auto repaired = k->ws({"repair", "--db", k->db()});
   ASSERT_EQ(repaired.exit_code, 0) << repaired.err;
