@@ -7,14 +7,20 @@ namespace wattscope {
 MinMaxDownsampler::MinMaxDownsampler(double t_end, size_t buckets)
     : width_(t_end > 0 && buckets > 0 ? t_end / static_cast<double>(buckets) : 0), buckets_(buckets) {}
 
+MinMaxDownsampler::MinMaxDownsampler(double t_begin, double t_end, size_t buckets)
+    : begin_(t_begin), end_(t_end), windowed_(true),
+      width_(t_end > t_begin && buckets > 0 ? (t_end - t_begin) / static_cast<double>(buckets) : 0), buckets_(buckets) {
+}
+
 void MinMaxDownsampler::add(double t, double y) {
+  if (windowed_ && (t < begin_ || t > end_)) return;
   ++seen_;
   if (width_ <= 0) { // nothing to bucket by: keep everything
     t_.push_back(t);
     y_.push_back(y);
     return;
   }
-  long b = static_cast<long>(t / width_);
+  long b = static_cast<long>((t - begin_) / width_);
   b = std::clamp<long>(b, 0, static_cast<long>(buckets_) - 1);
   if (b != bucket_) {
     flush();

@@ -12,6 +12,9 @@ class MinMaxDownsampler {
 public:
   // t_end: the time span to cover (seconds); points past it fall into the last bucket.
   MinMaxDownsampler(double t_end, size_t buckets);
+  // A window [t_begin, t_end] cut into `buckets`: points outside it are left out (a report zoomed to a minute keeps
+  // its resolution for that minute).
+  MinMaxDownsampler(double t_begin, double t_end, size_t buckets);
   void add(double t, double y);
   // Flushes the open bucket; call once before reading t()/y().
   void finish();
@@ -21,6 +24,9 @@ public:
 
 private:
   void flush();
+  double begin_ = 0;
+  double end_ = 0;
+  bool windowed_ = false;
   double width_;
   size_t buckets_;
   long bucket_ = -1;

@@ -81,11 +81,22 @@ public:
       : run_(run), buckets_(opts.buckets),
         t_end_(run.end_ms ? seconds_between(run.start_ms, *run.end_ms)
                           : static_cast<double>(run.samples) * run.interval_ms / 1000.0),
-        total_power_(t_end_, buckets_) {
+        w_begin_(opts.from_ms ? std::max(0.0, seconds_between(run.start_ms, *opts.from_ms)) : 0.0),
+        w_end_(opts.to_ms ? seconds_between(run.start_ms, *opts.to_ms) : t_end_), windowed_(opts.from_ms || opts.to_ms),
+        total_power_(series()) {
     for (size_t i = 0; i < std::size(kCpuSeries); ++i)
-      cpu_.emplace_back(t_end_, buckets_);
+      cpu_.push_back(series());
   }
   double t_end() const { return t_end_; }
+  // The window since the run's start, when the charts have one.
+  nlohmann::json window_json() const {
+    if (!windowed_) return nullptr;
+    return {{"from_s", round_t(w_begin_)},
+            {"to_s", round_t(w_end_)},
+            {"from", iso_utc_ms(run_.start_ms + static_cast<int64_t>(std::llround(w_begin_ * 1000)))},
+            {"to", iso_utc_ms(run_.start_ms + static_cast<int64_t>(std::llround(w_end_ * 1000)))},
+            {"buckets", buckets_}};
+  }
 
   void gpu(std::span<const Value> row) {
     constexpr TableId gt = TableId::GpuSamples;
@@ -99,7 +110,7 @@ public:
     auto [it, fresh] = gpu_.try_emplace(idx);
     if (fresh)
       for (size_t i = 0; i < std::size(kGpuSeries); ++i)
-        it->second.emplace_back(t_end_, buckets_);
+        it->second.push_back(series());
     const double t = t_of(row[g_ts]);
     for (size_t i = 0; i < std::size(kGpuSeries); ++i)
       if (auto v = value_real(row[g_cols[i]])) it->second[i].add(t, *v * kGpuSeries[i].scale);
@@ -215,6 +226,9 @@ private:
     }
   };
   EnergyEdgeMap energy_edges_{{}, this};
+  MinMaxDownsampler series() const {
+    return windowed_ ? MinMaxDownsampler(w_begin_, w_end_, buckets_) : MinMaxDownsampler(t_end_, buckets_);
+  }
   static std::vector<size_t> columns_of(TableId t, const std::vector<SeriesSpec>& specs) {
     std::vector<size_t> cols;
     for (const auto& s : specs)
@@ -231,6 +245,8 @@ private:
   const RunInfo& run_;
   const size_t buckets_;
   const double t_end_;
+  const double w_begin_, w_end_;
+  const bool windowed_;
   std::map<int64_t, std::vector<MinMaxDownsampler>> gpu_;
   std::vector<MinMaxDownsampler> cpu_;
   MinMaxDownsampler total_power_;
@@ -286,6 +302,7 @@ RunModel run_data(StoreReader& store, const RunInfo& run, const ReportOptions& o
                       {"detail", e.detail}});
   out["events"] = std::move(events);
   out["buckets"] = opts.buckets;
+  out["window"] = charts.window_json();
   nlohmann::json ph = phase_json(m.phases, m.run, m.units, &m.footprint);
   out["phases"] = phases_on_charts(std::move(ph["phases"]), run, charts.t_end());
   out["work"] = std::move(ph["work"]);
@@ -553,6 +570,20 @@ nlohmann::json process_data(StoreReader& store, const RunInfo& run, const Report
 // ---- end attribution ----
 
 } // namespace
+
+nlohmann::json chart_series_json(StoreReader& store, const RunInfo& run, const ReportOptions& opts) {
+  ChartSeries charts(run, opts);
+  store.scan(TableId::GpuSamples, run, [&](std::span<const Value> row) { charts.gpu(row); });
+  store.scan(TableId::CpuSamples, run, [&](std::span<const Value> row) { charts.cpu(row); });
+  nlohmann::json out = nlohmann::json::object();
+  nlohmann::json summary = {{"gpus", nlohmann::json::array()}};
+  const nlohmann::json stored = run_json(run);
+  if (stored["gpus"].is_array()) summary["gpus"] = stored["gpus"];
+  charts.finish_into(out, summary);
+  out["window"] = charts.window_json();
+  out["buckets"] = opts.buckets;
+  return out;
+}
 
 nlohmann::json build_report_data(StoreReader& store, const std::vector<RunInfo>& runs, const ReportOptions& opts) {
   nlohmann::json rs = nlohmann::json::array();

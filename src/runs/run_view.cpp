@@ -222,9 +222,17 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   out += fmt::format("  host      {}{}\n", r.host, r.cpu_model.empty() ? "" : " · " + r.cpu_model);
   out += fmt::format("  started   {}\n", iso_utc_ms(r.start_ms));
   const int64_t skipped = json_int(s, "skipped_ticks", 0);
-  std::string duration = r.duration_s() ? fmt::format("{:.2f} s", *r.duration_s()) : "?";
+  // Seconds as measured, and a long run's length as a person reads it ("86390.00 s (23 h 59 min 50 s)").
+  auto seconds = [](double sec) {
+    if (!(sec >= 120)) return fmt::format("{:.2f} s", sec);
+    const auto whole = static_cast<int64_t>(sec);
+    const int64_t h = whole / 3600, m = whole / 60 % 60, rest = whole % 60;
+    return fmt::format("{:.2f} s ({})", sec,
+                       h ? fmt::format("{} h {:02} min {:02} s", h, m, rest) : fmt::format("{} min {:02} s", m, rest));
+  };
+  std::string duration = r.duration_s() ? seconds(*r.duration_s()) : "?";
   if (!r.end_ms && has_num(s, "last_sample_ms"))
-    duration = fmt::format("at least {:.2f} s", (num(s, "last_sample_ms") - static_cast<double>(r.start_ms)) / 1000.0);
+    duration = "at least " + seconds((num(s, "last_sample_ms") - static_cast<double>(r.start_ms)) / 1000.0);
   out += fmt::format("  duration  {} · {} samples every {}{}\n", duration, r.samples,
                      format_duration(std::chrono::nanoseconds(static_cast<int64_t>(r.interval_ms * 1e6))),
                      skipped ? fmt::format(" ({} late ticks skipped)", skipped) : "");

@@ -182,6 +182,39 @@ nlohmann::json run_links(StoreReader& reader, const RunInfo& run) {
   return links;
 }
 
+// /api/v1/runs/ID/series?from=T&to=T[&buckets=N]: a run's charts for a window (a zoomed run page asks for it).
+constexpr std::string_view kSeries = "/series";
+struct Window {
+  std::optional<int64_t> from_ms, to_ms;
+  size_t buckets = 1000;
+};
+std::variant<Window, std::string> parse_window(std::string_view raw) {
+  auto parsed = query::parse(raw);
+  if (auto* e = std::get_if<query::Error>(&parsed)) return e->message;
+  Window w;
+  for (const auto& p : std::get<std::vector<query::Param>>(parsed)) {
+    if (p.name == "from" || p.name == "to") {
+      const auto ms = query::parse_time_ms(p.value);
+      if (!ms)
+        return fmt::format("query parameter '{}': '{}' is not a UTC time (2026-11-20T08:00:00Z) or epoch "
+                           "milliseconds",
+                           p.name, query::printable(p.value));
+      (p.name == "from" ? w.from_ms : w.to_ms) = *ms;
+    } else if (p.name == "buckets") {
+      if (p.value.empty() || p.value.size() > 5 || p.value.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoul(p.value) < 10 || std::stoul(p.value) > 5000)
+        return fmt::format("query parameter 'buckets': '{}' is not a number from 10 to 5000",
+                           query::printable(p.value));
+      w.buckets = std::stoul(p.value);
+    } else {
+      return fmt::format("unknown query parameter '{}' (series takes from, to and buckets)", query::printable(p.name));
+    }
+  }
+  if (w.from_ms && w.to_ms && *w.from_ms >= *w.to_ms)
+    return std::string("query parameters 'from' and 'to': from must be before to");
+  return w;
+}
+
 // What /api/v1/totals groups by, and the query without its `by` (the rest are the runs list's filters).
 constexpr std::string_view kTotalsBy[] = {"task", "host", "user", "day", "month", "exit"};
 std::pair<std::string, std::string> split_by(std::string_view raw) {
@@ -230,7 +263,11 @@ std::optional<PageReply> RunsPages::check(std::string_view path, std::string_vie
   }
   if (path == kRuns || path == "/runs/") return std::nullopt;
   std::string_view id;
-  if (auto rest = after(path, "/api/v1/runs/"))
+  if (auto rest = after(path, "/api/v1/runs/"); rest && rest->ends_with(kSeries)) {
+    if (auto bad = parse_window(query); std::holds_alternative<std::string>(bad))
+      return error(400, std::get<std::string>(bad));
+    id = rest->substr(0, rest->size() - kSeries.size());
+  } else if (auto rest = after(path, "/api/v1/runs/"))
     id = *rest;
   else if (auto rest = after(path, kApiJobs))
     id = *rest;
@@ -247,6 +284,8 @@ PageReply RunsPages::answer(const std::string& path, const std::string& query) {
     if (path == kApiRuns) return runs_json(query);
     if (path == kApiTotals) return totals_json(query);
     if (path == kRuns || path == "/runs/") return html(std::string(assets::runs_html()));
+    if (auto id = after(path, "/api/v1/runs/"); id && id->ends_with(kSeries))
+      return series_json(std::string(id->substr(0, id->size() - kSeries.size())), query);
     if (auto id = after(path, "/api/v1/runs/")) return run_json_reply(std::string(*id));
     if (auto id = after(path, kApiJobs)) return job_json(std::string(*id));
     if (auto id = after(path, "/runs/")) return run_page(std::string(*id));
@@ -277,6 +316,24 @@ PageReply RunsPages::runs_json(const std::string& raw) {
   if (q.offset + page.runs.size() < page.total)
     r.headers.emplace_back("Link", fmt::format("</api/v1/runs?{}limit={}&offset={}>; rel=\"next\"", without_page(raw),
                                                q.limit, q.offset + page.runs.size()));
+  return r;
+}
+
+PageReply RunsPages::series_json(const std::string& id, const std::string& raw) {
+  const Window w = std::get<Window>(parse_window(raw));
+  auto reader = open_reader(*store_);
+  RunInfo run;
+  try {
+    run = resolve_run(*reader, id);
+  } catch (const std::exception& e) {
+    return error(404, without_store(e.what(), *reader));
+  }
+  ReportOptions opts;
+  opts.buckets = w.buckets;
+  opts.from_ms = w.from_ms;
+  opts.to_ms = w.to_ms;
+  PageReply r;
+  r.body = chart_series_json(*reader, as_shown(*reader, run), opts).dump();
   return r;
 }
 

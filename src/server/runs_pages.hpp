@@ -48,6 +48,7 @@ private:
   PageReply runs_csv(StoreReader& reader, const query::RunsListQuery& q);
   // /api/v1/totals: the runs that pass the list's filters summed (runs, energy, kWh, CO2), and per `by` group.
   PageReply totals_json(const std::string& query);
+  PageReply series_json(const std::string& id, const std::string& query);
   PageReply run_json_reply(const std::string& id);
   PageReply job_json(const std::string& id);
   PageReply run_page(const std::string& id);

@@ -223,3 +223,50 @@ test('the filtered runs as CSV and their totals agree with the API; serve stored
   await close();
   assert.equal(runs().length, 3, 'serve --db without --record stored no run of its own');
 });
+
+test('a long run zooms to the minute: the window asked for again at full resolution, on a clock axis', async () => {
+  // Two hours at 1 s from nvidia-smi, with a one-minute 100 -> 700 W staircase an hour in.
+  const stairs = (s) => (s >= 3600 && s < 3660 ? 100 + 100 * Math.floor((s - 3600) * 7 / 60) : 150);
+  const p2 = (n) => String(n).padStart(2, '0');
+  let csv = 'timestamp, index, name, uuid, power.draw [W], utilization.gpu [%]\n';
+  for (let s = 0; s < 7200; s++)
+    csv += `2026/11/20 ${p2(8 + Math.floor(s / 3600))}:${p2(Math.floor(s / 60) % 60)}:${p2(s % 60)}.000, 0, NVIDIA H100, GPU-z, ${stairs(s).toFixed(2)} W, 50 %\n`;
+  writeFileSync(join(dir, 'long.csv'), csv);
+  const zdb = join(dir, 'zoom.db');
+  ws('import', 'nvidia-smi', join(dir, 'long.csv'), '--task', 'stairs', '--utc', '--db', zdb);
+  const id = JSON.parse(ws('show', '--db', zdb, '--json')).run_id;
+  const z = await startServe(WS, ['--listen', '127.0.0.1:0', '--db', zdb], { cwd: dir, env: env() });
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+    const page = await context.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+    await page.goto(`${z.base}/runs/${id}`);
+    await ready.run(page);
+    const chart = '[data-chart="gpu_power"]';
+    assert.equal(await page.evaluate((c) => document.querySelector(c)._fullLayout.xaxis.type, chart), 'date');
+    const before = await page.evaluate((c) => document.querySelector(c)._fullData[0].x.length, chart);
+    assert.ok(before <= 2000, `${before} points for the whole run`);
+    // A drag over one minute of the chart, as plotly reports it.
+    await page.evaluate((c) => Plotly.relayout(document.querySelector(c), { 'xaxis.range[0]': '2026-11-20 09:00:00', 'xaxis.range[1]': '2026-11-20 09:01:00' }), chart);
+    await page.waitForFunction(() => document.body.dataset.zoomed !== undefined, null, { timeout: 20000 });
+    const drawn = await page.evaluate((c) => {
+      const d = document.querySelector(c);
+      return { x: [...d._fullData[0].x], y: [...d._fullData[0].y], range: d._fullLayout.xaxis.range };
+    }, chart);
+    const inside = drawn.x.map((x, i) => [x, drawn.y[i]]).filter(([x]) => x >= Date.parse('2026-11-20T09:00:00Z') && x <= Date.parse('2026-11-20T09:01:00Z'));
+    assert.ok(inside.length >= 60, `${inside.length} points in the zoomed minute`);
+    for (const [x, y] of inside) assert.equal(y, stairs((x - Date.parse('2026-11-20T08:00:00Z')) / 1000), new Date(x).toISOString());
+    assert.match(await page.textContent('[data-note=window]'), /2026-11-20 09:00:00 to 2026-11-20 09:01:00 UTC/);
+    assert.match(drawn.range[0], /^2026-11-20 09:00/);
+    // Back to the whole run.
+    await page.click('[data-zoom=reset]');
+    await page.waitForFunction((n) => document.querySelector('[data-chart="gpu_power"]')._fullData?.[0].x.length === n, before, { timeout: 20000 });
+    assert.deepEqual(errors, []);
+    await context.close();
+  } finally {
+    const gone = new Promise((r) => z.serve.once('exit', r));
+    z.serve.kill('SIGTERM');
+    await gone;
+  }
+});

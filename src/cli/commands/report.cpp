@@ -7,10 +7,13 @@
 
 #include "cli/commands/commands.hpp"
 #include "cli/record_flags.hpp"
+#include "core/duration.hpp"
 #include "core/text.hpp"
+#include "core/time_util.hpp"
 #include "report/report.hpp"
 #include "runs/repair.hpp"
 #include "runs/run_tags.hpp"
+#include "server/query.hpp"
 
 namespace wattscope {
 
@@ -63,18 +66,27 @@ public:
         ->capture_default_str();
     sub.add_option("--csv", csv_, "Read wattscope CSV files or directories instead")->expected(1, -1);
     sub.add_option("-o,--output", out_, "The HTML file to write")->required();
+    sub.add_option("--from", from_,
+                   "Charts from this time: 2026-11-29T10:05:00Z, epoch ms, or a duration since the run's start (90m); "
+                   "the figures and tables stay the whole run's");
+    sub.add_option("--to", to_, "Charts up to this time (as --from)");
+    sub.add_option("--resolution", resolution_,
+                   "The charts' time resolution (min and max kept per step), e.g. 1s; default: the window in 1000 "
+                   "steps");
     add_footprint_read_options(sub, footprint_);
     // The names of earlier versions, kept for scripts that use them.
     sub.add_option_function<double>(
         "--co2-intensity", [this](double g) { footprint_.carbon_intensity = g; }, "Old name of --carbon-intensity");
     sub.add_option_function<double>(
         "--price", [this](double p) { footprint_.energy_price = p; }, "Old name of --energy-price");
-    sub.footer("Examples:\n  wattscope report -o run.html                          # the latest run in wattscope.db\n"
-               "  wattscope report 20261121-1203 20261121-1410 -o cmp.html   # two runs compared\n"
-               "  wattscope report --csv results/ -o run.html --carbon-region FRA --energy-price 0.21 --currency EUR\n"
-               "  wattscope report --task bert --tag lr=3e-4 --last 3 -o bert.html   # a task's runs compared\n"
-               "  wattscope report --task bert --task gpt --last 2 -o tasks.html    # two tasks' runs side by side\n"
-               "The file opens offline in any browser: plotly.js and the data are inside it.");
+    sub.footer(
+        "Examples:\n  wattscope report -o run.html                          # the latest run in wattscope.db\n"
+        "  wattscope report 20261121-1203 20261121-1410 -o cmp.html   # two runs compared\n"
+        "  wattscope report --csv results/ -o run.html --carbon-region FRA --energy-price 0.21 --currency EUR\n"
+        "  wattscope report --task bert --tag lr=3e-4 --last 3 -o bert.html   # a task's runs compared\n"
+        "  wattscope report --task bert --task gpt --last 2 -o tasks.html    # two tasks' runs side by side\n"
+        "  wattscope report RUN --from 60m --to 61m --resolution 1s -o minute.html   # one minute, every second\n"
+        "The file opens offline in any browser: plotly.js and the data are inside it.");
   }
   int run(CLI::App& sub, const CliContext& ctx) override {
     if (out_.empty()) throw UsageError("-o FILE.html is required: where to write the report");
@@ -112,6 +124,7 @@ public:
     }
     for (const auto& id : runs_)
       runs.push_back(as_shown(*reader, resolve_run(*reader, id)));
+    window(runs.front());
     const auto t0 = SteadyClock::now();
     opts_.footprint = footprint_for_reading(footprint_);
     write_report(*reader, runs, opts_, out_);
@@ -122,6 +135,39 @@ public:
   }
 
 private:
+  // --from / --to / --resolution into the report's window: a time, or a duration since the (first) run's start.
+  void window(const RunInfo& first) {
+    auto when = [&](const std::string& flag, const std::string& text) -> int64_t {
+      try {
+        return first.start_ms + std::chrono::duration_cast<std::chrono::milliseconds>(parse_duration(text)).count();
+      } catch (const std::invalid_argument&) {
+      }
+      if (const auto ms = query::parse_time_ms(text)) return *ms;
+      throw UsageError(fmt::format("{} '{}': not a time (2026-11-29T10:05:00Z, epoch ms) or a duration since the "
+                                   "run's start (90m, 2h)",
+                                   flag, excerpt(text, 80)));
+    };
+    if (!from_.empty()) opts_.from_ms = when("--from", from_);
+    if (!to_.empty()) opts_.to_ms = when("--to", to_);
+    const int64_t end = first.end_ms.value_or(first.start_ms + first.samples * first.interval_ms);
+    const int64_t from = opts_.from_ms.value_or(first.start_ms), to = opts_.to_ms.value_or(end);
+    if ((opts_.from_ms || opts_.to_ms) && from >= to)
+      throw UsageError(
+          fmt::format("--from must be before --to (the window is {} to {})", iso_utc_ms(from), iso_utc_ms(to)));
+    if (!resolution_.empty()) {
+      const auto step = flag_value("--resolution", [&] { return parse_duration(resolution_); });
+      const int64_t step_ms = std::chrono::duration_cast<std::chrono::milliseconds>(step).count();
+      if (step_ms <= 0) throw UsageError("--resolution must be at least 1ms");
+      const int64_t buckets = (to - from + step_ms - 1) / step_ms;
+      if (buckets > static_cast<int64_t>(kMaxBuckets))
+        throw UsageError(fmt::format("--resolution {} gives {} steps over the charts' window; at most {} are drawn: "
+                                     "give a coarser --resolution or a shorter --from/--to window",
+                                     resolution_, buckets, kMaxBuckets));
+      opts_.buckets = static_cast<size_t>(std::max<int64_t>(1, buckets));
+    }
+  }
+  static constexpr size_t kMaxBuckets = 20'000;
+  std::string from_, to_, resolution_;
   std::vector<std::string> runs_;
   std::vector<std::string> tasks_;
   std::vector<std::string> tags_; // issue 29
