@@ -59,6 +59,13 @@ const queries = {
   search_user: '/api/v1/runs?q=seed%203&user=user3&limit=50',
   search_method_sorted_energy: '/api/v1/runs?q=seed%203&method=mixed&sort=-energy&limit=50',
   job_page_json: '/api/v1/jobs/5010',
+  // issue 52: a run by its whole id (one lookup by key), failed runs, an energy bound, the totals and the CSV export
+  run_json: '/api/v1/runs/gen-000042',
+  failed: '/api/v1/runs?exit=failed&limit=50',
+  energy_bound: '/api/v1/runs?min_energy_j=1000&sort=-energy&limit=50',
+  totals_by_month: '/api/v1/totals?by=month',
+  totals_task_by_user: '/api/v1/totals?task=task07&by=user',
+  csv_task: '/api/v1/runs?format=csv&task=task07',
 };
 // One client alone, then CLIENTS at once (each asking 10 times in a row).
 for (const clients of [...new Set([1, CLIENTS])]) {
@@ -110,6 +117,21 @@ for (let i = 0; i < 5; i++) {
   loads.push({ ...t, bytes, plotly });
   await context.close();
 }
+// A run's page: the server's time for a page not yet rendered (a different run each time), and its first paint.
+const runLoads = [];
+for (let i = 0; i < 5; i++) {
+  const id = `gen-${String(1000 + 7 * i).padStart(6, '0')}`;
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const t0 = performance.now();
+  const r = await page.goto(base + '/runs/' + id);
+  const server_ms = performance.now() - t0;
+  await page.waitForFunction(() => document.body.dataset.ready === '1', null, { timeout: 30000 });
+  const fcp = await page.evaluate(() => performance.getEntriesByName('first-contentful-paint')[0]?.startTime);
+  runLoads.push({ status: r.status(), cache: r.headers()['x-wattscope-cache'], response_ms: +server_ms.toFixed(1), fcp_ms: fcp === undefined ? null : +fcp.toFixed(1) });
+  await context.close();
+}
+out.run_page = runLoads;
 await browser.close();
 out.runs_page = loads.map((l) => ({ fcp_ms: +l.fcp.toFixed(1), interactive_ms: +l.interactive.toFixed(1), bytes: l.bytes, rows: l.rows, plotly: l.plotly }));
 serve.kill('SIGTERM');

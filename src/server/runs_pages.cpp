@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/stored_json.hpp"
+#include "core/tag_filter.hpp"
+#include "core/time_util.hpp"
 #include "report/report.hpp"
 #include "runs/repair.hpp"
 #include "runs/run_model.hpp"
@@ -49,6 +51,21 @@ std::optional<std::string_view> after(std::string_view path, std::string_view pr
   return path.substr(prefix.size());
 }
 
+std::optional<double> run_co2_g(const RunInfo& run) {
+  const nlohmann::json summary = run_summary_json(run);
+  const nlohmann::json& carbon = json_member(summary, "carbon");
+  if (!json_has_number(carbon, "grams")) return std::nullopt;
+  return json_number(carbon, "grams");
+}
+
+// The run's user as the list's `user` filter reads it: the tag user, else slurm_user.
+std::string run_user(const RunInfo& run) {
+  const nlohmann::json tags = run_tags_json(run);
+  for (const char* key : {"user", "slurm_user"})
+    if (const auto& v = json_member(tags, key); v.is_string()) return v.get<std::string>();
+  return {};
+}
+
 // The run as /api/v1/runs lists it: run_json plus its work, J per unit (where it has one unit of work) and user.
 nlohmann::json row_json(const RunInfo& run, const std::vector<RunWork>& work) {
   nlohmann::json j = run_json(run);
@@ -56,9 +73,8 @@ nlohmann::json row_json(const RunInfo& run, const std::vector<RunWork>& work) {
   // from the samples it stored.
   j["unfinished"] = unfinished(run);
   // The carbon the run was charged when it ended (its summary's), for totals and exports; none for an unfinished run.
-  const nlohmann::json summary = run_summary_json(run);
-  const nlohmann::json& carbon = json_member(summary, "carbon");
-  j["co2_g"] = json_has_number(carbon, "grams") ? nlohmann::json(json_number(carbon, "grams")) : nlohmann::json();
+  const auto co2 = run_co2_g(run);
+  j["co2_g"] = co2 ? nlohmann::json(*co2) : nlohmann::json();
   nlohmann::json w = nlohmann::json::object();
   for (const auto& u : work)
     w[u.unit] = u.amount;
@@ -352,35 +368,38 @@ PageReply RunsPages::totals_json(const std::string& raw) {
               {"runs_with_energy", with_energy},
               {"runs_with_co2", with_co2}};
     }
-    void add(const nlohmann::json& row) {
+    void add(const RunInfo& run, const std::optional<double>& co2) {
       ++runs;
-      if (row["total_energy_j"].is_number()) energy_j += row["total_energy_j"].get<double>(), ++with_energy;
-      if (row["co2_g"].is_number()) co2_g += row["co2_g"].get<double>(), ++with_co2;
+      if (run.total_energy_j) energy_j += *run.total_energy_j, ++with_energy;
+      if (co2) co2_g += *co2, ++with_co2;
     }
   };
   Sum all;
   std::map<std::string, Sum> groups;
   size_t total = 0, read = 0;
-  // A page at a time, as the CSV export: at most kMaxCsvRuns runs summed, and the answer says when more passed.
+  // Large pages (the fewer, the less each store skips to reach the next) of the runs' own columns: one parse of a
+  // run's summary (its carbon), and of its tags only to group by user. At most kMaxCsvRuns runs are summed, and the
+  // answer says when more passed.
   for (size_t offset = 0; read < kMaxCsvRuns;) {
-    StoreReader::RunsPage page = reader->runs_query(q.filter, offset, query::kMaxRunsLimit);
+    StoreReader::RunsPage page = reader->runs_query(q.filter, offset, kTotalsPage);
     total = page.total;
-    for (size_t i = 0; i < page.runs.size(); ++i) {
-      if (unfinished(page.runs[i]) && page.runs[i].samples == 0) page.runs[i] = shown_unfinished(*reader, page.runs[i]);
-      const nlohmann::json row = row_json(page.runs[i], i < page.work.size() ? page.work[i] : std::vector<RunWork>{});
-      all.add(row);
+    for (RunInfo& run : page.runs) {
+      if (unfinished(run) && run.samples == 0) run = shown_unfinished(*reader, run);
+      const std::optional<double> co2 = run_co2_g(run);
+      all.add(run, co2);
       if (!by.empty()) {
         std::string key;
         if (by == "day" || by == "month")
-          key = row["start"].get<std::string>().substr(0, by == "day" ? 10 : 7);
+          key = iso_utc_ms(run.start_ms).substr(0, by == "day" ? 10 : 7);
         else if (by == "exit")
-          key = row["unfinished"].get<bool>()  ? "unfinished"
-                : row["exit_status"].is_null() ? "unknown"
-                : row["exit_status"] == 0      ? "ok"
-                                               : "failed";
+          key = !run.end_ms ? "unfinished" : !run.exit_status ? "unknown" : *run.exit_status == 0 ? "ok" : "failed";
+        else if (by == "task")
+          key = run.task;
+        else if (by == "host")
+          key = run.host;
         else
-          key = row[by].is_string() ? row[by].get<std::string>() : std::string();
-        groups[key].add(row);
+          key = run_user(run);
+        groups[key].add(run, co2);
       }
       ++read;
     }

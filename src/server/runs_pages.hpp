@@ -42,6 +42,7 @@ public:
   // The most runs one CSV export holds (~30 MB): a larger store is exported a filter (or a limit and offset) at a time.
   static constexpr size_t kMaxCsvRuns = 100'000;
   static constexpr size_t kMaxTotalsGroups = 1000;
+  static constexpr size_t kTotalsPage = 5000;
 
 private:
   PageReply runs_json(const std::string& query);

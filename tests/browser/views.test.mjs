@@ -220,6 +220,12 @@ test('the filtered runs as CSV and their totals agree with the API; serve stored
   await page.selectOption('#by', 'task');
   await page.waitForSelector('table[data-table=totals]');
   assert.match(await page.textContent('table[data-table=totals]'), /train/);
+  // Energy over time across the filtered runs: a bar a day.
+  await page.selectOption('#by', 'day');
+  await page.waitForSelector('svg[data-chart=energy_over_time] rect');
+  const day = totals.groups.length ? (await (await fetch(`${base}/api/v1/totals?by=day&task=train`)).json()).groups : [];
+  assert.equal(await page.locator('svg[data-chart=energy_over_time] rect').count(), day.length);
+  assert.deepEqual(await axe(page), []);
   await close();
   assert.equal(runs().length, 3, 'serve --db without --record stored no run of its own');
 });
