@@ -161,6 +161,15 @@ std::string csv_cell(const nlohmann::json& v) {
   return out + "\"";
 }
 
+// The run `id` names (whole, or a unique part), or the 404 that says why without naming the store.
+std::variant<RunInfo, PageReply> run_or_404(StoreReader& reader, const std::string& id) {
+  try {
+    return resolve_run(reader, id);
+  } catch (const std::exception& e) {
+    return error(404, without_store(e.what(), reader));
+  }
+}
+
 // The shared frame of the runs pages' own messages: the site's navigation, then what went wrong, as a page a person
 // reads (not the JSON an API client gets, and never the store's path).
 PageReply not_found_page(const std::string& message) {
@@ -338,12 +347,9 @@ PageReply RunsPages::runs_json(const std::string& raw) {
 PageReply RunsPages::series_json(const std::string& id, const std::string& raw) {
   const Window w = std::get<Window>(parse_window(raw));
   auto reader = open_reader(*store_);
-  RunInfo run;
-  try {
-    run = resolve_run(*reader, id);
-  } catch (const std::exception& e) {
-    return error(404, without_store(e.what(), *reader));
-  }
+  auto found = run_or_404(*reader, id);
+  if (auto* reply = std::get_if<PageReply>(&found)) return std::move(*reply);
+  const RunInfo& run = std::get<RunInfo>(found);
   ReportOptions opts;
   opts.buckets = w.buckets;
   opts.from_ms = w.from_ms;
@@ -488,12 +494,9 @@ RunInfo RunsPages::shown_unfinished(StoreReader& reader, const RunInfo& stored) 
 
 PageReply RunsPages::run_json_reply(const std::string& id) {
   auto reader = open_reader(*store_);
-  RunInfo run;
-  try {
-    run = resolve_run(*reader, id);
-  } catch (const std::exception& e) {
-    return error(404, without_store(e.what(), *reader));
-  }
+  auto found = run_or_404(*reader, id);
+  if (auto* reply = std::get_if<PageReply>(&found)) return std::move(*reply);
+  const RunInfo& run = std::get<RunInfo>(found);
   // The run's own figures from its model, as `show --json` has them (an unfinished run's rebuilt from its samples),
   // beside the columns of its row in the list.
   const RunModel model = load_run_model(*reader, run);
