@@ -224,7 +224,8 @@ std::string run_text(const RunInfo& r, const std::vector<std::string>& stores) {
   const int64_t skipped = json_int(s, "skipped_ticks", 0);
   // Seconds as measured, and a long run's length as a person reads it ("86390.00 s (23 h 59 min 50 s)").
   auto seconds = [](double sec) {
-    if (!(sec >= 120)) return fmt::format("{:.2f} s", sec);
+    // A stored duration is any number: only a real run's length (under ~30,000 years) is cut into hours.
+    if (!(sec >= 120 && sec < 1e12)) return fmt::format("{:.2f} s", sec);
     const auto whole = static_cast<int64_t>(sec);
     const int64_t h = whole / 3600, m = whole / 60 % 60, rest = whole % 60;
     return fmt::format("{:.2f} s ({})", sec,
