@@ -15,6 +15,8 @@
 #include <limits>
 #include <numbers>
 
+namespace unit_forecast_models { // this file's own names: the tests are compiled in batches (tests/CMakeLists.txt)
+
 using namespace wattscope::forecast;
 
 namespace {
@@ -251,3 +253,5 @@ TEST(ForecastTraces, DefaultModelIsTheValidationWinner) {
   ASSERT_EQ(ev.util.size(), series_model_names().size());
   EXPECT_EQ(default_series_model(), ev.winner);
 }
+
+} // namespace unit_forecast_models
