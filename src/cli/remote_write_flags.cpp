@@ -91,6 +91,11 @@ uint64_t parse_byte_size(const std::string& text) {
 
 namespace {
 
+// A batch is cut every 5 s, or every sample when they are further apart.
+std::chrono::milliseconds batch_for(std::chrono::milliseconds interval) {
+  return std::max(interval, std::chrono::milliseconds(5000));
+}
+
 std::chrono::milliseconds ms_flag(const char* flag, const std::string& value, std::chrono::milliseconds min,
                                   std::chrono::milliseconds max) {
   const auto d = flag_value(flag, [&] { return parse_duration(value); });
@@ -170,7 +175,7 @@ remote_write::Options remote_write_options(const RemoteWriteFlags& f) {
     throw UsageError(fmt::format("--remote-write-queue-max {}: at least 1MiB", f.queue_max));
   o.interval = ms_flag("--remote-write-interval", f.interval, std::chrono::milliseconds(100), std::chrono::hours(1));
   o.timeout = ms_flag("--remote-write-timeout", f.timeout, std::chrono::milliseconds(100), std::chrono::minutes(5));
-  o.batch = std::max(o.interval, std::chrono::milliseconds(5000));
+  o.batch = batch_for(o.interval);
   return o;
 }
 
@@ -178,8 +183,10 @@ RemoteWriteHook::RemoteWriteHook(const RemoteWriteFlags& flags, SessionOptions& 
     : options_(remote_write_options(flags)) {
   enabled_ = !options_.urls.empty();
   if (!enabled_) return;
-  if (options_.interval < opts.interval)
+  if (options_.interval < opts.interval) {
     options_.interval = std::chrono::duration_cast<std::chrono::milliseconds>(opts.interval);
+    options_.batch = batch_for(options_.interval);
+  }
   live_ = live;
   if (!live_) {
     own_live_ = true;

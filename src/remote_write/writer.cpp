@@ -158,7 +158,7 @@ void Writer::batch_loop() {
       if (taken_ts_ < 0 || seen_ts_ - taken_ts_ >= due_ms) take(lock, seen_ts_);
     }
     if (builder_.samples() >= opts_.max_samples_per_batch || (builder_.samples() > 0 && Clock::now() >= batch_due_))
-      seal();
+      seal(lock);
   }
 }
 
@@ -171,10 +171,15 @@ void Writer::take(std::unique_lock<std::mutex>& lock, int64_t ts) {
   taken_ts_ = ts;
 }
 
-void Writer::seal() {
+void Writer::seal(std::unique_lock<std::mutex>& lock) {
   const size_t samples = builder_.samples();
   const std::vector<Series> series = builder_.take();
   if (samples == 0) return;
+  lock.unlock();
+  struct Relock {
+    std::unique_lock<std::mutex>& l;
+    ~Relock() { l.lock(); }
+  } relock{lock};
   std::string error;
   const auto body = snappy_compress(encode_write_request(series), error);
   if (!body) {
@@ -309,15 +314,20 @@ void Writer::send_loop(Target& t) {
 
 void Writer::finish(Clock::time_point deadline, int64_t end_ts_ms) {
   if (!started_) return;
+  // The batcher stops first (its batch in hand is queued before it returns), so the last batch is queued after every
+  // earlier one: a receiver refuses samples older than those it has.
   {
-    std::unique_lock lock(batch_mu_);
-    if (pending_ts_ > taken_ts_) take(lock, pending_ts_); // the run's last frame, whatever the interval
-    builder_.end(std::max(end_ts_ms, taken_ts_ + 1));
-    seal();
+    std::lock_guard lock(batch_mu_);
     batch_stop_ = true;
   }
   batch_cv_.notify_all();
   if (batcher_.joinable()) batcher_.join();
+  {
+    std::unique_lock lock(batch_mu_);
+    if (pending_ts_ > taken_ts_) take(lock, pending_ts_); // the run's last frame, whatever the interval
+    builder_.end(std::max(end_ts_ms, taken_ts_ + 1));
+    seal(lock);
+  }
   for (auto& t : targets_) {
     {
       std::lock_guard lock(t->mu);

@@ -84,7 +84,9 @@ private:
   struct Target;
   void batch_loop();
   void take(std::unique_lock<std::mutex>& lock, int64_t ts); // under batch_mu_: the latest frame into the batch
-  void seal();                                               // under batch_mu_: the batch onto every queue
+  // Under batch_mu_: takes the batch, then encodes and queues it with the lock released (the sampler's frame() never
+  // waits on a compression or a disk write). Only the batcher calls it, or finish() once the batcher has stopped.
+  void seal(std::unique_lock<std::mutex>& lock);
   void send_loop(Target& t);
   Options opts_;
   std::function<std::string()> render_;
