@@ -2,14 +2,17 @@
 // processes scanned every 5 s with their attributed energy, hourly epochs with work. Prints the time of write_report,
 // the table scans it issues (statements), the rows it reads and the process's peak RSS, so that one binary built from
 // two commits compares two versions of the read side (docs/performance.md):
-//   wattscope_bench_report_24h build DB     # once, not timed
+//   wattscope_bench_report_24h build DB [HOURS [INTERVAL_MS]]  # once, not timed (default 24 h at 1000 ms)
 //   wattscope_bench_report_24h report DB OUT
+// bench/read_memory.py builds runs of other lengths with it and times every view of them through the binary.
 // The source uses only interfaces both sides of the run-model redesign have (write_report, the SQLite store).
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -22,7 +25,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int64_t kTicks = 24 * 3600;
+int64_t g_step_ms = 1000;       // the sampling interval
+int64_t g_ticks = 24 * 3600;    // the run's length in ticks
+int64_t ticks_per(int64_t ms) { // ticks in `ms` of the run, at least one
+  return std::max<int64_t>(1, ms / g_step_ms);
+}
 constexpr int kGpus = 8;
 constexpr int64_t kStartMs = 1795262400000;
 
@@ -48,14 +55,16 @@ private:
 Frame frame_at(int64_t t, const std::vector<GpuDevice>& devs) {
   Frame f;
   f.tick = t;
-  f.ts_ms = kStartMs + t * 1000;
-  const bool eval = (t % 3600) >= 3300; // the last 5 min of each hour: an evaluation pass at lower power
+  f.ts_ms = kStartMs + t * g_step_ms;
+  const double t_s = static_cast<double>(t * g_step_ms) / 1000;
+  // the last 5 min of each hour: an evaluation pass at lower power
+  const bool eval = (t % ticks_per(3600 * 1000)) >= ticks_per(3300 * 1000);
   for (const auto& d : devs) {
     GpuSample g;
     g.gpu_index = d.gpu_index;
-    const double phase = static_cast<double>(t) / 60.0 + d.gpu_index;
+    const double phase = t_s / 60.0 + d.gpu_index;
     g.power_w = (eval ? 300 : 620) + 40 * std::sin(phase);
-    g.energy_j = static_cast<double>(t) * (eval ? 300 : 620);
+    g.energy_j = t_s * (eval ? 300 : 620);
     g.util_gpu_pct = eval ? 40 : 97 + 2 * std::sin(phase);
     g.mem_used_bytes = int64_t{60} << 30;
     g.mem_total_bytes = int64_t{80} << 30;
@@ -64,9 +73,9 @@ Frame frame_at(int64_t t, const std::vector<GpuDevice>& devs) {
     g.power_limit_w = 700;
     f.gpus.push_back(g);
   }
-  f.cpu.util_pct = 35 + 10 * std::sin(static_cast<double>(t) / 300.0);
-  f.cpu.package_energy_j = static_cast<double>(t) * 180;
-  if (t % 5 == 0) { // a process scan: 8 ranks, one per GPU
+  f.cpu.util_pct = 35 + 10 * std::sin(t_s / 300.0);
+  f.cpu.package_energy_j = t_s * 180;
+  if (t % ticks_per(5000) == 0) { // a process scan: 8 ranks, one per GPU
     auto snap = std::make_shared<ProcessSnapshot>();
     snap->window_s = 5;
     for (int p = 0; p < kGpus; ++p) {
@@ -76,14 +85,14 @@ Frame frame_at(int64_t t, const std::vector<GpuDevice>& devs) {
       s.in_run = s.sampled = true;
       s.cpu_pct = 100;
       s.rss_bytes = int64_t{12} << 30;
-      s.cpu_energy_j = static_cast<double>(t) * 20;
+      s.cpu_energy_j = t_s * 20;
       snap->procs.push_back(s);
       GpuProcessSample g;
       g.id = s.id;
       g.gpu_index = p;
       g.in_run = true;
       g.mem_used_bytes = int64_t{58} << 30;
-      g.energy_j = static_cast<double>(t) * 600;
+      g.energy_j = t_s * 600;
       snap->gpu_procs.push_back(g);
       if (t == 0) snap->rows.push_back({s.id, 1, "python3", "python3 train.py", 0, "", "", 0, std::nullopt});
     }
@@ -104,26 +113,27 @@ int build(const std::string& db) {
   run.start_ms = kStartMs;
   run.run_id = new_run_id(run.start_ms);
   run.task = "train-24h";
-  run.interval_ms = 1000;
+  run.interval_ms = static_cast<double>(g_step_ms);
   auto sink = make_sqlite_sink(db);
   sink->begin_run(run);
   RowBatch batch;
-  for (int64_t t = 0; t < kTicks; ++t) {
+  const int64_t hour = ticks_per(3600 * 1000);
+  for (int64_t t = 0; t < g_ticks; ++t) {
     Frame f = frame_at(t, devs);
     if (t == 0) f.device_rows = devs;
-    if (t % 3600 == 0) {
+    if (t % hour == 0) {
       PhaseRecord p; // hourly epochs, each closed an hour later with the energy of its hour
-      p.phase_id = t / 3600;
+      p.phase_id = t / hour;
       p.name = "epoch";
-      p.index = t / 3600;
+      p.index = t / hour;
       p.start_ms = f.ts_ms;
       p.end_ms = f.ts_ms + 3600 * 1000;
       p.start_tick = t;
-      p.end_tick = t + 3600;
+      p.end_tick = t + hour;
       p.energy_j = 3600.0 * 8 * 590;
       p.energy_method = "counter";
       f.phases.push_back(p);
-      f.work.push_back({t / 3600, f.ts_ms, 1.2e6, "samples", p.phase_id, std::nullopt});
+      f.work.push_back({t / hour, f.ts_ms, 1.2e6, "samples", p.phase_id, std::nullopt});
     }
     append_frame_rows(run.run_id, f, devs, batch);
     if (batch.sample_rows() >= 20000) {
@@ -132,11 +142,12 @@ int build(const std::string& db) {
     }
   }
   sink->write(batch);
-  run.end_ms = kStartMs + kTicks * 1000;
-  run.samples = kTicks;
+  run.end_ms = kStartMs + g_ticks * g_step_ms;
+  run.samples = g_ticks;
   run.exit_status = 0;
   sink->end_run(run);
-  std::printf("built %s: %lld ticks x %d GPUs\n", db.c_str(), static_cast<long long>(kTicks), kGpus);
+  std::printf("built %s: %lld ticks of %lld ms x %d GPUs\n", db.c_str(), static_cast<long long>(g_ticks),
+              static_cast<long long>(g_step_ms), kGpus);
   return 0;
 }
 
@@ -158,8 +169,17 @@ int report(const std::string& db, const std::string& out) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "build" && argc == 3) return build(argv[2]);
+  if (mode == "build" && argc >= 3 && argc <= 5) {
+    const double hours = argc > 3 ? std::atof(argv[3]) : 24;
+    if (argc > 4) g_step_ms = std::atoll(argv[4]);
+    if (!(hours > 0 && hours <= 24 * 366) || g_step_ms < 1 || g_step_ms > 3600 * 1000) {
+      std::fprintf(stderr, "build: HOURS in (0, 8784] and INTERVAL_MS in [1, 3600000]\n");
+      return 2;
+    }
+    g_ticks = static_cast<int64_t>(hours * 3600 * 1000) / g_step_ms;
+    return build(argv[2]);
+  }
   if (mode == "report" && argc == 4) return report(argv[2], argv[3]);
-  std::fprintf(stderr, "usage: %s build DB | report DB OUT.html\n", argv[0]);
+  std::fprintf(stderr, "usage: %s build DB [HOURS [INTERVAL_MS]] | report DB OUT.html\n", argv[0]);
   return 2;
 }

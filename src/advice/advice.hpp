@@ -114,6 +114,7 @@ struct GpuPoint {
   OptI clock_sm_mhz;
   OptF temp_c;
   OptF power_limit_w;
+  uint32_t samples = 1; // the stored samples this point stands for (Input::step_ms)
 };
 struct GpuSeries {
   int gpu_index = 0;
@@ -127,6 +128,7 @@ struct CpuPoint {
   int64_t ts_ms = 0;
   OptF util_pct;
   OptF energy_j; // package + DRAM since run start, when measured
+  uint32_t samples = 1;
 };
 struct Input {
   std::vector<GpuSeries> gpus;
@@ -135,6 +137,10 @@ struct Input {
   // interval like any other, however far it is from the median step (issue 33: an idle run sampled every 2 s was
   // "idle for 1.0 s" of 8). 0: none.
   double idle_interval_ms = 0;
+  // A long stored run is read at a coarser step so that reading it takes the same memory whatever its length
+  // (InputBuilder::kMaxPoints): each point is then the mean of a step's samples (its maximum for memory and
+  // temperature, every throttle reason seen), ending at its last sample. 0: every sample as stored.
+  int64_t step_ms = 0;
 };
 
 // ---- Output ----

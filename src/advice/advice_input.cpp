@@ -1,6 +1,9 @@
 #include "advice/advice_input.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
 #include <map>
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -49,7 +52,128 @@ void set_device(GpuSeries& g, const GpuDevice& d) {
   g.power_limit_w = d.power_limit_w;
   g.clock_sm_max_mhz = d.clock_sm_max_mhz;
 }
+
+// Two points of one step merged. Means are weighted by the samples each stands for; a figure one side lacks is the
+// other's. A counter, and the settings, are the later point's.
+OptF mean_of(const OptF& a, double na, const OptF& b, double nb) {
+  if (!a || !b) return a ? a : b;
+  return (*a * na + *b * nb) / (na + nb);
+}
+OptI mean_of(const OptI& a, double na, const OptI& b, double nb) {
+  if (!a || !b) return a ? a : b;
+  return std::llround((static_cast<double>(*a) * na + static_cast<double>(*b) * nb) / (na + nb));
+}
+template <class T> std::optional<T> max_of(const std::optional<T>& a, const std::optional<T>& b) {
+  if (!a || !b) return a ? a : b;
+  return std::max(*a, *b);
+}
+template <class T> std::optional<T> later_of(const std::optional<T>& earlier, const std::optional<T>& later) {
+  return later ? later : earlier;
+}
+uint32_t samples_of(uint32_t a, uint32_t b) {
+  return static_cast<uint32_t>(std::min<uint64_t>(uint64_t{a} + b, UINT32_MAX));
+}
+
+void merge(GpuPoint& into, const GpuPoint& other) {
+  const bool later = other.ts_ms >= into.ts_ms;
+  const GpuPoint& a = later ? into : other; // the earlier of the two
+  const GpuPoint& b = later ? other : into;
+  const double na = a.samples, nb = b.samples;
+  GpuPoint m;
+  m.ts_ms = b.ts_ms; // a step's point ends at its last sample
+  m.power_w = mean_of(a.power_w, na, b.power_w, nb);
+  m.energy_j = later_of(a.energy_j, b.energy_j);
+  m.util_pct = mean_of(a.util_pct, na, b.util_pct, nb);
+  m.mem_used_bytes = max_of(a.mem_used_bytes, b.mem_used_bytes); // what the memory advice must not miss
+  m.pcie_tx_bytes_per_s = mean_of(a.pcie_tx_bytes_per_s, na, b.pcie_tx_bytes_per_s, nb);
+  m.pcie_rx_bytes_per_s = mean_of(a.pcie_rx_bytes_per_s, na, b.pcie_rx_bytes_per_s, nb);
+  m.throttle_reasons = a.throttle_reasons || b.throttle_reasons
+                           ? OptI(a.throttle_reasons.value_or(0) | b.throttle_reasons.value_or(0))
+                           : std::nullopt;
+  m.clock_sm_mhz = mean_of(a.clock_sm_mhz, na, b.clock_sm_mhz, nb);
+  m.temp_c = max_of(a.temp_c, b.temp_c);
+  m.power_limit_w = later_of(a.power_limit_w, b.power_limit_w);
+  m.samples = samples_of(a.samples, b.samples);
+  into = m;
+}
+
+void merge(CpuPoint& into, const CpuPoint& other) {
+  const bool later = other.ts_ms >= into.ts_ms;
+  const CpuPoint& a = later ? into : other;
+  const CpuPoint& b = later ? other : into;
+  CpuPoint m;
+  m.ts_ms = b.ts_ms;
+  m.util_pct = mean_of(a.util_pct, a.samples, b.util_pct, b.samples);
+  m.energy_j = later_of(a.energy_j, b.energy_j);
+  m.samples = samples_of(a.samples, b.samples);
+  into = m;
+}
+
+// a - b, held at int64's ends: a stored time can be any int64, and times further than that from the run's start are
+// all as far as can be.
+int64_t saturated_difference(int64_t a, int64_t b) {
+  int64_t d = 0;
+  if (__builtin_sub_overflow(a, b, &d)) return a < b ? INT64_MIN : INT64_MAX;
+  return d;
+}
+
+// The step a time falls in, on the grid from `origin_ms` (floor division: a time before the origin is in a step of
+// its own, not in step 0).
+int64_t step_index(int64_t ts_ms, int64_t origin_ms, int64_t step_ms) {
+  const int64_t d = saturated_difference(ts_ms, origin_ms);
+  int64_t q = d / step_ms;
+  if (d % step_ms != 0 && d < 0) --q;
+  return q;
+}
 } // namespace
+
+bool InputBuilder::same_step(int64_t a_ms, int64_t b_ms) const {
+  return step_index(a_ms, run_.start_ms, step_ms_) == step_index(b_ms, run_.start_ms, step_ms_);
+}
+
+template <class Point> void InputBuilder::add(std::vector<Point>& points, const Point& p) {
+  if (step_ms_ > 0 && !points.empty() && same_step(points.back().ts_ms, p.ts_ms)) {
+    merge(points.back(), p);
+    return;
+  }
+  points.push_back(p);
+  while (points.size() > kMaxPoints && step_ms_ < INT64_MAX)
+    coarsen();
+}
+
+// Merges each step's points into one; `points` sorted by time.
+template <class Point> void InputBuilder::compact(std::vector<Point>& points) const {
+  size_t out = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    if (out > 0 && same_step(points[out - 1].ts_ms, points[i].ts_ms))
+      merge(points[out - 1], points[i]);
+    else
+      points[out++] = points[i];
+  }
+  points.resize(out);
+}
+
+// Steps long enough that every series fits in half of kMaxPoints (so the next coarsening is as far away as this one):
+// all series span at most [lo, hi], which such steps cut into kMaxPoints / 2 + 2 at most. Steps at least double each
+// time, so even times spread over all of int64 are a handful of steps after a few dozen.
+void InputBuilder::coarsen() {
+  const auto by_time = [](const auto& a, const auto& b) { return a.ts_ms < b.ts_ms; };
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  const auto span = [&](auto& points) {
+    if (points.empty()) return;
+    std::stable_sort(points.begin(), points.end(), by_time);
+    lo = std::min(lo, points.front().ts_ms);
+    hi = std::max(hi, points.back().ts_ms);
+  };
+  for (auto& [index, g] : by_index_)
+    span(g.points);
+  span(in_.cpu);
+  const int64_t needed = saturated_difference(hi, lo) / static_cast<int64_t>(kMaxPoints / 2) + 1;
+  step_ms_ = std::max(needed, step_ms_ > INT64_MAX / 2 ? INT64_MAX : step_ms_ * 2);
+  for (auto& [index, g] : by_index_)
+    compact(g.points);
+  compact(in_.cpu);
+}
 
 InputBuilder::InputBuilder(const RunInfo& run) : run_(run) {}
 
@@ -86,7 +210,7 @@ void InputBuilder::gpu(std::span<const Value> row) {
   p.clock_sm_mhz = value_int(row[g_clock]);
   p.temp_c = value_real(row[g_temp]);
   p.power_limit_w = value_real(row[g_limit]);
-  g.points.push_back(p);
+  add(g.points, p);
 }
 
 void InputBuilder::cpu(std::span<const Value> row) {
@@ -99,7 +223,7 @@ void InputBuilder::cpu(std::span<const Value> row) {
   c.ts_ms = *ts;
   c.util_pct = value_real(row[c_util]);
   if (auto pkg = value_real(row[c_pkg])) c.energy_j = *pkg + value_real(row[c_dram]).value_or(0);
-  in_.cpu.push_back(c);
+  add(in_.cpu, c);
 }
 
 Input InputBuilder::finish() && {
@@ -113,6 +237,7 @@ Input InputBuilder::finish() && {
   // A run sampled at --idle-interval while idle has steps that long by design
   const double idle_s = json_number(json_member(run_summary_json(run_), "sampling"), "idle_interval_s");
   if (idle_s > 0) in_.idle_interval_ms = idle_s * 1000;
+  in_.step_ms = step_ms_;
   return std::move(in_);
 }
 

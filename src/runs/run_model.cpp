@@ -71,7 +71,11 @@ void read_samples(StoreReader& store, const RunModelWants& wants, RunModel& m) {
       if (input) input->cpu(row);
       if (wants.cpu_sample) wants.cpu_sample(row);
     });
-  if (input) m.advice = advice::advise(std::move(*input).finish());
+  if (input) {
+    const advice::Input in = std::move(*input).finish();
+    m.advice_step_ms = in.step_ms;
+    m.advice = advice::advise(in);
+  }
 }
 
 } // namespace
@@ -100,8 +104,24 @@ nlohmann::json RunModel::summary_json() const {
 nlohmann::json RunModel::json() const {
   nlohmann::json j = summary_json();
   j.update(phase_json(phases, run, units, &footprint));
-  if (advice) j["advice"] = advice::to_json(*advice);
+  if (advice) {
+    j["advice"] = advice::to_json(*advice);
+    j["advice_step_s"] = advice_step_json();
+  }
   return j;
+}
+
+nlohmann::json RunModel::advice_step_json() const {
+  return advice_step_ms > 0 ? nlohmann::json(static_cast<double>(advice_step_ms) / 1000) : nlohmann::json();
+}
+
+std::string RunModel::advice_step_text() const {
+  if (advice_step_ms <= 0) return "";
+  const double s = static_cast<double>(advice_step_ms) / 1000;
+  return fmt::format("  advice    read in steps of {} (a device had over {} samples): each step's mean, and its "
+                     "highest memory and temperature\n",
+                     s < 120 ? fmt::format("{:.3g} s", s) : fmt::format("{:.3g} min", s / 60),
+                     advice::InputBuilder::kMaxPoints);
 }
 
 std::string RunModel::text() const {

@@ -61,6 +61,7 @@ struct RunModel {
   RunFootprint footprint;                          // carbon and cost, with their sources
   std::vector<Event> events;                       // when wanted (RunModelWants::events)
   std::optional<std::vector<advice::Item>> advice; // when wanted (RunModelWants::advice)
+  int64_t advice_step_ms = 0;                      // advice::Input::step_ms: 0, read sample by sample
 
   // The run's own figures: run_json (energy per device and method, attributed energy, ...) and its quality. A report's
   // summary and serve's run API are this; `show --json` adds the phases, work and advice (json()).
@@ -70,6 +71,9 @@ struct RunModel {
   // `show`: the run's summary and its phase table.
   std::string text() const;
   std::string quality_text() const;
+  // The advice's step in JSON (`advice_step_s`: null when it read every sample) and in words ("" when it did).
+  nlohmann::json advice_step_json() const;
+  std::string advice_step_text() const;
 };
 
 // Reads the run from the store once (only read). `stored` is the run's row as listed; an unfinished one is shown

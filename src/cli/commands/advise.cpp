@@ -35,10 +35,11 @@ public:
       j["run_id"] = run.run_id;
       j["task"] = run.task;
       j["advice"] = advice::to_json(items);
+      j["advice_step_s"] = model.advice_step_json();
       std::cout << j.dump(2) << "\n";
       return 0;
     }
-    std::cout << fmt::format("run {}  task {}\n", run.run_id, run.task);
+    std::cout << fmt::format("run {}  task {}\n", run.run_id, run.task) << model.advice_step_text();
     if (items.empty())
       std::cout << "  no advice: no idle or starved GPU, no memory headroom, throttling or power-limit saving found\n";
     else
