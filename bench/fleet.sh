@@ -11,7 +11,8 @@
 # FLEET_NODES (300), FLEET_SECONDS (60), FLEET_CPUS (224, a DGX H100's logical CPUs), FLEET_SPEEDUPS (1.5,2,3),
 # FLEET_PER_CORE (period | every-tick | off), FLEET_BASELINE_NODES (30), FLEET_BASELINE_SECONDS (30),
 # FLEET_PLAIN_TABLES (no; yes: the fleet's tables uncompressed too, to see what compression costs and saves),
-# FLEET_SKIP_MARIADB (no), FLEET_RW_STEPS (250,500,1000,2000), FLEET_RW_SECONDS (30).
+# FLEET_SKIP_MARIADB (no), FLEET_RW_STEPS (250,500,1000,2000), FLEET_RW_SECONDS (30), FLEET_FILL_GB (0: the window on
+# an empty database; 1.5: after history three times the 512 MiB buffer pool, a server's steady state after a day).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh release wattscope wattscope_bench_fleet wattscope_bench_fleet_remote_write >/dev/null
@@ -46,7 +47,8 @@ WATTSCOPE_MYSQL_PASSWORD=bench WATTSCOPE_SPILL_DIR="$out/spill" build/bench/watt
   --url "mysql://ws@127.0.0.1:$port/wattscope" --server-pid "$mpid" --nodes "${FLEET_NODES:-300}" \
   --seconds "${FLEET_SECONDS:-60}" --cpus "${FLEET_CPUS:-224}" --speedups "${FLEET_SPEEDUPS:-1.5,2,3}" \
   --per-core "${FLEET_PER_CORE:-period}" --baseline-nodes "${FLEET_BASELINE_NODES:-30}" \
-  --baseline-seconds "${FLEET_BASELINE_SECONDS:-30}" --plain-tables "${FLEET_PLAIN_TABLES:-no}"
+  --baseline-seconds "${FLEET_BASELINE_SECONDS:-30}" --plain-tables "${FLEET_PLAIN_TABLES:-no}" \
+  --fill-gb "${FLEET_FILL_GB:-0}"
 echo "data directory on disk after the run: $(du -sh "$mdb/data" | cut -f1)"
 kill -KILL "$mpid"; wait "$mpid" 2>/dev/null || true
 mpid=

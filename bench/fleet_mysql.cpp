@@ -14,11 +14,15 @@
 //      server's CPU, the database's growth per node-day);
 //   3. the fleet sped up (--speedups, as if each node sampled that much faster) step by step until the server falls
 //      behind: the headroom, as the multiple of the fleet's real load that one server keeps up with.
+// With --fill-gb G the fleet first writes history, as fast as the server stores it, until its tables hold G GB: phases
+// 2 and 3 then run against a database larger than its buffer pool, as a server does after a day (300 nodes write ~160
+// GB a day; a 60 s window on an empty database has every page it touches in memory).
 //
 // Usage (bench/fleet.sh starts a private server and passes these):
 //   WATTSCOPE_MYSQL_PASSWORD=... wattscope_bench_fleet --url mysql://ws@127.0.0.1:PORT/wattscope --server-pid PID
 //       [--nodes 100] [--gpus 8] [--cpus 224] [--seconds 60] [--speedups 1.5,2,3,4,6,8]
 //       [--per-core period|every-tick|off] [--baseline-nodes 30] [--baseline-seconds 30] [--plain-tables yes|no]
+//       [--fill-gb 0]
 #include <mysql.h>
 #include <sys/resource.h>
 
@@ -72,6 +76,7 @@ struct Options {
   int baseline_nodes = 30;         // 0: no baseline phase
   bool plain_tables = false;       // --plain-tables: the fleet's tables uncompressed too (what compression buys)
   double baseline_seconds = 30;
+  double fill_gb = 0; // history written before the fleet's window, until the tables hold this much
   // Ticks between per-core rows: 1 every tick, process_every at the scan period, 0 none.
   int per_core_every() const { return per_core == "every-tick" ? 1 : per_core == "off" ? 0 : process_every; }
 };
@@ -372,6 +377,34 @@ void settle(std::vector<std::unique_ptr<Node>>& nodes) {
   }
 }
 
+double total_gb(const std::map<std::string, double>& sizes) {
+  double b = 0;
+  for (const auto& [t, bytes] : sizes)
+    b += bytes;
+  return b / 1e9;
+}
+
+// History before the window: the fleet at 3x its load (what the server stores at full speed, as the headroom phase
+// finds) in 30 s steps, each stored before the next, until the tables hold o.fill_gb (at most 2 h).
+void fill(std::vector<std::unique_ptr<Node>>& nodes, const MysqlUrl& url, const Options& o) {
+  const auto t0 = Clock::now();
+  double gb = total_gb(table_bytes(url));
+  int64_t rows = 0, ticks = 0;
+  while (gb < o.fill_gb && Clock::now() - t0 < std::chrono::hours(2)) {
+    const Window w = drive(nodes, 3, 30, o.server_pid);
+    rows += w.rows_made;
+    ticks += w.ticks;
+    settle(nodes);
+    gb = total_gb(table_bytes(url));
+    fmt::print("  history: {:.2f} GB in the tables after {:.0f} s\n", gb,
+               std::chrono::duration<double>(Clock::now() - t0).count());
+    std::fflush(stdout);
+  }
+  fmt::print("history written: {:.2f} GB in the tables ({} rows, {:.1f} min of the fleet at 1 s) in {:.0f} s\n", gb,
+             rows, static_cast<double>(ticks) / static_cast<double>(nodes.size()) / 60,
+             std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
 std::vector<double> parse_list(const std::string& s) {
   std::vector<double> out;
   std::stringstream in(s);
@@ -408,6 +441,8 @@ int main(int argc, char** argv) try {
       o.baseline_nodes = std::stoi(v);
     else if (k == "--baseline-seconds")
       o.baseline_seconds = std::stod(v);
+    else if (k == "--fill-gb")
+      o.fill_gb = std::stod(v);
     else
       throw std::invalid_argument("unknown option " + k);
   }
@@ -477,6 +512,7 @@ int main(int argc, char** argv) try {
     nodes.push_back(std::make_unique<Node>(i, o, url, lat, every));
   drive(nodes, 1, 3, o.server_pid); // warm-up: first commits, gpu_devices and processes rows
   settle(nodes);                    // its backlog stored before the window opens
+  if (o.fill_gb > 0) fill(nodes, url, o);
   lat.take();
   const auto size1 = table_bytes(url);
   const Window w = drive(nodes, 1, o.seconds, o.server_pid);
