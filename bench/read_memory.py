@@ -6,7 +6,7 @@ Each run is 8 GPUs with hourly epochs and 8 processes scanned every 5 s (bench/r
 the same rows `record` stores). A command's peak is GNU time's %M (wait4 of a small parent, so no Python in it); serve's
 is VmHWM read after the requests, beside its RSS before them.
 
-    bench/read_memory.py [--build DIR] [--hours 1,6,24] [--interval-ms 1000] [--keep DIR]
+    bench/read_memory.py [--build DIR] [--hours 1,6,24] [--interval-ms 1000] [--keep DIR] [--views show,advise,...]
 
 --keep DIR keeps the built stores there and reuses them (a 24 h store at 1 s: 174 MB, built in seconds).
 """
@@ -85,6 +85,7 @@ def main():
     ap.add_argument("--hours", default="1,6,24")
     ap.add_argument("--interval-ms", type=int, default=1000)
     ap.add_argument("--keep", help="keep and reuse the built stores in this directory")
+    ap.add_argument("--views", default="show,advise,report,serve", help="the views to time (default: all four)")
     a = ap.parse_args()
     binary = os.path.join(a.build, "wattscope")
     builder = os.path.join(a.build, "bench", "wattscope_bench_report_24h")
@@ -109,16 +110,23 @@ def main():
             run_id = run["run_id"]
             start_ms = 1795262400000  # bench/report_24h.cpp: kStartMs
             end_ms = start_ms + int(hours * 3600 * 1000)
+            views = a.views.split(",")
             out = {}
-            out["show"] = timed([binary, "-q", "show", "--db", db, "--json", run_id], env)
-            out["advise"] = timed([binary, "-q", "advise", "--db", db, run_id], env)
-            out["report"] = timed([binary, "-q", "report", "--db", db, "-o", os.path.join(work, "r.html"), run_id],
-                                  env)
-            s_seconds, s_before, s_peak = serve_views(binary, db, env, run_id, start_ms, end_ms)
+            if "show" in views:
+                out["show"] = timed([binary, "-q", "show", "--db", db, "--json", run_id], env)
+            if "advise" in views:
+                out["advise"] = timed([binary, "-q", "advise", "--db", db, run_id], env)
+            if "report" in views:
+                out["report"] = timed([binary, "-q", "report", "--db", db, "-o", os.path.join(work, "r.html"), run_id],
+                                      env)
+            serve = "-"
+            if "serve" in views:
+                s_seconds, s_before, s_peak = serve_views(binary, db, env, run_id, start_ms, end_ms)
+                serve = f"{s_before:6.0f} -> {s_peak:4.0f} ({s_seconds:4.1f} s)"
             rows = int(hours * 3600 * 1000 / a.interval_ms) * 8
-            cell = lambda k: f"{out[k][1]:6.0f} ({out[k][0]:5.1f} s)"  # noqa: E731
+            cell = lambda k: f"{out[k][1]:6.0f} ({out[k][0]:5.1f} s)" if k in out else "-"  # noqa: E731
             print(f"{hours:6g} {rows:10,d} {os.path.getsize(db) / 1e6:7.0f}  {cell('show'):>15} {cell('advise'):>15} "
-                  f"{cell('report'):>15} {s_before:6.0f} -> {s_peak:4.0f} ({s_seconds:4.1f} s)", flush=True)
+                  f"{cell('report'):>15} {serve:>22}", flush=True)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

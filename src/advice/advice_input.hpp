@@ -34,6 +34,7 @@ CpuPoint cpu_point(int64_t ts_ms, const CpuSample& s);
 class InputBuilder {
 public:
   static constexpr size_t kMaxPoints = 8192;
+  static_assert(kMaxPoints >= 1000 && kMaxPoints < 1000000, "advice_step_text writes it as N,NNN");
 
   explicit InputBuilder(const RunInfo& run);
   void device(std::span<const Value> gpu_devices_row);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 
@@ -386,8 +387,18 @@ struct Proc {
   OptF cpu_j;                      // the latest cpu_energy_j; missing when no row had one
   std::map<int64_t, double> gpu_j; // per GPU, the latest energy_j
   OptI peak_rss;
-  std::map<int64_t, int64_t> gpu_mem_at; // per ts: memory held on every GPU together
-  double cpu_t = -1;                     // time of the latest cpu_energy_j (-1: none yet)
+  // Memory held on every GPU together: the most at any one scan, and the scan being summed. A process's rows of one
+  // scan come together (process_gpu_samples' key is tick, pid, start_time, gpu_index), so one running sum is enough
+  // and a week of scans costs nothing.
+  OptI peak_gpu_mem;
+  std::optional<int64_t> mem_ts;
+  int64_t mem_sum = 0;
+  void add_gpu_mem(int64_t ts, int64_t bytes) {
+    if (mem_ts != ts) mem_ts = ts, mem_sum = 0;
+    if (__builtin_add_overflow(mem_sum, bytes, &mem_sum)) mem_sum = bytes > 0 ? INT64_MAX : INT64_MIN; // a damaged row
+    if (!peak_gpu_mem || mem_sum > *peak_gpu_mem) peak_gpu_mem = mem_sum;
+  }
+  double cpu_t = -1; // time of the latest cpu_energy_j (-1: none yet)
   std::map<int64_t, double> gpu_t;
   std::vector<double> cell_j; // energy per cell
   double energy() const {
@@ -433,7 +444,7 @@ public:
       Proc& p = get({value_int(row[q_pid]).value_or(0), value_int(row[q_start]).value_or(0)});
       const int64_t ts = value_int(row[q_ts]).value_or(run_.start_ms);
       const int64_t gpu = value_int(row[q_gpu]).value_or(0);
-      if (auto m = value_int(row[q_mem])) p.gpu_mem_at[ts] += *m;
+      if (auto m = value_int(row[q_mem])) p.add_gpu_mem(ts, *m);
       if (auto j = value_real(row[q_j])) {
         const double t = secs_since(run_, row[q_ts]);
         auto [last_t, fresh] = p.gpu_t.try_emplace(gpu, 0.0);
@@ -491,9 +502,7 @@ nlohmann::json process_table(const Ranked& rank, bool cpu_energy_known) {
   nlohmann::json table = nlohmann::json::array();
   for (size_t i = 0; i < rank.size() && i < kTableRows; ++i) {
     const auto& [id, p] = *rank[i].second;
-    OptI peak_gpu_mem;
-    for (const auto& [ts, m] : p.gpu_mem_at)
-      if (!peak_gpu_mem || m > *peak_gpu_mem) peak_gpu_mem = m;
+    const OptI& peak_gpu_mem = p.peak_gpu_mem;
     double gpu = 0;
     for (const auto& [g, j] : p.gpu_j)
       gpu += j;

@@ -118,10 +118,11 @@ nlohmann::json RunModel::advice_step_json() const {
 std::string RunModel::advice_step_text() const {
   if (advice_step_ms <= 0) return "";
   const double s = static_cast<double>(advice_step_ms) / 1000;
-  return fmt::format("  advice    read in steps of {} (a device had over {} samples): each step's mean, and its "
-                     "highest memory and temperature\n",
-                     s < 120 ? fmt::format("{:.3g} s", s) : fmt::format("{:.3g} min", s / 60),
-                     advice::InputBuilder::kMaxPoints);
+  return fmt::format(
+      "  advice    read in steps of {} (a device had over {} samples): each step's mean, and its "
+      "highest memory and temperature\n",
+      s < 120 ? fmt::format("{:.3g} s", s) : fmt::format("{:.3g} min", s / 60),
+      fmt::format("{},{:03}", advice::InputBuilder::kMaxPoints / 1000, advice::InputBuilder::kMaxPoints % 1000));
 }
 
 std::string RunModel::text() const {

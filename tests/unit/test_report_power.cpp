@@ -33,6 +33,9 @@ struct RunSpec {
   std::function<double(double)> energy_j; // its exact integral from 0 to t
   std::vector<Worker> workers = {{4242, 50}};
   std::optional<double> cpu_w; // a CPU package at this constant power (all of it busy in the workers)
+  // Each worker's memory on GPU 0 at scan k (1-based), and what it also holds on GPU 1 (0: nothing there).
+  std::function<int64_t(int)> gpu0_mem_bytes = [](int) { return int64_t{1} << 30; };
+  int64_t gpu1_mem_bytes = 0;
 };
 
 // Records a run as the pipeline would (accounting fills the scans' energy; the rows go to SQLite) and returns the
@@ -94,8 +97,16 @@ json report_of(const TempDir& dir, const RunSpec& spec, size_t buckets = 1000) {
         gp.id = p.id;
         gp.in_run = true;
         gp.sm_pct = w.sm_pct;
-        gp.mem_used_bytes = 1 << 30;
+        gp.mem_used_bytes = spec.gpu0_mem_bytes(k / spec.ticks_per_scan);
         snap->gpu_procs.push_back(gp);
+        if (spec.gpu1_mem_bytes > 0) {
+          GpuProcessSample on1;
+          on1.id = p.id;
+          on1.gpu_index = 1;
+          on1.in_run = true;
+          on1.mem_used_bytes = spec.gpu1_mem_bytes;
+          snap->gpu_procs.push_back(on1);
+        }
         if (k == spec.ticks_per_scan) {
           ProcessRow r;
           r.id = p.id;
@@ -268,6 +279,21 @@ TEST(ReportPowerByProcess, CpuEnergyOfARunWithoutCpuPowerIsNullNotZero) {
     EXPECT_TRUE(p["cpu_energy_j"].is_null()) << p.dump();
     EXPECT_GT(p["gpu_energy_j"].get<double>(), 0);
   }
+}
+
+// A process's peak GPU memory is the most it held on every GPU together at one scan, over a long run's scans.
+TEST(ReportProcesses, PeakGpuMemoryIsTheMostAtOneScanOnEveryGpuTogether) {
+  TempDir dir;
+  RunSpec spec;
+  spec.scans = 200;
+  spec.power_w = [](double) { return 250.0; };
+  spec.energy_j = [](double t) { return 250.0 * t; };
+  // Rises to its most at scan 120, then falls: the peak is neither the first nor the last scan's.
+  spec.gpu0_mem_bytes = [](int k) { return (int64_t{1} << 30) + (int64_t{1} << 20) * (120 - std::abs(k - 120)); };
+  spec.gpu1_mem_bytes = int64_t{3} << 30;
+  const json P = report_of(dir, spec);
+  ASSERT_EQ(P["table"].size(), 1u);
+  EXPECT_EQ(P["table"][0]["peak_gpu_mem_bytes"].get<int64_t>(), (int64_t{4} << 30) + (int64_t{120} << 20));
 }
 
 } // namespace unit_report_power
