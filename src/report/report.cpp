@@ -387,9 +387,9 @@ struct Proc {
   OptF cpu_j;                      // the latest cpu_energy_j; missing when no row had one
   std::map<int64_t, double> gpu_j; // per GPU, the latest energy_j
   OptI peak_rss;
-  // Memory held on every GPU together: the most at any one scan, and the scan being summed. A process's rows of one
-  // scan come together (process_gpu_samples' key is tick, pid, start_time, gpu_index), so one running sum is enough
-  // and a week of scans costs nothing.
+  // Memory held on every GPU together: the most at any one scan, and the scan being summed. Rows come in time order
+  // (every store scans samples so), so a process's rows of one scan all come before those of its next: one running
+  // sum is enough, and a week of scans costs nothing.
   OptI peak_gpu_mem;
   std::optional<int64_t> mem_ts;
   int64_t mem_sum = 0;
