@@ -76,8 +76,10 @@ async function visit(path, ready) {
 }
 
 test('the live dashboard lives with its policy and links to the runs pages', async () => {
-  const page = await visit('/', (p) => p.waitForFunction(() => Number(document.body.dataset.updates || 0) >= 3,
-    null, { timeout: 20000 }));
+  // The charts are drawn once plotly.js has loaded, after the first paint: events can come before that (CI lost this
+  // test to it once, 2026-11-29), so both are waited for.
+  const page = await visit('/', (p) => p.waitForFunction(() => Number(document.body.dataset.updates || 0) >= 3 &&
+    Number(document.body.dataset.charts || 0) >= 1, null, { timeout: 20000 }));
   // Charts drawn by plotly.js under the policy.
   assert.ok(await page.evaluate(() => document.getElementById('power')._fullData.length) >= 1);
   const link = page.locator('#runs-link');

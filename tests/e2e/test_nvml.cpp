@@ -112,7 +112,10 @@ const char* kColumns =
     "power_limit_w, throttle_reasons, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s, uuid, name, util_enc_pct, "
     "util_dec_pct, mem_reserved_bytes, mem_free_bytes, clock_video_mhz";
 
-// Every stored field of every row equals the scenario's value for that device at that call index.
+// Every stored field of every row equals the scenario's value for that device at that call index. The runs checked so
+// pass --max-read-cost 0: on a loaded machine the energy counter's first read can pass five times the budget, and a
+// counter classed costly is read once a second with the instant power shaping the ticks between (CI lost this test to
+// that once, 2026-11-29), which test_read_cost.cpp checks on its own.
 void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<std::string> unsupported = {},
                        std::set<std::string> skip = {}) {
   const json& m = scen["devices"][dev]["metrics"];
@@ -179,7 +182,8 @@ class GpuCounts : public ::testing::TestWithParam<int> {};
 TEST_P(GpuCounts, EveryStoredFieldEqualsTheScenario) {
   const int n = GetParam();
   json scen = scenario(n);
-  auto fr = run_fake(scen, {"run", "--task", "gpus", "--interval", "50ms", "--", "sleep", "0.6"});
+  auto fr =
+      run_fake(scen, {"run", "--task", "gpus", "--max-read-cost", "0", "--interval", "50ms", "--", "sleep", "0.6"});
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
   for (int d = 0; d < n; ++d)
     expect_rows_match(*fr, scen, d);
@@ -224,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(Nvml, GpuCounts, ::testing::Values(1, 2, 8));
 TEST(Nvml, UnsupportedFieldsAreNullAndProbedOnce) {
   json scen = scenario(2);
   scen["devices"][1] = device(1, {"fan_pct", "temp_mem", "power_avg_mw", "pcie_tx_kbs", "pcie_rx_kbs"});
-  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.4"});
+  auto fr = run_fake(scen, {"run", "--max-read-cost", "0", "--interval", "50ms", "--", "sleep", "0.4"});
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
   expect_rows_match(*fr, scen, 0);
   expect_rows_match(*fr, scen, 1, {"fan_pct", "temp_mem", "power_avg_mw", "pcie_tx_kbs", "pcie_rx_kbs"});
@@ -325,7 +329,7 @@ TEST(Nvml, IntegratedFallbackWithinOnePercentOnASmoothTrace) {
 TEST(Nvml, GpuLostMidRunIsMarkedAndTheOthersGoOn) {
   json scen = scenario(3);
   scen["devices"][1]["lost_at_tick"] = 4;
-  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.6"});
+  auto fr = run_fake(scen, {"run", "--max-read-cost", "0", "--interval", "50ms", "--", "sleep", "0.6"});
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
   const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM cpu_samples"));
   EXPECT_EQ(scalar(fr->db(), "SELECT count(*) FROM gpu_samples WHERE gpu_index=1"), "4");
@@ -412,7 +416,7 @@ TEST(Nvml, PciInfoV2IsReadInItsLegacyLayout) {
 TEST(Nvml, ArgumentVersionMismatchFallsBackToTheV1Calls) {
   json scen = scenario(1);
   scen["reject_versions"] = {"nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetTemperatureV"};
-  auto fr = run_fake(scen, {"run", "--interval", "50ms", "--", "sleep", "0.4"});
+  auto fr = run_fake(scen, {"run", "--max-read-cost", "0", "--interval", "50ms", "--", "sleep", "0.4"});
   ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
   EXPECT_EQ(fr->calls.value("nvmlDeviceGetMemoryInfo_v2", 0), 1) << fr->calls.dump();
   EXPECT_EQ(fr->calls.value("nvmlDeviceGetTemperatureV", 0), 1) << fr->calls.dump();
