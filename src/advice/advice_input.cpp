@@ -127,6 +127,14 @@ int64_t step_index(int64_t ts_ms, int64_t origin_ms, int64_t step_ms) {
 }
 } // namespace
 
+// A sample stored more than a century from its run's start is a damaged row, not a reading: the estimators take
+// differences of times, which such a row would overflow.
+bool InputBuilder::plausible(int64_t ts_ms) const {
+  constexpr int64_t kCenturyMs = int64_t{100} * 366 * 86400 * 1000;
+  const int64_t d = saturated_difference(ts_ms, run_.start_ms);
+  return d > -kCenturyMs && d < kCenturyMs;
+}
+
 bool InputBuilder::same_step(int64_t a_ms, int64_t b_ms) const {
   return step_index(a_ms, run_.start_ms, step_ms_) == step_index(b_ms, run_.start_ms, step_ms_);
 }
@@ -194,7 +202,7 @@ void InputBuilder::gpu(std::span<const Value> row) {
                       g_temp = column_index(gt, "temp_gpu_c"), g_limit = column_index(gt, "power_limit_w");
   const auto idx = value_int(row[g_idx]);
   const auto ts = value_int(row[g_ts]);
-  if (!idx || !ts) return;
+  if (!idx || !ts || !plausible(*ts)) return;
   GpuSeries& g = series_for(by_index_, static_cast<int>(*idx));
   if (g.name.empty()) g.name = std::string(value_text(row[g_name]));
   if (!g.mem_total_bytes) g.mem_total_bytes = value_int(row[g_mem_total]);
@@ -218,7 +226,7 @@ void InputBuilder::cpu(std::span<const Value> row) {
   static const size_t c_ts = column_index(ct, "ts_ms"), c_util = column_index(ct, "util_pct"),
                       c_pkg = column_index(ct, "package_energy_j"), c_dram = column_index(ct, "dram_energy_j");
   const auto ts = value_int(row[c_ts]);
-  if (!ts) return;
+  if (!ts || !plausible(*ts)) return;
   CpuPoint c;
   c.ts_ms = *ts;
   c.util_pct = value_real(row[c_util]);

@@ -47,6 +47,7 @@ private:
   template <class Point> void compact(std::vector<Point>& points) const;
   void coarsen();
   bool same_step(int64_t a_ms, int64_t b_ms) const;
+  bool plausible(int64_t ts_ms) const;
 
   const RunInfo& run_;
   std::map<int, GpuSeries> by_index_;

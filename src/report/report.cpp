@@ -316,6 +316,7 @@ RunModel run_data(StoreReader& store, const RunInfo& run, const ReportOptions& o
       !cpu_sum.is_object() || !cpu_sum.contains("energy_j") || cpu_sum["energy_j"].is_number();
   out["processes"] = process_data(store, run, opts, cpu_energy_known);
   out["advice"] = advice_on_charts(*m.advice, run);
+  out["advice_step_s"] = m.advice_step_json();
   out["summary"] = summary;
   return m;
 }

@@ -8,6 +8,7 @@
 
 #include "../support/support.hpp"
 #include "advice/advice_input.hpp"
+#include "report/report.hpp"
 #include "runs/run_model.hpp"
 #include "sinks/sqlite/sqlite_store.hpp"
 
@@ -89,6 +90,7 @@ TEST(AdviceSteps, ARunOfFewSamplesIsReadSampleBySampleAndItsIdleEnergyIsExact) {
   EXPECT_EQ(m.advice_step_ms, 0);
   EXPECT_TRUE(m.json()["advice_step_s"].is_null());
   EXPECT_EQ(m.advice_step_text(), "");
+  EXPECT_TRUE(build_report_data(*reader, {m.run}, {})["runs"][0]["advice_step_s"].is_null());
   EXPECT_NEAR(idle_energy_j(m), kIdleW * 1000, 1e-6);
 }
 
@@ -121,11 +123,15 @@ TEST(AdviceSteps, ALongRunIsReadInStepsWithinOneStepOfItsTruth) {
   EXPECT_EQ(m.advice_step_ms, in.step_ms);
   EXPECT_DOUBLE_EQ(m.json()["advice_step_s"].get<double>(), static_cast<double>(in.step_ms) / 1000);
   EXPECT_NE(m.advice_step_text().find("read in steps of"), std::string::npos);
+  // The report (and serve's run page, which is the report) says it too.
+  EXPECT_DOUBLE_EQ(build_report_data(*reader, {stored}, {})["runs"][0]["advice_step_s"].get<double>(),
+                   static_cast<double>(in.step_ms) / 1000);
   EXPECT_NEAR(idle_energy_j(m), kIdleW * 1000, kIdleW * static_cast<double>(in.step_ms) / 1000);
 }
 
-// Stored times can be anything a damaged or hand-made store holds: out of order, at either end of int64. The input
-// stays bounded and nothing overflows (the ASan job runs this with UBSan).
+// Stored times can be anything a damaged or hand-made store holds: out of order, at either end of int64. Rows more
+// than a century from the run's start are left out, the rest stay bounded, and nothing overflows, in the input or in
+// the estimators that take differences of its times (the ASan job runs this with UBSan).
 TEST(AdviceSteps, TimesAnywhereInInt64StayBounded) {
   RunInfo run;
   run.start_ms = 1795262609000;
@@ -136,14 +142,31 @@ TEST(AdviceSteps, TimesAnywhereInInt64StayBounded) {
   row[column_index(TableId::GpuSamples, "power_w")] = 100.0;
   row[column_index(TableId::GpuSamples, "mem_used_bytes")] = INT64_MAX;
   const size_t ts = column_index(TableId::GpuSamples, "ts_ms");
-  for (int64_t k = 0; k < 30000; ++k) {
-    row[ts] = k % 3 == 0 ? INT64_MIN + k : k % 3 == 1 ? INT64_MAX - k : run.start_ms + (k * 7919) % 100000;
+  constexpr int64_t k99YearsMs = int64_t{99} * 365 * 86400 * 1000;
+  for (int64_t k = 0; k < 40000; ++k) {
+    switch (k % 4) {
+    case 0: // left out
+      row[ts] = INT64_MIN + k;
+      break;
+    case 1: // left out
+      row[ts] = INT64_MAX - k;
+      break;
+    case 2: // read: within a century, on either side, out of order
+      row[ts] = run.start_ms + (k % 8 == 2 ? k99YearsMs - k : -k99YearsMs + k);
+      break;
+    default:
+      row[ts] = run.start_ms + (k * 7919) % 100000;
+    }
     b.gpu(row);
   }
   const advice::Input in = std::move(b).finish();
   ASSERT_EQ(in.gpus.size(), 1u);
   EXPECT_LE(in.gpus[0].points.size(), advice::InputBuilder::kMaxPoints);
   EXPECT_GT(in.step_ms, 0);
+  uint64_t samples = 0;
+  for (const auto& p : in.gpus[0].points)
+    samples += p.samples;
+  EXPECT_EQ(samples, 20000u);
   EXPECT_EQ(*in.gpus[0].points.front().mem_used_bytes, INT64_MAX);
   (void)advice::advise(in);
 }
