@@ -103,7 +103,7 @@ template <typename MakeSink> void store_bench(benchmark::State& state, MakeSink 
   for (auto _ : state) {
     for (auto& f : proto) {
       f.tick = tick++;
-      append_frame_rows(run.run_id, f, devs, batch);
+      append_frame_rows(run.run_id, f, batch);
     }
     rows += static_cast<int64_t>(batch.sample_rows());
     sink->write(batch);
@@ -123,7 +123,7 @@ void BM_BuildRows(benchmark::State& state) {
   int64_t rows = 0;
   for (auto _ : state) {
     for (auto& f : proto)
-      append_frame_rows(run.run_id, f, devs, batch);
+      append_frame_rows(run.run_id, f, batch);
     rows += static_cast<int64_t>(batch.sample_rows());
     batch.clear();
   }
@@ -414,7 +414,7 @@ void BM_Report1MRows(benchmark::State& state) {
       }
       f.cpu.util_pct = 30 + 20 * std::sin(static_cast<double>(t) / 800.0);
       if (t == 0) f.device_rows = devs;
-      append_frame_rows(run.run_id, f, devs, batch);
+      append_frame_rows(run.run_id, f, batch);
       if (batch.sample_rows() >= 20000) {
         sink->write(batch);
         batch.clear();
@@ -456,7 +456,7 @@ void BM_MysqlRows(benchmark::State& state) {
     while (static_cast<int64_t>(g.rows()) < rows_per_batch) {
       f.tick = tick++;
       RowBatch one;
-      append_frame_rows(run.run_id, f, devs, one);
+      append_frame_rows(run.run_id, f, one);
       auto& src = one.tables[static_cast<size_t>(TableId::GpuSamples)].cells;
       const size_t take = std::min<size_t>(src.size(), (rows_per_batch - g.rows()) * g.columns());
       g.cells.insert(g.cells.end(), src.begin(), src.begin() + static_cast<std::ptrdiff_t>(take));
@@ -493,7 +493,7 @@ void BM_Mysql10MRows(benchmark::State& state) {
     RowBatch batch;
     while (rows < 10'000'000) {
       f.tick = tick++;
-      append_frame_rows(run.run_id, f, devs, batch);
+      append_frame_rows(run.run_id, f, batch);
       if (batch.sample_rows() >= 10000) {
         rows += static_cast<int64_t>(batch.sample_rows());
         sink->write(batch);

@@ -196,8 +196,7 @@ public:
     run_.version = "fleet-bench";
     auto sink = std::make_unique<TimedSink>(make_mysql_sink(url, /*spill_on_outage=*/false), lat);
     sink->begin_run(run_);
-    writer_ =
-        std::make_unique<SinkWriter>(std::move(sink), CommitPolicy{0, std::chrono::seconds(1)}, run_.run_id, devices_);
+    writer_ = std::make_unique<SinkWriter>(std::move(sink), CommitPolicy{0, std::chrono::seconds(1)}, run_.run_id);
     writer_->start();
   }
 

@@ -135,7 +135,7 @@ int build(const std::string& db) {
       f.phases.push_back(p);
       f.work.push_back({t / hour, f.ts_ms, 1.2e6, "samples", p.phase_id, std::nullopt});
     }
-    append_frame_rows(run.run_id, f, devs, batch);
+    append_frame_rows(run.run_id, f, batch);
     if (batch.sample_rows() >= 20000) {
       sink->write(batch);
       batch.clear();

@@ -37,7 +37,7 @@ import warnings
 
 # The store schema this reader knows (src/core/schema.hpp, kSchemaVersion). A store with a newer one is refused, as
 # the binary refuses it: its columns may mean something this reader does not know.
-SCHEMA_VERSION = 5  # 5: work.total, a number: nothing for this reader to change
+SCHEMA_VERSION = 6  # 6: gpu_samples without uuid, name and vendor: samples() takes them from gpu_devices
 
 # Columns that hold text in every store (src/core/schema.cpp, ColType Text); CSV cells of any other column are
 # numbers. tests check this list against schema.cpp, so the two cannot drift apart.
@@ -73,7 +73,7 @@ _STORED_COLUMNS = {t: tuple(cols.split()) for t, cols in {
     "cpu_samples": "run_id tick ts_ms util_pct mem_used_bytes mem_total_bytes package_power_w dram_power_w "
                    "package_energy_j dram_energy_j busy_s power_method",
     "cpu_power_samples": "run_id tick ts_ms zone socket domain power_w energy_j",
-    "gpu_samples": "run_id tick ts_ms gpu_index uuid name vendor power_w power_avg_w energy_j util_gpu_pct "
+    "gpu_samples": "run_id tick ts_ms gpu_index power_w power_avg_w energy_j util_gpu_pct "
                    "util_mem_pct mem_used_bytes mem_total_bytes temp_gpu_c temp_mem_c clock_sm_mhz clock_gfx_mhz "
                    "clock_mem_mhz pcie_link_width pcie_link_width_max pcie_tx_bytes_per_s pcie_rx_bytes_per_s fan_pct "
                    "pstate power_limit_w throttle_reasons util_enc_pct util_dec_pct mem_reserved_bytes mem_free_bytes "
@@ -881,9 +881,27 @@ class Store:
                 if not m:
                     raise ValueError(f"device '{device}': use gpu0, gpu1, ..., cpu, cpu_package or cpu_dram")
                 device = int(m.group(1))
-            table = "gpu_samples"
             keep = None if device is None else (lambda row: row.get("gpu_index") == device)
+            return self._gpu_samples(r, keep)
         return self._rows(table, r, time_col="ts_ms", keep=keep)
+
+    def _gpu_samples(self, run, keep):
+        """gpu_samples rows with each GPU's uuid, name and vendor beside gpu_index, as the view gpu_samples_named
+        shows them: a store of schema 6 keeps them once in gpu_devices, an older one in every row."""
+        identity = ("uuid", "name", "vendor")
+        devices = {d.get("gpu_index"): d for d in self._table("gpu_devices", run, [])}
+
+        def name(row):
+            d = devices.get(row.get("gpu_index"), {})
+            for c in identity:
+                if row.get(c) is None:
+                    row[c] = d.get(c)
+
+        out = self._rows("gpu_samples", run, time_col="ts_ms", keep=keep, parse=name)
+        cols = [c for c in out._columns if c not in identity]
+        at = cols.index("gpu_index") + 1 if "gpu_index" in cols else len(cols)
+        out._columns = cols[:at] + list(identity) + cols[at:]
+        return out
 
     def processes(self, run):
         """The processes seen during a run (pid, start time, command, cgroup unit, first and last tick)."""

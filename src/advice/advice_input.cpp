@@ -194,17 +194,16 @@ void InputBuilder::gpu(std::span<const Value> row) {
   // Columns by name (STYLE: reading code names columns, never counts them).
   constexpr TableId gt = TableId::GpuSamples;
   static const size_t g_ts = column_index(gt, "ts_ms"), g_idx = column_index(gt, "gpu_index"),
-                      g_name = column_index(gt, "name"), g_power = column_index(gt, "power_w"),
-                      g_energy = column_index(gt, "energy_j"), g_util = column_index(gt, "util_gpu_pct"),
-                      g_mem = column_index(gt, "mem_used_bytes"), g_mem_total = column_index(gt, "mem_total_bytes"),
-                      g_tx = column_index(gt, "pcie_tx_bytes_per_s"), g_rx = column_index(gt, "pcie_rx_bytes_per_s"),
-                      g_thr = column_index(gt, "throttle_reasons"), g_clock = column_index(gt, "clock_sm_mhz"),
-                      g_temp = column_index(gt, "temp_gpu_c"), g_limit = column_index(gt, "power_limit_w");
+                      g_power = column_index(gt, "power_w"), g_energy = column_index(gt, "energy_j"),
+                      g_util = column_index(gt, "util_gpu_pct"), g_mem = column_index(gt, "mem_used_bytes"),
+                      g_mem_total = column_index(gt, "mem_total_bytes"), g_tx = column_index(gt, "pcie_tx_bytes_per_s"),
+                      g_rx = column_index(gt, "pcie_rx_bytes_per_s"), g_thr = column_index(gt, "throttle_reasons"),
+                      g_clock = column_index(gt, "clock_sm_mhz"), g_temp = column_index(gt, "temp_gpu_c"),
+                      g_limit = column_index(gt, "power_limit_w");
   const auto idx = value_int(row[g_idx]);
   const auto ts = value_int(row[g_ts]);
   if (!idx || !ts || !plausible(*ts)) return;
   GpuSeries& g = series_for(by_index_, static_cast<int>(*idx));
-  if (g.name.empty()) g.name = std::string(value_text(row[g_name]));
   if (!g.mem_total_bytes) g.mem_total_bytes = value_int(row[g_mem_total]);
   GpuPoint p;
   p.ts_ms = *ts;

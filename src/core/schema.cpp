@@ -59,8 +59,9 @@ constexpr C kZoneCols[] = {{"run_id", T},
                            WATTSCOPE_ZONE_METRICS(WATTSCOPE_COLUMN)};
 constexpr std::string_view kZoneKey[] = {"run_id", "tick", "domain"};
 
-constexpr C kGpuCols[] = {{"run_id", T}, {"tick", I}, {"ts_ms", I},  {"gpu_index", I},
-                          {"uuid", T},   {"name", T}, {"vendor", T}, WATTSCOPE_GPU_METRICS(WATTSCOPE_COLUMN)};
+// A GPU's uuid, name and vendor are in gpu_devices (schema 6); its samples name it by (run_id, gpu_index) only.
+constexpr C kGpuCols[] = {
+    {"run_id", T}, {"tick", I}, {"ts_ms", I}, {"gpu_index", I}, WATTSCOPE_GPU_METRICS(WATTSCOPE_COLUMN)};
 constexpr std::string_view kGpuKey[] = {"run_id", "tick", "gpu_index"};
 #undef WATTSCOPE_COLUMN
 
@@ -382,7 +383,7 @@ static void append_event_rows(std::string_view run_id, const Frame& f, RowBatch&
   }
 }
 
-void append_frame_rows(std::string_view run_id, const Frame& f, const std::vector<GpuDevice>& devices, RowBatch& out) {
+void append_frame_rows(std::string_view run_id, const Frame& f, RowBatch& out) {
   if (f.rows_only) return append_process_rows(run_id, f, out);
   const Value rid(run_id);
   if (f.markers_only) { // the run's end closing phases: no samples, only markers and events
@@ -425,16 +426,10 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
   append_marker_rows(run_id, f, out);
   auto& g = out.tables[static_cast<size_t>(TableId::GpuSamples)].cells;
   for (const auto& s : f.gpus) {
-    const GpuDevice* dev = nullptr;
-    for (const auto& d : devices)
-      if (d.gpu_index == s.gpu_index) dev = &d;
     g.push_back(rid);
     g.emplace_back(f.tick);
     g.emplace_back(f.ts_ms);
     g.emplace_back(int64_t{s.gpu_index});
-    g.push_back(dev && !dev->uuid.empty() ? Value(std::string_view(dev->uuid)) : Value());
-    g.push_back(dev && !dev->name.empty() ? Value(std::string_view(dev->name)) : Value());
-    g.push_back(dev && !dev->vendor.empty() ? Value(std::string_view(dev->vendor)) : Value());
     for (const auto& m : kGpuMetrics)
       g.push_back(metric_value(m, s));
   }
@@ -442,6 +437,19 @@ void append_frame_rows(std::string_view run_id, const Frame& f, const std::vecto
     append_device_row(run_id, d, out.tables[static_cast<size_t>(TableId::GpuDevices)]);
   append_process_rows(run_id, f, out);
   append_event_rows(run_id, f, out);
+}
+
+std::string gpu_samples_named_select(char quote) {
+  auto q = [quote](std::string_view name) { return fmt::format("{0}{1}{0}", quote, name); };
+  std::string cols;
+  for (const auto& c : kGpuCols) {
+    cols += fmt::format("{}s.{}", cols.empty() ? "" : ", ", q(c.name));
+    if (c.name == "gpu_index")
+      for (const auto& id : kGpuIdentityColumns)
+        cols += fmt::format(", d.{}", q(id));
+  }
+  return fmt::format("SELECT {} FROM {} s LEFT JOIN {} d ON d.{} = s.{} AND d.{} = s.{}", cols, q("gpu_samples"),
+                     q("gpu_devices"), q("run_id"), q("run_id"), q("gpu_index"), q("gpu_index"));
 }
 
 // ---- attribution (issue 13) ----

@@ -21,7 +21,13 @@ namespace wattscope {
 // newer version is refused.
 // 4: processes, process_samples, process_gpu_samples (issue 13: attribution); phases, work (issue 15: markers).
 // 5: work.total (issue 36: a declared total of work, for the time and energy to finish).
-inline constexpr int kSchemaVersion = 5;
+// 6: gpu_samples without uuid, name and vendor: gpu_devices holds them once per (run_id, gpu_index), and the view
+// gpu_samples_named joins them back. A GPU row took 88 of its ~255 bytes repeating them. The writer of an older store
+// moves them into gpu_devices and rebuilds gpu_samples without them (the one migration that removes columns).
+inline constexpr int kSchemaVersion = 6;
+// The columns version 6 took out of gpu_samples, and the view that shows them beside every sample again.
+inline constexpr std::string_view kGpuIdentityColumns[] = {"uuid", "name", "vendor"};
+inline constexpr std::string_view kGpuSamplesNamedView = "gpu_samples_named";
 
 struct Column {
   std::string_view name;
@@ -124,9 +130,12 @@ RunInfo run_from_row(std::span<const Value> row);
 void append_device_row(std::string_view run_id, const GpuDevice& dev, TableRows& out);
 GpuDevice device_from_row(std::span<const Value> row);
 
-// Appends every sample row a frame produces. `devices` gives uuid/name per gpu_index; they must outlive `out`.
-void append_frame_rows(std::string_view run_id, const Frame& frame, const std::vector<GpuDevice>& devices,
-                       RowBatch& out);
+// Appends every row a frame produces. A GPU's uuid, name and vendor are in its gpu_devices row (frame.device_rows, in
+// the frame of its first sample), not in its samples.
+void append_frame_rows(std::string_view run_id, const Frame& frame, RowBatch& out);
+// The SELECT of the view kGpuSamplesNamedView, `quote` quoting an identifier: gpu_samples' columns in the order of
+// schema 5 (uuid, name and vendor after gpu_index, from gpu_devices), so that queries written for it still run.
+std::string gpu_samples_named_select(char quote);
 
 // ---- attribution (issue 13) ----
 // The rows of frame.processes (processes, process_samples, process_gpu_samples); append_frame_rows calls it.

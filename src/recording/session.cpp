@@ -449,7 +449,7 @@ void Session::open_stores() {
   for (const auto& spec : opts_.stores) {
     auto sink = open_sink(spec);
     sink->begin_run(run_); // throws with the store's own fix-it message
-    writers_.push_back(std::make_unique<SinkWriter>(std::move(sink), opts_.commit, run_.run_id, devices_));
+    writers_.push_back(std::make_unique<SinkWriter>(std::move(sink), opts_.commit, run_.run_id));
   }
 }
 

@@ -71,20 +71,16 @@ RunInfo rebuild_from_samples(StoreReader& store, const RunInfo& run) {
   });
 
   const Cols g{TableId::GpuSamples};
-  const size_t g_idx = g("gpu_index"), g_tick = g("tick"), g_ts = g("ts_ms"), g_uuid = g("uuid"), g_name = g("name"),
-               g_vendor = g("vendor"), g_w = g("power_w"), g_util = g("util_gpu_pct"), g_mem = g("mem_used_bytes"),
-               g_j = g("energy_j");
+  const size_t g_idx = g("gpu_index"), g_tick = g("tick"), g_ts = g("ts_ms"), g_w = g("power_w"),
+               g_util = g("util_gpu_pct"), g_mem = g("mem_used_bytes"), g_j = g("energy_j");
   store.scan(TableId::GpuSamples, run, [&](std::span<const Value> v) {
     const int64_t idx = value_int(v[g_idx]).value_or(0);
     max_tick = std::max(max_tick, value_int(v[g_tick]).value_or(0));
     last_ts = std::max(last_ts, value_int(v[g_ts]).value_or(last_ts));
     auto it = gpu_at.find(idx);
-    if (it == gpu_at.end()) { // a device row lost with the rest: identify the GPU from its samples
+    if (it == gpu_at.end()) { // a device row lost with the rest: the samples name the GPU by its index only
       GpuSummary gs;
       gs.device.gpu_index = static_cast<int>(idx);
-      gs.device.uuid = value_text(v[g_uuid]);
-      gs.device.name = value_text(v[g_name]);
-      gs.device.vendor = value_text(v[g_vendor]);
       it = gpu_at.emplace(idx, s.gpus.size()).first;
       s.gpus.push_back(std::move(gs));
     }

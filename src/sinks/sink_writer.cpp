@@ -41,9 +41,6 @@ struct SinkWriter::State {
   std::unique_ptr<Sink> sink;
   CommitPolicy policy;
   std::string run_id;
-  std::shared_ptr<const std::vector<GpuDevice>> devices;
-  // Issue 31: lists `devices` replaced when GPUs joined late (writer thread only), kept: queued rows point into them.
-  std::vector<std::shared_ptr<const std::vector<GpuDevice>>> earlier_devices;
   std::mutex mu;
   std::condition_variable cv;      // wakes the writer
   std::condition_variable done_cv; // wakes finish()
@@ -64,32 +61,11 @@ struct SinkWriter::State {
   bool failing = false; // writer thread only
 };
 
-namespace {
-// Issue 31: a GPU whose source opened after the run began is announced by its gpu_devices row in the frame of its
-// first sample; its samples are named from then on.
-using DeviceList = std::shared_ptr<const std::vector<GpuDevice>>;
-void add_late_devices(DeviceList& devices, std::vector<DeviceList>& earlier, const Frame& f) {
-  std::vector<const GpuDevice*> added;
-  for (const auto& d : f.device_rows)
-    if (std::none_of(devices->begin(), devices->end(),
-                     [&](const GpuDevice& known) { return known.gpu_index == d.gpu_index; }))
-      added.push_back(&d);
-  if (added.empty()) return;
-  auto grown = std::make_shared<std::vector<GpuDevice>>(*devices);
-  for (const auto* d : added)
-    grown->push_back(*d);
-  earlier.push_back(std::move(devices));
-  devices = std::move(grown);
-}
-} // namespace
-
-SinkWriter::SinkWriter(std::unique_ptr<Sink> sink, CommitPolicy policy, std::string run_id,
-                       std::shared_ptr<const std::vector<GpuDevice>> devices)
+SinkWriter::SinkWriter(std::unique_ptr<Sink> sink, CommitPolicy policy, std::string run_id)
     : state_(std::make_shared<State>()) {
   state_->sink = std::move(sink);
   state_->policy = policy;
   state_->run_id = std::move(run_id);
-  state_->devices = std::move(devices);
   if (policy.rows == 0 && policy.interval.count() == 0) state_->policy.interval = std::chrono::seconds(1);
 }
 
@@ -218,11 +194,9 @@ void SinkWriter::loop(State& s) {
       batch_edge = batch_edge || s.edge_queued;
       s.edge_queued = false;
     }
-    // Rows reference device strings owned by `devices` and the run id owned by the state: both outlive the batch.
-    for (const auto& f : taken) {
-      add_late_devices(s.devices, s.earlier_devices, *f);
-      append_frame_rows(s.run_id, *f, *s.devices, batch);
-    }
+    // Rows reference the run id owned by the state, which outlives the batch.
+    for (const auto& f : taken)
+      append_frame_rows(s.run_id, *f, batch);
     batch_frames += static_cast<int64_t>(taken.size());
     taken.clear();
     const auto now = SteadyClock::now();

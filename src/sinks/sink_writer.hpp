@@ -45,8 +45,7 @@ struct WriterStats {
 
 class SinkWriter {
 public:
-  SinkWriter(std::unique_ptr<Sink> sink, CommitPolicy policy, std::string run_id,
-             std::shared_ptr<const std::vector<GpuDevice>> devices);
+  SinkWriter(std::unique_ptr<Sink> sink, CommitPolicy policy, std::string run_id);
   ~SinkWriter(); // as finish() without a final run row, if finish() was not called
   SinkWriter(const SinkWriter&) = delete;
   SinkWriter& operator=(const SinkWriter&) = delete;

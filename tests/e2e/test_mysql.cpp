@@ -180,6 +180,39 @@ TEST(Mysql, OlderSchemaIsMigratedForward) {
   EXPECT_LE(mine, 2);
 }
 
+// Version 5 to 6: gpu_samples repeated each GPU's uuid, name and vendor. The next writer moves them into gpu_devices
+// (a run whose device row was lost gets one from its samples) and drops the columns; every sample stays, and the view
+// gpu_samples_named shows them beside each sample again.
+TEST(Mysql, AVersion5StoreMovesEachGpusIdentityIntoGpuDevices) {
+  MariaDb db;
+  TempDir dir;
+  db.sql("CREATE TABLE meta (`key` VARCHAR(64) NOT NULL PRIMARY KEY, `value` MEDIUMTEXT);"
+         "INSERT INTO meta VALUES ('schema_version', '5');"
+         "CREATE TABLE gpu_samples (run_id VARCHAR(255) NOT NULL, tick BIGINT NOT NULL, ts_ms BIGINT NOT NULL, "
+         "gpu_index BIGINT NOT NULL, uuid MEDIUMTEXT, name MEDIUMTEXT, vendor MEDIUMTEXT, power_w DOUBLE, "
+         "PRIMARY KEY (run_id, ts_ms, tick, gpu_index)) ENGINE=InnoDB;"
+         "INSERT INTO gpu_samples VALUES ('old', 0, 1, 0, 'GPU-old0', 'NVIDIA H100', 'nvidia', 250), "
+         "('old', 0, 1, 1, 'GPU-old1', 'NVIDIA H100', 'nvidia', 260), "
+         "('old', 1, 2, 0, 'GPU-old0', 'NVIDIA H100', 'nvidia', 251);");
+  auto r = run({wstest::wattscope(), "run", "--db", db.url(), "--", "true"}, env_for(dir, true), dir.path());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(db.sql("SELECT value FROM meta WHERE `key` = 'schema_version'"),
+            fmt::format("{}\n", wattscope::kSchemaVersion));
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = 'wattscope' AND "
+                   "table_name = 'gpu_samples' AND column_name IN ('uuid', 'name', 'vendor')"),
+            "0\n");
+  EXPECT_EQ(db.sql("SELECT tick, gpu_index, power_w FROM gpu_samples WHERE run_id = 'old' ORDER BY tick, gpu_index"),
+            "0\t0\t250\n0\t1\t260\n1\t0\t251\n");
+  EXPECT_EQ(db.sql("SELECT gpu_index, uuid, name, vendor FROM gpu_devices WHERE run_id = 'old' ORDER BY gpu_index"),
+            "0\tGPU-old0\tNVIDIA H100\tnvidia\n1\tGPU-old1\tNVIDIA H100\tnvidia\n");
+  EXPECT_EQ(db.sql("SELECT tick, uuid, power_w FROM gpu_samples_named WHERE run_id = 'old' AND gpu_index = 0 ORDER "
+                   "BY tick"),
+            "0\tGPU-old0\t250\n1\tGPU-old0\t251\n");
+  // The new run's samples are named through the view too (the fake's two GPUs).
+  EXPECT_EQ(db.sql("SELECT COUNT(*) = COUNT(uuid) AND COUNT(*) > 0 FROM gpu_samples_named WHERE run_id <> 'old'"),
+            "1\n");
+}
+
 TEST(Mysql, ServerKilledAndRestartedMidRunLosesAndDuplicatesNothing) {
   MariaDb db;
   TempDir dir;

@@ -120,7 +120,7 @@ void expect_rows_match(const FakeRun& fr, const json& scen, int dev, std::set<st
                        std::set<std::string> skip = {}) {
   const json& m = scen["devices"][dev]["metrics"];
   auto rows = query(fr.db(), std::string("SELECT ") + kColumns +
-                                 " FROM gpu_samples WHERE gpu_index = " + std::to_string(dev) + " ORDER BY tick");
+                                 " FROM gpu_samples_named WHERE gpu_index = " + std::to_string(dev) + " ORDER BY tick");
   ASSERT_GE(rows.size(), 3u) << fr.result.err;
   ASSERT_LE(rows.size(), static_cast<size_t>(kTicks));
   const double e0 = m["energy_mj"][0].get<double>();

@@ -61,16 +61,17 @@ TEST(RocmSmiE2E, ACardSeenByRocmSmiAndHwmonIsRecordedOnceByRocmSmi) {
                        "gpu_devices WHERE vendor='amd'"),
             "AMD Instinct MI210|0000:03:00.0|rsmi_dev_current_socket_power_get|counter");
   EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_devices WHERE vendor='intel'"), "1");
-  EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT power_w) FROM gpu_samples WHERE vendor='amd'"), "200.0")
+  EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT power_w) FROM gpu_samples_named WHERE vendor='amd'"), "200.0")
       << "ROCm SMI's reading, not hwmon's 123.45 W";
-  EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT temp_gpu_c) FROM gpu_samples WHERE vendor='amd'"), "44.0");
+  EXPECT_EQ(scalar(db, "SELECT group_concat(DISTINCT temp_gpu_c) FROM gpu_samples_named WHERE vendor='amd'"), "44.0");
   // Energy from the counter, exact: 1 J per read after the first (a read whose tick was late leaves no row, so the
   // rows may count fewer reads than the counter saw, never more).
-  const auto rows = std::stoi(scalar(db, "SELECT count(*) FROM gpu_samples WHERE vendor='amd'"));
+  const auto rows = std::stoi(scalar(db, "SELECT count(*) FROM gpu_samples_named WHERE vendor='amd'"));
   ASSERT_GE(rows, 3);
-  EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_samples WHERE vendor='amd' AND energy_j != round(energy_j)"), "0");
-  EXPECT_GE(std::stod(scalar(db, "SELECT max(energy_j) FROM gpu_samples WHERE vendor='amd'")), rows - 1.0);
-  EXPECT_EQ(scalar(db, "SELECT min(energy_j) FROM gpu_samples WHERE vendor='amd'"), "0.0");
+  EXPECT_EQ(scalar(db, "SELECT count(*) FROM gpu_samples_named WHERE vendor='amd' AND energy_j != round(energy_j)"),
+            "0");
+  EXPECT_GE(std::stod(scalar(db, "SELECT max(energy_j) FROM gpu_samples_named WHERE vendor='amd'")), rows - 1.0);
+  EXPECT_EQ(scalar(db, "SELECT min(energy_j) FROM gpu_samples_named WHERE vendor='amd'"), "0.0");
 }
 
 // Claims are by PCI bus id, not by vendor: an AMD card ROCm SMI does not report stays hwmon's.

@@ -66,14 +66,14 @@ TEST(Sysfs, RecordsRaplZonesAndHwmonGpusWithExactEnergy) {
   EXPECT_DOUBLE_EQ(std::stod(scalar(db, "SELECT package_energy_j FROM cpu_samples ORDER BY tick DESC LIMIT 1")), 32.0);
   EXPECT_DOUBLE_EQ(std::stod(scalar(db, "SELECT dram_energy_j FROM cpu_samples ORDER BY tick DESC LIMIT 1")), 4.5);
   EXPECT_EQ(scalar(db, "SELECT DISTINCT power_method FROM cpu_samples WHERE power_method IS NOT NULL"), "counter");
-  // hwmon GPUs in gpu_samples with their vendor, numbered from 0.
+  // hwmon GPUs in gpu_samples with their vendor (gpu_devices', shown by the view), numbered from 0.
   EXPECT_EQ(scalar(db, "SELECT group_concat(v) FROM (SELECT DISTINCT gpu_index || ':' || vendor AS v FROM "
-                       "gpu_samples ORDER BY v)"),
+                       "gpu_samples_named ORDER BY v)"),
             "0:amd,1:intel");
   EXPECT_EQ(scalar(db, "SELECT energy_method FROM gpu_devices WHERE vendor='intel'"), "counter");
   EXPECT_EQ(scalar(db, "SELECT energy_method FROM gpu_devices WHERE vendor='amd'"), "integrated");
-  EXPECT_DOUBLE_EQ(std::stod(scalar(db, "SELECT max(energy_j) FROM gpu_samples WHERE vendor='intel'")), 4.0);
-  EXPECT_EQ(scalar(db, "SELECT DISTINCT temp_mem_c FROM gpu_samples WHERE vendor='amd'"), "70.0");
+  EXPECT_DOUBLE_EQ(std::stod(scalar(db, "SELECT max(energy_j) FROM gpu_samples_named WHERE vendor='intel'")), 4.0);
+  EXPECT_EQ(scalar(db, "SELECT DISTINCT temp_mem_c FROM gpu_samples_named WHERE vendor='amd'"), "70.0");
 
   auto j = json::parse(run({wattscope(), "show", "--json"}, {}, dir.path()).out);
   EXPECT_DOUBLE_EQ(j["cpu"]["energy_j"].get<double>(), 36.5);

@@ -121,7 +121,7 @@ TEST(VendorInit, GpusOfALateNvmlJoinTheRunWhenItIsReady) {
   EXPECT_EQ(scalar(r->db(), "SELECT count(*) FROM gpu_devices WHERE uuid = 'GPU-31-late'"), "1");
   EXPECT_EQ(scalar(r->db(), "SELECT energy_method FROM gpu_devices WHERE gpu_index = 0"), "counter");
   // Every sample after the first is named (the store learnt the device from its row).
-  EXPECT_EQ(scalar(r->db(), "SELECT count(*) FROM gpu_samples WHERE uuid IS NULL OR name IS NULL"), "0");
+  EXPECT_EQ(scalar(r->db(), "SELECT count(*) FROM gpu_samples_named WHERE uuid IS NULL OR name IS NULL"), "0");
   EXPECT_EQ(scalar(r->db(), "SELECT count(DISTINCT tick) FROM gpu_samples WHERE tick >= " + std::to_string(first)),
             scalar(r->db(), "SELECT count(*) FROM cpu_samples WHERE tick >= " + std::to_string(first)))
       << "one sample per tick from then on";

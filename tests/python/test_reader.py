@@ -271,6 +271,9 @@ def test_pandas_frames_are_typed(trained):
     assert work["amount"].sum() == 64 + 20 + 5 and str(work["time"].dtype) == "datetime64[ns, UTC]"
     gpu = store.samples(run, device="gpu0").df()
     assert gpu["power_w"].iloc[-1] == 300.0
+    # The store keeps each GPU's name once, in gpu_devices; the samples show it beside gpu_index, as they always did.
+    assert list(gpu.columns[:8]) == ["run_id", "tick", "ts_ms", "gpu_index", "uuid", "name", "vendor", "power_w"]
+    assert set(gpu["uuid"]) == {"GPU-py-0"} and set(gpu["vendor"]) == {"nvidia"}
 
 
 def test_without_pandas_records_are_plain_and_df_says_what_to_install(trained):

@@ -59,7 +59,7 @@ RunInfo record(const TempDir& dir, double tick_s, double seconds, double busy_un
     }
     f.cpu.util_pct = 20;
     f.cpu.package_energy_j = kCpuW * t;
-    append_frame_rows(run.run_id, f, devs, batch);
+    append_frame_rows(run.run_id, f, batch);
     if (batch.sample_rows() >= 20000) {
       sink->write(batch);
       batch.clear();

@@ -300,7 +300,7 @@ void fill_and_free(Sink& sink, const wstest::TmpfsMount& mnt, RunInfo& run, int 
   for (int b = 0; b < batches; ++b) {
     RowBatch batch;
     for (int t = b * per_batch; t < (b + 1) * per_batch; ++t)
-      append_frame_rows(run.run_id, frame(t, devs), devs, batch);
+      append_frame_rows(run.run_id, frame(t, devs), batch);
     if (b == fill_after) {
       ASSERT_GT(mnt.fill("filler"), 0u);
       for (int attempt = 0; attempt < 2; ++attempt) {

@@ -79,7 +79,7 @@ PerCoreStorage period_mode() {
 
 size_t core_rows_of(const Frame& f) {
   RowBatch b;
-  append_frame_rows("run", f, {}, b);
+  append_frame_rows("run", f, b);
   return b.tables[static_cast<size_t>(TableId::CpuCoreSamples)].rows();
 }
 

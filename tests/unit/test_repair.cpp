@@ -90,7 +90,7 @@ void record(Sink& sink, RunInfo& run, int first, int last) {
     }
     if (t == 9) f.phases_begun.push_back(begun(3, "eval", std::nullopt, kStart + 825));
     RowBatch b; // a commit a tick, as a phase edge makes
-    append_frame_rows(run.run_id, f, devs, b);
+    append_frame_rows(run.run_id, f, b);
     sink.write(b);
   }
 }
@@ -111,7 +111,7 @@ void repair(const StoreSpec& spec) {
   closing.markers_only = true;
   closing.phases = close_open_phases(*reader, stored);
   RowBatch rows;
-  append_frame_rows(fixed.run_id, closing, {}, rows);
+  append_frame_rows(fixed.run_id, closing, rows);
   open_sink(spec)->finalise_run(fixed, rows);
 }
 

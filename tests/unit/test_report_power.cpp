@@ -117,7 +117,7 @@ json report_of(const TempDir& dir, const RunSpec& spec, size_t buckets = 1000) {
       f.processes = snap;
     }
     acc.process(f);
-    append_frame_rows(run.run_id, f, devs, batch);
+    append_frame_rows(run.run_id, f, batch);
   }
   sink->write(batch);
   const RunSummary s = acc.summary();

@@ -90,15 +90,11 @@ RunInfo final_run() {
   return r;
 }
 
-auto devices() {
-  return std::make_shared<const std::vector<GpuDevice>>();
-}
-
 } // namespace
 
 TEST(SinkWriter, DrainPastItsDeadlineSpillsWhatAnAbandonedStoreHolds) {
   auto gate = std::make_shared<Gate>();
-  SinkWriter w(std::make_unique<FrozenSink>(gate, true), CommitPolicy{0, 50ms}, "r1", devices());
+  SinkWriter w(std::make_unique<FrozenSink>(gate, true), CommitPolicy{0, 50ms}, "r1");
   w.start();
   for (int i = 0; i < 10; ++i)
     w.push(frame(i));
@@ -117,7 +113,7 @@ TEST(SinkWriter, DrainPastItsDeadlineSpillsWhatAnAbandonedStoreHolds) {
 TEST(SinkWriter, AStoreThatCannotBeInterruptedIsLeftBehindAndReported) {
   auto gate = std::make_shared<Gate>();
   {
-    SinkWriter w(std::make_unique<FrozenSink>(gate, false), CommitPolicy{0, 50ms}, "r1", devices());
+    SinkWriter w(std::make_unique<FrozenSink>(gate, false), CommitPolicy{0, 50ms}, "r1");
     w.start();
     for (int i = 0; i < 10; ++i)
       w.push(frame(i));
@@ -138,7 +134,7 @@ TEST(SinkWriter, AStoreThatCannotBeInterruptedIsLeftBehindAndReported) {
 TEST(SinkWriter, HealthyStoreDrainsEverythingBeforeTheDeadline) {
   auto gate = std::make_shared<Gate>();
   gate->release();
-  SinkWriter w(std::make_unique<FrozenSink>(gate, true), CommitPolicy{1000, 0ns}, "r1", devices());
+  SinkWriter w(std::make_unique<FrozenSink>(gate, true), CommitPolicy{1000, 0ns}, "r1");
   w.start();
   for (int i = 0; i < 2500; ++i)
     w.push(frame(i));
@@ -152,7 +148,7 @@ TEST(SinkWriter, HealthyStoreDrainsEverythingBeforeTheDeadline) {
 }
 
 TEST(SinkWriter, FailingStoreIsRetriedUntilTheDeadlineThenReported) {
-  SinkWriter w(std::make_unique<BrokenSink>(), CommitPolicy{0, 50ms}, "r1", devices());
+  SinkWriter w(std::make_unique<BrokenSink>(), CommitPolicy{0, 50ms}, "r1");
   w.start();
   w.push(frame(0));
   const auto t = SteadyClock::now();
@@ -211,7 +207,7 @@ bool commits_reach(Commits& c, size_t n, std::chrono::milliseconds limit) {
 // leaves it in the store; frames without one wait for the period.
 TEST(SinkWriter, AFrameWithAPhaseEdgeIsCommittedWithinTheEdgeBoundNotThePeriod) {
   auto commits = std::make_shared<Commits>();
-  SinkWriter w(std::make_unique<RecordingSink>(commits), CommitPolicy{0, 60s}, "r1", devices());
+  SinkWriter w(std::make_unique<RecordingSink>(commits), CommitPolicy{0, 60s}, "r1");
   w.start();
   w.push(frame(0)); // the first frame is committed as it arrives
   ASSERT_TRUE(commits_reach(*commits, 1, 2s));
@@ -228,7 +224,7 @@ TEST(SinkWriter, AFrameWithAPhaseEdgeIsCommittedWithinTheEdgeBoundNotThePeriod) 
   }
   // Rows-only policy: the same bound.
   auto by_rows = std::make_shared<Commits>();
-  SinkWriter r(std::make_unique<RecordingSink>(by_rows), CommitPolicy{100000, 0ns}, "r2", devices());
+  SinkWriter r(std::make_unique<RecordingSink>(by_rows), CommitPolicy{100000, 0ns}, "r2");
   r.start();
   r.push(frame_with_begin(0, 0));
   EXPECT_TRUE(commits_reach(*by_rows, 1, 2s));
@@ -240,7 +236,7 @@ TEST(SinkWriter, AFrameWithAPhaseEdgeIsCommittedWithinTheEdgeBoundNotThePeriod) 
 // waits longer than that.
 TEST(SinkWriter, PhaseEdgesEveryTickMakeAtMostTenCommitsASecond) {
   auto commits = std::make_shared<Commits>();
-  SinkWriter w(std::make_unique<RecordingSink>(commits), CommitPolicy{0, 60s}, "r1", devices());
+  SinkWriter w(std::make_unique<RecordingSink>(commits), CommitPolicy{0, 60s}, "r1");
   w.start();
   const auto t0 = SteadyClock::now();
   for (int i = 0; i < 100; ++i) { // 1 s of ticks

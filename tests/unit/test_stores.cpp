@@ -138,7 +138,7 @@ void write_run(Sink& sink, RunInfo& run, const std::vector<GpuDevice>& devs, int
   for (int t = 0; t < ticks; ++t) {
     Frame f = sample_frame(t);
     f.device_rows = t == 0 ? devs : std::vector<GpuDevice>{};
-    append_frame_rows(run.run_id, f, devs, batch);
+    append_frame_rows(run.run_id, f, batch);
   }
   sink.write(batch);
   run.end_ms = run.start_ms + 1000;
@@ -302,7 +302,7 @@ TEST(Stores, ReplayedBatchIsIdempotentInSqlite) {
   auto sq = make_sqlite_sink(dir / "w.db");
   sq->begin_run(run);
   RowBatch batch;
-  append_frame_rows(run.run_id, sample_frame(0), devs, batch);
+  append_frame_rows(run.run_id, sample_frame(0), batch);
   sq->write(batch);
   sq->write(batch); // a retry after an ambiguous failure must not duplicate rows
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples"), "2");
@@ -474,12 +474,11 @@ TEST(Stores, EncoderColumnsAreAddedToAVersion2Store) {
                "('old-run', 0, 1, 0, 250.0);"});
   RunInfo run = sample_run("t");
   auto sink = make_sqlite_sink(db);
-  std::vector<GpuDevice> devs = two_gpus();
   sink->begin_run(run);
   RowBatch batch;
   Frame f = sample_frame(0);
   f.gpus[0].util_enc_pct = 37.0;
-  append_frame_rows(run.run_id, f, devs, batch);
+  append_frame_rows(run.run_id, f, batch);
   sink->write(batch);
   EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion));
   EXPECT_EQ(wstest::scalar(db, "SELECT util_enc_pct IS NULL AND util_dec_pct IS NULL FROM gpu_samples WHERE "
@@ -492,6 +491,69 @@ TEST(Stores, EncoderColumnsAreAddedToAVersion2Store) {
                                            "gpu_index=0",
                                            run.run_id)),
             "1");
+}
+
+// Version 5 to 6: gpu_samples repeated each GPU's uuid, name and vendor in every row. A version-5 store is read as it
+// is; its next writer moves them into gpu_devices (a GPU whose device row was lost gets one from its samples, an empty
+// vendor is filled) and rebuilds gpu_samples without them, every sample kept, and gpu_samples_named shows them again.
+TEST(Stores, AVersion5StoreMovesEachGpusIdentityIntoGpuDevices) {
+  wstest::TempDir dir;
+  const std::string db = dir / "v5.db";
+  RunInfo old = sample_run("old");
+  {
+    auto sink = make_sqlite_sink(db);
+    write_run(*sink, old, two_gpus(), 3);
+  }
+  const std::string before = wstest::scalar(db, "SELECT group_concat(tick || ':' || gpu_index || ':' || power_w, ' ') "
+                                                "FROM (SELECT * FROM gpu_samples ORDER BY tick, gpu_index)");
+  // The layout of version 5, its rows named as a version-5 writer named them.
+  wstest::run({"/usr/bin/sqlite3", db,
+               "DROP VIEW gpu_samples_named; CREATE TABLE g5 (run_id TEXT, tick INTEGER, ts_ms INTEGER, gpu_index "
+               "INTEGER, uuid TEXT, name TEXT, vendor TEXT, power_w REAL, energy_j REAL, PRIMARY KEY (run_id, tick, "
+               "gpu_index)) WITHOUT ROWID; INSERT INTO g5 SELECT s.run_id, s.tick, s.ts_ms, s.gpu_index, d.uuid, "
+               "d.name, d.vendor, s.power_w, s.energy_j FROM gpu_samples s JOIN gpu_devices d USING (run_id, "
+               "gpu_index); DROP TABLE gpu_samples; ALTER TABLE g5 RENAME TO gpu_samples; DELETE FROM gpu_devices "
+               "WHERE gpu_index = 1; UPDATE gpu_devices SET vendor = ''; UPDATE meta SET value = '5';"});
+  {
+    auto reader = make_sqlite_reader(db);
+    int rows = 0;
+    reader->scan(TableId::GpuSamples, reader->runs().at(0), [&](std::span<const Value>) { ++rows; });
+    EXPECT_EQ(rows, 6);
+  }
+  RunInfo next = sample_run("next");
+  next.run_id = "20261121-120330-00000002";
+  {
+    auto sink = make_sqlite_sink(db);
+    write_run(*sink, next, two_gpus(), 2);
+  }
+  EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion));
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM pragma_table_info('gpu_samples') WHERE name IN ('uuid', 'name', "
+                               "'vendor')"),
+            "0");
+  EXPECT_EQ(wstest::scalar(db, fmt::format("SELECT group_concat(tick || ':' || gpu_index || ':' || power_w, ' ') FROM "
+                                           "(SELECT * FROM gpu_samples WHERE run_id = '{}' ORDER BY tick, gpu_index)",
+                                           old.run_id)),
+            before);
+  EXPECT_EQ(wstest::scalar(db, fmt::format("SELECT group_concat(gpu_index || ' ' || uuid || ' ' || name || ' ' || "
+                                           "vendor, ', ') FROM (SELECT * FROM gpu_devices WHERE run_id = '{}' ORDER "
+                                           "BY gpu_index)",
+                                           old.run_id)),
+            "0 GPU-a NVIDIA H100 nvidia, 1 GPU-b NVIDIA H100 nvidia");
+  // The view: every sample of both runs, named, in the columns of version 5.
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) || ' ' || count(uuid) || ' ' || sum(vendor = 'nvidia') FROM "
+                               "gpu_samples_named"),
+            "10 10 10");
+  EXPECT_EQ(wstest::scalar(db, "SELECT group_concat(name, ',') FROM (SELECT name FROM pragma_table_info("
+                               "'gpu_samples_named') LIMIT 8)"),
+            "run_id,tick,ts_ms,gpu_index,uuid,name,vendor,power_w");
+  // A second writer finds nothing left to move.
+  {
+    auto sink = make_sqlite_sink(db);
+    RunInfo third = sample_run("third");
+    third.run_id = "20261121-120400-00000003";
+    write_run(*sink, third, two_gpus(), 1);
+  }
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM gpu_samples_named WHERE uuid IS NOT NULL"), "12");
 }
 
 // issue 15: a version-3 store (before phases and work) is read with no phases rather than refused as damaged, and a

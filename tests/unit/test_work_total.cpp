@@ -77,8 +77,7 @@ TEST(WorkTotal, TrackerStoresItOnTheWorkRowAndTheLatestDeclarationWins) {
 
   // The `work` table's `total` column: the value, or NULL.
   RowBatch rows;
-  std::vector<GpuDevice> devices;
-  append_frame_rows("run", f1, devices, rows);
+  append_frame_rows("run", f1, rows);
   const auto& cells = rows.tables[static_cast<size_t>(TableId::Work)];
   const size_t col = column_index(TableId::Work, "total");
   ASSERT_EQ(cells.rows(), 3u);

@@ -195,7 +195,7 @@ public:
       frame.mono = SteadyClock::time_point{} + std::chrono::milliseconds(frame.ts_ms - first_ms);
       tick_ms.push_back(frame.ts_ms);
       acc.process(frame);
-      append_frame_rows(run.run_id, frame, devices, batch);
+      append_frame_rows(run.run_id, frame, batch);
       frame = Frame{};
       std::fill(seen.begin(), seen.end(), false);
       if (batch.sample_rows() >= 10000) {

@@ -69,7 +69,7 @@ public:
         }
       }
       RowBatch rows;
-      append_frame_rows(finished.run_id, closing, {}, rows);
+      append_frame_rows(finished.run_id, closing, rows);
       auto sink = open_sink(spec, /*spill_on_outage=*/false);
       sink->finalise_run(finished, rows);
       if (!ctx.quiet) {

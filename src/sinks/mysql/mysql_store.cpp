@@ -636,6 +636,33 @@ void backfill_run_tags(Conn& c) {
   }
 }
 
+// Schema 6: gpu_samples without each GPU's uuid, name and vendor (kGpuIdentityColumns). A store that still has them
+// gets them in gpu_devices first (where a run's device row lacks them or was never stored), then the columns dropped.
+void move_gpu_identity(Conn& c) {
+  const std::vector<std::string> have = c.columns("gpu_samples");
+  auto has = [&](std::string_view col) { return std::find(have.begin(), have.end(), col) != have.end(); };
+  if (std::none_of(std::begin(kGpuIdentityColumns), std::end(kGpuIdentityColumns), has)) return;
+  spdlog::info("MySQL {}: moving each GPU's uuid, name and vendor out of gpu_samples into gpu_devices (schema 6, once)",
+               c.url().text());
+  // A store of version 1 never had vendor: what it lacks is read as NULL.
+  auto stored = [&](std::string_view col) { return has(col) ? fmt::format("MAX(`{}`)", col) : std::string("NULL"); };
+  const std::string identity = fmt::format("SELECT `run_id`, `gpu_index`, {} AS `vendor`, {} AS `uuid`, {} AS `name` "
+                                           "FROM `gpu_samples` GROUP BY `run_id`, `gpu_index`",
+                                           stored("vendor"), stored("uuid"), stored("name"));
+  c.exec(
+      fmt::format("INSERT IGNORE INTO `gpu_devices` (`run_id`, `gpu_index`, `vendor`, `uuid`, `name`) {}", identity));
+  std::string sets, drops;
+  for (const auto& col : kGpuIdentityColumns) {
+    sets += fmt::format("{0}d.`{1}` = COALESCE(NULLIF(d.`{1}`, ''), i.`{1}`)", sets.empty() ? "" : ", ", col);
+    if (has(col)) drops += fmt::format("{}DROP COLUMN `{}`", drops.empty() ? "" : ", ", col);
+  }
+  c.exec(fmt::format("UPDATE `gpu_devices` d JOIN ({}) i ON i.`run_id` = d.`run_id` AND i.`gpu_index` = d.`gpu_index` "
+                     "SET {}",
+                     identity, sets));
+  mysql_commit(c.get());
+  c.exec(fmt::format("ALTER TABLE `gpu_samples` {}", drops));
+}
+
 void ensure_schema(Conn& c) {
   // Many hosts may start at once: one of them creates or migrates the schema at a time.
   c.value("SELECT GET_LOCK('wattscope_schema', 30)");
@@ -717,6 +744,9 @@ void ensure_schema(Conn& c) {
                          kDurationColumn));
     // issue 35: the exit status order's index (figure_column), built once per store (0.2-0.3 s at 100,000 runs)
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_exit_status` ON `runs` (`exit_status`, `start_ms`)");
+    move_gpu_identity(c);
+    // Made again by every writer: the view's columns are this version's.
+    c.exec(fmt::format("CREATE OR REPLACE VIEW `{}` AS {}", kGpuSamplesNamedView, gpu_samples_named_select('`')));
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
                        kSchemaVersion));
@@ -1551,6 +1581,7 @@ std::string mysql_schema_sql(bool compress) {
   std::string sql;
   for (const auto& t : all_tables())
     sql += create_table_sql(t, compress);
+  sql += fmt::format("CREATE OR REPLACE VIEW `{}` AS {};\n", kGpuSamplesNamedView, gpu_samples_named_select('`'));
   return sql;
 }
 

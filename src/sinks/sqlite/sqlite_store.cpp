@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "sinks/runs_query.hpp"
 
@@ -262,6 +263,50 @@ void backfill_run_tags(Db& db) {
     write_run_tags(db, r);
 }
 
+// Schema 6: a store whose gpu_samples still repeats each GPU's uuid, name and vendor (kGpuIdentityColumns) gets them
+// in gpu_devices (where a run's device row lacks them or was never stored) and gpu_samples rebuilt without them, in one
+// copy of the table. Inside the writer's schema transaction: a failure leaves the store as it was.
+void move_gpu_identity(Db& db) {
+  const std::vector<std::string> have = stored_columns(db, "gpu_samples");
+  if (std::none_of(std::begin(kGpuIdentityColumns), std::end(kGpuIdentityColumns),
+                   [&](std::string_view c) { return std::find(have.begin(), have.end(), c) != have.end(); }))
+    return;
+  // A store of version 1 never had vendor: what it lacks is read as NULL.
+  auto stored = [&](std::string_view c) {
+    return std::find(have.begin(), have.end(), c) != have.end() ? fmt::format("max(\"{}\")", c) : std::string("NULL");
+  };
+  int64_t rows = 0;
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db.get(), "SELECT count(*) FROM gpu_samples", -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW)
+    rows = sqlite3_column_int64(st, 0);
+  sqlite3_finalize(st);
+  spdlog::info("database '{}': moving each GPU's uuid, name and vendor out of its {} sample rows into gpu_devices "
+               "(schema 6, once; VACUUM returns the space)",
+               db.path(), rows);
+  db.exec(
+      fmt::format("CREATE TEMP TABLE gpu_identity AS SELECT run_id, gpu_index, {} AS vendor, {} AS uuid, {} AS name "
+                  "FROM gpu_samples GROUP BY run_id, gpu_index;",
+                  stored("vendor"), stored("uuid"), stored("name")));
+  db.exec("INSERT OR IGNORE INTO gpu_devices (run_id, gpu_index, vendor, uuid, name) "
+          "SELECT run_id, gpu_index, vendor, uuid, name FROM temp.gpu_identity;");
+  std::string sets;
+  for (const auto& c : kGpuIdentityColumns)
+    sets += fmt::format("{0}\"{1}\" = coalesce(nullif(\"{1}\", ''), (SELECT i.\"{1}\" FROM temp.gpu_identity i WHERE "
+                        "i.run_id = gpu_devices.run_id AND i.gpu_index = gpu_devices.gpu_index))",
+                        sets.empty() ? "" : ", ", c);
+  db.exec(fmt::format("UPDATE gpu_devices SET {};", sets));
+  db.exec("DROP TABLE temp.gpu_identity;");
+  const Table& g = table(TableId::GpuSamples);
+  Table lean = g;
+  lean.name = "gpu_samples_v6";
+  const std::string cols = sqlite_columns(g);
+  db.exec(sqlite_create_table(lean));
+  db.exec(fmt::format("INSERT INTO gpu_samples_v6 ({0}) SELECT {0} FROM gpu_samples;", cols));
+  db.exec("DROP TABLE gpu_samples;");
+  db.exec("ALTER TABLE gpu_samples_v6 RENAME TO gpu_samples;");
+}
+
 void ensure_schema(Db& db) {
   db.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);");
   check_schema_version(stored_version(db), fmt::format("database '{}'", db.path()));
@@ -290,6 +335,10 @@ void ensure_schema(Db& db) {
       db.exec(fmt::format("UPDATE runs SET j_per_unit = {};", j_per_unit_sql("runs")));
     }
     db.exec("CREATE INDEX IF NOT EXISTS runs_by_j_per_unit ON runs (j_per_unit, start_ms, run_id);");
+    // The view is made again by every writer: its columns are this version's.
+    db.exec(fmt::format("DROP VIEW IF EXISTS {};", kGpuSamplesNamedView));
+    move_gpu_identity(db);
+    db.exec(fmt::format("CREATE VIEW {} AS {};", kGpuSamplesNamedView, gpu_samples_named_select('"')));
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
   } catch (...) {
@@ -648,6 +697,7 @@ std::string sqlite_schema_sql() {
   std::string sql;
   for (const auto& t : all_tables())
     sql += sqlite_create_table(t);
+  sql += fmt::format("CREATE VIEW {} AS {};\n", kGpuSamplesNamedView, gpu_samples_named_select('"'));
   return sql;
 }
 
