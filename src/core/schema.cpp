@@ -439,15 +439,24 @@ void append_frame_rows(std::string_view run_id, const Frame& f, RowBatch& out) {
   append_event_rows(run_id, f, out);
 }
 
+std::vector<std::string_view> gpu_samples_named_columns() {
+  std::vector<std::string_view> out;
+  for (const auto& c : kGpuCols) {
+    out.push_back(c.name);
+    if (c.name == "gpu_index") out.insert(out.end(), std::begin(kGpuIdentityColumns), std::end(kGpuIdentityColumns));
+  }
+  return out;
+}
+
 std::string gpu_samples_named_select(char quote) {
   auto q = [quote](std::string_view name) { return fmt::format("{0}{1}{0}", quote, name); };
+  auto identity = [](std::string_view name) {
+    return std::find(std::begin(kGpuIdentityColumns), std::end(kGpuIdentityColumns), name) !=
+           std::end(kGpuIdentityColumns);
+  };
   std::string cols;
-  for (const auto& c : kGpuCols) {
-    cols += fmt::format("{}s.{}", cols.empty() ? "" : ", ", q(c.name));
-    if (c.name == "gpu_index")
-      for (const auto& id : kGpuIdentityColumns)
-        cols += fmt::format(", d.{}", q(id));
-  }
+  for (const auto& c : gpu_samples_named_columns())
+    cols += fmt::format("{}{}.{}", cols.empty() ? "" : ", ", identity(c) ? "d" : "s", q(c));
   return fmt::format("SELECT {} FROM {} s LEFT JOIN {} d ON d.{} = s.{} AND d.{} = s.{}", cols, q("gpu_samples"),
                      q("gpu_devices"), q("run_id"), q("run_id"), q("gpu_index"), q("gpu_index"));
 }

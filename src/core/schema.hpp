@@ -136,6 +136,8 @@ void append_frame_rows(std::string_view run_id, const Frame& frame, RowBatch& ou
 // The SELECT of the view kGpuSamplesNamedView, `quote` quoting an identifier: gpu_samples' columns in the order of
 // schema 5 (uuid, name and vendor after gpu_index, from gpu_devices), so that queries written for it still run.
 std::string gpu_samples_named_select(char quote);
+// That view's columns, in order: a writer makes the view again only where the stored one's differ.
+std::vector<std::string_view> gpu_samples_named_columns();
 
 // ---- attribution (issue 13) ----
 // The rows of frame.processes (processes, process_samples, process_gpu_samples); append_frame_rows calls it.

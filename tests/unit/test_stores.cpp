@@ -554,6 +554,20 @@ TEST(Stores, AVersion5StoreMovesEachGpusIdentityIntoGpuDevices) {
     write_run(*sink, third, two_gpus(), 1);
   }
   EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM gpu_samples_named WHERE uuid IS NOT NULL"), "12");
+  // ...nor a view to make again: the schema is left as it is (readers keep their prepared statements)...
+  auto write_one = [&] {
+    RunInfo more = sample_run("more");
+    write_run(*make_sqlite_sink(db), more, two_gpus(), 1);
+  };
+  const std::string cookie = wstest::scalar(db, "PRAGMA schema_version");
+  write_one();
+  EXPECT_EQ(wstest::scalar(db, "PRAGMA schema_version"), cookie);
+  // ...unless the view is not this version's.
+  wstest::run({"/usr/bin/sqlite3", db,
+               "DROP VIEW gpu_samples_named; CREATE VIEW gpu_samples_named AS SELECT run_id FROM gpu_samples;"});
+  write_one();
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM pragma_table_info('gpu_samples_named')"),
+            std::to_string(gpu_samples_named_columns().size()));
 }
 
 // issue 15: a version-3 store (before phases and work) is read with no phases rather than refused as damaged, and a

@@ -663,6 +663,26 @@ void move_gpu_identity(Conn& c) {
   c.exec(fmt::format("ALTER TABLE `gpu_samples` {}", drops));
 }
 
+// The view gpu_samples_named, made again where its columns are not this version's (MySQL fixes a view's columns when
+// it is made). A convenience for queries: an account that may not make views records all the same, and is told.
+void make_named_view(Conn& c) {
+  std::vector<std::string> have;
+  try {
+    have = c.columns(std::string(kGpuSamplesNamedView));
+  } catch (const MysqlError& e) {
+    if (is_outage(e.err)) throw;
+  }
+  const std::vector<std::string_view> want = gpu_samples_named_columns();
+  if (std::equal(have.begin(), have.end(), want.begin(), want.end())) return;
+  try {
+    c.exec(fmt::format("CREATE OR REPLACE VIEW `{}` AS {}", kGpuSamplesNamedView, gpu_samples_named_select('`')));
+  } catch (const MysqlError& e) {
+    if (is_outage(e.err)) throw;
+    spdlog::warn("MySQL {}: the view {} (each GPU sample with its uuid, name and vendor) was not made: {}",
+                 c.url().text(), kGpuSamplesNamedView, e.what());
+  }
+}
+
 void ensure_schema(Conn& c) {
   // Many hosts may start at once: one of them creates or migrates the schema at a time.
   c.value("SELECT GET_LOCK('wattscope_schema', 30)");
@@ -745,8 +765,7 @@ void ensure_schema(Conn& c) {
     // issue 35: the exit status order's index (figure_column), built once per store (0.2-0.3 s at 100,000 runs)
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_exit_status` ON `runs` (`exit_status`, `start_ms`)");
     move_gpu_identity(c);
-    // Made again by every writer: the view's columns are this version's.
-    c.exec(fmt::format("CREATE OR REPLACE VIEW `{}` AS {}", kGpuSamplesNamedView, gpu_samples_named_select('`')));
+    make_named_view(c);
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
                        kSchemaVersion));

@@ -271,6 +271,8 @@ void move_gpu_identity(Db& db) {
   if (std::none_of(std::begin(kGpuIdentityColumns), std::end(kGpuIdentityColumns),
                    [&](std::string_view c) { return std::find(have.begin(), have.end(), c) != have.end(); }))
     return;
+  // A view on the table would stop its rebuild; ensure_schema makes ours again after.
+  db.exec(fmt::format("DROP VIEW IF EXISTS {};", kGpuSamplesNamedView));
   // A store of version 1 never had vendor: what it lacks is read as NULL.
   auto stored = [&](std::string_view c) {
     return std::find(have.begin(), have.end(), c) != have.end() ? fmt::format("max(\"{}\")", c) : std::string("NULL");
@@ -335,10 +337,14 @@ void ensure_schema(Db& db) {
       db.exec(fmt::format("UPDATE runs SET j_per_unit = {};", j_per_unit_sql("runs")));
     }
     db.exec("CREATE INDEX IF NOT EXISTS runs_by_j_per_unit ON runs (j_per_unit, start_ms, run_id);");
-    // The view is made again by every writer: its columns are this version's.
-    db.exec(fmt::format("DROP VIEW IF EXISTS {};", kGpuSamplesNamedView));
     move_gpu_identity(db);
-    db.exec(fmt::format("CREATE VIEW {} AS {};", kGpuSamplesNamedView, gpu_samples_named_select('"')));
+    // Made again where its columns are not this version's (or it is missing).
+    const std::vector<std::string> view = stored_columns(db, kGpuSamplesNamedView);
+    const std::vector<std::string_view> want = gpu_samples_named_columns();
+    if (!std::equal(view.begin(), view.end(), want.begin(), want.end())) {
+      db.exec(fmt::format("DROP VIEW IF EXISTS {};", kGpuSamplesNamedView));
+      db.exec(fmt::format("CREATE VIEW {} AS {};", kGpuSamplesNamedView, gpu_samples_named_select('"')));
+    }
     db.exec(fmt::format("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '{}');", kSchemaVersion));
     db.exec("COMMIT;");
   } catch (...) {
