@@ -62,9 +62,9 @@ def main():
         csv_lean = os.path.getsize(path)
         with open(path, newline="") as f:
             data = list(csv.reader(f))
-        dev = {d["gpu_index"]: d for d in
-               csv.DictReader(open(next(os.path.join(csv_dir, n) for n in os.listdir(csv_dir)
-                                        if n.endswith("_gpu_devices.csv")), newline=""))}
+        devices = next(os.path.join(csv_dir, n) for n in os.listdir(csv_dir) if n.endswith("_gpu_devices.csv"))
+        with open(devices, newline="") as f:
+            dev = {d["gpu_index"]: d for d in csv.DictReader(f)}
         head, body = data[0], data[1:]
         at = head.index("gpu_index") + 1
         wide_text = ",".join(head[:at] + ["uuid", "name", "vendor"] + head[at:]) + "\n"
