@@ -345,7 +345,7 @@ void PhaseTracker::process(Frame& f) {
   }
   settle_due(f.mono, f);
   place(f, f.mono, served, false);
-  SteadyClock::time_point horizon = f.mono - kNearReadings;
+  SteadyClock::time_point horizon = f.mono - kMaxMarkerAge - kNearReadings; // a marker yet to arrive may be this old
   {
     std::lock_guard lock(mu_);
     for (const auto& p : pending_)

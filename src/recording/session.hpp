@@ -158,9 +158,10 @@ private:
   static constexpr int kEdgeReadingBurst = 8;
   static constexpr std::chrono::nanoseconds kEdgeReadingPeriod = std::chrono::milliseconds(200);
   // A marker's own time (Marker::mono_ns) is taken when it is at most this far after its arrival (clocks read on two
-  // CPUs), and at most kMaxMarkerDelay before it; other times are no time of this machine's clock.
+  // CPUs), and at most kMaxMarkerDelay before it (the tracker keeps its known points that far back); other times are
+  // no time of this machine's clock.
   static constexpr std::chrono::nanoseconds kMarkerClockSlack = std::chrono::milliseconds(1);
-  static constexpr std::chrono::nanoseconds kMaxMarkerDelay = std::chrono::seconds(5);
+  static constexpr std::chrono::nanoseconds kMaxMarkerDelay = PhaseTracker::kMaxMarkerAge;
   std::atomic<int64_t> markers_clock_refused_{0};
   std::unique_ptr<ProcessTracker> tracker_;
   std::unique_ptr<PhaseTracker> phases_;    // issue 15

@@ -206,6 +206,37 @@ TEST(PhaseTracker, AnEndArrivingAfterATickWaitsForTheNextOne) {
   EXPECT_DOUBLE_EQ(*f2.phases[0].energy_j, (5 + 7 * 0.5) - (0 + 5 * 0.2)); // interpolated at 2.5 s and at 1.2 s
 }
 
+// A marker stamped with its own time may arrive seconds later (it waited in a queue on a loaded machine; a scrape's
+// end is sent when the scraper stops): the ticks around its time are still there, at a short interval and a long one.
+TEST(PhaseTracker, AMarkerArrivingSecondsAfterItsTimeFindsTheTicksAroundIt) {
+  for (const int64_t interval_ms : {10, 100, 1000}) {
+    SCOPED_TRACE(interval_ms);
+    PhaseTracker t;
+    std::vector<Frame> frames;
+    // a counter at exactly 250 W: E(t) = 0.25 J per ms from 0
+    const auto tick_at = [&](int64_t ms) {
+      Frame f = frame(ms / interval_ms, ms, 0.25 * static_cast<double>(ms));
+      t.process(f);
+      frames.push_back(std::move(f));
+    };
+    int64_t now = 0;
+    for (; now <= 5000; now += interval_ms)
+      tick_at(now);
+    // both stamped long before they arrive, within the markers' age
+    t.push(begin("late"), 1234, at(1234), at(now - 5));
+    t.push(end("late"), 2567, at(2567), at(now - 2));
+    for (const int64_t stop = now + 3000; now <= stop; now += interval_ms)
+      tick_at(now);
+    std::vector<PhaseRecord> got;
+    for (const auto& f : frames)
+      got.insert(got.end(), f.phases.begin(), f.phases.end());
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_NEAR(*got[0].energy_j, 0.25 * (2567 - 1234), 1e-6);
+    EXPECT_EQ(got[0].start_ms, 1234);
+    EXPECT_EQ(got[0].end_ms, 2567);
+  }
+}
+
 TEST(PhaseTracker, NestingParentsAndEndByName) {
   PhaseTracker t;
   Frame f0 = frame(0, 1000, 0.0);
