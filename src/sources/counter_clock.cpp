@@ -14,7 +14,7 @@ void CounterClock::start_learning(Time now) {
   state_ = State::learning;
   learn_started_ = now;
   learn_reads_ = 0;
-  prev_mid_.reset();
+  prev_t0_.reset();
   changes_in_a_row_ = 0;
   c1_.reset();
   first_update_.reset();
@@ -22,22 +22,23 @@ void CounterClock::start_learning(Time now) {
   held_ = false;
 }
 
-std::optional<CounterClock::Time> CounterClock::learn(Time mid, int64_t value) {
+std::optional<CounterClock::Time> CounterClock::learn(Time t0, Time t1, int64_t value) {
   if (state_ != State::learning) return std::nullopt;
   ++learn_reads_;
   const auto give_up = [&]() -> std::optional<Time> {
     state_ = State::unknown;
-    retry_at_ = mid + o_.retry_after;
+    retry_at_ = t1 + o_.retry_after;
     return std::nullopt;
   };
-  if (!prev_mid_) {
-    prev_mid_ = mid;
+  const Time after = std::max(t1, t0 + o_.min_spacing); // the next read starts no sooner
+  if (!prev_t0_) {
+    prev_t0_ = t0;
     prev_value_ = value;
-    return mid + o_.min_spacing;
+    return after;
   }
-  const Time before = *prev_mid_;
+  const Time before = *prev_t0_;
   const bool changed = value != prev_value_;
-  prev_mid_ = mid;
+  prev_t0_ = t0;
   prev_value_ = value;
   changes_in_a_row_ = changed ? changes_in_a_row_ + 1 : 0;
   held_ = held_ || !changed;
@@ -46,16 +47,16 @@ std::optional<CounterClock::Time> CounterClock::learn(Time mid, int64_t value) {
     return std::nullopt;
   }
   if (changed) {
-    const Time c = before + (mid - before) / 2;
-    const Dur h = (mid - before) / 2;
-    if (!held_) return mid + o_.min_spacing; // no read saw it hold yet: a continuous counter changes at every one
+    const Time c = before + (t1 - before) / 2;
+    const Dur h = (t1 - before) / 2;
+    if (!held_) return after; // no read saw it hold yet: a continuous counter changes at every one
     if (!c1_) {
       c1_ = c;
       h1_ = h;
       v1_ = value;
       // The next update is expected a period later: wait for most of it (the reads in between would see nothing).
-      if (wait_for_second_) return std::max(mid + o_.min_spacing, c + o_.nominal_period * 9 / 10);
-      return mid + o_.min_spacing;
+      if (wait_for_second_) return std::max(after, c + o_.nominal_period * 9 / 10);
+      return after;
     }
     if (h > o_.nominal_period / 4) {
       // The update came while waiting (a period shorter than 90 % of the nominal one): this change is too loosely
@@ -63,7 +64,7 @@ std::optional<CounterClock::Time> CounterClock::learn(Time mid, int64_t value) {
       // 2.8 ms reads see each other's reads between theirs: about 11 ms of width is ordinary there.)
       c1_.reset();
       wait_for_second_ = false;
-      return mid + o_.min_spacing;
+      return after;
     }
     const Dur gap = c - *c1_;
     // Within 5 % of the nominal period, or as near it as the two changes' own widths allow (reads late on a loaded
@@ -83,18 +84,19 @@ std::optional<CounterClock::Time> CounterClock::learn(Time mid, int64_t value) {
     state_ = State::periodic;
     return std::nullopt;
   }
-  if (mid - learn_started_ > o_.max_learn || learn_reads_ >= o_.max_learn_reads) return give_up();
-  return mid + o_.min_spacing;
+  if (t1 - learn_started_ > o_.max_learn || learn_reads_ >= o_.max_learn_reads) return give_up();
+  return after;
 }
 
-void CounterClock::observe_tick(Time t, int64_t value) {
+void CounterClock::observe_tick(Time t0, Time t1, int64_t value) {
   constexpr int kContinuousTicks = 8;
+  const Time t = t0 + (t1 - t0) / 2;
   // Ticks closer than two periods that see the value change confirm the update predicted between them, for free: the
   // updates' times stay known at 10 and 100 ms without a read of their own.
   if (state_ == State::periodic && last_tick_ && t > *last_tick_ && t - *last_tick_ < period_ * 2 &&
       value != last_tick_value_) {
-    const Time u = next_update(*last_tick_);
-    if (u <= t && next_update(u) > t) confirm(u, *last_tick_, t);
+    const Time u = next_update(*last_tick_t0_);
+    if (u <= t1 && next_update(u) > t1) confirm(u, *last_tick_t0_, t1);
   }
   if (last_tick_ && t > *last_tick_ && t - *last_tick_ < o_.nominal_period * 6 / 10) {
     if (value == last_tick_value_) {
@@ -107,6 +109,7 @@ void CounterClock::observe_tick(Time t, int64_t value) {
     tick_changes_ = 0;
   }
   last_tick_ = t;
+  last_tick_t0_ = t0;
   last_tick_value_ = value;
 }
 

@@ -43,13 +43,17 @@ public:
   // Unknown and allowed to learn now (not within retry_after of an undecided learning).
   bool may_learn(Time now) const { return state_ == State::unknown && (!retry_at_ || now >= *retry_at_); }
   void start_learning(Time now);
-  // A learning read: `mid` the middle of the call. Returns when the next read is wanted, or nothing when the learning
-  // decided (state() says what) or gave up (unknown).
-  std::optional<Time> learn(Time mid, int64_t value);
+  // Every read is the call's start and end: the value was taken somewhere between (a driver's own moment, and on a
+  // loaded machine a call of 2.8 ms stretched to 20: placed at the call's middle, an update was placed 10 ms off and a
+  // phase edge with it), so an update seen between two reads lies between the first one's start and the second's end.
+  //
+  // A learning read. Returns when the next read is wanted, or nothing when the learning decided (state() says what)
+  // or gave up (unknown).
+  std::optional<Time> learn(Time t0, Time t1, int64_t value);
   // A tick's read (passive: no read is made for it). Ticks under 60 % of the nominal period apart tell a counter
   // that changes at every one of 8 in a row (continuous) from one that holds its value across some (moves on a
   // period: worth learning).
-  void observe_tick(Time t, int64_t value);
+  void observe_tick(Time t0, Time t1, int64_t value);
   bool seen_holding() const { return seen_holding_; }
   // After a learning that found a period: the first update it saw, and the value from it on.
   std::optional<std::pair<Time, int64_t>> first_update() const { return first_update_; }
@@ -61,7 +65,8 @@ public:
   Dur uncertainty(Time t) const;
   // The prediction is too vague to place a reading (a quarter of a period): learn again.
   bool stale(Time t) const { return state_ == State::periodic && uncertainty(t) > period_ / 4; }
-  // Reads made across the predicted update `u`: the value changed between the reads whose middles were `lo` and `hi`
+  // Reads made across the predicted update `u`: the value changed between the start of one read (`lo`) and the end of
+  // a later one (`hi`)
   // (confirm: the phase, and over many periods the period, are narrowed to what the reads say), or did not change
   // from before the prediction's window to after it (miss: unknown again, to be learnt again no sooner than
   // Options::relearn_after, so that a machine too loaded to read on time does not learn at every edge).
@@ -76,7 +81,7 @@ private:
   // learning
   Time learn_started_{};
   int learn_reads_ = 0;
-  std::optional<Time> prev_mid_;
+  std::optional<Time> prev_t0_; // the last learning read's start
   int64_t prev_value_ = 0;
   int changes_in_a_row_ = 0; // reads in a row that saw a change (continuous when it reaches kContinuousReads)
   std::optional<Time> c1_;   // the first update seen: its middle and half-width
@@ -86,7 +91,8 @@ private:
   bool held_ = false;           // some read saw the value hold since the one before
   bool wait_for_second_ = true; // after the first change, wait most of a nominal period before reading again
   // ticks
-  std::optional<Time> last_tick_;
+  std::optional<Time> last_tick_;    // the middle of the last tick's read
+  std::optional<Time> last_tick_t0_; // and its start
   int64_t last_tick_value_ = 0;
   int tick_changes_ = 0;
   bool seen_holding_ = false;

@@ -1034,8 +1034,8 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
       // H100 node), or at the counter's update it stands for where its updates' times are known.
       const auto t1 = SteadyClock::now();
       const auto mid = t0 + (t1 - t0) / 2;
-      d.clock.observe_tick(mid, *s.energy_counter_uj); // moves at every read, or holds; ticks close together confirm
-      place_energy(d, mid, s);
+      d.clock.observe_tick(t0, t1, *s.energy_counter_uj); // moves at every read, or holds; ticks close together confirm
+      place_energy(d, t0, t1, s);
     }
     if (sched && rc == kSuccess) {
       if (timing) time_read(d, c.call, SteadyClock::now() - t0, frame.mono);
@@ -1185,18 +1185,19 @@ std::chrono::nanoseconds NvmlSource::plain_stale(const Dev& d) {
              : std::chrono::nanoseconds(CounterClock::Options{}.nominal_period);
 }
 
-void NvmlSource::place_energy(const Dev& d, SteadyClock::time_point mid, GpuSample& s) const {
+void NvmlSource::place_energy(const Dev& d, SteadyClock::time_point t0, SteadyClock::time_point t1,
+                              GpuSample& s) const {
+  const auto mid = t0 + (t1 - t0) / 2;
   s.energy_at = mid;
   switch (d.clock.state()) {
   case CounterClock::State::continuous:
     return;
   case CounterClock::State::periodic:
     if (!d.clock.stale(mid)) {
-      const auto u = d.clock.next_update(mid) - d.clock.period(); // the last update predicted at or before the read
-      const auto h = d.clock.uncertainty(u);
-      if (mid - u > h + kUpdateGuard) { // past it for sure: the value is the energy at that update
-        s.energy_at = u;
-        s.energy_stale = h;
+      // the whole read past the last update predicted before it, and clear of the next: the energy at that update
+      if (auto u = update_of_read(d, t0, t1)) {
+        s.energy_at = *u;
+        s.energy_stale = d.clock.uncertainty(*u);
         return;
       }
     }
@@ -1254,9 +1255,21 @@ void NvmlSource::plan_edge_reads(Dev& d, SteadyClock::time_point after) {
   e.have_prev = false;
 }
 
+std::optional<SteadyClock::time_point> NvmlSource::update_of_read(const Dev& d, SteadyClock::time_point t0,
+                                                                  SteadyClock::time_point t1) {
+  const auto next = d.clock.next_update(t0);
+  const auto last = next - d.clock.period();
+  if (t0 - last > d.clock.uncertainty(last) + kUpdateGuard && next - t1 > d.clock.uncertainty(next) + kUpdateGuard)
+    return last;
+  return std::nullopt;
+}
+
 bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
   using Step = Dev::EdgeRead::Step;
   auto& e = d.edge;
+  // The power's shape between the reads of a learning or a scan too (a step of power inside a learning of 200 ms on a
+  // loaded machine was otherwise seen only at its ends, and the edge worked back through it 25 J off)
+  if (!e.power.empty() && SteadyClock::now() - e.power.back().first >= kEdgePowerStep) sample_edge_power(d);
   unsigned long long mj = 0;
   const auto t0 = SteadyClock::now();
   if (lib_->device_total_energy(d.handle, &mj) != kSuccess) {    // left to the ticks, which say why
@@ -1283,13 +1296,22 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
     }
     out.push_back(r);
   };
+  // A read planned near an update but made much later (a worker not scheduled for 100 ms on a loaded machine) holds a
+  // later update's value: placed at the planned update, a phase edge was off by a period of power (12 % of a 1.3 s
+  // phase at 650 W). Such a read is placed at the update it stands for, or, where it may have crossed one, the next
+  // update is waited for (three times at most; then the edge is interpolated, and says so).
+  const auto too_late = [&] {
+    if (e.late++ >= 2) return false;
+    plan_edge_reads(d, t1);
+    return true;
+  };
   switch (e.step) {
   case Step::plain:
     out.push_back({d.info.gpu_index, uj, mid, std::nullopt, 0, 0, plain_stale(d)});
     return false;
   case Step::learn: {
     if (!e.first_read) e.first_read = std::make_pair(mid, uj);
-    if (auto next = d.clock.learn(mid, uj)) {
+    if (auto next = d.clock.learn(t0, t1, uj)) {
       e.due = *next;
       return true;
     }
@@ -1314,7 +1336,10 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
   }
   case Step::scan:
     if (e.have_prev && uj != e.prev_uj) {
-      d.clock.confirm(e.update, e.prev_mid, mid);
+      // the change is the predicted update's only where this read ended before the one after it
+      if (d.clock.next_update(e.update) - t1 <= d.clock.uncertainty(d.clock.next_update(e.update)) + kUpdateGuard)
+        return too_late();
+      d.clock.confirm(e.update, e.prev_t0, t1);
       at_update(d.clock.last_confirmed(), uj);
       return false;
     }
@@ -1329,7 +1354,7 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
         const auto cost = d.cost[cEnergy].measured.count() > 0 ? d.cost[cEnergy].measured : std::chrono::nanoseconds{0};
         e.due = std::max(t1, e.update - delta - kUpdateGuard - cost);
         e.scan_end = e.update + delta + kUpdateGuard + cost;
-        e.prev_mid = mid;
+        e.prev_t0 = t0;
         e.prev_uj = uj;
         return true;
       }
@@ -1339,13 +1364,16 @@ bool NvmlSource::edge_step(Dev& d, std::vector<CounterReading>& out) {
       return false;
     }
     e.have_prev = true;
-    e.prev_mid = mid;
+    e.prev_t0 = t0;
     e.prev_uj = uj;
     e.due = t0 + e.spacing;
     return true;
   case Step::after:
-    at_update(e.update, uj);
-    return false;
+    if (auto u = update_of_read(d, t0, t1)) {
+      at_update(*u, uj);
+      return false;
+    }
+    return too_late();
   }
   return false;
 }

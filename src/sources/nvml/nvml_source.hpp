@@ -181,11 +181,12 @@ public:
       // The instant power from the edge on, every kEdgePowerStep while the reading waits (1-2 us a read on an H100):
       // the energy from the edge to the update the reading stands for is its integral.
       std::vector<std::pair<SteadyClock::time_point, double>> power;
-      SteadyClock::time_point scan_end{}, prev_mid{};
+      SteadyClock::time_point scan_end{}, prev_t0{};
       std::chrono::nanoseconds spacing{};
       int64_t prev_uj = 0;
       bool have_prev = false;
       int rescans = 0; // windows watched again after one where the value did not change
+      int late = 0;    // reads made too late to tell which update their value stands for (then the next is waited for)
       std::optional<std::pair<SteadyClock::time_point, int64_t>> first_read; // learning: the one nearest the edge
     } edge;
   };
@@ -249,7 +250,7 @@ private:
   bool edge_step(Dev& d, std::vector<CounterReading>& out);
   OptF instant_power_w(Dev& d); // the instant power field alone (1-2 us on an H100), or nothing
   // When a tick's counter value was the energy (GpuSample::energy_at, energy_stale): its read, or its update.
-  void place_energy(const Dev& d, SteadyClock::time_point mid, GpuSample& s) const;
+  void place_energy(const Dev& d, SteadyClock::time_point t0, SteadyClock::time_point t1, GpuSample& s) const;
   // How old a value read now may be where the updates' times are not used: a period, unless it moves at every read.
   static std::chrono::nanoseconds plain_stale(const Dev& d);
   void sample_edge_power(Dev& d);
@@ -262,6 +263,10 @@ private:
   }
   // Plans the reads around the first update past `after`.
   void plan_edge_reads(Dev& d, SteadyClock::time_point after);
+  // The update a read made over [t0, t1] stands for: the last one predicted before it, where the read lies clear of
+  // the predicted updates around it; nothing where it may have crossed one.
+  static std::optional<SteadyClock::time_point> update_of_read(const Dev& d, SteadyClock::time_point t0,
+                                                               SteadyClock::time_point t1);
   // ---- end issue 33
   // The slow thread. may_hand_over: where its first pass is quick it hands the reads to the ticks and returns.
   void slow_loop(bool may_hand_over);
