@@ -158,7 +158,8 @@ def main():
         for ms in (int(x) for x in args.intervals.split(",")):
             for every_tick in (False, True):
                 run_err, phase_err, counter_err = one(args.build, tmp, ms, every_tick, args.counter_update_ms)
-                how = "every tick" if every_tick else "once a second, shaped"
+                # The counter anchors every 5 s (NvmlSource::kAnchorPeriod), or every tick at longer intervals
+                how = "every tick" if every_tick else f"every {max(5000, ms) / 1000:g} s, shaped"
                 print(f"{ms:>5} ms | {how:<23} | {100 * run_err:>20.4f} % | {100 * phase_err:>30.3f} % | "
                       f"{100 * counter_err:>10.3f} %", flush=True)
     finally:

@@ -934,7 +934,9 @@ std::chrono::nanoseconds NvmlSource::natural_period(const Dev& d, Call c) const 
   // field the ticks between carry the last reading, so it is read as often as it moves.
   const bool instant =
       d.on[cFieldValues] && std::find(d.fields.begin(), d.fields.end(), kFieldPowerInstant) != d.fields.end();
-  return instant ? opts_.costly_period : opts_.energy_period;
+  // With the instant field the counter only anchors the energy the power shapes: every kAnchorPeriod at any interval
+  // (the run's end and every phase edge still read it, so those figures stay the counter's own).
+  return instant ? std::max(opts_.costly_period, kAnchorPeriod) : opts_.energy_period;
 }
 
 void NvmlSource::time_read(Dev& d, Call c, std::chrono::nanoseconds took, SteadyClock::time_point now) {
