@@ -6,6 +6,8 @@
 namespace wattscope {
 
 int64_t wall_now_ms();
+// CPU time this thread has spent, user and system (what a call costs, unlike the wall time it took on a busy machine).
+double thread_cpu_s();
 // 2026-11-21T12:03:01.250Z
 std::string iso_utc_ms(int64_t ts_ms);
 // 20261121T120301Z: for file names.

@@ -18,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/thread_name.hpp"
+#include "core/time_util.hpp"
 #include "processes/procfs.hpp"
 #include "sources/procfs/cpu_source.hpp"
 
@@ -26,12 +27,6 @@ namespace wattscope {
 namespace {
 // statfs(2)'s f_type of the kernel's procfs.
 constexpr long kProcSuperMagic = 0x9fa0;
-
-double thread_cpu_s() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
 
 // "PID/NAME" into buf, for openat on the procfs root: no allocation.
 const char* pid_path(char (&buf)[64], pid_t pid, const char* name) {

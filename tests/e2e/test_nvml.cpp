@@ -303,6 +303,21 @@ TEST(Nvml, ACostlyEnergyCounterIsReadAtMostEvery100ms) {
   }
 }
 
+// A cheap counter whose first read takes long without costing CPU (the thread preempted on a busy machine, as in CI
+// under load) is not taken for a costly one: it is read every tick.
+TEST(Nvml, ACheapCounterWhoseFirstReadWasPreemptedIsReadEveryTick) {
+  json scen = scenario(1);
+  scen["call_cost_us"] = {
+      {"nvmlDeviceGetTotalEnergyConsumption", {{"sleep", 3000 * wattscope::kInstrumentedCostFactor}, {"calls", 1}}}};
+  scen["devices"][0]["metrics"].erase("power_instant_mw");
+  auto fr = run_fake(scen, {"run", "--interval", "20ms", "--", "sleep", "0.4"});
+  ASSERT_EQ(fr->result.exit_code, 0) << fr->result.err;
+  const int ticks = std::stoi(scalar(fr->db(), "SELECT count(*) FROM gpu_samples"));
+  ASSERT_GE(ticks, 10);
+  EXPECT_EQ(fr->calls["nvmlDeviceGetTotalEnergyConsumption"].get<int>(), ticks);
+  EXPECT_EQ(fr->result.err.find("energy counter costs"), std::string::npos) << fr->result.err;
+}
+
 TEST(Nvml, IntegratedFallbackWithinOnePercentOnASmoothTrace) {
   // Two GPUs see the same smooth power trace of time; GPU 0 also has the exact energy counter, GPU 1 has none.
   json sine = {{"base", 300000}, {"amp", 100000}, {"period_s", 1.5}};

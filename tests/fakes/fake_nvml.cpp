@@ -30,7 +30,8 @@
 // {"default": 20, "nvmlDeviceGetPcieThroughput": 20000} per symbol. A cost under 1 ms is spent on the CPU (like an
 // ioctl into the driver); 1 ms or more is slept (like the driver waiting on the GPU, as PCIe throughput does). Or
 // both, as measured on a real driver (bench/nvml_call_cost.py): {"cpu": 650, "sleep": 20000} spins 650 us, then
-// sleeps 20 ms. "from_s": 2 in the object makes the call free until 2 s after nvmlInit (a driver that turns slow).
+// sleeps 20 ms. "from_s": 2 in the object makes the call free until 2 s after nvmlInit (a driver that turns slow);
+// "calls": 1 makes only the first call cost it (a cheap call that once took long: preempted on a busy machine).
 // The per-process utilisation calls asked with room for samples are also counted (and cost) as
 // "nvmlDeviceGetProcessesUtilizationInfo (samples)" and "nvmlDeviceGetProcessUtilization (samples)": on an H100 that
 // part costs 2.7 ms, the count-only call 5 us.
@@ -134,6 +135,7 @@ struct Cost { // what one call costs ("call_cost_us")
   double cpu_us = 0;
   double sleep_us = 0;
   double from_s = 0; // seconds since nvmlInit from which it costs that; free before
+  long long calls = 0; // where > 0: only the first that many calls of the symbol cost it
 };
 
 struct State {
@@ -203,6 +205,7 @@ Cost parse_cost(const json& v) {
     if (auto cpu = v.find("cpu"); cpu != v.end() && cpu->is_number()) c.cpu_us = cpu->get<double>();
     if (auto sl = v.find("sleep"); sl != v.end() && sl->is_number()) c.sleep_us = sl->get<double>();
     if (auto from = v.find("from_s"); from != v.end() && from->is_number()) c.from_s = from->get<double>();
+    if (auto n = v.find("calls"); n != v.end() && n->is_number_integer()) c.calls = n->get<long long>();
   }
   return c;
 }
@@ -218,6 +221,7 @@ void count_call(std::string_view symbol) {
     auto c = g.cost_us.find(symbol);
     cost = c != g.cost_us.end() ? c->second : g.default_cost;
     if (cost.from_s > 0 && now_s() - g.t0 < cost.from_s) cost = {};
+    if (cost.calls > 0 && it->second > cost.calls) cost = {};
   }
   spend(cost);
 }

@@ -17,6 +17,7 @@
 
 #include "core/schema.hpp"
 #include "core/thread_name.hpp"
+#include "core/time_util.hpp"
 #include "sources/init_probe.hpp"
 
 namespace wattscope {
@@ -939,13 +940,16 @@ std::chrono::nanoseconds NvmlSource::natural_period(const Dev& d, Call c) const 
   return instant ? std::max(opts_.costly_period, kAnchorPeriod) : opts_.energy_period;
 }
 
-void NvmlSource::time_read(Dev& d, Call c, std::chrono::nanoseconds took, SteadyClock::time_point now) {
+void NvmlSource::time_read(Dev& d, Call c, std::chrono::nanoseconds took, std::chrono::nanoseconds cpu,
+                           SteadyClock::time_point now) {
   ReadCost& r = d.cost[c];
   r.least = std::min(r.least, took);
-  // The energy counter (2.8 ms on an H100) is provisionally costly from a first read far over the budget: the round's
+  // The energy counter (2.8 ms of CPU on an H100) is provisionally costly from a first read far over the budget, in
+  // wall time and in CPU time (a cheap read preempted on a busy machine takes long but costs nothing): the round's
   // other reads are made at the costly period, each GPU at its own offset in it, so that no tick makes them all at
   // once. Other calls' first reads are noisier than they are dear (a first call binds symbols, touches cold pages).
-  const bool far_over = c == cEnergy && opts_.max_read_cost.count() > 0 && took > opts_.max_read_cost * 5;
+  const auto far = opts_.max_read_cost * 5;
+  const bool far_over = c == cEnergy && opts_.max_read_cost.count() > 0 && took > far && cpu > far;
   if (++r.timed == 1 && far_over && r.period.count() == 0 && r.measured.count() < 0) {
     r.period = natural_period(d, c);
     r.measured = took;
@@ -1030,7 +1034,12 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
     }
     const bool timing = sched && rc_cost.timed < kTimedReads;
     const auto t0 = timing || c.call == cEnergy ? SteadyClock::now() : SteadyClock::time_point{};
+    // A first read may classify the call at once (time_read): its CPU time as well, which a busy machine's preemption
+    // does not inflate.
+    const bool first = timing && rc_cost.timed == 0;
+    const double cpu0 = first ? thread_cpu_s() : 0.0;
     const Return rc = c.read(ctx, d, s);
+    const double cpu_s = first ? thread_cpu_s() - cpu0 : -1.0;
     if (c.call == cEnergy && rc == kSuccess && s.energy_counter_uj) {
       // The value at this GPU's own read (GPUs are read one after another: the eighth some 20 ms into the tick on an
       // H100 node), or at the counter's update it stands for where its updates' times are known.
@@ -1040,7 +1049,10 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
       place_energy(d, t0, t1, s);
     }
     if (sched && rc == kSuccess) {
-      if (timing) time_read(d, c.call, SteadyClock::now() - t0, frame.mono);
+      if (timing)
+        time_read(d, c.call, SteadyClock::now() - t0,
+                  std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(cpu_s)),
+                  frame.mono);
       if (frame.mono >= rc_cost.recheck && rc_cost.timed >= kTimedReads) { // a new round: the driver may have changed
         rc_cost.timed = 0;
         rc_cost.least = std::chrono::nanoseconds::max();

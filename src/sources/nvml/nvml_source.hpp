@@ -246,7 +246,9 @@ private:
   void sample_device(Dev& d, Frame& frame);
   // ---- issue 33: cost-aware reads
   std::chrono::nanoseconds natural_period(const Dev& d, Call c) const; // how often a costly call is read
-  void time_read(Dev& d, Call c, std::chrono::nanoseconds took, SteadyClock::time_point now);
+  // took: the read's wall time; cpu: its CPU time on this thread, where measured (a round's first read), else < 0.
+  void time_read(Dev& d, Call c, std::chrono::nanoseconds took, std::chrono::nanoseconds cpu,
+                 SteadyClock::time_point now);
   static void hold(Dev& d, GpuMetricSet fills, const GpuSample& s);
   static void carry(const Dev& d, GpuMetricSet fills, SteadyClock::time_point read_at, SteadyClock::time_point now,
                     GpuSample& s);
