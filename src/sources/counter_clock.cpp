@@ -19,6 +19,7 @@ void CounterClock::start_learning(Time now) {
   c1_.reset();
   first_update_.reset();
   wait_for_second_ = true;
+  after_wait_ = false;
   held_ = false;
 }
 
@@ -38,6 +39,8 @@ std::optional<CounterClock::Time> CounterClock::learn(Time t0, Time t1, int64_t 
   }
   const Time before = *prev_t0_;
   const bool changed = value != prev_value_;
+  const bool first_after_wait = after_wait_;
+  after_wait_ = false;
   prev_t0_ = t0;
   prev_value_ = value;
   changes_in_a_row_ = changed ? changes_in_a_row_ + 1 : 0;
@@ -54,14 +57,22 @@ std::optional<CounterClock::Time> CounterClock::learn(Time t0, Time t1, int64_t 
       c1_ = c;
       h1_ = h;
       v1_ = value;
-      // The next update is expected a period later: wait for most of it (the reads in between would see nothing).
-      if (wait_for_second_) return std::max(after, c + o_.nominal_period * 9 / 10);
+      // The next update is expected a period later: wait for most of it (the reads in between would see nothing),
+      // reading again a read's length before the earliest it may come (reads stretched to 25 ms on a loaded machine
+      // place an update only within 25 ms: waiting from the middle, the next one was missed a time in two).
+      if (wait_for_second_) {
+        const Time resume = c - h + o_.nominal_period * 9 / 10 - (t1 - t0);
+        if (resume > after) {
+          after_wait_ = true;
+          return resume;
+        }
+      }
       return after;
     }
-    if (h > o_.nominal_period / 4) {
-      // The update came while waiting (a period shorter than 90 % of the nominal one): this change is too loosely
-      // placed to time it. Start again from it, reading back to back. (Eight GPUs learnt together with an H100's
-      // 2.8 ms reads see each other's reads between theirs: about 11 ms of width is ordinary there.)
+    if (first_after_wait || h > o_.nominal_period / 2) {
+      // The update came while waiting (a period shorter than 90 % of the nominal one), or between reads far apart (a
+      // reader not scheduled for 100 ms): this change is too loosely placed to time it. Start again from it, reading
+      // back to back.
       c1_.reset();
       wait_for_second_ = false;
       return after;

@@ -90,6 +90,7 @@ private:
   std::optional<std::pair<Time, int64_t>> first_update_;
   bool held_ = false;           // some read saw the value hold since the one before
   bool wait_for_second_ = true; // after the first change, wait most of a nominal period before reading again
+  bool after_wait_ = false;     // the next read is the first after that wait
   // ticks
   std::optional<Time> last_tick_;    // the middle of the last tick's read
   std::optional<Time> last_tick_t0_; // and its start

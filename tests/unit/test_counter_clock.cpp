@@ -88,6 +88,25 @@ TEST(CounterClock, LearnsAHundredMillisecondCounterAndPredictsItsUpdates) {
     }
 }
 
+// Reads stretched to 20-30 ms (2.8 ms of CPU on a loaded machine, or a driver that waits) place each update only within
+// two reads' span: still learnt, the prediction as wide as that and true.
+TEST(CounterClock, ReadsOfTwentyToThirtyMillisecondsStillLearnTheCounter) {
+  for (const auto cost : {20ms, 23ms, 26ms, 30ms})
+    for (const auto phase : {0ms, 13ms, 37ms, 61ms, 88ms}) {
+      SCOPED_TRACE(cost.count());
+      SCOPED_TRACE(phase.count());
+      SimCounter sim{Time{} + 1000s, phase, 100ms};
+      CounterClock c;
+      learn(c, sim, sim.t0 + 5ms, cost);
+      ASSERT_EQ(c.state(), CounterClock::State::periodic);
+      EXPECT_EQ(c.period(), 100ms);
+      // A predicted update a second later is a true one (the nearest), within the prediction's half-width
+      const Time u = c.next_update(sim.t0 + 1s + 3ms);
+      EXPECT_LE(std::abs(ms(u - sim.last_update(u + 50ms))), ms(c.uncertainty(u)));
+      EXPECT_LE(c.uncertainty(u), cost + 1ms);
+    }
+}
+
 // A counter exact at every instant (or read slower than it moves) is continuous: a reading stands for its own time.
 TEST(CounterClock, ACounterThatMovesAtEveryReadIsContinuous) {
   SimCounter sim{Time{} + 1000s, 0ms, 0ms};
