@@ -18,6 +18,9 @@ std::string gpu_key(int index) {
 namespace {
 // How far from a marker a reading still counts as its known point: a counter period and a read of it
 constexpr auto kNearReadings = std::chrono::milliseconds(150);
+// How far after a marker a counter value may be made and still stand for a moment before it (a value held since the
+// counter's last update): searched for those that bound the edge from both sides
+constexpr auto kStraddleSpan = std::chrono::seconds(1);
 constexpr double kInf = std::numeric_limits<double>::infinity();
 double secs(std::chrono::nanoseconds d) {
   return std::chrono::duration<double>(d).count();
@@ -198,6 +201,15 @@ PhaseTracker::Edge PhaseTracker::edge_at(const Line& line, SteadyClock::time_poi
   if (line.cap_w > 0) {
     if (h1) lo = std::max(lo, h1->e - line.cap_w * secs((h1->hard ? h1->hi : h1->at) - at));
     if (h0) hi = std::min(hi, h0->e + line.cap_w * secs(at - (h0->hard ? h0->lo : h0->at)));
+    // A counter value whose moment lies on both sides of the edge (a reading of a counter that moves every 100 ms, its
+    // updates' times not learnt) bounds it both ways by the cap over its span: without it, a phase at 100 ms stated a
+    // bound of 126 % from the next anchor 5 s away.
+    for (auto it = std::lower_bound(pts.begin(), pts.end(), at, [](const Known&k, auto t) { return k.at < t; });
+         it != pts.end() && it->at - at <= kStraddleSpan; ++it)
+      if (it->hard && it->lo < at && at < it->hi) {
+        lo = std::max(lo, it->e - line.cap_w * secs(it->hi - at));
+        hi = std::min(hi, it->e + line.cap_w * secs(at - it->lo));
+      }
   }
   if (std::isfinite(soft_err) && out.e - soft_err <= hi && out.e + soft_err >= lo) {
     lo = std::max(lo, out.e - soft_err);

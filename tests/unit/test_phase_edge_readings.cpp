@@ -275,6 +275,58 @@ TEST(PhaseEdgeReadings, ReadingsAreBoundedPerDevice) {
   EXPECT_EQ(f1.phases[0].end_edge, "reading");
 }
 
+// A counter that moves every 100 ms at times not learnt: the reading at each edge, made 5 ms after it, holds the energy
+// at some moment of the 100 ms before it, on either side of the edge. That reading bounds the edge both ways by the
+// device's cap over its span, and the phase's stated bound is a reading's, not the next counter value's a second on.
+TEST(PhaseEdgeReadings, AReadingWhoseMomentMayLieEitherSideOfTheEdgeBoundsIt) {
+  const Scenario s = scenario();
+  constexpr int64_t kStaleUs = 100'000, kPhaseUs = 37'000, kAfterUs = 5'000;
+  const auto update_before = [&](int64_t us) { return us < kPhaseUs ? 0 : us - (us - kPhaseUs) % kStaleUs; };
+  const auto exact = [&](int64_t us) { return s.curve.energy(static_cast<double>(us) / 1e6); };
+  const std::vector<Timed> marks = timed_marks(s);
+  PhaseTracker t;
+  bool asked = false;
+  t.set_edge_hook([&](SteadyClock::time_point) { return asked = true; });
+  std::vector<PhaseRecord> got;
+  size_t next = 0;
+  const auto until = static_cast<int64_t>(std::llround(s.run_s * 1e6));
+  int64_t tick = 0;
+  for (int64_t us = 0; us <= until + 1'000'000; us += 1'000'000, ++tick) {
+    while (next < marks.size() && marks[next].us <= us) {
+      t.push(marks[next].m, kRunStartMs + marks[next].us / 1000, mono_at(marks[next].us));
+      if (std::exchange(asked, false)) {
+        const int64_t read_us = marks[next].us + kAfterUs;
+        t.add_gpu_reading(0, mono_at(read_us), exact(update_before(read_us)), -1, std::chrono::microseconds(kStaleUs));
+      }
+      ++next;
+    }
+    Frame f;
+    f.tick = tick;
+    f.ts_ms = kRunStartMs + us / 1000;
+    f.mono = mono_at(us);
+    GpuSample g;
+    g.gpu_index = 0;
+    g.energy_j = g.counter_energy_j = exact(us); // a tick on an update: the counter's own value
+    g.energy_counter_uj = std::llround(exact(us) * 1e6);
+    g.power_limit_w = 700; // a cap of 1.5x: 1050 W
+    f.gpus.push_back(g);
+    t.process(f);
+    for (auto& p : f.phases)
+      got.push_back(std::move(p));
+  }
+  ASSERT_EQ(got.size(), s.phases.size());
+  for (const auto& p : got) {
+    SCOPED_TRACE(p.name);
+    const auto it = std::find_if(s.phases.begin(), s.phases.end(), [&](const Phase& q) { return q.name == p.name; });
+    ASSERT_NE(it, s.phases.end());
+    ASSERT_TRUE(p.energy_j && p.energy_bound_j);
+    const double truth = s.curve.energy(it->end_s) - s.curve.energy(it->begin_s);
+    EXPECT_LE(std::abs(*p.energy_j - truth), *p.energy_bound_j);
+    // Each edge within the cap over the reading's span (95 ms before the edge, 5 ms after): 1050 W x 95 ms
+    EXPECT_LE(*p.energy_bound_j, 2 * 1050 * 0.095 + 1e-6);
+  }
+}
+
 } // namespace unit_phase_edge_readings
 
 namespace unit_phase_edge_readings {
