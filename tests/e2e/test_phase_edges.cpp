@@ -65,6 +65,22 @@ for name, b, e in (("a", 0.4, 1.6), ("b", 1.85, 3.35), ("c", 3.6, 4.9)):
 at(5.2)
 )";
 
+// kPhases under `wattscope -v run` at `interval` on the wave with a counter that moves every 100 ms (an H100's), each
+// counter read costing `cost` (a "call_cost_us" value); the truth in dir/energy.json.
+Result run_phases_on_a_100ms_counter(const TempDir& dir, const char* interval, const json& cost) {
+  json sc = scenario();
+  sc["devices"][0]["metrics"]["energy_mj"]["update_s"] = 0.1;
+  sc["call_cost_us"] = {{"nvmlDeviceGetTotalEnergyConsumption", cost}};
+  write_file(dir / "scenario.json", sc.dump());
+  const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+                                                  {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+                                                  {"WATTSCOPE_FAKE_NVML_ENERGY", dir / "energy.json"},
+                                                  {"CUDA_VISIBLE_DEVICES", "\x01"},
+                                                  {"WATTSCOPE_SOCKET", "\x01"}};
+  return run({wattscope(), "-v", "run", "--interval", interval, "--top-processes", "0", "--", "python3", "-c", kPhases},
+             env, dir.path());
+}
+
 } // namespace
 
 TEST(PhaseEdges, AtOneSecondEachPhaseRestsOnCounterReadingsAtItsEdges) {
@@ -170,20 +186,9 @@ TEST(PhaseEdges, OnACounterThatMovesEvery100msEachPhaseIsWithinOnePercent) {
   for (const char* interval : {"1s", "100ms", "20ms"}) {
     SCOPED_TRACE(interval);
     TempDir dir;
-    json sc = scenario();
-    sc["devices"][0]["metrics"]["energy_mj"]["update_s"] = 0.1;
     // An H100's counter costs 2.8 ms of CPU a read (bench/overhead.py): read on a schedule between the edges, and on a
     // loaded machine the reads stretch and come late.
-    sc["call_cost_us"] = {{"nvmlDeviceGetTotalEnergyConsumption", {{"cpu", 2800}}}};
-    write_file(dir / "scenario.json", sc.dump());
-    const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                                                    {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                                                    {"WATTSCOPE_FAKE_NVML_ENERGY", dir / "energy.json"},
-                                                    {"CUDA_VISIBLE_DEVICES", "\x01"},
-                                                    {"WATTSCOPE_SOCKET", "\x01"}};
-    Result r =
-        run({wattscope(), "-v", "run", "--interval", interval, "--top-processes", "0", "--", "python3", "-c", kPhases},
-            env, dir.path());
+    Result r = run_phases_on_a_100ms_counter(dir, interval, {{"cpu", 2800}});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.err.find("its energy counter moves every 100.0 ms"), std::string::npos) << r.err;
     const json truth = json::parse(read_file(dir / "energy.json"));
@@ -213,18 +218,7 @@ TEST(PhaseEdges, WhenCounterReadsTakeLongEachPhaseIsWithinTheBoundItStates) {
   for (const char* interval : {"1s", "100ms"}) {
     SCOPED_TRACE(interval);
     TempDir dir;
-    json sc = scenario();
-    sc["devices"][0]["metrics"]["energy_mj"]["update_s"] = 0.1;
-    sc["call_cost_us"] = {{"nvmlDeviceGetTotalEnergyConsumption", {{"cpu", 2800}, {"sleep", 20000}}}};
-    write_file(dir / "scenario.json", sc.dump());
-    const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                                                    {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                                                    {"WATTSCOPE_FAKE_NVML_ENERGY", dir / "energy.json"},
-                                                    {"CUDA_VISIBLE_DEVICES", "\x01"},
-                                                    {"WATTSCOPE_SOCKET", "\x01"}};
-    Result r =
-        run({wattscope(), "-v", "run", "--interval", interval, "--top-processes", "0", "--", "python3", "-c", kPhases},
-            env, dir.path());
+    Result r = run_phases_on_a_100ms_counter(dir, interval, {{"cpu", 2800}, {"sleep", 20000}});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const json truth = json::parse(read_file(dir / "energy.json"));
     const double t0_ms = truth["t0_wall_ms"].get<double>();

@@ -27,7 +27,9 @@ SteadyClock::time_point mono_at(int64_t us) {
 }
 
 // One tick of GPU 0 at `us` with its counter reading `energy_j`, through the tracker; the phases it settles to `got`.
-void tick_gpu0(PhaseTracker& t, int64_t tick, int64_t us, double energy_j, std::vector<PhaseRecord>& got) {
+// With a power limit, the value is the counter's own (hard), and the device's cap 1.5 times that limit.
+void tick_gpu0(PhaseTracker& t, int64_t tick, int64_t us, double energy_j, std::vector<PhaseRecord>& got,
+               OptF power_limit_w = std::nullopt) {
   Frame f;
   f.tick = tick;
   f.ts_ms = kRunStartMs + us / 1000;
@@ -35,6 +37,11 @@ void tick_gpu0(PhaseTracker& t, int64_t tick, int64_t us, double energy_j, std::
   GpuSample g;
   g.gpu_index = 0;
   g.energy_j = energy_j;
+  if (power_limit_w) {
+    g.counter_energy_j = energy_j;
+    g.energy_counter_uj = std::llround(energy_j * 1e6);
+    g.power_limit_w = power_limit_w;
+  }
   f.gpus.push_back(g);
   t.process(f);
   for (auto& p : f.phases)
@@ -300,19 +307,7 @@ TEST(PhaseEdgeReadings, AReadingWhoseMomentMayLieEitherSideOfTheEdgeBoundsIt) {
       }
       ++next;
     }
-    Frame f;
-    f.tick = tick;
-    f.ts_ms = kRunStartMs + us / 1000;
-    f.mono = mono_at(us);
-    GpuSample g;
-    g.gpu_index = 0;
-    g.energy_j = g.counter_energy_j = exact(us); // a tick on an update: the counter's own value
-    g.energy_counter_uj = std::llround(exact(us) * 1e6);
-    g.power_limit_w = 700; // a cap of 1.5x: 1050 W
-    f.gpus.push_back(g);
-    t.process(f);
-    for (auto& p : f.phases)
-      got.push_back(std::move(p));
+    tick_gpu0(t, tick, us, exact(us), got, 700.0); // a tick on an update; a cap of 1.5x: 1050 W
   }
   ASSERT_EQ(got.size(), s.phases.size());
   for (const auto& p : got) {
