@@ -134,7 +134,7 @@ struct FakeEventSet { // issue 17
 struct Cost { // what one call costs ("call_cost_us")
   double cpu_us = 0;
   double sleep_us = 0;
-  double from_s = 0; // seconds since nvmlInit from which it costs that; free before
+  double from_s = 0;   // seconds since nvmlInit from which it costs that; free before
   long long calls = 0; // where > 0: only the first that many calls of the symbol cost it
 };
 
