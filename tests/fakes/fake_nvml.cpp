@@ -184,11 +184,19 @@ double now_s() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// Spends a call's cost ("call_cost_us"), outside the lock like a driver call: its CPU part spinning, then its sleep.
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Spends a call's cost ("call_cost_us"), outside the lock like a driver call: its CPU part spinning until the calling
+// thread has used that much CPU (a driver's work: preempted on a busy machine, the call takes longer, not less CPU),
+// then its sleep.
 void spend(Cost c) {
   if (c.cpu_us > 0) {
-    const double until = now_s() + c.cpu_us * 1e-6;
-    while (now_s() < until) {
+    const double until = thread_cpu_s() + c.cpu_us * 1e-6;
+    while (thread_cpu_s() < until) {
     }
   }
   if (c.sleep_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long long>(c.sleep_us)));
