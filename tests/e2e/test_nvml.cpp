@@ -265,7 +265,8 @@ TEST(Nvml, ACostlyEnergyCounterIsReadAtMostEvery100ms) {
     SCOPED_TRACE(costly ? "costly" : "cheap");
     json scen = scenario(1);
     if (costly) // spent on the CPU; a sanitizer build's budget is larger (core/instrumented.hpp)
-      scen["call_cost_us"] = {{"nvmlDeviceGetTotalEnergyConsumption", 400 * wattscope::kInstrumentedCostFactor}};
+      scen["call_cost_us"] = {
+          {"nvmlDeviceGetTotalEnergyConsumption", {{"cpu", 400 * wattscope::kInstrumentedCostFactor}}}};
     // issue 33: without the instant power field (which would shape the energy between reads once a second), the
     // counter is read as often as it moves and the ticks between carry it
     scen["devices"][0]["metrics"].erase("power_instant_mw");

@@ -35,7 +35,7 @@ json scenario() {
   return {{"driver_version", "580.65.06"},
           {"nvml_version", "13.580.65.06"},
           {"call_cost_us",
-           {{"nvmlDeviceGetTotalEnergyConsumption", 400 * wattscope::kInstrumentedCostFactor},
+           {{"nvmlDeviceGetTotalEnergyConsumption", {{"cpu", 400 * wattscope::kInstrumentedCostFactor}}},
             {"nvmlDeviceGetFanSpeed", 136 * wattscope::kInstrumentedCostFactor},
             {"nvmlDeviceGetCurrPcieLinkWidth", 25 * wattscope::kInstrumentedCostFactor}}},
           {"devices", json::array({{{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", "GPU-cost-0"}, {"metrics", m}}})}};
