@@ -63,6 +63,10 @@ constexpr std::string_view kZoneKey[] = {"run_id", "tick", "domain"};
 constexpr C kGpuCols[] = {
     {"run_id", T}, {"tick", I}, {"ts_ms", I}, {"gpu_index", I}, WATTSCOPE_GPU_METRICS(WATTSCOPE_COLUMN)};
 constexpr std::string_view kGpuKey[] = {"run_id", "tick", "gpu_index"};
+// Schema 7: how the SQL stores keep them (gpu_sample_rows_table).
+constexpr C kGpuRowCols[] = {
+    {"run_key", I}, {"tick", I}, {"ts_ms", I}, {"gpu_index", I}, WATTSCOPE_GPU_METRICS(WATTSCOPE_COLUMN)};
+constexpr std::string_view kGpuRowKey[] = {"run_key", "tick", "gpu_index"};
 #undef WATTSCOPE_COLUMN
 
 constexpr C kEventCols[] = {{"run_id", T}, {"seq", I}, {"ts_ms", I}, {"kind", T}, {"source", T}, {"detail", T}};
@@ -459,6 +463,21 @@ std::string gpu_samples_named_select(char quote) {
     cols += fmt::format("{}{}.{}", cols.empty() ? "" : ", ", identity(c) ? "d" : "s", q(c));
   return fmt::format("SELECT {} FROM {} s LEFT JOIN {} d ON d.{} = s.{} AND d.{} = s.{}", cols, q("gpu_samples"),
                      q("gpu_devices"), q("run_id"), q("run_id"), q("gpu_index"), q("gpu_index"));
+}
+
+const Table& gpu_sample_rows_table() {
+  static const Table t{kGpuSampleRowsTable, kGpuRowCols, kGpuRowKey, {}};
+  return t;
+}
+
+std::string gpu_samples_view_select(char quote) {
+  static_assert(std::size(kGpuRowCols) == std::size(kGpuCols));
+  auto q = [quote](std::string_view name) { return fmt::format("{0}{1}{0}", quote, name); };
+  std::string cols = fmt::format("k.{0} AS {0}", q("run_id"));
+  for (size_t i = 1; i < std::size(kGpuCols); ++i)
+    cols += fmt::format(", s.{0} AS {0}", q(kGpuCols[i].name));
+  return fmt::format("SELECT {} FROM {} s JOIN {} k ON k.{} = s.{}", cols, q(kGpuSampleRowsTable), q(kRunKeysTable),
+                     q("run_key"), q("run_key"));
 }
 
 // ---- attribution (issue 13) ----

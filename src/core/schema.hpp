@@ -24,10 +24,17 @@ namespace wattscope {
 // 6: gpu_samples without uuid, name and vendor: gpu_devices holds them once per (run_id, gpu_index), and the view
 // gpu_samples_named joins them back. A GPU row took 88 of its ~255 bytes repeating them. The writer of an older store
 // moves them into gpu_devices and rebuilds gpu_samples without them (the one migration that removes columns).
-inline constexpr int kSchemaVersion = 6;
+// 7: SQL stores keep a GPU row's run as a small integer: the table gpu_sample_rows has run_key where gpu_samples had
+// the run's 24-character id (25 of a row's ~125 bytes), run_keys maps each run_id to its key, and gpu_samples is a
+// view of the two with version 6's columns, so that reading it (WHERE run_id = ?, joins on run_id) is unchanged. CSV
+// files, one set per run, leave run_id out of gpu_samples. A writer of an older store copies its table once.
+inline constexpr int kSchemaVersion = 7;
 // The columns version 6 took out of gpu_samples, and the view that shows them beside every sample again.
 inline constexpr std::string_view kGpuIdentityColumns[] = {"uuid", "name", "vendor"};
 inline constexpr std::string_view kGpuSamplesNamedView = "gpu_samples_named";
+// Version 7's stored GPU rows and the run keys they name (the SQL stores; gpu_samples is the view of the two).
+inline constexpr std::string_view kGpuSampleRowsTable = "gpu_sample_rows";
+inline constexpr std::string_view kRunKeysTable = "run_keys";
 
 struct Column {
   std::string_view name;
@@ -138,6 +145,12 @@ void append_frame_rows(std::string_view run_id, const Frame& frame, RowBatch& ou
 std::string gpu_samples_named_select(char quote);
 // That view's columns, in order: a writer makes the view again only where the stored one's differ.
 std::vector<std::string_view> gpu_samples_named_columns();
+// The SQL stores' table kGpuSampleRowsTable: gpu_samples' columns with run_key (an integer from kRunKeysTable) first
+// in place of run_id, keyed (run_key, tick, gpu_index) so that a run's rows stay together in tick order.
+const Table& gpu_sample_rows_table();
+// The SELECT of the view gpu_samples: kGpuSampleRowsTable's rows with their run_id from kRunKeysTable, in
+// gpu_samples' columns.
+std::string gpu_samples_view_select(char quote);
 
 // ---- attribution (issue 13) ----
 // The rows of frame.processes (processes, process_samples, process_gpu_samples); append_frame_rows calls it.

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -130,6 +131,28 @@ std::vector<std::string> dump(StoreReader& r, const RunInfo& run) {
     });
   }
   return out;
+}
+
+// SQL that turns a store of this version into version 6's layout: gpu_samples a table whose rows carry their run's
+// id, without run_keys and gpu_sample_rows.
+std::string version6_layout_sql() {
+  std::string cols;
+  for (const auto& c : table(TableId::GpuSamples).columns)
+    cols += fmt::format("\"{}\" {}, ", c.name,
+                        c.type == ColType::Text  ? "TEXT"
+                        : c.type == ColType::Int ? "INTEGER"
+                                                 : "REAL");
+  return fmt::format("DROP VIEW gpu_samples_named; CREATE TABLE g6 ({}PRIMARY KEY (run_id, tick, gpu_index)) WITHOUT "
+                     "ROWID; INSERT INTO g6 SELECT * FROM gpu_samples; DROP VIEW gpu_samples; DROP TABLE "
+                     "gpu_sample_rows; DROP TABLE run_keys; ALTER TABLE g6 RENAME TO gpu_samples; CREATE VIEW "
+                     "gpu_samples_named AS {}; UPDATE meta SET value = '6' WHERE key = 'schema_version';",
+                     cols, gpu_samples_named_select('"'));
+}
+
+// sqlite3 SQL that must succeed (a test's set-up that failed quietly would leave it testing nothing).
+void sqlite_sql(const std::string& db, const std::string& sql) {
+  const auto r = wstest::run({"/usr/bin/sqlite3", "-bail", db, sql});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
 }
 
 void write_run(Sink& sink, RunInfo& run, const std::vector<GpuDevice>& devs, int ticks) {
@@ -285,6 +308,8 @@ TEST(Stores, CsvColumnsMatchTheSqlTables) {
       // runs.j_per_unit is the SQL stores' sort key for the runs pages (sinks/runs_query.hpp), not a figure of the run:
       // a CSV store has no index to keep it for.
       if (id == TableId::Runs && name == kJPerUnitColumn) continue;
+      // A gpu_samples file holds one run's rows, and leaves the run's id out of each.
+      if (csv_omits_run_id(id) && name == "run_id") continue;
       sql_columns += (sql_columns.empty() ? "" : ",") + name;
     }
     sqlite3_finalize(st);
@@ -351,9 +376,9 @@ TEST(Stores, OlderStoreIsReadWithMissingColumnsAsNull) {
     write_run(*sq, run, devs, 2);
   }
   // Make it look like a version-2 store: no encoder/decoder columns.
-  wstest::run({"/usr/bin/sqlite3", dir / "w.db",
-               "ALTER TABLE gpu_samples DROP COLUMN util_enc_pct; ALTER TABLE gpu_samples DROP COLUMN util_dec_pct; "
-               "UPDATE meta SET value='2' WHERE key='schema_version'"});
+  sqlite_sql(dir / "w.db", version6_layout_sql() + "DROP VIEW gpu_samples_named; ALTER TABLE gpu_samples DROP COLUMN "
+                                                   "util_enc_pct; ALTER TABLE gpu_samples DROP COLUMN util_dec_pct; "
+                                                   "UPDATE meta SET value='2' WHERE key='schema_version'");
   auto r = make_sqlite_reader(dir / "w.db");
   const auto runs = r->runs();
   ASSERT_EQ(runs.size(), 1u);
@@ -507,13 +532,13 @@ TEST(Stores, AVersion5StoreMovesEachGpusIdentityIntoGpuDevices) {
   const std::string before = wstest::scalar(db, "SELECT group_concat(tick || ':' || gpu_index || ':' || power_w, ' ') "
                                                 "FROM (SELECT * FROM gpu_samples ORDER BY tick, gpu_index)");
   // The layout of version 5, its rows named as a version-5 writer named them.
-  wstest::run({"/usr/bin/sqlite3", db,
-               "DROP VIEW gpu_samples_named; CREATE TABLE g5 (run_id TEXT, tick INTEGER, ts_ms INTEGER, gpu_index "
-               "INTEGER, uuid TEXT, name TEXT, vendor TEXT, power_w REAL, energy_j REAL, PRIMARY KEY (run_id, tick, "
-               "gpu_index)) WITHOUT ROWID; INSERT INTO g5 SELECT s.run_id, s.tick, s.ts_ms, s.gpu_index, d.uuid, "
-               "d.name, d.vendor, s.power_w, s.energy_j FROM gpu_samples s JOIN gpu_devices d USING (run_id, "
-               "gpu_index); DROP TABLE gpu_samples; ALTER TABLE g5 RENAME TO gpu_samples; DELETE FROM gpu_devices "
-               "WHERE gpu_index = 1; UPDATE gpu_devices SET vendor = ''; UPDATE meta SET value = '5';"});
+  sqlite_sql(db, version6_layout_sql());
+  sqlite_sql(db, "DROP VIEW gpu_samples_named; CREATE TABLE g5 (run_id TEXT, tick INTEGER, ts_ms INTEGER, gpu_index "
+                 "INTEGER, uuid TEXT, name TEXT, vendor TEXT, power_w REAL, energy_j REAL, PRIMARY KEY (run_id, tick, "
+                 "gpu_index)) WITHOUT ROWID; INSERT INTO g5 SELECT s.run_id, s.tick, s.ts_ms, s.gpu_index, d.uuid, "
+                 "d.name, d.vendor, s.power_w, s.energy_j FROM gpu_samples s JOIN gpu_devices d USING (run_id, "
+                 "gpu_index); DROP TABLE gpu_samples; ALTER TABLE g5 RENAME TO gpu_samples; DELETE FROM gpu_devices "
+                 "WHERE gpu_index = 1; UPDATE gpu_devices SET vendor = ''; UPDATE meta SET value = '5';");
   {
     auto reader = make_sqlite_reader(db);
     int rows = 0;
@@ -568,6 +593,66 @@ TEST(Stores, AVersion5StoreMovesEachGpusIdentityIntoGpuDevices) {
   write_one();
   EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM pragma_table_info('gpu_samples_named')"),
             std::to_string(gpu_samples_named_columns().size()));
+}
+
+// Version 6 to 7: gpu_samples' rows named their run by its id. A version-6 store is read as it is; its next writer
+// gives each run a key (in start order), copies every row once into gpu_sample_rows under its run's key, and makes
+// gpu_samples the view of the two, so that what read the table (by run_id, joined on it) reads the same rows.
+TEST(Stores, AVersion6StoreKeysItsGpuRowsByRun) {
+  wstest::TempDir dir;
+  const std::string db = dir / "v6.db";
+  RunInfo first = sample_run("first"), second = sample_run("second");
+  second.run_id = "20261121-120200-00000000"; // an id that sorts before the first's, started after it
+  second.start_ms = first.start_ms + 60000;
+  {
+    auto sink = make_sqlite_sink(db);
+    write_run(*sink, first, two_gpus(), 3);
+    write_run(*sink, second, two_gpus(), 2);
+  }
+  sqlite_sql(db, version6_layout_sql());
+  const std::string rows_sql = "SELECT group_concat(run_id || ':' || tick || ':' || gpu_index || ':' || power_w || ':' "
+                               "|| uuid, ' ') FROM (SELECT * FROM gpu_samples_named ORDER BY run_id, tick, gpu_index)";
+  const std::string before = wstest::scalar(db, rows_sql);
+  ASSERT_EQ(wstest::scalar(db, "SELECT count(*) FROM gpu_samples"), "10");
+  {
+    auto reader = make_sqlite_reader(db);
+    int rows = 0;
+    reader->scan(TableId::GpuSamples, *reader->run_by_id(first.run_id), [&](std::span<const Value>) { ++rows; });
+    EXPECT_EQ(rows, 6);
+  }
+  RunInfo third = sample_run("third");
+  third.run_id = "20261121-120400-00000003";
+  third.start_ms = second.start_ms + 60000;
+  {
+    auto sink = make_sqlite_sink(db);
+    write_run(*sink, third, two_gpus(), 1);
+  }
+  EXPECT_EQ(wstest::scalar(db, "SELECT value FROM meta WHERE key='schema_version'"), std::to_string(kSchemaVersion));
+  EXPECT_EQ(wstest::scalar(db, "SELECT type FROM sqlite_master WHERE name = 'gpu_samples'"), "view");
+  EXPECT_EQ(wstest::scalar(db, "SELECT group_concat(run_key || ' ' || run_id, ', ') FROM run_keys"),
+            fmt::format("1 {}, 2 {}, 3 {}", first.run_id, second.run_id, third.run_id));
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM gpu_sample_rows"), "12");
+  EXPECT_EQ(wstest::scalar(db, "SELECT count(*) FROM pragma_table_info('gpu_sample_rows') WHERE name = 'run_id'"), "0");
+  // Every row as it was, by the view and by the join a version-6 query wrote.
+  EXPECT_EQ(wstest::scalar(db, rows_sql + " WHERE run_id <> '" + third.run_id + "'"), before) << rows_sql;
+  EXPECT_EQ(wstest::scalar(db, fmt::format("SELECT count(*) || ' ' || sum(d.uuid = 'GPU-a') FROM gpu_samples s JOIN "
+                                           "gpu_devices d USING (run_id, gpu_index) WHERE s.run_id = '{}'",
+                                           second.run_id)),
+            "4 2");
+  // A run's rows are read in their stored order, one range of the table: no sort that grows with the run.
+  std::string plan;
+  for (const auto& step : wstest::query(db, "EXPLAIN QUERY PLAN SELECT * FROM gpu_samples WHERE run_id = 'x' ORDER BY "
+                                            "run_id, tick, gpu_index"))
+    plan += step.back().value_or("") + "; ";
+  EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
+  EXPECT_NE(plan.find("PRIMARY KEY (run_key=?)"), std::string::npos) << plan;
+  auto reader = make_sqlite_reader(db);
+  std::vector<std::string> seen;
+  const size_t run_col = column_index(TableId::GpuSamples, "run_id"), tick = column_index(TableId::GpuSamples, "tick");
+  reader->scan(TableId::GpuSamples, *reader->run_by_id(second.run_id), [&](std::span<const Value> row) {
+    seen.push_back(fmt::format("{}:{}", value_text(row[run_col]), value_int(row[tick]).value_or(-1)));
+  });
+  EXPECT_EQ(fmt::format("{}", fmt::join(seen, " ")), fmt::format("{0}:0 {0}:0 {0}:1 {0}:1", second.run_id));
 }
 
 // issue 15: a version-3 store (before phases and work) is read with no phases rather than refused as damaged, and a

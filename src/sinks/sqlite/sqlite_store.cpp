@@ -309,16 +309,52 @@ void move_gpu_identity(Db& db) {
   db.exec("ALTER TABLE gpu_samples_v6 RENAME TO gpu_samples;");
 }
 
+// Schema 7: each run's key in gpu_sample_rows, given in the order runs are first written (so a new run's rows are
+// appended at the end of that table's b-tree, which keeps its pages full).
+constexpr std::string_view kRunKeysSchema =
+    "CREATE TABLE IF NOT EXISTS run_keys (run_key INTEGER PRIMARY KEY, run_id TEXT NOT NULL UNIQUE);";
+
+bool is_table(Db& db, std::string_view name) {
+  return query_true(db, fmt::format("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{}'", name));
+}
+
+// Schema 7: a store whose gpu_samples is still a table (each row naming its run by its 24-character id) gets a key
+// per run in run_keys, in start order, and its rows copied once into gpu_sample_rows under those keys; the view
+// gpu_samples (ensure_schema) then shows them as before. Inside the writer's schema transaction.
+void key_gpu_samples(Db& db) {
+  if (!is_table(db, "gpu_samples")) return;
+  db.exec(fmt::format("DROP VIEW IF EXISTS {};", kGpuSamplesNamedView)); // it reads the table; made again after
+  spdlog::info("database '{}': storing each GPU sample's run as a small key (schema 7, once; VACUUM returns the space)",
+               db.path());
+  db.exec("INSERT OR IGNORE INTO run_keys (run_id) SELECT run_id FROM runs ORDER BY start_ms, run_id;\n"
+          "INSERT OR IGNORE INTO run_keys (run_id) SELECT DISTINCT run_id FROM gpu_samples ORDER BY run_id;");
+  const Table& rows = gpu_sample_rows_table();
+  std::string from;
+  for (size_t i = 1; i < rows.columns.size(); ++i)
+    from += fmt::format(", s.\"{}\"", rows.columns[i].name);
+  db.exec(fmt::format("INSERT INTO {} ({}) SELECT k.run_key{} FROM gpu_samples s JOIN run_keys k ON k.run_id = "
+                      "s.run_id ORDER BY k.run_key, s.tick, s.gpu_index;",
+                      rows.name, sqlite_columns(rows), from));
+  db.exec("DROP TABLE gpu_samples;");
+}
+
 void ensure_schema(Db& db) {
   db.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);");
   check_schema_version(stored_version(db), fmt::format("database '{}'", db.path()));
   db.exec("BEGIN IMMEDIATE;");
   try {
+    // gpu_samples is a view (schema 7), made below; an older store's table of that name is brought forward first.
+    const bool gpu_table = is_table(db, "gpu_samples");
     for (const auto& t : all_tables())
-      db.exec(sqlite_create_table(t));
+      if (t.name != "gpu_samples") db.exec(sqlite_create_table(t));
+    db.exec(sqlite_create_table(gpu_sample_rows_table()));
+    db.exec(std::string(kRunKeysSchema));
+    std::vector<Table> tables(all_tables().begin(), all_tables().end());
+    tables.push_back(gpu_sample_rows_table());
     // Forward migration: a column this version has and the stored table lacks is added (NULL in old rows). Columns
     // are only ever added, so every older database can be brought forward this way.
-    for (const auto& t : all_tables()) {
+    for (const auto& t : tables) {
+      if (t.name == "gpu_samples" && !gpu_table) continue;
       const std::vector<std::string> have = stored_columns(db, t.name);
       for (const auto& c : t.columns)
         if (std::find(have.begin(), have.end(), c.name) == have.end())
@@ -338,7 +374,16 @@ void ensure_schema(Db& db) {
     }
     db.exec("CREATE INDEX IF NOT EXISTS runs_by_j_per_unit ON runs (j_per_unit, start_ms, run_id);");
     move_gpu_identity(db);
-    // Made again where its columns are not this version's (or it is missing).
+    key_gpu_samples(db);
+    // The views, made again where their columns are not this version's (or they are missing).
+    const std::vector<std::string> samples = stored_columns(db, "gpu_samples");
+    const Table& g = table(TableId::GpuSamples);
+    if (!std::equal(samples.begin(), samples.end(), g.columns.begin(), g.columns.end(),
+                    [](const std::string& a, const Column& b) { return a == b.name; })) {
+      db.exec(fmt::format("DROP VIEW IF EXISTS {};", kGpuSamplesNamedView));
+      db.exec("DROP VIEW IF EXISTS gpu_samples;");
+      db.exec(fmt::format("CREATE VIEW gpu_samples AS {};", gpu_samples_view_select('"')));
+    }
     const std::vector<std::string> view = stored_columns(db, kGpuSamplesNamedView);
     const std::vector<std::string_view> want = gpu_samples_named_columns();
     if (!std::equal(view.begin(), view.end(), want.begin(), want.end())) {
@@ -377,6 +422,10 @@ public:
 
   void begin_run(const RunInfo& run) override {
     check_writable_path(path_);
+    // A sink may write run after run: what was prepared on the last connection goes with it.
+    begin_ = commit_ = nullptr;
+    insert_many_.fill(nullptr);
+    run_keys_.clear();
     db_ = std::make_unique<Db>(path_, true);
     // WAL lets `wattscope list` and other readers see committed batches while the run goes on; NORMAL sync is
     // durable across a process crash, which is the failure a monitor must survive.
@@ -394,7 +443,8 @@ public:
     begin_run_ = db_->prepare("BEGIN;");
     commit_run_ = db_->prepare("COMMIT;");
     for (size_t i = 0; i < kTableCount; ++i) {
-      const Table& t = all_tables()[i];
+      // GPU rows are stored under their run's key (schema 7): bound by keyed_rows in place of the run id.
+      const Table& t = i == kGpuRows ? gpu_sample_rows_table() : all_tables()[i];
       std::string one = "(";
       for (size_t c = 0; c < t.columns.size(); ++c)
         one += c ? ",?" : "?";
@@ -410,6 +460,7 @@ public:
       many_sql_[i] = head + many;
     }
     upsert_run(run);
+    run_key(run.run_id);
   }
 
   void write(const RowBatch& batch) override {
@@ -429,11 +480,13 @@ public:
         for (; r + kRowsPerInsert <= rows.rows(); r += kRowsPerInsert) {
           if (!insert_many_[t]) insert_many_[t] = db_->prepare(many_sql_[t]);
           bind_row(*db_, insert_many_[t], cells.subspan(r * ncol, kRowsPerInsert * ncol));
+          if (t == kGpuRows) bind_run_keys(insert_many_[t], cells.subspan(r * ncol, kRowsPerInsert * ncol), ncol);
           db_->check(sqlite3_step(insert_many_[t]), "insert");
           sqlite3_reset(insert_many_[t]);
         }
         for (; r < rows.rows(); ++r) {
           bind_row(*db_, insert_[t], cells.subspan(r * ncol, ncol));
+          if (t == kGpuRows) bind_run_keys(insert_[t], cells.subspan(r * ncol, ncol), ncol);
           db_->check(sqlite3_step(insert_[t]), "insert");
           sqlite3_reset(insert_[t]);
         }
@@ -460,6 +513,29 @@ public:
   void end_run(const RunInfo& run) override { upsert_run(run); }
 
 private:
+  static constexpr size_t kGpuRows = static_cast<size_t>(TableId::GpuSamples);
+  // A run's key in run_keys, made the first time the run is written (a replayed batch may name an earlier run).
+  int64_t run_key(std::string_view id) {
+    if (auto it = run_keys_.find(id); it != run_keys_.end()) return it->second;
+    const std::string run_id(id);
+    for (const char* sql :
+         {"INSERT OR IGNORE INTO run_keys (run_id) VALUES (?)", "SELECT run_key FROM run_keys WHERE run_id = ?"}) {
+      sqlite3_stmt* st = db_->cached(sql);
+      sqlite3_bind_text(st, 1, run_id.c_str(), static_cast<int>(run_id.size()), SQLITE_TRANSIENT);
+      const int rc = sqlite3_step(st);
+      if (rc == SQLITE_ROW) run_keys_.emplace(run_id, sqlite3_column_int64(st, 0));
+      sqlite3_reset(st);
+      db_->check(rc, "keying the run");
+    }
+    const auto it = run_keys_.find(run_id);
+    if (it == run_keys_.end()) throw std::runtime_error(fmt::format("SQLite '{}': run {} has no key", path_, run_id));
+    return it->second;
+  }
+  // The first parameter of each GPU row bound (by bind_row) to its run id, bound again to the run's key.
+  void bind_run_keys(sqlite3_stmt* st, std::span<const Value> cells, size_t ncol) {
+    for (size_t r = 0; r * ncol < cells.size(); ++r)
+      sqlite3_bind_int64(st, static_cast<int>(r * ncol + 1), run_key(value_text(cells[r * ncol])));
+  }
   void step_once(sqlite3_stmt* st, std::string_view what) {
     const int rc = sqlite3_step(st);
     sqlite3_reset(st);
@@ -487,6 +563,7 @@ private:
 
   std::string path_;
   std::unique_ptr<Db> db_;
+  std::map<std::string, int64_t, std::less<>> run_keys_;
   std::array<sqlite3_stmt*, kTableCount> insert_{};
   std::array<sqlite3_stmt*, kTableCount> insert_many_{};
   std::array<std::string, kTableCount> many_sql_;
@@ -702,7 +779,10 @@ std::unique_ptr<StoreReader> make_sqlite_reader(const std::string& path) {
 std::string sqlite_schema_sql() {
   std::string sql;
   for (const auto& t : all_tables())
-    sql += sqlite_create_table(t);
+    if (t.name != "gpu_samples") sql += sqlite_create_table(t);
+  sql += fmt::format("{}\n", kRunKeysSchema);
+  sql += sqlite_create_table(gpu_sample_rows_table());
+  sql += fmt::format("CREATE VIEW gpu_samples AS {};\n", gpu_samples_view_select('"'));
   sql += fmt::format("CREATE VIEW {} AS {};\n", kGpuSamplesNamedView, gpu_samples_named_select('"'));
   return sql;
 }
