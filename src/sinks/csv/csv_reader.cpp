@@ -85,12 +85,14 @@ bool CsvReader::next(std::vector<std::string>& fields, std::vector<bool>& quoted
   }
 }
 
-void read_table_csv(const std::string& path, TableId id, const std::function<void(std::span<const Value>)>& fn) {
+void read_table_csv(const std::string& path, TableId id, const std::function<void(std::span<const Value>)>& fn,
+                    std::string_view run_id) {
   CsvReader in(path);
-  read_table_csv(in, id, fn);
+  read_table_csv(in, id, fn, run_id);
 }
 
-void read_table_csv(CsvReader& in, TableId id, const std::function<void(std::span<const Value>)>& fn) {
+void read_table_csv(CsvReader& in, TableId id, const std::function<void(std::span<const Value>)>& fn,
+                    std::string_view run_id) {
   const Table& t = table(id);
   const std::string& path = in.path();
   std::vector<std::string> fields;
@@ -102,8 +104,11 @@ void read_table_csv(CsvReader& in, TableId id, const std::function<void(std::spa
   for (size_t i = 0; i < fields.size(); ++i)
     for (size_t c = 0; c < t.columns.size(); ++c)
       if (fields[i] == t.columns[c].name) pos[c] = static_cast<int>(i);
+  const size_t run_col = column_index(id, "run_id");
+  const Value run = csv_omits_run_id(id) && pos[run_col] < 0 && !run_id.empty() ? Value(run_id) : Value();
   for (size_t c = 0; c < t.columns.size(); ++c)
-    if (pos[c] < 0 && std::find(t.primary_key.begin(), t.primary_key.end(), t.columns[c].name) != t.primary_key.end())
+    if (pos[c] < 0 && !(c == run_col && csv_omits_run_id(id)) &&
+        std::find(t.primary_key.begin(), t.primary_key.end(), t.columns[c].name) != t.primary_key.end())
       throw std::runtime_error(
           fmt::format("{}:1: column '{}' is missing from the header of this {} file", path, t.columns[c].name, t.name));
   const size_t width = fields.size();
@@ -115,7 +120,7 @@ void read_table_csv(CsvReader& in, TableId id, const std::function<void(std::spa
           fmt::format("{}:{}: {} fields, the header has {}", path, in.line(), fields.size(), width));
     for (size_t c = 0; c < t.columns.size(); ++c) {
       if (pos[c] < 0) {
-        row[c] = Value();
+        row[c] = c == run_col ? run : Value();
         continue;
       }
       const std::string& s = fields[static_cast<size_t>(pos[c])];

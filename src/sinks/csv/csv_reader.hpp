@@ -35,9 +35,18 @@ private:
   size_t record_line_ = 0;
 };
 
+// Whether a table's CSV file leaves out run_id (schema 7): gpu_samples, its rows most of a run's bytes, in a file of
+// one run's rows whose name carries the run. Its reader is given the run's id.
+inline bool csv_omits_run_id(TableId id) {
+  return id == TableId::GpuSamples;
+}
+
 // Reads a wattscope table file: checks the header against the schema and converts cells to typed values.
-// fn gets each row; throws std::runtime_error "FILE:LINE: problem" on a missing column or a broken row.
-void read_table_csv(const std::string& path, TableId table, const std::function<void(std::span<const Value>)>& fn);
-void read_table_csv(CsvReader& in, TableId table, const std::function<void(std::span<const Value>)>& fn);
+// fn gets each row; throws std::runtime_error "FILE:LINE: problem" on a missing column or a broken row. A file that
+// leaves out run_id where csv_omits_run_id reads it as `run_id` (NULL when that is empty).
+void read_table_csv(const std::string& path, TableId table, const std::function<void(std::span<const Value>)>& fn,
+                    std::string_view run_id = {});
+void read_table_csv(CsvReader& in, TableId table, const std::function<void(std::span<const Value>)>& fn,
+                    std::string_view run_id = {});
 
 } // namespace wattscope

@@ -68,12 +68,29 @@ std::string csv_file_name(const RunInfo& run, TableId t) {
 
 namespace {
 
-std::string header(const Table& t) {
+// The first of a table's columns its file holds: run_id (the first) is left out where csv_omits_run_id.
+size_t first_column(TableId id) {
+  return csv_omits_run_id(id) ? 1 : 0;
+}
+
+std::string header(TableId id) {
+  const Table& t = table(id);
   std::string h;
-  for (size_t i = 0; i < t.columns.size(); ++i)
-    h += fmt::format("{}{}", i ? "," : "", t.columns[i].name);
+  for (size_t i = first_column(id); i < t.columns.size(); ++i)
+    h += fmt::format("{}{}", i > first_column(id) ? "," : "", t.columns[i].name);
   h.push_back('\n');
   return h;
+}
+
+// A batch's rows as lines of `id`'s file.
+void append_lines(std::string& out, TableId id, const TableRows& rows) {
+  const size_t ncol = rows.columns(), first = first_column(id);
+  for (size_t i = 0; i < rows.cells.size(); ++i) {
+    const size_t col = i % ncol;
+    if (col < first) continue;
+    append_csv_cell(out, rows.cells[i]);
+    out.push_back(col + 1 == ncol ? '\n' : ',');
+  }
 }
 
 // A file per table, written with pwrite at the offset where the last stored batch ended. No stdio buffer: a write
@@ -119,12 +136,8 @@ public:
         if (!f.fd) f.fd = create_table(rows.table);
         touched[idx] = true;
         buf_.clear();
-        if (f.committed == 0) buf_ = header(table(rows.table)); // with the first rows, as part of their batch
-        const size_t ncol = rows.columns();
-        for (size_t i = 0; i < rows.cells.size(); ++i) {
-          append_csv_cell(buf_, rows.cells[i]);
-          buf_.push_back((i + 1) % ncol == 0 ? '\n' : ',');
-        }
+        if (f.committed == 0) buf_ = header(rows.table); // with the first rows, as part of their batch
+        append_lines(buf_, rows.table, rows);
         pwrite_all(rows.table, f.committed, buf_);
         end[idx] = f.committed + static_cast<off_t>(buf_.size());
       }
@@ -199,18 +212,14 @@ private:
     char last = '\n';
     while (end > 0 && ::pread(fd.get(), &last, 1, end - 1) == 1 && last != '\n')
       --end;
-    const std::string head = header(table(rows.table));
+    const std::string head = header(rows.table);
     if (end > 0) { // rows in this version's columns go only under this version's header
       std::string have(head.size(), '\0');
       if (::pread(fd.get(), have.data(), have.size(), 0) != static_cast<ssize_t>(have.size()) || have != head)
         throw std::runtime_error(fmt::format("'{}' has other columns than this wattscope writes; not appended to", p));
     }
     std::string text = end == 0 ? head : std::string();
-    const size_t ncol = rows.columns();
-    for (size_t i = 0; i < rows.cells.size(); ++i) {
-      append_csv_cell(text, rows.cells[i]);
-      text.push_back((i + 1) % ncol == 0 ? '\n' : ',');
-    }
+    append_lines(text, rows.table, rows);
     if (end != st.st_size && ::ftruncate(fd.get(), end) != 0)
       throw std::runtime_error(fmt::format("cannot cut '{}' back to its last whole line: {}", p, std::strerror(errno)));
     std::string_view bytes = text;
@@ -240,11 +249,8 @@ private:
     TableRows rows;
     rows.table = TableId::Runs;
     append_run_row(run, rows);
-    std::string text = header(table(TableId::Runs));
-    for (size_t i = 0; i < rows.cells.size(); ++i) {
-      append_csv_cell(text, rows.cells[i]);
-      text.push_back(i + 1 == rows.cells.size() ? '\n' : ',');
-    }
+    std::string text = header(TableId::Runs);
+    append_lines(text, TableId::Runs, rows);
     write_output(path(TableId::Runs), text);
   }
 
@@ -281,9 +287,12 @@ public:
     if (!fs::exists(p)) return; // a table with no rows for this run has no file
     const size_t run_col = column_index(t, "run_id");
     if (t != TableId::Processes && t != TableId::Phases) { // appended in key order (time order): streamed as read
-      read_table_csv(p, t, [&](std::span<const Value> row) {
-        if (value_text(row[run_col]) == run.run_id) fn(row);
-      });
+      read_table_csv(
+          p, t,
+          [&](std::span<const Value> row) {
+            if (value_text(row[run_col]) == run.run_id) fn(row);
+          },
+          run.run_id);
       return;
     }
     const auto owned = [](std::span<const Value> row) {
