@@ -143,8 +143,15 @@ TEST(Mysql, RoundTripReadsBackLikeTheOtherStores) {
   auto listed = run({wstest::wattscope(), "list", "--db", db.socket_url()}, env_for(dir), dir.path());
   EXPECT_EQ(listed.exit_code, 0) << listed.err;
   EXPECT_NE(listed.out.find("rt"), std::string::npos);
-  // InnoDB, utf8mb4, the time-order key and the host/time index.
-  EXPECT_NE(db.sql("SHOW CREATE TABLE gpu_samples").find("ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"), std::string::npos);
+  // InnoDB, utf8mb4, the time-order key and the host/time index; GPU rows keyed by their run's key, gpu_samples
+  // their view.
+  const std::string gpu_rows = db.sql("SHOW CREATE TABLE gpu_sample_rows");
+  EXPECT_NE(gpu_rows.find("ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"), std::string::npos) << gpu_rows;
+  EXPECT_NE(gpu_rows.find("PRIMARY KEY (`run_key`,`ts_ms`,`tick`,`gpu_index`)"), std::string::npos) << gpu_rows;
+  EXPECT_EQ(gpu_rows.find("`run_id`"), std::string::npos) << gpu_rows;
+  EXPECT_EQ(db.sql("SELECT table_type FROM information_schema.tables WHERE table_schema = 'wattscope' AND table_name "
+                   "= 'gpu_samples'"),
+            "VIEW\n");
   EXPECT_NE(db.sql("SHOW CREATE TABLE runs").find("KEY `runs_by_host_time` (`host`,`start_ms`)"), std::string::npos);
   // Readers refuse a store from a newer wattscope, or one whose version is not a number, rather than misread it.
   db.sql("UPDATE meta SET `value` = '99' WHERE `key` = 'schema_version'");
@@ -208,6 +215,12 @@ TEST(Mysql, AVersion5StoreMovesEachGpusIdentityIntoGpuDevices) {
   EXPECT_EQ(db.sql("SELECT tick, uuid, power_w FROM gpu_samples_named WHERE run_id = 'old' AND gpu_index = 0 ORDER "
                    "BY tick"),
             "0\tGPU-old0\t250\n1\tGPU-old0\t251\n");
+  // Schema 7: the rows under their run's key (the old run's first, in start order), gpu_samples their view.
+  EXPECT_EQ(db.sql("SELECT run_key FROM run_keys WHERE run_id = 'old'"), "1\n");
+  EXPECT_EQ(db.sql("SELECT COUNT(*) FROM gpu_sample_rows WHERE run_key = 1"), "3\n");
+  EXPECT_EQ(db.sql("SELECT table_type FROM information_schema.tables WHERE table_schema = 'wattscope' AND table_name "
+                   "= 'gpu_samples'"),
+            "VIEW\n");
   // The new run's samples are named through the view too (the fake's two GPUs).
   EXPECT_EQ(db.sql("SELECT COUNT(*) = COUNT(uuid) AND COUNT(*) > 0 FROM gpu_samples_named WHERE run_id <> 'old'"),
             "1\n");

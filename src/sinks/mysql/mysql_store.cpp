@@ -130,7 +130,7 @@ std::string column_list(const Table& t) {
 // compression halves, for a little of the server's CPU on a page's write. Existing tables are left as they are
 // (docs/storage.md gives the ALTER TABLE); a server that refuses compressed tables gets plain ones.
 bool compressed(const Table& t) {
-  return t.name == "cpu_core_samples" || t.name == "gpu_samples";
+  return t.name == "cpu_core_samples" || t.name == "gpu_samples" || t.name == kGpuSampleRowsTable;
 }
 constexpr std::string_view kCompressed = " ROW_FORMAT=COMPRESSED KEY_BLOCK_SIZE=8";
 
@@ -171,6 +171,7 @@ public:
   // Throws MysqlError; the error code says whether it is an outage or a configuration problem.
   void connect() {
     close();
+    run_keys.clear();
     db_ = mysql_init(nullptr);
     if (!db_)
       throw MysqlError(0, lazy::mariadb().available() ? "out of memory" : "MySQL store: " + lazy::mariadb().error());
@@ -291,6 +292,9 @@ public:
     std::lock_guard lock(fd_mu_);
     if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
   }
+
+  // Run keys this connection made or read (insert_rows), by run id.
+  std::map<std::string, int64_t, std::less<>> run_keys;
 
 private:
   MysqlUrl url_;
@@ -636,9 +640,24 @@ void backfill_run_tags(Conn& c) {
   }
 }
 
+// Schema 7: each run's key in gpu_sample_rows (AUTO_INCREMENT: many writers of a fleet take theirs at once).
+constexpr std::string_view kRunKeysSchema =
+    "CREATE TABLE IF NOT EXISTS `run_keys` (`run_key` BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, `run_id` "
+    "VARCHAR(255) NOT NULL, UNIQUE KEY `run_keys_by_id` (`run_id`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE="
+    "utf8mb4_bin";
+
+// Whether `name` is a table of the store (not a view, not missing).
+bool is_base_table(Conn& c, std::string_view name) {
+  return c.value(fmt::format("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND "
+                             "table_name = '{}' AND table_type = 'BASE TABLE'",
+                             name))
+             .value_or("0") != "0";
+}
+
 // Schema 6: gpu_samples without each GPU's uuid, name and vendor (kGpuIdentityColumns). A store that still has them
 // gets them in gpu_devices first (where a run's device row lacks them or was never stored), then the columns dropped.
 void move_gpu_identity(Conn& c) {
+  if (!is_base_table(c, "gpu_samples")) return; // a store of schema 7, or a new one
   const std::vector<std::string> have = c.columns("gpu_samples");
   auto has = [&](std::string_view col) { return std::find(have.begin(), have.end(), col) != have.end(); };
   if (std::none_of(std::begin(kGpuIdentityColumns), std::end(kGpuIdentityColumns), has)) return;
@@ -661,6 +680,50 @@ void move_gpu_identity(Conn& c) {
                      identity, sets));
   mysql_commit(c.get());
   c.exec(fmt::format("ALTER TABLE `gpu_samples` {}", drops));
+}
+
+// Schema 7: a store whose gpu_samples is still a table (each row naming its run by its id) gets a key per run in
+// run_keys, in start order, and its rows copied once into gpu_sample_rows under those keys; the table is then dropped
+// for the view of the two (make_views). Writers of a fleet are upgraded together: an older one cannot write the view.
+void key_gpu_samples(Conn& c) {
+  if (!is_base_table(c, "gpu_samples")) return;
+  spdlog::info("MySQL {}: storing each GPU sample's run as a small key (schema 7, once)", c.url().text());
+  c.exec("INSERT IGNORE INTO `run_keys` (`run_id`) SELECT `run_id` FROM `runs` ORDER BY `start_ms`, `run_id`");
+  c.exec("INSERT IGNORE INTO `run_keys` (`run_id`) SELECT DISTINCT `run_id` FROM `gpu_samples` ORDER BY `run_id`");
+  const Table& rows = gpu_sample_rows_table();
+  std::string from;
+  for (size_t i = 1; i < rows.columns.size(); ++i)
+    from += fmt::format(", s.`{}`", rows.columns[i].name);
+  c.exec(fmt::format("INSERT IGNORE INTO `{}` ({}) SELECT k.`run_key`{} FROM `gpu_samples` s JOIN `run_keys` k ON "
+                     "k.`run_id` = s.`run_id`",
+                     rows.name, column_list(rows), from));
+  mysql_commit(c.get());
+  c.exec(fmt::format("DROP VIEW IF EXISTS `{}`", kGpuSamplesNamedView));
+  c.exec("DROP TABLE `gpu_samples`");
+}
+
+// The view gpu_samples (schema 7: the stored rows with their run_id), made again where its columns are not this
+// version's. Readers of this version read the tables themselves; the view keeps queries written for the table
+// running. An account that may not make views records all the same, and is told.
+void make_samples_view(Conn& c) {
+  std::vector<std::string> have;
+  try {
+    have = c.columns("gpu_samples");
+  } catch (const MysqlError& e) {
+    if (is_outage(e.err)) throw;
+  }
+  const Table& g = table(TableId::GpuSamples);
+  if (std::equal(have.begin(), have.end(), g.columns.begin(), g.columns.end(),
+                 [](const std::string& a, const Column& b) { return a == b.name; }))
+    return;
+  try {
+    c.exec(fmt::format("CREATE OR REPLACE VIEW `gpu_samples` AS {}", gpu_samples_view_select('`')));
+  } catch (const MysqlError& e) {
+    if (is_outage(e.err)) throw;
+    spdlog::warn("MySQL {}: the view gpu_samples (each stored GPU sample with its run_id) was not made: {}; queries "
+                 "read gpu_sample_rows joined to run_keys",
+                 c.url().text(), e.what());
+  }
 }
 
 // The view gpu_samples_named, made again where its columns are not this version's (MySQL fixes a view's columns when
@@ -695,7 +758,13 @@ void ensure_schema(Conn& c) {
     } catch (const std::runtime_error& e) {
       throw MysqlError(0, e.what()); // a configuration error: not an outage to spill through
     }
-    for (const auto& t : all_tables()) {
+    // gpu_samples is a view (schema 7), made below; an older store's table of that name is brought forward first.
+    const bool gpu_table = is_base_table(c, "gpu_samples");
+    c.exec(std::string(kRunKeysSchema));
+    std::vector<Table> tables(all_tables().begin(), all_tables().end());
+    tables.push_back(gpu_sample_rows_table());
+    for (const auto& t : tables) {
+      if (t.name == "gpu_samples" && !gpu_table) continue;
       try {
         c.exec(create_table_sql(t));
       } catch (const MysqlError& e) {
@@ -765,6 +834,8 @@ void ensure_schema(Conn& c) {
     // issue 35: the exit status order's index (figure_column), built once per store (0.2-0.3 s at 100,000 runs)
     c.exec("CREATE INDEX IF NOT EXISTS `runs_by_exit_status` ON `runs` (`exit_status`, `start_ms`)");
     move_gpu_identity(c);
+    key_gpu_samples(c);
+    make_samples_view(c);
     make_named_view(c);
     c.exec(fmt::format("INSERT INTO `meta` (`key`, `value`) VALUES ('schema_version', '{}') "
                        "ON DUPLICATE KEY UPDATE `value` = VALUES(`value`)",
@@ -809,9 +880,26 @@ void append_literal(Conn& c, std::string& sql, const Value& v, std::string& scra
   }
 }
 
+// A run's key in run_keys (schema 7), made the first time the run's GPU rows are written, in that transaction (a
+// batch rolled back forgets the keys it made: Conn::run_keys is cleared).
+int64_t run_key(Conn& c, std::string_view run_id) {
+  if (auto it = c.run_keys.find(run_id); it != c.run_keys.end()) return it->second;
+  std::string literal, scratch;
+  append_literal(c, literal, Value(run_id), scratch);
+  c.exec(fmt::format("INSERT IGNORE INTO `run_keys` (`run_id`) VALUES ({})", literal));
+  const auto key = c.value(fmt::format("SELECT `run_key` FROM `run_keys` WHERE `run_id` = {}", literal));
+  int64_t k = 0;
+  if (!key || std::from_chars(key->data(), key->data() + key->size(), k).ec != std::errc())
+    throw MysqlError(0, fmt::format("MySQL {}: run {} has no key in run_keys", c.url().text(), run_id));
+  c.run_keys.emplace(std::string(run_id), k);
+  return k;
+}
+
 void insert_rows(Conn& c, const TableRows& rows) {
   if (rows.cells.empty()) return;
-  const Table& t = table(rows.table);
+  // GPU rows are stored under their run's key (schema 7), in place of the run id.
+  const bool keyed_rows = rows.table == TableId::GpuSamples;
+  const Table& t = keyed_rows ? gpu_sample_rows_table() : table(rows.table);
   const size_t ncol = t.columns.size();
   const std::string head = fmt::format("INSERT INTO `{}` ({}) VALUES ", t.name, column_list(t));
   // Idempotent: a batch replayed after an ambiguous failure rewrites the same rows instead of duplicating them.
@@ -826,7 +914,11 @@ void insert_rows(Conn& c, const TableRows& rows) {
     row.assign(1, '(');
     for (size_t i = 0; i < ncol; ++i) {
       if (i) row += ',';
-      append_literal(c, row, rows.cells[r * ncol + i], scratch);
+      const Value& v = rows.cells[r * ncol + i];
+      if (i == 0 && keyed_rows)
+        fmt::format_to(std::back_inserter(row), "{}", run_key(c, value_text(v)));
+      else
+        append_literal(c, row, v, scratch);
     }
     row += ')';
     if (head.size() + row.size() + tail.size() > limit)
@@ -867,6 +959,7 @@ void write_batch_once(Conn& c, const RowBatch& batch) {
     }
     if (mysql_commit(c.get()) != 0) c.fail("commit");
   } catch (...) {
+    c.run_keys.clear(); // keys made in the batch's transaction went with it
     if (c.connected()) mysql_rollback(c.get());
     throw;
   }
@@ -1194,6 +1287,11 @@ public:
     std::string order;
     for (size_t i = 0; i < t.primary_key.size(); ++i)
       order += fmt::format("{}`{}`", i ? ", " : "", t.primary_key[i]);
+    if (id == TableId::GpuSamples && keyed_gpu_rows()) { // schema 7: the tables, whether or not the view was made
+      query(t, fmt::format("{} WHERE k.`run_id` = ? ORDER BY s.`tick`, s.`gpu_index`", gpu_samples_view_select('`')),
+            &run.run_id, fn);
+      return;
+    }
     const std::string cols = select_list(id);
     if (columns_[static_cast<size_t>(id)]->empty() && table_may_be_absent(id)) return; // an older store: no rows
     query(t, fmt::format("SELECT {} FROM `{}` WHERE `run_id` = ? ORDER BY {}", cols, t.name, order), &run.run_id, fn);
@@ -1491,6 +1589,20 @@ private:
     return cols;
   }
   std::array<std::optional<std::vector<std::string>>, kTableCount> columns_;
+  // Whether the store keeps GPU rows under run keys (schema 7), where gpu_samples is their view.
+  bool keyed_gpu_rows() {
+    if (!keyed_gpu_rows_) {
+      try {
+        conn_.columns(std::string(kGpuSampleRowsTable));
+        keyed_gpu_rows_ = true;
+      } catch (const MysqlError& e) {
+        if (is_outage(e.err)) throw;
+        keyed_gpu_rows_ = false;
+      }
+    }
+    return *keyed_gpu_rows_;
+  }
+  std::optional<bool> keyed_gpu_rows_;
   // A prepared SELECT of a table's columns; the run id is a bound parameter, never spliced into SQL.
   void query(const Table& t, const std::string& sql, const std::string* run_id, const RowFn& fn) {
     std::vector<ColType> types;
@@ -1599,7 +1711,10 @@ std::string spill_dir() {
 std::string mysql_schema_sql(bool compress) {
   std::string sql;
   for (const auto& t : all_tables())
-    sql += create_table_sql(t, compress);
+    if (t.name != "gpu_samples") sql += create_table_sql(t, compress);
+  sql += fmt::format("{};\n", kRunKeysSchema);
+  sql += create_table_sql(gpu_sample_rows_table(), compress);
+  sql += fmt::format("CREATE OR REPLACE VIEW `gpu_samples` AS {};\n", gpu_samples_view_select('`'));
   sql += fmt::format("CREATE OR REPLACE VIEW `{}` AS {};\n", kGpuSamplesNamedView, gpu_samples_named_select('`'));
   return sql;
 }
