@@ -37,7 +37,9 @@ import warnings
 
 # The store schema this reader knows (src/core/schema.hpp, kSchemaVersion). A store with a newer one is refused, as
 # the binary refuses it: its columns may mean something this reader does not know.
-SCHEMA_VERSION = 6  # 6: gpu_samples without uuid, name and vendor: samples() takes them from gpu_devices
+# 6: gpu_samples without uuid, name and vendor: samples() takes them from gpu_devices. 7: in SQLite gpu_samples is a
+# view (its rows in gpu_sample_rows under a run key), read as the table was; CSV gpu_samples files leave out run_id.
+SCHEMA_VERSION = 7
 
 # Columns that hold text in every store (src/core/schema.cpp, ColType Text); CSV cells of any other column are
 # numbers. tests check this list against schema.cpp, so the two cannot drift apart.
@@ -296,7 +298,7 @@ class _Sqlite:
             # Read-only, so that reading never creates a file or takes a write lock; quoted: a path may hold ? or #.
             self.db = sqlite3.connect("file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro", uri=True)
             self.db.text_factory = _sqlite_text
-            names = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            names = {r[0] for r in self.db.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
         except sqlite3.Error as e:
             raise StoreError(f"'{path}' is not a SQLite database: {e}") from None
         self.describe = f"database '{path}'"
@@ -526,7 +528,11 @@ class _CsvDir:
         path = os.path.join(self.dir, f"{prefix}{name}.csv")
         if prefix is None or not os.path.exists(path):
             return []  # a table with no rows for this run has no file
-        rows = [r for r in self._read(path)[1] if r.get("run_id") == run["run_id"]]
+        header, rows = self._read(path)
+        if "run_id" in header:
+            rows = [r for r in rows if r.get("run_id") == run["run_id"]]
+        else:  # a gpu_samples file of schema 7: one run's rows, without the column
+            rows = [{"run_id": run["run_id"], **r} for r in rows]
         if name == "phases":
             # A phase has a row when it begins (open: no end) and another when it ends or `wattscope repair` closes
             # it, appended: the last row of a phase_id is the phase as it stands (the SQL stores keep only that one).
@@ -544,7 +550,9 @@ class _CsvDir:
             if os.path.exists(path):
                 try:
                     with builtins.open(path, newline="", encoding="utf-8") as f:
-                        return next(csv.reader(f), None)
+                        head = next(csv.reader(f), None)
+                    # A gpu_samples file of schema 7 leaves out run_id; its rows are given it (table()).
+                    return head if head is None or "run_id" in head else ["run_id"] + head
                 except (OSError, UnicodeDecodeError, csv.Error) as e:
                     raise StoreError(f"{self.describe}: {path}: {e}") from None
         return None

@@ -535,7 +535,7 @@ def test_a_damaged_row_of_a_runs_table_is_skipped_with_a_warning(trained):
         ("UPDATE phases SET energy_j = 'x' WHERE phase_id = 1",),
         ("UPDATE phases SET device_energy_j = ? WHERE phase_id = 2", ("[" * 100000,)),
         ("UPDATE work SET amount = 'many' WHERE seq = (SELECT min(seq) FROM work)",),
-        ("UPDATE gpu_samples SET ts_ms = 1e300 WHERE tick = 1",),
+        ("UPDATE gpu_sample_rows SET ts_ms = 1e300 WHERE tick = 1",),
         ("UPDATE events SET detail = ? WHERE kind = 'mark'", ('{"a":' * 70 + "1" + "}" * 70,)),
     ])
     store = wattscope.open(path)
