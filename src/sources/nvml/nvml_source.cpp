@@ -1044,7 +1044,6 @@ void NvmlSource::sample_device(Dev& d, Frame& frame) {
       // The value at this GPU's own read (GPUs are read one after another: the eighth some 20 ms into the tick on an
       // H100 node), or at the counter's update it stands for where its updates' times are known.
       const auto t1 = SteadyClock::now();
-      const auto mid = t0 + (t1 - t0) / 2;
       d.clock.observe_tick(t0, t1, *s.energy_counter_uj); // moves at every read, or holds; ticks close together confirm
       place_energy(d, t0, t1, s);
     }
