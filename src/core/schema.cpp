@@ -480,6 +480,23 @@ std::string gpu_samples_view_select(char quote) {
                      q("run_key"), q("run_key"));
 }
 
+std::vector<std::string> gpu_rows_keying_sql(std::string_view insert_ignore, char quote) {
+  auto q = [quote](std::string_view name) { return fmt::format("{0}{1}{0}", quote, name); };
+  const Table& rows = gpu_sample_rows_table();
+  std::string into = q("run_key"), from = fmt::format("k.{}", q("run_key"));
+  for (size_t i = 1; i < rows.columns.size(); ++i) {
+    into += fmt::format(", {}", q(rows.columns[i].name));
+    from += fmt::format(", s.{}", q(rows.columns[i].name));
+  }
+  return {fmt::format("{} INTO {} ({}) SELECT {} FROM {} ORDER BY {}, {}", insert_ignore, q(kRunKeysTable), q("run_id"),
+                      q("run_id"), q("runs"), q("start_ms"), q("run_id")),
+          fmt::format("{} INTO {} ({}) SELECT DISTINCT {} FROM {} ORDER BY {}", insert_ignore, q(kRunKeysTable),
+                      q("run_id"), q("run_id"), q("gpu_samples"), q("run_id")),
+          fmt::format("{} INTO {} ({}) SELECT {} FROM {} s JOIN {} k ON k.{} = s.{} ORDER BY k.{}, s.{}, s.{}",
+                      insert_ignore, q(kGpuSampleRowsTable), into, from, q("gpu_samples"), q(kRunKeysTable),
+                      q("run_id"), q("run_id"), q("run_key"), q("tick"), q("gpu_index"))};
+}
+
 // ---- attribution (issue 13) ----
 void append_process_rows(std::string_view run_id, const Frame& f, RowBatch& out) {
   if (!f.processes) return;

@@ -151,6 +151,10 @@ const Table& gpu_sample_rows_table();
 // The SELECT of the view gpu_samples: kGpuSampleRowsTable's rows with their run_id from kRunKeysTable, in
 // gpu_samples' columns.
 std::string gpu_samples_view_select(char quote);
+// The statements that bring a version-6 gpu_samples table forward: keys for the stored runs (in start order, then any
+// run with GPU rows and no runs row), then its rows copied under their keys into kGpuSampleRowsTable, in key order.
+// `insert_ignore` is the dialect's "INSERT OR IGNORE" or "INSERT IGNORE", `quote` its identifier quote.
+std::vector<std::string> gpu_rows_keying_sql(std::string_view insert_ignore, char quote);
 
 // ---- attribution (issue 13) ----
 // The rows of frame.processes (processes, process_samples, process_gpu_samples); append_frame_rows calls it.

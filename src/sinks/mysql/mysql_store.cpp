@@ -684,19 +684,13 @@ void move_gpu_identity(Conn& c) {
 
 // Schema 7: a store whose gpu_samples is still a table (each row naming its run by its id) gets a key per run in
 // run_keys, in start order, and its rows copied once into gpu_sample_rows under those keys; the table is then dropped
-// for the view of the two (make_views). Writers of a fleet are upgraded together: an older one cannot write the view.
+// for the view of the two (make_samples_view). Writers of a fleet are upgraded together: an older one cannot write the
+// view.
 void key_gpu_samples(Conn& c) {
   if (!is_base_table(c, "gpu_samples")) return;
   spdlog::info("MySQL {}: storing each GPU sample's run as a small key (schema 7, once)", c.url().text());
-  c.exec("INSERT IGNORE INTO `run_keys` (`run_id`) SELECT `run_id` FROM `runs` ORDER BY `start_ms`, `run_id`");
-  c.exec("INSERT IGNORE INTO `run_keys` (`run_id`) SELECT DISTINCT `run_id` FROM `gpu_samples` ORDER BY `run_id`");
-  const Table& rows = gpu_sample_rows_table();
-  std::string from;
-  for (size_t i = 1; i < rows.columns.size(); ++i)
-    from += fmt::format(", s.`{}`", rows.columns[i].name);
-  c.exec(fmt::format("INSERT IGNORE INTO `{}` ({}) SELECT k.`run_key`{} FROM `gpu_samples` s JOIN `run_keys` k ON "
-                     "k.`run_id` = s.`run_id`",
-                     rows.name, column_list(rows), from));
+  for (const auto& sql : gpu_rows_keying_sql("INSERT IGNORE", '`'))
+    c.exec(sql);
   mysql_commit(c.get());
   c.exec(fmt::format("DROP VIEW IF EXISTS `{}`", kGpuSamplesNamedView));
   c.exec("DROP TABLE `gpu_samples`");

@@ -326,15 +326,8 @@ void key_gpu_samples(Db& db) {
   db.exec(fmt::format("DROP VIEW IF EXISTS {};", kGpuSamplesNamedView)); // it reads the table; made again after
   spdlog::info("database '{}': storing each GPU sample's run as a small key (schema 7, once; VACUUM returns the space)",
                db.path());
-  db.exec("INSERT OR IGNORE INTO run_keys (run_id) SELECT run_id FROM runs ORDER BY start_ms, run_id;\n"
-          "INSERT OR IGNORE INTO run_keys (run_id) SELECT DISTINCT run_id FROM gpu_samples ORDER BY run_id;");
-  const Table& rows = gpu_sample_rows_table();
-  std::string from;
-  for (size_t i = 1; i < rows.columns.size(); ++i)
-    from += fmt::format(", s.\"{}\"", rows.columns[i].name);
-  db.exec(fmt::format("INSERT INTO {} ({}) SELECT k.run_key{} FROM gpu_samples s JOIN run_keys k ON k.run_id = "
-                      "s.run_id ORDER BY k.run_key, s.tick, s.gpu_index;",
-                      rows.name, sqlite_columns(rows), from));
+  for (const auto& sql : gpu_rows_keying_sql("INSERT OR IGNORE", '"'))
+    db.exec(sql);
   db.exec("DROP TABLE gpu_samples;");
 }
 
