@@ -65,6 +65,15 @@ for name, b, e in (("a", 0.4, 1.6), ("b", 1.85, 3.35), ("c", 3.6, 4.9)):
 at(5.2)
 )";
 
+// The environment of a run on dir/scenario.json, the fake's energy truth written to dir/energy.json.
+std::map<std::string, std::string> wave_env(const TempDir& dir) {
+  return {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
+          {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
+          {"WATTSCOPE_FAKE_NVML_ENERGY", dir / "energy.json"},
+          {"CUDA_VISIBLE_DEVICES", "\x01"},
+          {"WATTSCOPE_SOCKET", "\x01"}};
+}
+
 // kPhases under `wattscope -v run` at `interval` on the wave with a counter that moves every 100 ms (an H100's), each
 // counter read costing `cost` (a "call_cost_us" value); the truth in dir/energy.json.
 Result run_phases_on_a_100ms_counter(const TempDir& dir, const char* interval, const json& cost) {
@@ -72,11 +81,7 @@ Result run_phases_on_a_100ms_counter(const TempDir& dir, const char* interval, c
   sc["devices"][0]["metrics"]["energy_mj"]["update_s"] = 0.1;
   sc["call_cost_us"] = {{"nvmlDeviceGetTotalEnergyConsumption", cost}};
   write_file(dir / "scenario.json", sc.dump());
-  const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                                                  {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                                                  {"WATTSCOPE_FAKE_NVML_ENERGY", dir / "energy.json"},
-                                                  {"CUDA_VISIBLE_DEVICES", "\x01"},
-                                                  {"WATTSCOPE_SOCKET", "\x01"}};
+  const std::map<std::string, std::string> env = wave_env(dir);
   return run({wattscope(), "-v", "run", "--interval", interval, "--top-processes", "0", "--", "python3", "-c", kPhases},
              env, dir.path());
 }
@@ -292,11 +297,7 @@ TEST(PhaseEdges, AMarkerSentLateKeepsTheProgramsOwnEdge) {
   json sc = scenario();
   sc["devices"][0]["metrics"]["energy_mj"]["update_s"] = 0.1;
   write_file(dir / "scenario.json", sc.dump());
-  const std::map<std::string, std::string> env = {{"WATTSCOPE_NVML_LIBRARY", fake_nvml()},
-                                                  {"WATTSCOPE_FAKE_NVML_SCENARIO", dir / "scenario.json"},
-                                                  {"WATTSCOPE_FAKE_NVML_ENERGY", dir / "energy.json"},
-                                                  {"CUDA_VISIBLE_DEVICES", "\x01"},
-                                                  {"WATTSCOPE_SOCKET", "\x01"}};
+  const std::map<std::string, std::string> env = wave_env(dir);
   const char* program = R"(
 import json, os, socket, time
 path = os.environ["WATTSCOPE_SOCKET"]
