@@ -333,6 +333,34 @@ TEST(Stores, ReplayedBatchIsIdempotentInSqlite) {
   EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT count(*) FROM gpu_samples"), "2");
 }
 
+// A run's key made in a batch that is rolled back goes with it: the key may be given to the next run, so the sink
+// must not keep it for the first.
+TEST(Stores, ARunKeyMadeInARolledBackBatchIsNotReused) {
+  wstest::TempDir dir;
+  RunInfo run = sample_run("t");
+  auto sq = make_sqlite_sink(dir / "w.db");
+  sq->begin_run(run);
+  // The rows' cells point at their run ids: they outlive the batches.
+  const std::string b = "replayed-b", c = "replayed-c";
+  auto gpu_rows_of = [](const std::string& run_id) {
+    RowBatch batch;
+    append_frame_rows(run_id, sample_frame(0), batch);
+    return batch;
+  };
+  RowBatch failing = gpu_rows_of(b);
+  // An event without its key, stored after the GPU rows: the whole batch is rolled back.
+  auto& events = failing.tables[static_cast<size_t>(TableId::Events)].cells;
+  events = {Value(std::string_view(b)), Value(), Value(int64_t{0}), Value(std::string_view("mark")), Value(), Value()};
+  EXPECT_THROW(sq->write(failing), std::runtime_error);
+  EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT group_concat(run_key || ' ' || run_id) FROM run_keys"),
+            "1 " + run.run_id);
+  sq->write(gpu_rows_of(c));
+  sq->write(gpu_rows_of(b));
+  EXPECT_EQ(wstest::scalar(dir / "w.db", "SELECT group_concat(run_id || ':' || n, ' ') FROM (SELECT run_id, count(*) "
+                                         "AS n FROM gpu_samples WHERE run_id LIKE 'replayed-%' GROUP BY run_id)"),
+            "replayed-b:2 replayed-c:2");
+}
+
 TEST(Stores, NewerSchemaIsRefusedWithAMessage) {
   wstest::TempDir dir;
   RunInfo run = sample_run("t");

@@ -436,7 +436,7 @@ public:
     begin_run_ = db_->prepare("BEGIN;");
     commit_run_ = db_->prepare("COMMIT;");
     for (size_t i = 0; i < kTableCount; ++i) {
-      // GPU rows are stored under their run's key (schema 7): bound by keyed_rows in place of the run id.
+      // GPU rows are stored under their run's key (schema 7): bound by bind_run_keys in place of the run id.
       const Table& t = i == kGpuRows ? gpu_sample_rows_table() : all_tables()[i];
       std::string one = "(";
       for (size_t c = 0; c < t.columns.size(); ++c)
@@ -494,6 +494,7 @@ public:
       }
       step_once(commit_, "COMMIT");
     } catch (...) {
+      run_keys_.clear(); // keys made in the batch's transaction go with it
       for (auto* st : insert_)
         sqlite3_reset(st);
       for (auto* st : insert_many_)
